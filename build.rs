@@ -1,0 +1,30 @@
+//! Compiles the protos under `proto/` with the vendored `protoc`, so a fresh machine
+//! needs no system package, and writes the descriptor set served by reflection.
+use std::path::PathBuf;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protoc = protoc_bin_vendored::protoc_bin_path()?;
+    let well_known = protoc_bin_vendored::include_path()?;
+    // SAFETY: build scripts are single-threaded; tonic-prost-build reads PROTOC from the env.
+    unsafe { std::env::set_var("PROTOC", protoc) };
+
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    let protos = [
+        "proto/memmachine/v2/common.proto",
+        "proto/memmachine/v2/project_service.proto",
+        "proto/memmachine/v2/memory_service.proto",
+    ];
+    tonic_prost_build::configure()
+        .file_descriptor_set_path(out_dir.join("memmachine_descriptor.bin"))
+        .compile_protos(
+            &protos.map(PathBuf::from),
+            &[PathBuf::from("proto"), well_known],
+        )?;
+
+    // tonic-prost-build does not emit these itself.
+    println!("cargo:rerun-if-changed=proto");
+    for proto in protos {
+        println!("cargo:rerun-if-changed={proto}");
+    }
+    Ok(())
+}

@@ -1,0 +1,175 @@
+//! `memmachine serve` configuration: flags, environment (`MEMMACHINE_` + the flag in
+//! upper snake case), a TOML file (`--config`, same keys in snake case) and defaults, in
+//! that order of precedence.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::limits::Limits;
+
+#[derive(Debug, Clone, Default, clap::Args, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct ServeArgs {
+    /// gRPC listen address [default: 127.0.0.1:50051]
+    #[arg(long, env = "MEMMACHINE_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Embedded store location [default: ./memmachine-data]
+    #[arg(long, env = "MEMMACHINE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Store URL: "sqlite" (default, under --data-dir) or sqlite:///path/to/file-dir
+    #[arg(long, env = "MEMMACHINE_STORE")]
+    pub store: Option<String>,
+    /// TOML file with the same keys as these flags
+    #[arg(long, env = "MEMMACHINE_CONFIG")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Log format: text or json [default: text]
+    #[arg(long, env = "MEMMACHINE_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
+    /// How many recent episodes short_term_memory returns [default: 20]
+    #[arg(long, env = "MEMMACHINE_SHORT_TERM_WINDOW")]
+    pub short_term_window: Option<usize>,
+    /// Most messages in one AddMemories [default: 1000]
+    #[arg(long, env = "MEMMACHINE_MAX_MESSAGES_PER_ADD")]
+    pub max_messages_per_add: Option<usize>,
+    /// Most bytes of one message's content [default: 262144]
+    #[arg(long, env = "MEMMACHINE_MAX_CONTENT_BYTES")]
+    pub max_content_bytes: Option<usize>,
+    /// Largest top_k and page_size [default: 1000]
+    #[arg(long, env = "MEMMACHINE_MAX_PAGE_SIZE")]
+    pub max_page_size: Option<usize>,
+    /// Largest encoded request, in bytes [default: 67108864]
+    #[arg(long, env = "MEMMACHINE_MAX_REQUEST_BYTES")]
+    pub max_request_bytes: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// The effective configuration of `memmachine serve`.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub log_format: LogFormat,
+    pub limits: Limits,
+    pub max_request_bytes: usize,
+}
+
+impl ServeArgs {
+    /// Fills what flags and environment left unset from the config file, then defaults.
+    pub fn resolve(self) -> Result<ServeConfig, String> {
+        let file = match &self.config {
+            Some(path) => read_file(path)?,
+            None => ServeArgs::default(),
+        };
+        let merged = self.or(file);
+        let defaults = Limits::default();
+        let data_dir = merged
+            .data_dir
+            .unwrap_or_else(|| PathBuf::from("./memmachine-data"));
+        let data_dir = match merged.store.as_deref() {
+            None | Some("sqlite") => data_dir,
+            Some(url) if url.starts_with("sqlite://") => PathBuf::from(&url["sqlite://".len()..]),
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                return Err("the PostgreSQL store is not available yet; use --store sqlite".into());
+            }
+            Some(other) => return Err(format!("unknown --store {other:?}: use sqlite")),
+        };
+        let limits = Limits {
+            max_messages_per_add: merged
+                .max_messages_per_add
+                .unwrap_or(defaults.max_messages_per_add),
+            max_content_bytes: merged
+                .max_content_bytes
+                .unwrap_or(defaults.max_content_bytes),
+            max_page_size: merged.max_page_size.unwrap_or(defaults.max_page_size),
+            short_term_window: merged
+                .short_term_window
+                .unwrap_or(defaults.short_term_window),
+        };
+        if limits.max_messages_per_add == 0
+            || limits.max_content_bytes == 0
+            || limits.max_page_size == 0
+        {
+            return Err("limits must be at least 1".into());
+        }
+        Ok(ServeConfig {
+            listen: merged
+                .listen
+                .unwrap_or_else(|| "127.0.0.1:50051".parse().expect("valid default")),
+            data_dir,
+            log_format: merged.log_format.unwrap_or_default(),
+            limits,
+            max_request_bytes: merged.max_request_bytes.unwrap_or(64 * 1024 * 1024),
+        })
+    }
+
+    fn or(self, other: ServeArgs) -> ServeArgs {
+        ServeArgs {
+            listen: self.listen.or(other.listen),
+            data_dir: self.data_dir.or(other.data_dir),
+            store: self.store.or(other.store),
+            config: self.config,
+            log_format: self.log_format.or(other.log_format),
+            short_term_window: self.short_term_window.or(other.short_term_window),
+            max_messages_per_add: self.max_messages_per_add.or(other.max_messages_per_add),
+            max_content_bytes: self.max_content_bytes.or(other.max_content_bytes),
+            max_page_size: self.max_page_size.or(other.max_page_size),
+            max_request_bytes: self.max_request_bytes.or(other.max_request_bytes),
+        }
+    }
+}
+
+fn read_file(path: &Path) -> Result<ServeArgs, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|err| format!("cannot read config file {}: {err}", path.display()))?;
+    toml::from_str(&text).map_err(|err| format!("config file {}: {err}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_win_over_the_file_and_the_file_over_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("memmachine.toml");
+        std::fs::write(
+            &file,
+            "listen = \"127.0.0.1:7000\"\nshort_term_window = 5\ndata_dir = \"/from/file\"\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(file),
+            data_dir: Some("/from/flag".into()),
+            ..Default::default()
+        };
+        let config = args.resolve().unwrap();
+        assert_eq!(config.listen.to_string(), "127.0.0.1:7000");
+        assert_eq!(config.data_dir, PathBuf::from("/from/flag"));
+        assert_eq!(config.limits.short_term_window, 5);
+        assert_eq!(config.limits.max_messages_per_add, 1000);
+    }
+
+    #[test]
+    fn unknown_keys_in_the_file_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bad.toml");
+        std::fs::write(&file, "lisen = \"x\"\n").unwrap();
+        let err = ServeArgs {
+            config: Some(file),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err();
+        assert!(err.contains("lisen"), "{err}");
+    }
+}

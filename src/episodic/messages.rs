@@ -1,0 +1,111 @@
+//! Validation of incoming messages and their conversion to episodes.
+
+use std::collections::BTreeMap;
+
+use crate::error::{Result, Violations};
+use crate::limits::Limits;
+use crate::model::NewEpisode;
+use crate::model::episode::{CONTENT_TYPE_STRING, EPISODE_TYPE_MESSAGE};
+
+/// Longest producer, produced-for or role, in bytes.
+const MAX_NAME_BYTES: usize = 512;
+/// Longest metadata key, in bytes.
+const MAX_METADATA_KEY_BYTES: usize = 256;
+/// Most bytes of one message's metadata (keys and values).
+const MAX_METADATA_BYTES: usize = 64 * 1024;
+
+/// A message as a transport decoded it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MessageInput {
+    pub content: String,
+    pub producer: String,
+    pub produced_for: String,
+    /// Microseconds since the Unix epoch; `None` means now.
+    pub timestamp_micros: Option<i64>,
+    pub role: String,
+    pub metadata: BTreeMap<String, String>,
+}
+
+pub(super) fn to_episodes(messages: Vec<MessageInput>, limits: &Limits) -> Result<Vec<NewEpisode>> {
+    let mut violations = Violations::default();
+    if messages.is_empty() {
+        violations.add("messages", "must hold at least one message");
+    }
+    if messages.len() > limits.max_messages_per_add {
+        violations.add(
+            "messages",
+            format!(
+                "at most {} messages per call, got {}",
+                limits.max_messages_per_add,
+                messages.len()
+            ),
+        );
+    }
+    for (i, message) in messages.iter().enumerate() {
+        check_message(&mut violations, i, message, limits);
+    }
+    violations.into_result()?;
+    let now = chrono::Utc::now().timestamp_micros();
+    Ok(messages
+        .into_iter()
+        .map(|m| NewEpisode {
+            uid: uuid::Uuid::new_v4(),
+            content: m.content,
+            producer_id: if m.producer.is_empty() {
+                "user".into()
+            } else {
+                m.producer
+            },
+            producer_role: m.role,
+            produced_for_id: m.produced_for,
+            episode_type: EPISODE_TYPE_MESSAGE.into(),
+            content_type: CONTENT_TYPE_STRING.into(),
+            created_at_micros: m.timestamp_micros.unwrap_or(now),
+            metadata: m.metadata,
+        })
+        .collect())
+}
+
+fn check_message(violations: &mut Violations, i: usize, m: &MessageInput, limits: &Limits) {
+    let field = |name: &str| format!("messages[{i}].{name}");
+    if m.content.trim().is_empty() {
+        violations.add(field("content"), "must not be empty");
+    } else if m.content.len() > limits.max_content_bytes {
+        violations.add(
+            field("content"),
+            format!(
+                "must be at most {} bytes, got {}",
+                limits.max_content_bytes,
+                m.content.len()
+            ),
+        );
+    }
+    for (name, value) in [
+        ("producer", &m.producer),
+        ("produced_for", &m.produced_for),
+        ("role", &m.role),
+    ] {
+        if value.len() > MAX_NAME_BYTES {
+            violations.add(
+                field(name),
+                format!("must be at most {MAX_NAME_BYTES} bytes"),
+            );
+        }
+    }
+    let mut bytes = 0;
+    for (key, value) in &m.metadata {
+        bytes += key.len() + value.len();
+        if key.is_empty() || key.len() > MAX_METADATA_KEY_BYTES {
+            violations.add(
+                field("metadata"),
+                format!("keys must be 1 to {MAX_METADATA_KEY_BYTES} bytes, got {key:?}"),
+            );
+        }
+    }
+    if bytes > MAX_METADATA_BYTES {
+        violations.add(
+            field("metadata"),
+            format!("must be at most {MAX_METADATA_BYTES} bytes in all"),
+        );
+    }
+}

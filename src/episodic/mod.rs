@@ -1,0 +1,189 @@
+//! Episodic memory: every message kept as an episode, searchable by relevance, listed in
+//! order, with the project's most recent episodes as short-term memory.
+
+mod messages;
+
+use std::sync::Arc;
+
+pub use messages::MessageInput;
+
+use crate::error::{Error, Result, Violations};
+use crate::limits::Limits;
+use crate::model::filter::{self, Expr};
+use crate::model::{Episode, Project, ProjectKey, ScoredEpisode};
+use crate::store::Store;
+
+/// Largest `expand_context` accepted.
+pub const MAX_EXPAND_CONTEXT: i32 = 100;
+
+#[derive(Debug, Clone, Default)]
+pub struct SearchInput {
+    pub query: String,
+    pub top_k: Option<i32>,
+    pub filter: String,
+    pub expand_context: i32,
+    pub score_threshold: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EpisodicSearch {
+    pub long_term: Vec<ScoredEpisode>,
+    pub short_term: Vec<Episode>,
+    pub summaries: Vec<String>,
+}
+
+#[derive(Clone)]
+pub struct EpisodicMemory {
+    store: Arc<dyn Store>,
+    limits: Limits,
+}
+
+/// Parses the request field `field` as a filter.
+pub fn parse_filter(field: &str, text: &str) -> Result<Option<Expr>> {
+    filter::parse(text).map_err(|err| err.into_error(field))
+}
+
+impl EpisodicMemory {
+    pub fn new(store: Arc<dyn Store>, limits: Limits) -> EpisodicMemory {
+        EpisodicMemory { store, limits }
+    }
+
+    /// Stores the messages atomically; uids in input order.
+    pub async fn add(
+        &self,
+        project: &Project,
+        messages: Vec<MessageInput>,
+    ) -> Result<Vec<uuid::Uuid>> {
+        ensure_enabled(project)?;
+        let episodes = messages::to_episodes(messages, &self.limits)?;
+        let uids = episodes.iter().map(|e| e.uid).collect();
+        let count = episodes.len();
+        self.store.add_episodes(&project.key, episodes).await?;
+        tracing::debug!(project = %project.key, count, "episodes stored");
+        Ok(uids)
+    }
+
+    pub async fn search(&self, project: &Project, input: SearchInput) -> Result<EpisodicSearch> {
+        let mut violations = Violations::default();
+        if input.query.trim().is_empty() {
+            violations.add("query", "must not be empty");
+        }
+        let top_k = violations.check(self.limits.page_size("top_k", input.top_k, 10));
+        let filter = violations.check(parse_filter("filter", &input.filter));
+        if !(0..=MAX_EXPAND_CONTEXT).contains(&input.expand_context) {
+            violations.add(
+                "expand_context",
+                format!("must be between 0 and {MAX_EXPAND_CONTEXT}"),
+            );
+        }
+        if input.score_threshold.is_some_and(f64::is_nan) {
+            violations.add("score_threshold", "must be a number");
+        }
+        violations.into_result()?;
+        let (top_k, filter) = (top_k.expect("validated"), filter.expect("validated"));
+
+        let config = project.episodic;
+        let mut result = EpisodicSearch::default();
+        if !config.enabled {
+            return Ok(result);
+        }
+        if config.long_term_memory_enabled {
+            let mut hits = self
+                .store
+                .search_lexical(&project.key, &input.query, filter.as_ref(), top_k)
+                .await?;
+            if let Some(threshold) = input.score_threshold {
+                hits.retain(|hit| hit.score >= threshold);
+            }
+            result.long_term = hits;
+        }
+        if config.short_term_memory_enabled && self.limits.short_term_window > 0 {
+            result.short_term = self
+                .store
+                .recent_episodes(&project.key, filter.as_ref(), self.limits.short_term_window)
+                .await?;
+        }
+        Ok(result)
+    }
+
+    /// One page of episodes in sequence order, and the next page's token.
+    pub async fn list(
+        &self,
+        key: &ProjectKey,
+        page_size: Option<i32>,
+        page_token: &str,
+        filter: &str,
+    ) -> Result<(Vec<Episode>, String)> {
+        let mut violations = Violations::default();
+        let limit = violations.check(self.limits.page_size("page_size", page_size, 100));
+        let filter = violations.check(parse_filter("filter", filter));
+        let after = violations.check(decode_sequence_token(page_token));
+        violations.into_result()?;
+        let (limit, filter, after) = (
+            limit.expect("validated"),
+            filter.expect("validated"),
+            after.expect("validated"),
+        );
+        let mut episodes = self
+            .store
+            .list_episodes(key, filter.as_ref(), after, limit + 1)
+            .await?;
+        let next = if episodes.len() > limit {
+            episodes.truncate(limit);
+            episodes[limit - 1].sequence_num.to_string()
+        } else {
+            String::new()
+        };
+        Ok((episodes, next))
+    }
+
+    /// Deletes episodes of this project only; all or none.
+    pub async fn delete(&self, key: &ProjectKey, ids: &[String]) -> Result<u64> {
+        let mut violations = Violations::default();
+        if ids.is_empty() {
+            violations.add("episode_ids", "must name at least one episode");
+        }
+        if ids.len() > self.limits.max_page_size {
+            violations.add(
+                "episode_ids",
+                format!("at most {} per call", self.limits.max_page_size),
+            );
+        }
+        let mut uids = Vec::with_capacity(ids.len());
+        for (i, id) in ids.iter().enumerate() {
+            match uuid::Uuid::parse_str(id) {
+                Ok(uid) => uids.push(uid),
+                Err(_) => {
+                    violations.add(format!("episode_ids[{i}]"), format!("{id:?} is not a UUID"))
+                }
+            }
+        }
+        violations.into_result()?;
+        let deleted = self.store.delete_episodes(key, &uids).await?;
+        tracing::debug!(project = %key, deleted, "episodes deleted");
+        Ok(deleted)
+    }
+}
+
+fn ensure_enabled(project: &Project) -> Result<()> {
+    if project.episodic.enabled {
+        Ok(())
+    } else {
+        Err(Error::FailedPrecondition(format!(
+            "episodic memory is disabled for project {}",
+            project.key
+        )))
+    }
+}
+
+/// An episode page token is the sequence number of the previous page's last episode.
+fn decode_sequence_token(token: &str) -> Result<i64> {
+    if token.is_empty() {
+        return Ok(0);
+    }
+    token
+        .parse::<i64>()
+        .ok()
+        .filter(|n| *n >= 0)
+        .ok_or_else(|| Error::invalid("page_token", "is not a token this server issued"))
+}

@@ -1,0 +1,144 @@
+//! `memmachine.v2.MemoryService`.
+
+use tonic::{Request, Response, Status};
+
+use super::convert;
+use crate::episodic::SearchInput;
+use crate::memory::Memories;
+use crate::model::ProjectKey;
+use crate::pb;
+use crate::pb::memory_service_server::MemoryService;
+
+pub struct MemoryGrpc {
+    memories: Memories,
+}
+
+impl MemoryGrpc {
+    pub fn new(memories: Memories) -> MemoryGrpc {
+        MemoryGrpc { memories }
+    }
+}
+
+type Reply<T> = Result<Response<T>, Status>;
+
+#[tonic::async_trait]
+impl MemoryService for MemoryGrpc {
+    async fn add_memories(
+        &self,
+        request: Request<pb::AddMemoriesRequest>,
+    ) -> Reply<pb::AddMemoriesResponse> {
+        let r = request.into_inner();
+        let types = convert::memory_kinds(&r.types)?;
+        let messages = convert::messages(r.messages)?;
+        let uids = self
+            .memories
+            .add(&r.org_id, &r.project_id, &types, messages)
+            .await?;
+        Ok(Response::new(pb::AddMemoriesResponse {
+            results: uids
+                .into_iter()
+                .map(|uid| pb::AddMemoryResult {
+                    uid: uid.to_string(),
+                })
+                .collect(),
+        }))
+    }
+
+    async fn search_memories(
+        &self,
+        request: Request<pb::SearchMemoriesRequest>,
+    ) -> Reply<pb::SearchMemoriesResponse> {
+        let r = request.into_inner();
+        let types = convert::memory_kinds(&r.types)?;
+        let input = SearchInput {
+            query: r.query,
+            top_k: r.top_k,
+            filter: r.filter,
+            expand_context: r.expand_context,
+            score_threshold: r.score_threshold,
+        };
+        let found = self
+            .memories
+            .search(&r.org_id, &r.project_id, &types, input)
+            .await?;
+        let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
+        Ok(Response::new(pb::SearchMemoriesResponse {
+            episodic_memory: Some(pb::EpisodicSearchResult {
+                long_term_memory: found
+                    .long_term
+                    .into_iter()
+                    .map(|hit| pb::ScoredEpisode {
+                        episode: Some(convert::episode(&key, hit.episode)),
+                        score: hit.score,
+                    })
+                    .collect(),
+                short_term_memory: found
+                    .short_term
+                    .into_iter()
+                    .map(|e| convert::episode(&key, e))
+                    .collect(),
+                episode_summary: found.summaries,
+            }),
+            semantic_memory: Vec::new(),
+        }))
+    }
+
+    async fn list_memories(
+        &self,
+        request: Request<pb::ListMemoriesRequest>,
+    ) -> Reply<pb::ListMemoriesResponse> {
+        let r = request.into_inner();
+        let kind = match r.r#type {
+            0 => None,
+            t => Some(convert::memory_kind("type", t)?),
+        };
+        let (episodes, next_page_token) = self
+            .memories
+            .list(
+                &r.org_id,
+                &r.project_id,
+                kind,
+                r.page_size,
+                &r.page_token,
+                &r.filter,
+            )
+            .await?;
+        let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
+        Ok(Response::new(pb::ListMemoriesResponse {
+            episodes: episodes
+                .into_iter()
+                .map(|e| convert::episode(&key, e))
+                .collect(),
+            features: Vec::new(),
+            next_page_token,
+        }))
+    }
+
+    async fn delete_episodic_memories(
+        &self,
+        request: Request<pb::DeleteEpisodicMemoriesRequest>,
+    ) -> Reply<pb::DeleteEpisodicMemoriesResponse> {
+        let r = request.into_inner();
+        let deleted = self
+            .memories
+            .delete_episodes(&r.org_id, &r.project_id, &r.episode_ids)
+            .await?;
+        Ok(Response::new(pb::DeleteEpisodicMemoriesResponse {
+            deleted_count: deleted as i64,
+        }))
+    }
+
+    async fn delete_semantic_memories(
+        &self,
+        request: Request<pb::DeleteSemanticMemoriesRequest>,
+    ) -> Reply<pb::DeleteSemanticMemoriesResponse> {
+        let r = request.into_inner();
+        let deleted = self
+            .memories
+            .delete_features(&r.org_id, &r.project_id, &r.feature_ids)
+            .await?;
+        Ok(Response::new(pb::DeleteSemanticMemoriesResponse {
+            deleted_count: deleted as i64,
+        }))
+    }
+}

@@ -1,0 +1,128 @@
+//! `memmachine.v2.ProjectService`.
+
+use tonic::{Request, Response, Status};
+
+use super::convert;
+use crate::model::{EpisodicConfigUpdate, ProjectConfig, ProjectKey};
+use crate::pb;
+use crate::pb::project_service_server::ProjectService;
+use crate::projects::Projects;
+
+pub struct ProjectGrpc {
+    projects: Projects,
+}
+
+impl ProjectGrpc {
+    pub fn new(projects: Projects) -> ProjectGrpc {
+        ProjectGrpc { projects }
+    }
+}
+
+type Reply<T> = Result<Response<T>, Status>;
+
+#[tonic::async_trait]
+impl ProjectService for ProjectGrpc {
+    async fn create_project(
+        &self,
+        request: Request<pb::CreateProjectRequest>,
+    ) -> Reply<pb::CreateProjectResponse> {
+        let r = request.into_inner();
+        let config = r.config.unwrap_or_default();
+        let config = ProjectConfig {
+            embedder: config.embedder,
+            reranker: config.reranker,
+        };
+        let project = self
+            .projects
+            .create(&r.org_id, &r.project_id, &r.description, config)
+            .await?;
+        Ok(Response::new(pb::CreateProjectResponse {
+            project: Some(convert::project(project)),
+        }))
+    }
+
+    async fn get_project(
+        &self,
+        request: Request<pb::GetProjectRequest>,
+    ) -> Reply<pb::GetProjectResponse> {
+        let r = request.into_inner();
+        let project = self
+            .projects
+            .get(&ProjectKey::parse(&r.org_id, &r.project_id)?)
+            .await?;
+        Ok(Response::new(pb::GetProjectResponse {
+            project: Some(convert::project(project)),
+        }))
+    }
+
+    async fn list_projects(
+        &self,
+        request: Request<pb::ListProjectsRequest>,
+    ) -> Reply<pb::ListProjectsResponse> {
+        let r = request.into_inner();
+        let (projects, next_page_token) = self
+            .projects
+            .list(r.org_id.as_deref(), r.page_size, &r.page_token)
+            .await?;
+        Ok(Response::new(pb::ListProjectsResponse {
+            projects: projects.into_iter().map(convert::project).collect(),
+            next_page_token,
+        }))
+    }
+
+    async fn delete_project(
+        &self,
+        request: Request<pb::DeleteProjectRequest>,
+    ) -> Reply<pb::DeleteProjectResponse> {
+        let r = request.into_inner();
+        self.projects
+            .delete(&ProjectKey::parse(&r.org_id, &r.project_id)?)
+            .await?;
+        Ok(Response::new(pb::DeleteProjectResponse {}))
+    }
+
+    async fn get_episode_count(
+        &self,
+        request: Request<pb::GetEpisodeCountRequest>,
+    ) -> Reply<pb::GetEpisodeCountResponse> {
+        let r = request.into_inner();
+        let count = self
+            .projects
+            .episode_count(&ProjectKey::parse(&r.org_id, &r.project_id)?)
+            .await?;
+        Ok(Response::new(pb::GetEpisodeCountResponse { count }))
+    }
+
+    async fn get_episodic_memory_config(
+        &self,
+        request: Request<pb::GetEpisodicMemoryConfigRequest>,
+    ) -> Reply<pb::GetEpisodicMemoryConfigResponse> {
+        let r = request.into_inner();
+        let config = self
+            .projects
+            .episodic_config(&ProjectKey::parse(&r.org_id, &r.project_id)?)
+            .await?;
+        Ok(Response::new(pb::GetEpisodicMemoryConfigResponse {
+            config: Some(convert::episodic_config(config)),
+        }))
+    }
+
+    async fn update_episodic_memory_config(
+        &self,
+        request: Request<pb::UpdateEpisodicMemoryConfigRequest>,
+    ) -> Reply<pb::UpdateEpisodicMemoryConfigResponse> {
+        let r = request.into_inner();
+        let update = EpisodicConfigUpdate {
+            enabled: r.enabled,
+            long_term_memory_enabled: r.long_term_memory_enabled,
+            short_term_memory_enabled: r.short_term_memory_enabled,
+        };
+        let config = self
+            .projects
+            .update_episodic_config(&ProjectKey::parse(&r.org_id, &r.project_id)?, update)
+            .await?;
+        Ok(Response::new(pb::UpdateEpisodicMemoryConfigResponse {
+            config: Some(convert::episodic_config(config)),
+        }))
+    }
+}

@@ -1,0 +1,31 @@
+//! The one mapping from the domain error to `tonic::Status`.
+
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+use crate::error::Error;
+
+impl From<Error> for Status {
+    fn from(err: Error) -> Status {
+        match err {
+            Error::InvalidArgument(violations) => {
+                let message = Error::InvalidArgument(violations.clone()).to_string();
+                let mut details = ErrorDetails::new();
+                for v in violations {
+                    details.add_bad_request_violation(v.field, v.description);
+                }
+                Status::with_error_details(Code::InvalidArgument, message, details)
+            }
+            Error::NotFound(m) => Status::not_found(m),
+            Error::AlreadyExists(m) => Status::already_exists(m),
+            Error::FailedPrecondition(m) => Status::failed_precondition(m),
+            Error::Unimplemented(m) => Status::unimplemented(m),
+            Error::Unavailable(m) => Status::unavailable(m),
+            Error::Internal(m) => {
+                // The details stay in the log; the client learns only that it failed.
+                tracing::error!(error = %m, "internal error");
+                Status::internal("internal error; see the server log")
+            }
+        }
+    }
+}

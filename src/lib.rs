@@ -1,0 +1,25 @@
+//! MemMachine in Rust: a memory server for AI agents, served over gRPC.
+//!
+//! Layers (data flows one way): `grpc` adapters decode and validate requests and call
+//! the domain (`projects`, `episodic`), which talks to storage through the traits in
+//! `store`.
+
+pub mod config;
+pub mod episodic;
+pub mod error;
+pub mod grpc;
+pub mod limits;
+pub mod memory;
+pub mod model;
+pub mod projects;
+pub mod server;
+pub mod store;
+
+/// Generated protobuf and gRPC code.
+pub mod pb {
+    tonic::include_proto!("memmachine.v2");
+
+    /// Encoded descriptor set of every memmachine proto, served by reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        tonic::include_file_descriptor_set!("memmachine_descriptor");
+}

@@ -1,0 +1,43 @@
+//! Request limits of the contract (configurable).
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Most messages in one `AddMemories`.
+    pub max_messages_per_add: usize,
+    /// Most bytes of one message's content.
+    pub max_content_bytes: usize,
+    /// Largest `top_k` and `page_size`.
+    pub max_page_size: usize,
+    /// How many recent episodes `short_term_memory` returns.
+    pub short_term_window: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_messages_per_add: 1000,
+            max_content_bytes: 256 * 1024,
+            max_page_size: 1000,
+            short_term_window: 20,
+        }
+    }
+}
+
+impl Limits {
+    /// Validates an optional page size or `top_k` (1 to `max_page_size`).
+    pub fn page_size(
+        &self,
+        field: &str,
+        value: Option<i32>,
+        default: usize,
+    ) -> crate::error::Result<usize> {
+        match value {
+            None => Ok(default.min(self.max_page_size)),
+            Some(n) if n >= 1 && (n as usize) <= self.max_page_size => Ok(n as usize),
+            Some(n) => Err(crate::error::Error::invalid(
+                field,
+                format!("must be between 1 and {}, got {n}", self.max_page_size),
+            )),
+        }
+    }
+}

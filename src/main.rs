@@ -1,0 +1,77 @@
+//! The `memmachine` command line.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use memmachine::config::{LogFormat, ServeArgs};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(
+    name = "memmachine",
+    version,
+    about = "A memory server for AI agents, over gRPC"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server (SQLite under --data-dir by default; no other setup needed)
+    Serve(ServeArgs),
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
+            .init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => {
+            let config = match args.resolve() {
+                Ok(config) => config,
+                Err(err) => {
+                    eprintln!("memmachine: {err}");
+                    return ExitCode::from(2);
+                }
+            };
+            init_logging(config.log_format);
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(runtime) => runtime,
+                Err(err) => {
+                    eprintln!("memmachine: cannot start the runtime: {err}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let result = runtime.block_on(async {
+                let listener = tokio::net::TcpListener::bind(config.listen)
+                    .await
+                    .map_err(|err| format!("cannot listen on {}: {err}", config.listen))?;
+                memmachine::server::run(config, listener, memmachine::server::shutdown_signal())
+                    .await
+                    .map_err(|err| err.to_string())
+            });
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    tracing::error!(error = %err, "server failed");
+                    eprintln!("memmachine: {err}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! Episodes: every message kept as it was said.
+
+use std::collections::BTreeMap;
+
+/// An episode to store; the store assigns `sequence_num`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEpisode {
+    pub uid: uuid::Uuid,
+    pub content: String,
+    pub producer_id: String,
+    pub producer_role: String,
+    pub produced_for_id: String,
+    pub episode_type: String,
+    pub content_type: String,
+    /// Microseconds since the Unix epoch.
+    pub created_at_micros: i64,
+    pub metadata: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Episode {
+    pub uid: uuid::Uuid,
+    pub content: String,
+    pub producer_id: String,
+    pub producer_role: String,
+    pub produced_for_id: String,
+    pub sequence_num: i64,
+    pub episode_type: String,
+    pub content_type: String,
+    pub created_at_micros: i64,
+    pub metadata: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScoredEpisode {
+    pub episode: Episode,
+    pub score: f64,
+}
+
+/// Stored names of the episode and content types.
+pub const EPISODE_TYPE_MESSAGE: &str = "message";
+pub const CONTENT_TYPE_STRING: &str = "string";

@@ -1,0 +1,608 @@
+//! The filter language of the contract (MemMachine's syntax):
+//!
+//! ```text
+//! expr       := and_expr ("OR" and_expr)*
+//! and_expr   := unary ("AND" unary)*
+//! unary      := "NOT" unary | "(" expr ")" | predicate
+//! predicate  := field op literal | field ["NOT"] "IN" "(" literal ("," literal)* ")"
+//!             | field "IS" ["NOT"] "NULL"
+//! field      := system_field | ("m" | "metadata") "." key
+//! op         := "=" | "!=" | "<>" | ">" | "<" | ">=" | "<="
+//! ```
+//! Keywords are case-insensitive; strings take single or double quotes (backslash
+//! escapes the next character); `created_at` compares with RFC 3339 timestamps (or
+//! Unix seconds). Errors carry the 1-based character position where parsing failed.
+
+use crate::error::Error;
+
+/// Longest filter accepted, in bytes.
+pub const MAX_FILTER_BYTES: usize = 16 * 1024;
+/// Deepest nesting of parentheses and NOTs accepted.
+pub const MAX_DEPTH: usize = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SystemField {
+    ProducerId,
+    ProducerRole,
+    ProducedForId,
+    CreatedAt,
+    EpisodeType,
+}
+
+impl SystemField {
+    pub const ALL: [(&'static str, SystemField); 5] = [
+        ("producer_id", SystemField::ProducerId),
+        ("producer_role", SystemField::ProducerRole),
+        ("produced_for_id", SystemField::ProducedForId),
+        ("created_at", SystemField::CreatedAt),
+        ("episode_type", SystemField::EpisodeType),
+    ];
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Field {
+    System(SystemField),
+    Metadata(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Literal {
+    Str(String),
+    Num(f64),
+    /// Microseconds since the Unix epoch (only for `created_at`).
+    Time(i64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmpOp {
+    Eq,
+    Ne,
+    Gt,
+    Lt,
+    Ge,
+    Le,
+}
+
+impl CmpOp {
+    pub fn sql(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "=",
+            CmpOp::Ne => "!=",
+            CmpOp::Gt => ">",
+            CmpOp::Lt => "<",
+            CmpOp::Ge => ">=",
+            CmpOp::Le => "<=",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expr {
+    And(Box<Expr>, Box<Expr>),
+    Or(Box<Expr>, Box<Expr>),
+    Not(Box<Expr>),
+    Cmp {
+        field: Field,
+        op: CmpOp,
+        value: Literal,
+    },
+    In {
+        field: Field,
+        values: Vec<Literal>,
+        negated: bool,
+    },
+    IsNull {
+        field: Field,
+        negated: bool,
+    },
+}
+
+/// A parse failure at a 1-based character position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilterError {
+    pub position: usize,
+    pub message: String,
+}
+
+impl std::fmt::Display for FilterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "at position {}: {}", self.position, self.message)
+    }
+}
+
+impl FilterError {
+    /// The domain error for the request field `field`.
+    pub fn into_error(self, field: &str) -> Error {
+        Error::invalid(field, format!("malformed filter {self}"))
+    }
+}
+
+/// Parses a filter; an empty or blank filter is `None` (match everything).
+pub fn parse(input: &str) -> Result<Option<Expr>, FilterError> {
+    if input.len() > MAX_FILTER_BYTES {
+        return Err(FilterError {
+            position: 1,
+            message: format!("filter is longer than {MAX_FILTER_BYTES} bytes"),
+        });
+    }
+    let tokens = lex(input)?;
+    if tokens.len() == 1 {
+        return Ok(None);
+    }
+    let mut parser = Parser {
+        tokens,
+        pos: 0,
+        depth: 0,
+    };
+    let expr = parser.expr()?;
+    let next = parser.peek();
+    if next.kind != Tok::End {
+        return Err(parser.error_at(next.position, "expected AND, OR or the end of the filter"));
+    }
+    Ok(Some(expr))
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Ident(String),
+    Str(String),
+    Num(f64),
+    Op(CmpOp),
+    LParen,
+    RParen,
+    Comma,
+    End,
+}
+
+#[derive(Debug, Clone)]
+struct Token {
+    kind: Tok,
+    /// 1-based character position of the token's first character.
+    position: usize,
+}
+
+fn lex(input: &str) -> Result<Vec<Token>, FilterError> {
+    let chars: Vec<char> = input.chars().collect();
+    let mut tokens = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let position = i + 1;
+        let err = |message: String| FilterError { position, message };
+        if c.is_whitespace() {
+            i += 1;
+            continue;
+        }
+        let kind = match c {
+            '(' => {
+                i += 1;
+                Tok::LParen
+            }
+            ')' => {
+                i += 1;
+                Tok::RParen
+            }
+            ',' => {
+                i += 1;
+                Tok::Comma
+            }
+            '=' => {
+                i += if chars.get(i + 1) == Some(&'=') { 2 } else { 1 };
+                Tok::Op(CmpOp::Eq)
+            }
+            '!' if chars.get(i + 1) == Some(&'=') => {
+                i += 2;
+                Tok::Op(CmpOp::Ne)
+            }
+            '<' | '>' => {
+                let next = chars.get(i + 1).copied();
+                let (op, len) = match (c, next) {
+                    ('<', Some('=')) => (CmpOp::Le, 2),
+                    ('<', Some('>')) => (CmpOp::Ne, 2),
+                    ('<', _) => (CmpOp::Lt, 1),
+                    (_, Some('=')) => (CmpOp::Ge, 2),
+                    _ => (CmpOp::Gt, 1),
+                };
+                i += len;
+                Tok::Op(op)
+            }
+            '\'' | '"' => {
+                let quote = c;
+                let mut value = String::new();
+                i += 1;
+                loop {
+                    match chars.get(i) {
+                        None => return Err(err("unterminated string".into())),
+                        Some('\\') => match chars.get(i + 1) {
+                            Some(&escaped) => {
+                                value.push(escaped);
+                                i += 2;
+                            }
+                            None => return Err(err("unterminated string".into())),
+                        },
+                        Some(&ch) if ch == quote => {
+                            i += 1;
+                            break;
+                        }
+                        Some(&ch) => {
+                            value.push(ch);
+                            i += 1;
+                        }
+                    }
+                }
+                Tok::Str(value)
+            }
+            c if c.is_ascii_digit() || c == '-' || c == '+' || c == '.' => {
+                let start = i;
+                i += 1;
+                while i < chars.len() {
+                    let ch = chars[i];
+                    let exponent_sign =
+                        matches!(ch, '+' | '-') && matches!(chars[i - 1], 'e' | 'E');
+                    if ch.is_ascii_digit() || matches!(ch, '.' | 'e' | 'E') || exponent_sign {
+                        i += 1;
+                    } else {
+                        break;
+                    }
+                }
+                let text: String = chars[start..i].iter().collect();
+                match text.parse::<f64>() {
+                    Ok(n) if n.is_finite() => Tok::Num(n),
+                    _ => return Err(err(format!("invalid number {text:?}"))),
+                }
+            }
+            c if c.is_alphabetic() || c == '_' => {
+                let start = i;
+                while i < chars.len()
+                    && (chars[i].is_alphanumeric() || matches!(chars[i], '_' | '.' | ':' | '-'))
+                {
+                    i += 1;
+                }
+                Tok::Ident(chars[start..i].iter().collect())
+            }
+            other => return Err(err(format!("unexpected character {other:?}"))),
+        };
+        tokens.push(Token { kind, position });
+    }
+    tokens.push(Token {
+        kind: Tok::End,
+        position: chars.len() + 1,
+    });
+    Ok(tokens)
+}
+
+struct Parser {
+    tokens: Vec<Token>,
+    pos: usize,
+    depth: usize,
+}
+
+impl Parser {
+    fn peek(&self) -> &Token {
+        &self.tokens[self.pos]
+    }
+
+    fn advance(&mut self) -> Token {
+        let token = self.tokens[self.pos].clone();
+        if token.kind != Tok::End {
+            self.pos += 1;
+        }
+        token
+    }
+
+    fn error_at(&self, position: usize, message: &str) -> FilterError {
+        let found = match &self.tokens.iter().find(|t| t.position == position) {
+            Some(Token { kind: Tok::End, .. }) | None => "the end of the filter".to_string(),
+            Some(Token { kind, .. }) => describe(kind),
+        };
+        FilterError {
+            position,
+            message: format!("{message}, found {found}"),
+        }
+    }
+
+    fn error_here(&self, message: &str) -> FilterError {
+        self.error_at(self.peek().position, message)
+    }
+
+    fn keyword(&self, word: &str) -> bool {
+        matches!(&self.peek().kind, Tok::Ident(s) if s.eq_ignore_ascii_case(word))
+    }
+
+    fn eat_keyword(&mut self, word: &str) -> bool {
+        let found = self.keyword(word);
+        if found {
+            self.advance();
+        }
+        found
+    }
+
+    fn expect(&mut self, kind: Tok, what: &str) -> Result<(), FilterError> {
+        if self.peek().kind == kind {
+            self.advance();
+            Ok(())
+        } else {
+            Err(self.error_here(&format!("expected {what}")))
+        }
+    }
+
+    fn nested<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<T, FilterError>,
+    ) -> Result<T, FilterError> {
+        if self.depth >= MAX_DEPTH {
+            return Err(self.error_here(&format!("nesting deeper than {MAX_DEPTH}")));
+        }
+        self.depth += 1;
+        let result = f(self);
+        self.depth -= 1;
+        result
+    }
+
+    fn expr(&mut self) -> Result<Expr, FilterError> {
+        let mut left = self.and_expr()?;
+        while self.eat_keyword("OR") {
+            let right = self.and_expr()?;
+            left = Expr::Or(Box::new(left), Box::new(right));
+        }
+        Ok(left)
+    }
+
+    fn and_expr(&mut self) -> Result<Expr, FilterError> {
+        let mut left = self.unary()?;
+        while self.eat_keyword("AND") {
+            let right = self.unary()?;
+            left = Expr::And(Box::new(left), Box::new(right));
+        }
+        Ok(left)
+    }
+
+    fn unary(&mut self) -> Result<Expr, FilterError> {
+        if self.eat_keyword("NOT") {
+            return self.nested(|p| Ok(Expr::Not(Box::new(p.unary()?))));
+        }
+        if self.peek().kind == Tok::LParen {
+            self.advance();
+            let inner = self.nested(|p| p.expr())?;
+            self.expect(Tok::RParen, "')'")?;
+            return Ok(inner);
+        }
+        self.predicate()
+    }
+
+    fn predicate(&mut self) -> Result<Expr, FilterError> {
+        let field_token = self.peek().clone();
+        let field = self.field()?;
+        if self.eat_keyword("IS") {
+            let negated = self.eat_keyword("NOT");
+            if !self.eat_keyword("NULL") {
+                return Err(self.error_here("expected NULL"));
+            }
+            return Ok(Expr::IsNull { field, negated });
+        }
+        let negated = self.eat_keyword("NOT");
+        if negated && !self.keyword("IN") {
+            return Err(self.error_here("expected IN after NOT"));
+        }
+        if self.eat_keyword("IN") {
+            self.expect(Tok::LParen, "'(' after IN")?;
+            let mut values = vec![self.literal(&field)?];
+            while self.peek().kind == Tok::Comma {
+                self.advance();
+                values.push(self.literal(&field)?);
+            }
+            self.expect(Tok::RParen, "',' or ')'")?;
+            return Ok(Expr::In {
+                field,
+                values,
+                negated,
+            });
+        }
+        match self.peek().kind {
+            Tok::Op(op) => {
+                self.advance();
+                let value = self.literal(&field)?;
+                Ok(Expr::Cmp { field, op, value })
+            }
+            _ => Err(self.error_here(&format!(
+                "expected a comparison operator, IN or IS after {}",
+                describe(&field_token.kind)
+            ))),
+        }
+    }
+
+    fn field(&mut self) -> Result<Field, FilterError> {
+        let token = self.peek().clone();
+        let Tok::Ident(name) = &token.kind else {
+            return Err(self.error_here("expected a field name"));
+        };
+        if let Some((prefix, key)) = name.split_once('.')
+            && (prefix == "m" || prefix == "metadata")
+        {
+            if key.is_empty() {
+                return Err(self.error_here("expected a metadata key after the '.'"));
+            }
+            self.advance();
+            return Ok(Field::Metadata(key.to_string()));
+        }
+        match SystemField::ALL.iter().find(|(n, _)| *n == name.as_str()) {
+            Some((_, field)) => {
+                self.advance();
+                Ok(Field::System(*field))
+            }
+            None => Err(FilterError {
+                position: token.position,
+                message: format!(
+                    "unknown field {name:?}: use m.KEY or metadata.KEY for metadata, or one of \
+                     producer_id, producer_role, produced_for_id, created_at, episode_type"
+                ),
+            }),
+        }
+    }
+
+    fn literal(&mut self, field: &Field) -> Result<Literal, FilterError> {
+        let token = self.peek().clone();
+        let literal = match &token.kind {
+            Tok::Str(s) => Literal::Str(s.clone()),
+            Tok::Num(n) => Literal::Num(*n),
+            _ => return Err(self.error_here("expected a quoted string or a number")),
+        };
+        self.advance();
+        if *field != Field::System(SystemField::CreatedAt) {
+            return Ok(literal);
+        }
+        let micros = match &literal {
+            Literal::Str(s) => chrono::DateTime::parse_from_rfc3339(s)
+                .ok()
+                .map(|t| t.timestamp_micros()),
+            Literal::Num(n) => Some((n * 1e6) as i64),
+            Literal::Time(t) => Some(*t),
+        };
+        micros.map(Literal::Time).ok_or_else(|| FilterError {
+            position: token.position,
+            message: "created_at compares with an RFC 3339 timestamp, such as \
+                      '2024-05-01T12:00:00Z', or Unix seconds"
+                .into(),
+        })
+    }
+}
+
+fn describe(kind: &Tok) -> String {
+    match kind {
+        Tok::Ident(s) => format!("{s:?}"),
+        Tok::Str(s) => format!("string {s:?}"),
+        Tok::Num(n) => format!("number {n}"),
+        Tok::Op(op) => format!("'{}'", op.sql()),
+        Tok::LParen => "'('".into(),
+        Tok::RParen => "')'".into(),
+        Tok::Comma => "','".into(),
+        Tok::End => "the end of the filter".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(key: &str) -> Field {
+        Field::Metadata(key.into())
+    }
+
+    #[test]
+    fn blank_filter_matches_everything() {
+        assert_eq!(parse("").unwrap(), None);
+        assert_eq!(parse("  \t").unwrap(), None);
+    }
+
+    #[test]
+    fn parses_comparisons_on_system_and_metadata_fields() {
+        assert_eq!(
+            parse("producer_id='Melanie'").unwrap().unwrap(),
+            Expr::Cmp {
+                field: Field::System(SystemField::ProducerId),
+                op: CmpOp::Eq,
+                value: Literal::Str("Melanie".into())
+            }
+        );
+        assert_eq!(
+            parse("metadata.turn >= 3").unwrap().unwrap(),
+            Expr::Cmp {
+                field: meta("turn"),
+                op: CmpOp::Ge,
+                value: Literal::Num(3.0)
+            }
+        );
+        assert_eq!(
+            parse("m.dia_id != \"D1:1\"").unwrap().unwrap(),
+            Expr::Cmp {
+                field: meta("dia_id"),
+                op: CmpOp::Ne,
+                value: Literal::Str("D1:1".into())
+            }
+        );
+    }
+
+    #[test]
+    fn or_binds_looser_than_and_and_not_binds_tightest() {
+        let expr = parse("m.a = 1 or not m.b = 2 AND m.c IS NOT NULL")
+            .unwrap()
+            .unwrap();
+        let Expr::Or(left, right) = expr else {
+            panic!("expected OR at the top, got {expr:?}")
+        };
+        assert!(matches!(*left, Expr::Cmp { .. }));
+        let Expr::And(not, is_null) = *right else {
+            panic!("expected AND on the right")
+        };
+        assert!(matches!(*not, Expr::Not(_)));
+        assert_eq!(
+            *is_null,
+            Expr::IsNull {
+                field: meta("c"),
+                negated: true
+            }
+        );
+    }
+
+    #[test]
+    fn parses_in_lists_and_parentheses() {
+        let expr = parse("(m.x IN ('a', 2) OR m.y NOT IN (\"b\")) AND m.z IS NULL")
+            .unwrap()
+            .unwrap();
+        let Expr::And(left, _) = expr else { panic!() };
+        let Expr::Or(in_list, not_in) = *left else {
+            panic!()
+        };
+        assert_eq!(
+            *in_list,
+            Expr::In {
+                field: meta("x"),
+                values: vec![Literal::Str("a".into()), Literal::Num(2.0)],
+                negated: false
+            }
+        );
+        assert!(matches!(*not_in, Expr::In { negated: true, .. }));
+    }
+
+    #[test]
+    fn created_at_takes_rfc3339_or_unix_seconds() {
+        let Some(Expr::Cmp { value, .. }) = parse("created_at > '2023-05-08T13:56:00Z'").unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(value, Literal::Time(1_683_554_160_000_000));
+        let Some(Expr::Cmp { value, .. }) = parse("created_at <= 1683554160").unwrap() else {
+            panic!()
+        };
+        assert_eq!(value, Literal::Time(1_683_554_160_000_000));
+        let err = parse("created_at > 'yesterday'").unwrap_err();
+        assert_eq!(err.position, 14);
+    }
+
+    #[test]
+    fn errors_name_the_position() {
+        let err = parse("producer_id = ").unwrap_err();
+        assert_eq!(err.position, 15, "{err}");
+        let err = parse("producer_id = 'a' AND").unwrap_err();
+        assert_eq!(err.position, 22, "{err}");
+        let err = parse("nope = 'a'").unwrap_err();
+        assert_eq!(err.position, 1);
+        assert!(err.message.contains("unknown field"));
+        let err = parse("m.a = 'x").unwrap_err();
+        assert_eq!(err.position, 7);
+        let err = parse("(m.a = 1").unwrap_err();
+        assert_eq!(err.position, 9);
+        let err = parse("m.a = 1 m.b = 2").unwrap_err();
+        assert_eq!(err.position, 9);
+        let err = parse("m.a ~ 1").unwrap_err();
+        assert_eq!(err.position, 5);
+    }
+
+    #[test]
+    fn rejects_runaway_nesting_without_overflowing_the_stack() {
+        let deep = format!("{}m.a = 1{}", "(".repeat(1_000), ")".repeat(1_000));
+        assert!(parse(&deep).unwrap_err().message.contains("nesting"));
+        let nots = format!("{}m.a = 1", "NOT ".repeat(1_000));
+        assert!(parse(&nots).unwrap_err().message.contains("nesting"));
+    }
+}

@@ -1,0 +1,10 @@
+//! Domain types shared by the transports, the domain modules and the stores.
+
+pub mod episode;
+pub mod filter;
+pub mod ids;
+pub mod project;
+
+pub use episode::{Episode, NewEpisode, ScoredEpisode};
+pub use ids::ProjectKey;
+pub use project::{EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig};

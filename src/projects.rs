@@ -1,0 +1,149 @@
+//! The project domain: creation, lookup, listing, deletion and per-project episodic
+//! configuration. Shared by every transport.
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result, Violations};
+use crate::limits::Limits;
+use crate::model::ids::validate_id;
+use crate::model::{EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig, ProjectKey};
+use crate::store::Store;
+
+/// Longest project description, in bytes.
+const MAX_DESCRIPTION_BYTES: usize = 4096;
+/// Longest embedder or reranker name, in bytes.
+const MAX_CONFIG_NAME_BYTES: usize = 128;
+
+#[derive(Clone)]
+pub struct Projects {
+    store: Arc<dyn Store>,
+    limits: Limits,
+}
+
+impl Projects {
+    pub fn new(store: Arc<dyn Store>, limits: Limits) -> Projects {
+        Projects { store, limits }
+    }
+
+    pub async fn create(
+        &self,
+        org_id: &str,
+        project_id: &str,
+        description: &str,
+        config: ProjectConfig,
+    ) -> Result<Project> {
+        let mut violations = Violations::default();
+        let key = violations.check(ProjectKey::parse(org_id, project_id));
+        if description.len() > MAX_DESCRIPTION_BYTES {
+            violations.add(
+                "description",
+                format!("must be at most {MAX_DESCRIPTION_BYTES} bytes"),
+            );
+        }
+        for (field, value) in [
+            ("config.embedder", &config.embedder),
+            ("config.reranker", &config.reranker),
+        ] {
+            if value.len() > MAX_CONFIG_NAME_BYTES {
+                violations.add(
+                    field,
+                    format!("must be at most {MAX_CONFIG_NAME_BYTES} bytes"),
+                );
+            }
+        }
+        violations.into_result()?;
+        let key = key.expect("validated");
+        self.store.create_project(&key, description, &config).await
+    }
+
+    /// The project, or `NotFound`.
+    pub async fn get(&self, key: &ProjectKey) -> Result<Project> {
+        self.store
+            .get_project(key)
+            .await?
+            .ok_or_else(|| not_found(key))
+    }
+
+    /// One page of projects (of one org when `org_id` is given) and the next page's token.
+    pub async fn list(
+        &self,
+        org_id: Option<&str>,
+        page_size: Option<i32>,
+        page_token: &str,
+    ) -> Result<(Vec<Project>, String)> {
+        let mut violations = Violations::default();
+        let org_id = org_id.map(crate::model::ids::or_universal);
+        if let Some(org) = org_id {
+            violations.check(validate_id("org_id", org));
+        }
+        let limit = violations.check(self.limits.page_size("page_size", page_size, 100));
+        let after = violations.check(decode_project_token(page_token));
+        violations.into_result()?;
+        let limit = limit.expect("validated");
+        let mut projects = self
+            .store
+            .list_projects(org_id, after.flatten().as_ref(), limit + 1)
+            .await?;
+        let next = if projects.len() > limit {
+            projects.truncate(limit);
+            let last = &projects[limit - 1].key;
+            format!("{}/{}", last.org_id, last.project_id)
+        } else {
+            String::new()
+        };
+        Ok((projects, next))
+    }
+
+    /// Removes the project and all its memories before answering.
+    pub async fn delete(&self, key: &ProjectKey) -> Result<()> {
+        if key.is_universal() {
+            return Err(Error::FailedPrecondition(
+                "the project universal/universal always exists and cannot be deleted".into(),
+            ));
+        }
+        if self.store.delete_project(key).await? {
+            tracing::info!(project = %key, "project deleted");
+            Ok(())
+        } else {
+            Err(not_found(key))
+        }
+    }
+
+    pub async fn episode_count(&self, key: &ProjectKey) -> Result<i64> {
+        self.store.count_episodes(key).await
+    }
+
+    pub async fn episodic_config(&self, key: &ProjectKey) -> Result<EpisodicConfig> {
+        Ok(self.get(key).await?.episodic)
+    }
+
+    pub async fn update_episodic_config(
+        &self,
+        key: &ProjectKey,
+        update: EpisodicConfigUpdate,
+    ) -> Result<EpisodicConfig> {
+        self.store
+            .update_episodic_config(key, update)
+            .await?
+            .ok_or_else(|| not_found(key))
+    }
+}
+
+pub fn not_found(key: &ProjectKey) -> Error {
+    Error::NotFound(format!("project {key} does not exist"))
+}
+
+/// A project page token is `org_id/project_id` of the last project of the previous page.
+fn decode_project_token(token: &str) -> Result<Option<ProjectKey>> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let invalid = || Error::invalid("page_token", "is not a token this server issued");
+    let (org, project) = token.split_once('/').ok_or_else(invalid)?;
+    if org.is_empty() || project.is_empty() {
+        return Err(invalid());
+    }
+    ProjectKey::parse(org, project)
+        .map(Some)
+        .map_err(|_| invalid())
+}

@@ -1,0 +1,121 @@
+//! Assembles the gRPC server: store, domain, adapters, health and reflection, and runs
+//! it until a shutdown signal, draining in-flight calls.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::Server;
+use tonic_health::ServingStatus;
+
+use crate::config::ServeConfig;
+use crate::episodic::EpisodicMemory;
+use crate::error::{Error, Result};
+use crate::grpc::{MemoryGrpc, ProjectGrpc};
+use crate::memory::Memories;
+use crate::pb::memory_service_server::MemoryServiceServer;
+use crate::pb::project_service_server::ProjectServiceServer;
+use crate::projects::Projects;
+use crate::store::sqlite::SqliteStore;
+
+/// Fully qualified names of the services whose health is reported one by one.
+const SERVICES: [&str; 2] = [
+    "memmachine.v2.ProjectService",
+    "memmachine.v2.MemoryService",
+];
+
+/// Serves on `listener` until `shutdown` resolves, then reports NOT_SERVING, lets
+/// in-flight calls finish and closes the store.
+pub async fn run(
+    config: ServeConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let data_dir = config.data_dir.clone();
+    let store = tokio::task::spawn_blocking(move || SqliteStore::open(&data_dir))
+        .await
+        .map_err(|err| Error::Internal(format!("opening the store: {err}")))??;
+    let store = Arc::new(store);
+    let addr = listener
+        .local_addr()
+        .map_err(|err| Error::Internal(format!("listener address: {err}")))?;
+    tracing::info!(
+        addr = %addr,
+        data_dir = %config.data_dir.display(),
+        database = %store.path().display(),
+        "gRPC server listening"
+    );
+
+    let projects = Projects::new(store.clone(), config.limits);
+    let episodic = EpisodicMemory::new(store.clone(), config.limits);
+    let memories = Memories::new(projects.clone(), episodic);
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    for name in SERVICES.into_iter().chain([""]) {
+        health
+            .set_service_status(name, ServingStatus::Serving)
+            .await;
+    }
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|err| Error::Internal(format!("reflection: {err}")))?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+        .map_err(|err| Error::Internal(format!("reflection: {err}")))?;
+
+    let max = config.max_request_bytes;
+    let drain = {
+        let health = health.clone();
+        async move {
+            shutdown.await;
+            tracing::info!("shutting down: NOT_SERVING, finishing in-flight calls");
+            for name in SERVICES.into_iter().chain([""]) {
+                health
+                    .set_service_status(name, ServingStatus::NotServing)
+                    .await;
+            }
+        }
+    };
+    let served = Server::builder()
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(
+            ProjectServiceServer::new(ProjectGrpc::new(projects)).max_decoding_message_size(max),
+        )
+        .add_service(
+            MemoryServiceServer::new(MemoryGrpc::new(memories)).max_decoding_message_size(max),
+        )
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), drain)
+        .await;
+    // Commit what is queued before leaving.
+    let closing = store.clone();
+    tokio::task::spawn_blocking(move || closing.close())
+        .await
+        .map_err(|err| Error::Internal(format!("closing the store: {err}")))?;
+    served.map_err(|err| Error::Internal(format!("gRPC server: {err}")))?;
+    tracing::info!("server stopped");
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .expect("install the SIGTERM handler");
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}

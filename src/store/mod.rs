@@ -1,0 +1,91 @@
+//! Storage traits. Every backend implements them and passes the one conformance suite
+//! in `tests/store_conformance.rs`. Methods take the project's public key and resolve it
+//! inside their own transaction, so a project deleted concurrently is `NotFound`, never
+//! a half-finished operation.
+
+pub mod lexical;
+pub mod sqlite;
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+use crate::model::filter::Expr;
+use crate::model::{
+    Episode, EpisodicConfig, EpisodicConfigUpdate, NewEpisode, Project, ProjectConfig, ProjectKey,
+    ScoredEpisode,
+};
+
+#[async_trait]
+pub trait ProjectStore: Send + Sync {
+    /// `AlreadyExists` when the project exists.
+    async fn create_project(
+        &self,
+        key: &ProjectKey,
+        description: &str,
+        config: &ProjectConfig,
+    ) -> Result<Project>;
+
+    async fn get_project(&self, key: &ProjectKey) -> Result<Option<Project>>;
+
+    /// Projects ordered by `(org_id, project_id)`, after `after`, optionally in one org.
+    async fn list_projects(
+        &self,
+        org_id: Option<&str>,
+        after: Option<&ProjectKey>,
+        limit: usize,
+    ) -> Result<Vec<Project>>;
+
+    /// Removes the project and all its memories in one transaction; false when absent.
+    async fn delete_project(&self, key: &ProjectKey) -> Result<bool>;
+
+    /// `None` when the project does not exist.
+    async fn update_episodic_config(
+        &self,
+        key: &ProjectKey,
+        update: EpisodicConfigUpdate,
+    ) -> Result<Option<EpisodicConfig>>;
+}
+
+#[async_trait]
+pub trait EpisodeStore: Send + Sync {
+    /// Stores all episodes or none, assigning consecutive sequence numbers in input
+    /// order, and returns them. `NotFound` when the project does not exist.
+    async fn add_episodes(&self, key: &ProjectKey, episodes: Vec<NewEpisode>) -> Result<Vec<i64>>;
+
+    async fn count_episodes(&self, key: &ProjectKey) -> Result<i64>;
+
+    /// Episodes with `sequence_num > after_seq` matching `filter`, in sequence order.
+    async fn list_episodes(
+        &self,
+        key: &ProjectKey,
+        filter: Option<&Expr>,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<Episode>>;
+
+    /// The `limit` most recent episodes matching `filter`, oldest first.
+    async fn recent_episodes(
+        &self,
+        key: &ProjectKey,
+        filter: Option<&Expr>,
+        limit: usize,
+    ) -> Result<Vec<Episode>>;
+
+    /// Deletes the episodes with these uids, all or none: `NotFound` naming the uids
+    /// that are not in this project.
+    async fn delete_episodes(&self, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<u64>;
+
+    /// Lexical (BM25) search, best first, filtered before the cut to `limit`.
+    async fn search_lexical(
+        &self,
+        key: &ProjectKey,
+        query: &str,
+        filter: Option<&Expr>,
+        limit: usize,
+    ) -> Result<Vec<ScoredEpisode>>;
+}
+
+/// Everything the server needs from a backend.
+pub trait Store: ProjectStore + EpisodeStore {}
+
+impl<T: ProjectStore + EpisodeStore> Store for T {}

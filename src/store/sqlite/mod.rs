@@ -1,0 +1,174 @@
+//! The embedded default backend: one SQLite file (WAL, `synchronous=FULL`) with an FTS5
+//! index per project.
+
+mod connection;
+mod episodes;
+mod filter_sql;
+mod projects;
+mod schema;
+mod search;
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+
+use self::connection::{ReadPool, Writer, open_connection};
+use super::{EpisodeStore, ProjectStore};
+use crate::error::{Error, Result};
+use crate::model::filter::Expr;
+use crate::model::{
+    Episode, EpisodicConfig, EpisodicConfigUpdate, NewEpisode, Project, ProjectConfig, ProjectKey,
+    ScoredEpisode,
+};
+
+/// File name of the database inside the data directory.
+pub const DB_FILE: &str = "memmachine.db";
+
+pub struct SqliteStore {
+    path: PathBuf,
+    writer: Writer,
+    readers: ReadPool,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database in `data_dir` and migrates it.
+    pub fn open(data_dir: &Path) -> Result<SqliteStore> {
+        std::fs::create_dir_all(data_dir).map_err(|err| {
+            Error::Internal(format!(
+                "cannot create data dir {}: {err}",
+                data_dir.display()
+            ))
+        })?;
+        let path = data_dir.join(DB_FILE);
+        let mut conn = open_connection(&path)?;
+        schema::migrate(&mut conn)?;
+        let readers = std::thread::available_parallelism().map_or(4, |n| n.get() * 2);
+        Ok(SqliteStore {
+            readers: ReadPool::new(path.clone(), readers),
+            writer: Writer::start(conn),
+            path,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Commits queued writes and stops the writer; later writes answer `UNAVAILABLE`.
+    pub fn close(&self) {
+        self.writer.close();
+    }
+}
+
+#[async_trait]
+impl ProjectStore for SqliteStore {
+    async fn create_project(
+        &self,
+        key: &ProjectKey,
+        description: &str,
+        config: &ProjectConfig,
+    ) -> Result<Project> {
+        let (key, description, config) = (key.clone(), description.to_string(), config.clone());
+        self.writer
+            .write(move |conn| projects::insert(conn, &key, &description, &config))
+            .await
+    }
+
+    async fn get_project(&self, key: &ProjectKey) -> Result<Option<Project>> {
+        let key = key.clone();
+        self.readers.read(move |tx| projects::find(tx, &key)).await
+    }
+
+    async fn list_projects(
+        &self,
+        org_id: Option<&str>,
+        after: Option<&ProjectKey>,
+        limit: usize,
+    ) -> Result<Vec<Project>> {
+        let (org_id, after) = (org_id.map(str::to_string), after.cloned());
+        self.readers
+            .read(move |tx| projects::list(tx, org_id.as_deref(), after.as_ref(), limit))
+            .await
+    }
+
+    async fn delete_project(&self, key: &ProjectKey) -> Result<bool> {
+        let key = key.clone();
+        self.writer
+            .write(move |conn| projects::delete(conn, &key))
+            .await
+    }
+
+    async fn update_episodic_config(
+        &self,
+        key: &ProjectKey,
+        update: EpisodicConfigUpdate,
+    ) -> Result<Option<EpisodicConfig>> {
+        let key = key.clone();
+        self.writer
+            .write(move |conn| projects::update_episodic_config(conn, &key, update))
+            .await
+    }
+}
+
+#[async_trait]
+impl EpisodeStore for SqliteStore {
+    async fn add_episodes(&self, key: &ProjectKey, new: Vec<NewEpisode>) -> Result<Vec<i64>> {
+        let key = key.clone();
+        self.writer
+            .write(move |conn| episodes::add(conn, &key, &new))
+            .await
+    }
+
+    async fn count_episodes(&self, key: &ProjectKey) -> Result<i64> {
+        let key = key.clone();
+        self.readers.read(move |tx| episodes::count(tx, &key)).await
+    }
+
+    async fn list_episodes(
+        &self,
+        key: &ProjectKey,
+        filter: Option<&Expr>,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<Episode>> {
+        let (key, filter) = (key.clone(), filter.cloned());
+        self.readers
+            .read(move |tx| episodes::scan(tx, &key, filter.as_ref(), after_seq, false, limit))
+            .await
+    }
+
+    async fn recent_episodes(
+        &self,
+        key: &ProjectKey,
+        filter: Option<&Expr>,
+        limit: usize,
+    ) -> Result<Vec<Episode>> {
+        let (key, filter) = (key.clone(), filter.cloned());
+        let mut recent = self
+            .readers
+            .read(move |tx| episodes::scan(tx, &key, filter.as_ref(), i64::MIN, true, limit))
+            .await?;
+        recent.reverse();
+        Ok(recent)
+    }
+
+    async fn delete_episodes(&self, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<u64> {
+        let (key, uids) = (key.clone(), uids.to_vec());
+        self.writer
+            .write(move |conn| episodes::delete(conn, &key, &uids))
+            .await
+    }
+
+    async fn search_lexical(
+        &self,
+        key: &ProjectKey,
+        query: &str,
+        filter: Option<&Expr>,
+        limit: usize,
+    ) -> Result<Vec<ScoredEpisode>> {
+        let (key, query, filter) = (key.clone(), query.to_string(), filter.cloned());
+        self.readers
+            .read(move |tx| search::search(tx, &key, &query, filter.as_ref(), limit))
+            .await
+    }
+}

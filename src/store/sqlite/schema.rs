@@ -1,0 +1,60 @@
+//! Schema and migrations, versioned with `PRAGMA user_version`.
+
+use rusqlite::Connection;
+
+use super::connection::storage_error;
+use crate::error::Result;
+
+/// Each entry migrates from version `index` to `index + 1`.
+const MIGRATIONS: &[&str] = &[
+    // 1: projects and episodes. Each project also has its own FTS5 table `fts_{id}`,
+    // created with the project, so lexical statistics never mix tenants.
+    "CREATE TABLE projects (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        org_id TEXT NOT NULL,
+        project_id TEXT NOT NULL,
+        description TEXT NOT NULL DEFAULT '',
+        embedder TEXT NOT NULL DEFAULT '',
+        reranker TEXT NOT NULL DEFAULT '',
+        episodic_enabled INTEGER NOT NULL DEFAULT 1,
+        long_term_enabled INTEGER NOT NULL DEFAULT 1,
+        short_term_enabled INTEGER NOT NULL DEFAULT 1,
+        created_at INTEGER NOT NULL,
+        next_seq INTEGER NOT NULL DEFAULT 1,
+        UNIQUE (org_id, project_id)
+    );
+    CREATE TABLE episodes (
+        id INTEGER PRIMARY KEY,
+        project INTEGER NOT NULL,
+        uid BLOB NOT NULL UNIQUE,
+        seq INTEGER NOT NULL,
+        content TEXT NOT NULL,
+        producer_id TEXT NOT NULL,
+        producer_role TEXT,
+        produced_for_id TEXT,
+        episode_type TEXT NOT NULL,
+        content_type TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        metadata TEXT
+    );
+    CREATE UNIQUE INDEX episodes_by_project_seq ON episodes (project, seq);",
+];
+
+/// Brings the database to the latest schema, and makes sure universal/universal exists.
+pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
+    let tx = conn.transaction().map_err(storage_error)?;
+    let version: usize = tx
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .map_err(storage_error)?;
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(version) {
+        tracing::info!(version = index + 1, "applying schema migration");
+        tx.execute_batch(sql).map_err(storage_error)?;
+        tx.pragma_update(None, "user_version", index + 1)
+            .map_err(storage_error)?;
+    }
+    let universal = crate::model::ProjectKey::universal();
+    if super::projects::find(&tx, &universal)?.is_none() {
+        super::projects::insert(&tx, &universal, "", &Default::default())?;
+    }
+    tx.commit().map_err(storage_error)
+}

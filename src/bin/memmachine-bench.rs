@@ -1,1 +1,772 @@
-fn main() {}
+//! `memmachine-bench`: measures the real server over gRPC on loopback.
+//!
+//! For each corpus size it starts a fresh `memmachine serve` (the executable next to this
+//! one) on an ephemeral port with an empty data directory, ingests that many episodes
+//! built from the LoCoMo conversations with concurrent `AddMemories` calls, then runs
+//! sequential `SearchMemories` calls with the LoCoMo questions, unfiltered and filtered,
+//! and prints throughput and latency percentiles. See BENCHMARKS.md.
+//!
+//! Run: `cargo run --release --bin memmachine-bench -- --sizes 10000,100000`
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use memmachine::pb;
+use memmachine::pb::memory_service_client::MemoryServiceClient;
+use memmachine::pb::project_service_client::ProjectServiceClient;
+use tonic::transport::{Channel, Endpoint};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type Result<T> = std::result::Result<T, BoxError>;
+
+const ORG: &str = "bench";
+const PROJECT: &str = "locomo";
+/// How long the server may take to report its listening address.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// Seed of the generator that varies recycled turns.
+const SEED: u64 = 0x6d65_6d6d_6163_6869;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "memmachine-bench",
+    about = "Benchmarks a real memmachine server over gRPC on loopback"
+)]
+struct Args {
+    /// LoCoMo data set (a JSON list of conversations with questions)
+    #[arg(long, default_value = "/work/shared/data/locomo10.json")]
+    locomo: PathBuf,
+    /// Corpus sizes in episodes, comma separated; a fresh server and data dir per size
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
+    sizes: Vec<usize>,
+    /// Messages per AddMemories call
+    #[arg(long, default_value_t = 100)]
+    batch: usize,
+    /// Concurrent AddMemories client tasks (sharing one channel)
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// SearchMemories calls per search pass (LoCoMo questions, cycled)
+    #[arg(long, default_value_t = 2000)]
+    queries: usize,
+    /// Untimed SearchMemories calls before each search pass
+    #[arg(long, default_value_t = 50)]
+    warmup: usize,
+    /// top_k of every search
+    #[arg(long, default_value_t = 10)]
+    top_k: i32,
+    /// Filter of the second search pass [default: producer_id = '<first speaker>']
+    #[arg(long)]
+    filter: Option<String>,
+    /// Server executable [default: `memmachine` next to this executable]
+    #[arg(long)]
+    server: Option<PathBuf>,
+}
+
+// ---------------------------------------------------------------------------------------
+// Corpus
+
+struct Turn {
+    speaker: String,
+    text: String,
+    dia_id: String,
+    sample_id: String,
+}
+
+struct Corpus {
+    turns: Vec<Turn>,
+    questions: Vec<String>,
+    /// Every word of every turn, in order, to draw suffixes from.
+    words: Vec<String>,
+    /// `speaker_a` of the first conversation.
+    first_speaker: String,
+}
+
+fn load_corpus(path: &Path) -> Result<Corpus> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+    let samples: serde_json::Value = serde_json::from_str(&text)?;
+    let samples = samples
+        .as_array()
+        .ok_or("the LoCoMo file is not a JSON list")?;
+    let mut turns = Vec::new();
+    let mut questions = Vec::new();
+    let mut first_speaker = String::new();
+    for (index, sample) in samples.iter().enumerate() {
+        let sample_id = sample["sample_id"]
+            .as_str()
+            .map_or_else(|| format!("conv-{index}"), str::to_string);
+        let conversation = sample["conversation"]
+            .as_object()
+            .ok_or("a sample has no conversation")?;
+        if first_speaker.is_empty() {
+            first_speaker = conversation
+                .get("speaker_a")
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_string();
+        }
+        // session_N keys in numeric order (serde_json sorts object keys as strings).
+        let mut sessions: Vec<(u32, &Vec<serde_json::Value>)> = conversation
+            .iter()
+            .filter_map(|(key, value)| {
+                let n = key.strip_prefix("session_")?.parse().ok()?;
+                Some((n, value.as_array()?))
+            })
+            .collect();
+        sessions.sort_by_key(|(n, _)| *n);
+        for (_, session) in sessions {
+            for turn in session {
+                let (Some(speaker), Some(text)) = (turn["speaker"].as_str(), turn["text"].as_str())
+                else {
+                    continue;
+                };
+                if text.trim().is_empty() {
+                    continue;
+                }
+                turns.push(Turn {
+                    speaker: speaker.to_string(),
+                    text: text.to_string(),
+                    dia_id: turn["dia_id"].as_str().unwrap_or_default().to_string(),
+                    sample_id: sample_id.clone(),
+                });
+            }
+        }
+        if let Some(qa) = sample["qa"].as_array() {
+            questions.extend(
+                qa.iter()
+                    .filter_map(|q| q["question"].as_str())
+                    .filter(|q| !q.trim().is_empty())
+                    .map(str::to_string),
+            );
+        }
+    }
+    if turns.is_empty() || questions.is_empty() {
+        return Err(format!("no turns or no questions in {}", path.display()).into());
+    }
+    let words = turns
+        .iter()
+        .flat_map(|t| t.text.split_whitespace())
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .filter(|w| w.len() > 2)
+        .collect();
+    Ok(Corpus {
+        turns,
+        questions,
+        words,
+        first_speaker,
+    })
+}
+
+/// SplitMix64: small, seeded, deterministic.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// Episode `i`: turn `i mod turns`; copies after the first get a deterministic suffix of
+/// 3 to 6 words drawn from the whole corpus so the index is not all duplicates.
+fn message(corpus: &Corpus, i: usize, rng: &mut Rng) -> pb::MemoryMessage {
+    let turn = &corpus.turns[i % corpus.turns.len()];
+    let copy = i / corpus.turns.len();
+    let mut content = turn.text.clone();
+    if copy > 0 {
+        content.push_str(" (");
+        for k in 0..3 + rng.below(4) {
+            if k > 0 {
+                content.push(' ');
+            }
+            content.push_str(&corpus.words[rng.below(corpus.words.len())]);
+        }
+        content.push(')');
+    }
+    pb::MemoryMessage {
+        content,
+        producer: turn.speaker.clone(),
+        role: "user".into(),
+        metadata: HashMap::from([
+            ("dia_id".to_string(), turn.dia_id.clone()),
+            ("sample_id".to_string(), turn.sample_id.clone()),
+        ]),
+        episode_type: pb::EpisodeType::Message as i32,
+        ..Default::default()
+    }
+}
+
+/// All AddMemories requests for `size` episodes, built before timing starts.
+fn add_requests(corpus: &Corpus, size: usize, batch: usize) -> Vec<pb::AddMemoriesRequest> {
+    let mut rng = Rng(SEED);
+    (0..size)
+        .step_by(batch)
+        .map(|start| pb::AddMemoriesRequest {
+            org_id: ORG.into(),
+            project_id: PROJECT.into(),
+            types: vec![pb::MemoryType::Episodic as i32],
+            messages: (start..(start + batch).min(size))
+                .map(|i| message(corpus, i, &mut rng))
+                .collect(),
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// The server process
+
+/// A running `memmachine serve` with its own data directory; both go away on drop.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    data_dir: PathBuf,
+    /// The server's last stderr lines, for error messages.
+    log_tail: Arc<Mutex<Vec<String>>>,
+}
+
+impl Server {
+    fn start(executable: &Path, size: usize) -> Result<Server> {
+        let data_dir = std::env::temp_dir().join(format!(
+            "memmachine-bench-{}-{size}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&data_dir)?;
+        let mut child = match Command::new(executable)
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&data_dir)
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+        {
+            Ok(child) => child,
+            Err(err) => {
+                let _ = std::fs::remove_dir_all(&data_dir);
+                return Err(format!("cannot start {}: {err}", executable.display()).into());
+            }
+        };
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let log_tail = Arc::new(Mutex::new(Vec::new()));
+        let (found, addr_rx) = mpsc::channel();
+        {
+            let log_tail = log_tail.clone();
+            std::thread::Builder::new()
+                .name("server-stderr".into())
+                .spawn(move || drain_stderr(stderr, found, log_tail))?;
+        }
+        let mut server = Server {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            data_dir,
+            log_tail,
+        };
+        match addr_rx.recv_timeout(STARTUP_TIMEOUT) {
+            Ok(addr) => server.addr = addr,
+            Err(_) => {
+                let status = server.child.try_wait().ok().flatten();
+                return Err(format!(
+                    "the server did not report its address (exit status {status:?}); its log:\n{}",
+                    server.log_tail.lock().expect("log lock").join("\n")
+                )
+                .into());
+            }
+        }
+        Ok(server)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn error(&self, what: &str, err: impl std::fmt::Display) -> BoxError {
+        format!(
+            "{what}: {err}; the server's last log lines:\n{}",
+            self.log_tail.lock().expect("log lock").join("\n")
+        )
+        .into()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+/// Reads the server's stderr to the end: sends the listening address once it appears,
+/// keeps the last lines, and echoes warnings and errors.
+fn drain_stderr(
+    stderr: std::process::ChildStderr,
+    found: mpsc::Sender<SocketAddr>,
+    tail: Arc<Mutex<Vec<String>>>,
+) {
+    let mut found = Some(found);
+    for line in BufReader::new(stderr).lines() {
+        let Ok(line) = line else { break };
+        if found.is_some()
+            && line.contains("gRPC server listening")
+            && let Some(addr) = parse_addr(&line)
+            && let Some(sender) = found.take()
+        {
+            let _ = sender.send(addr);
+        }
+        if line.contains(" WARN ") || line.contains(" ERROR ") {
+            eprintln!("[server] {line}");
+        }
+        let mut tail = tail.lock().expect("log lock");
+        if tail.len() >= 20 {
+            tail.remove(0);
+        }
+        tail.push(line);
+    }
+}
+
+/// The `addr=HOST:PORT` field of a log line.
+fn parse_addr(line: &str) -> Option<SocketAddr> {
+    let start = line.find("addr=")? + "addr=".len();
+    let rest = &line[start..];
+    let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+    rest[..end].trim_matches('"').parse().ok()
+}
+
+/// CPU seconds (user + system) a process has used so far, from /proc (Linux only).
+fn cpu_seconds(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / clock_ticks())
+}
+
+fn clock_ticks() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|out| String::from_utf8(out.stdout).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+/// CPU used by the server and by this process over a phase.
+struct CpuMeter {
+    server_pid: String,
+    server: Option<f64>,
+    client: Option<f64>,
+}
+
+impl CpuMeter {
+    fn start(server_pid: u32) -> CpuMeter {
+        let server_pid = server_pid.to_string();
+        CpuMeter {
+            server: cpu_seconds(&server_pid),
+            client: cpu_seconds("self"),
+            server_pid,
+        }
+    }
+
+    /// (server, client) CPU seconds since `start`.
+    fn stop(&self) -> (Option<f64>, Option<f64>) {
+        let diff = |before: Option<f64>, pid: &str| Some(cpu_seconds(pid)? - before?);
+        (
+            diff(self.server, &self.server_pid),
+            diff(self.client, "self"),
+        )
+    }
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+// ---------------------------------------------------------------------------------------
+// Measurements
+
+/// Latencies of one phase, sorted.
+struct Latencies(Vec<Duration>);
+
+impl Latencies {
+    fn new(mut samples: Vec<Duration>) -> Latencies {
+        samples.sort_unstable();
+        Latencies(samples)
+    }
+
+    /// Nearest-rank percentile in milliseconds.
+    fn percentile(&self, p: f64) -> f64 {
+        if self.0.is_empty() {
+            return f64::NAN;
+        }
+        let rank = ((p / 100.0) * self.0.len() as f64).ceil() as usize;
+        ms(self.0[rank.clamp(1, self.0.len()) - 1])
+    }
+
+    fn mean(&self) -> f64 {
+        if self.0.is_empty() {
+            return f64::NAN;
+        }
+        ms(self.0.iter().sum::<Duration>()) / self.0.len() as f64
+    }
+
+    fn max(&self) -> f64 {
+        self.0.last().copied().map_or(f64::NAN, ms)
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+struct IngestResult {
+    messages: usize,
+    wall: Duration,
+    batches: Latencies,
+    server_cpu: Option<f64>,
+    client_cpu: Option<f64>,
+}
+
+struct SearchResult {
+    wall: Duration,
+    calls: Latencies,
+    /// Mean long-term hits per query.
+    mean_hits: f64,
+    empty: usize,
+    server_cpu: Option<f64>,
+}
+
+struct SizeResult {
+    size: usize,
+    ingest: IngestResult,
+    search: SearchResult,
+    filtered: SearchResult,
+    db_bytes: u64,
+}
+
+async fn ingest(
+    channel: Channel,
+    requests: Vec<pb::AddMemoriesRequest>,
+    concurrency: usize,
+    server: &Server,
+) -> Result<IngestResult> {
+    let messages: usize = requests.iter().map(|r| r.messages.len()).sum();
+    let queue = Arc::new(Mutex::new(requests.into_iter()));
+    let cpu = CpuMeter::start(server.pid());
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(concurrency);
+    for _ in 0..concurrency.max(1) {
+        let queue = queue.clone();
+        let mut client = MemoryServiceClient::new(channel.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            loop {
+                let Some(request) = queue.lock().expect("queue lock").next() else {
+                    break;
+                };
+                let expected = request.messages.len();
+                let sent = Instant::now();
+                let response = client.add_memories(request).await?.into_inner();
+                latencies.push(sent.elapsed());
+                if response.results.len() != expected {
+                    return Err(format!(
+                        "AddMemories returned {} uids for {expected} messages",
+                        response.results.len()
+                    )
+                    .into());
+                }
+            }
+            Ok::<_, BoxError>(latencies)
+        }));
+    }
+    let mut latencies = Vec::new();
+    for task in tasks {
+        match task.await? {
+            Ok(mut part) => latencies.append(&mut part),
+            Err(err) => return Err(server.error("AddMemories failed", err)),
+        }
+    }
+    let wall = started.elapsed();
+    let (server_cpu, client_cpu) = cpu.stop();
+    Ok(IngestResult {
+        messages,
+        wall,
+        batches: Latencies::new(latencies),
+        server_cpu,
+        client_cpu,
+    })
+}
+
+async fn search(
+    channel: Channel,
+    questions: &[String],
+    args: &Args,
+    filter: &str,
+    server: &Server,
+) -> Result<SearchResult> {
+    let mut client = MemoryServiceClient::new(channel);
+    let request = |query: &str| pb::SearchMemoriesRequest {
+        org_id: ORG.into(),
+        project_id: PROJECT.into(),
+        query: query.to_string(),
+        top_k: Some(args.top_k),
+        filter: filter.to_string(),
+        types: vec![pb::MemoryType::Episodic as i32],
+        ..Default::default()
+    };
+    // Warm up on the tail of the question list, which the timed pass reaches last.
+    for query in questions.iter().rev().cycle().take(args.warmup) {
+        client
+            .search_memories(request(query))
+            .await
+            .map_err(|err| server.error("SearchMemories failed", err))?;
+    }
+    let mut latencies = Vec::with_capacity(args.queries);
+    let (mut hits, mut empty) = (0usize, 0usize);
+    let cpu = CpuMeter::start(server.pid());
+    let started = Instant::now();
+    for query in questions.iter().cycle().take(args.queries) {
+        let request = request(query);
+        let sent = Instant::now();
+        let response = client
+            .search_memories(request)
+            .await
+            .map_err(|err| server.error("SearchMemories failed", err))?
+            .into_inner();
+        latencies.push(sent.elapsed());
+        let found = response
+            .episodic_memory
+            .map_or(0, |m| m.long_term_memory.len());
+        hits += found;
+        empty += usize::from(found == 0);
+    }
+    let wall = started.elapsed();
+    let (server_cpu, _) = cpu.stop();
+    Ok(SearchResult {
+        wall,
+        calls: Latencies::new(latencies),
+        mean_hits: hits as f64 / args.queries.max(1) as f64,
+        empty,
+        server_cpu,
+    })
+}
+
+async fn run_size(
+    args: &Args,
+    corpus: &Corpus,
+    executable: &Path,
+    filter: &str,
+    size: usize,
+) -> Result<SizeResult> {
+    let requests = add_requests(corpus, size, args.batch.max(1));
+    let server = Server::start(executable, size)?;
+    eprintln!(
+        "== {size} episodes: server pid {} on {}, data dir {}",
+        server.pid(),
+        server.addr,
+        server.data_dir.display()
+    );
+    let channel = Endpoint::from_shared(format!("http://{}", server.addr))?
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .map_err(|err| server.error("cannot connect", err))?;
+    let mut projects = ProjectServiceClient::new(channel.clone());
+    projects
+        .create_project(pb::CreateProjectRequest {
+            org_id: ORG.into(),
+            project_id: PROJECT.into(),
+            description: "memmachine-bench LoCoMo corpus".into(),
+            config: None,
+        })
+        .await
+        .map_err(|err| server.error("CreateProject failed", err))?;
+
+    let ingest = ingest(channel.clone(), requests, args.concurrency, &server).await?;
+    let count = projects
+        .get_episode_count(pb::GetEpisodeCountRequest {
+            org_id: ORG.into(),
+            project_id: PROJECT.into(),
+        })
+        .await
+        .map_err(|err| server.error("GetEpisodeCount failed", err))?
+        .into_inner()
+        .count;
+    if count != size as i64 {
+        return Err(format!("the project holds {count} episodes, expected {size}").into());
+    }
+    eprintln!(
+        "   ingest: {} msgs in {:.2} s = {:.0} msg/s",
+        ingest.messages,
+        ingest.wall.as_secs_f64(),
+        ingest.messages as f64 / ingest.wall.as_secs_f64()
+    );
+    let db_bytes = dir_bytes(&server.data_dir);
+
+    let unfiltered = search(channel.clone(), &corpus.questions, args, "", &server).await?;
+    eprintln!(
+        "   search: p50 {:.2} ms p99 {:.2} ms",
+        unfiltered.calls.percentile(50.0),
+        unfiltered.calls.percentile(99.0)
+    );
+    let filtered = search(channel, &corpus.questions, args, filter, &server).await?;
+    eprintln!(
+        "   filtered search: p50 {:.2} ms p99 {:.2} ms",
+        filtered.calls.percentile(50.0),
+        filtered.calls.percentile(99.0)
+    );
+    drop(server);
+    Ok(SizeResult {
+        size,
+        ingest,
+        search: unfiltered,
+        filtered,
+        db_bytes,
+    })
+}
+
+fn opt_secs(v: Option<f64>) -> String {
+    v.map_or_else(|| "n/a".into(), |s| format!("{s:.2}"))
+}
+
+fn print_report(args: &Args, corpus: &Corpus, filter: &str, results: &[SizeResult]) {
+    println!();
+    println!(
+        "memmachine-bench: {} LoCoMo turns, {} questions; batch {}, concurrency {}, {} queries \
+         per pass (top_k {}, EPISODIC), filter: {filter}",
+        corpus.turns.len(),
+        corpus.questions.len(),
+        args.batch,
+        args.concurrency,
+        args.queries,
+        args.top_k
+    );
+    println!();
+    println!(
+        "| size | ingest msg/s | add p50/p99 ms | search p50/p99/mean ms | search q/s | \
+         filtered p50/p99/mean ms | filtered q/s |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    for r in results {
+        let row = |s: &SearchResult| {
+            (
+                format!(
+                    "{:.2} / {:.2} / {:.2}",
+                    s.calls.percentile(50.0),
+                    s.calls.percentile(99.0),
+                    s.calls.mean()
+                ),
+                format!("{:.0}", s.calls.0.len() as f64 / s.wall.as_secs_f64()),
+            )
+        };
+        let (search, search_qps) = row(&r.search);
+        let (filtered, filtered_qps) = row(&r.filtered);
+        println!(
+            "| {} | {:.0} | {:.1} / {:.1} | {search} | {search_qps} | {filtered} | {filtered_qps} |",
+            r.size,
+            r.ingest.messages as f64 / r.ingest.wall.as_secs_f64(),
+            r.ingest.batches.percentile(50.0),
+            r.ingest.batches.percentile(99.0),
+        );
+    }
+    println!();
+    println!("Details:");
+    for r in results {
+        let i = &r.ingest;
+        println!(
+            "  {}: ingest {} msgs in {:.2} s ({} batches, max {:.1} ms); CPU s server {} / \
+             bench {}; database {:.1} MiB",
+            r.size,
+            i.messages,
+            i.wall.as_secs_f64(),
+            i.batches.0.len(),
+            i.batches.max(),
+            opt_secs(i.server_cpu),
+            opt_secs(i.client_cpu),
+            r.db_bytes as f64 / (1024.0 * 1024.0)
+        );
+        for (name, s) in [("search", &r.search), ("filtered", &r.filtered)] {
+            println!(
+                "  {}: {name:>8} {} calls in {:.2} s, max {:.2} ms, {:.1} hits/query, {} empty; \
+                 server CPU s {}",
+                r.size,
+                s.calls.0.len(),
+                s.wall.as_secs_f64(),
+                s.calls.max(),
+                s.mean_hits,
+                s.empty,
+                opt_secs(s.server_cpu)
+            );
+        }
+    }
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    if args.sizes.is_empty() || args.sizes.contains(&0) {
+        return Err("--sizes must list positive sizes".into());
+    }
+    let executable = match &args.server {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()?.with_file_name("memmachine"),
+    };
+    if !executable.is_file() {
+        return Err(format!(
+            "no server executable at {}; build it with \
+             `cargo build --release --bin memmachine --bin memmachine-bench`",
+            executable.display()
+        )
+        .into());
+    }
+    let corpus = load_corpus(&args.locomo)?;
+    let filter = args
+        .filter
+        .clone()
+        .unwrap_or_else(|| format!("producer_id = '{}'", corpus.first_speaker.replace('\'', "")));
+    eprintln!(
+        "corpus: {} turns, {} questions, {} words; server {}",
+        corpus.turns.len(),
+        corpus.questions.len(),
+        corpus.words.len(),
+        executable.display()
+    );
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let mut results = Vec::new();
+    for &size in &args.sizes {
+        results.push(runtime.block_on(run_size(&args, &corpus, &executable, &filter, size))?);
+    }
+    print_report(&args, &corpus, &filter, &results);
+    Ok(())
+}

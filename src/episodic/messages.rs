@@ -20,8 +20,8 @@ pub struct MessageInput {
     pub content: String,
     pub producer: String,
     pub produced_for: String,
-    /// Microseconds since the Unix epoch; `None` means now.
-    pub timestamp_micros: Option<i64>,
+    /// When it was said, as Unix seconds and nanoseconds; `None` means now.
+    pub timestamp: Option<(i64, i32)>,
     pub role: String,
     pub metadata: BTreeMap<String, String>,
 }
@@ -60,7 +60,10 @@ pub(super) fn to_episodes(messages: Vec<MessageInput>, limits: &Limits) -> Resul
             produced_for_id: m.produced_for,
             episode_type: EPISODE_TYPE_MESSAGE.into(),
             content_type: CONTENT_TYPE_STRING.into(),
-            created_at_micros: m.timestamp_micros.unwrap_or(now),
+            created_at_micros: m
+                .timestamp
+                .and_then(|(seconds, nanos)| timestamp_micros(seconds, nanos))
+                .unwrap_or(now),
             metadata: m.metadata,
         })
         .collect())
@@ -92,6 +95,14 @@ fn check_message(violations: &mut Violations, i: usize, m: &MessageInput, limits
             );
         }
     }
+    if let Some((seconds, nanos)) = m.timestamp
+        && timestamp_micros(seconds, nanos).is_none()
+    {
+        violations.add(
+            field("timestamp"),
+            "must be a valid timestamp between years 1 and 9999",
+        );
+    }
     let mut bytes = 0;
     for (key, value) in &m.metadata {
         bytes += key.len() + value.len();
@@ -108,4 +119,12 @@ fn check_message(violations: &mut Violations, i: usize, m: &MessageInput, limits
             format!("must be at most {MAX_METADATA_BYTES} bytes in all"),
         );
     }
+}
+
+/// Microseconds since the Unix epoch, for a valid timestamp in years 1 to 9999.
+fn timestamp_micros(seconds: i64, nanos: i32) -> Option<i64> {
+    const MIN_SECONDS: i64 = -62_135_596_800; // 0001-01-01T00:00:00Z
+    const MAX_SECONDS: i64 = 253_402_300_799; // 9999-12-31T23:59:59Z
+    ((0..1_000_000_000).contains(&nanos) && (MIN_SECONDS..=MAX_SECONDS).contains(&seconds))
+        .then(|| seconds * 1_000_000 + i64::from(nanos) / 1000)
 }

@@ -16,20 +16,6 @@ pub fn timestamp(micros: i64) -> Timestamp {
     }
 }
 
-/// A client timestamp as microseconds, if it is a valid one (years 1 to 9999).
-fn timestamp_micros(field: &str, ts: &Timestamp) -> Result<i64> {
-    const MIN_SECONDS: i64 = -62_135_596_800; // 0001-01-01T00:00:00Z
-    const MAX_SECONDS: i64 = 253_402_300_799; // 9999-12-31T23:59:59Z
-    if !(0..1_000_000_000).contains(&ts.nanos) || !(MIN_SECONDS..=MAX_SECONDS).contains(&ts.seconds)
-    {
-        return Err(Error::invalid(
-            field,
-            "must be a valid timestamp between years 1 and 9999",
-        ));
-    }
-    Ok(ts.seconds * 1_000_000 + i64::from(ts.nanos) / 1000)
-}
-
 pub fn memory_kind(field: &str, value: i32) -> Result<MemoryKind> {
     match pb::MemoryType::try_from(value) {
         Ok(pb::MemoryType::Episodic) => Ok(MemoryKind::Episodic),
@@ -58,9 +44,6 @@ pub fn messages(messages: Vec<pb::MemoryMessage>) -> Result<Vec<MessageInput>> {
         .into_iter()
         .enumerate()
         .map(|(i, m)| {
-            let timestamp_micros = m.timestamp.as_ref().and_then(|ts| {
-                violations.check(timestamp_micros(&format!("messages[{i}].timestamp"), ts))
-            });
             if !matches!(
                 pb::EpisodeType::try_from(m.episode_type),
                 Ok(pb::EpisodeType::Unspecified | pb::EpisodeType::Message)
@@ -74,7 +57,7 @@ pub fn messages(messages: Vec<pb::MemoryMessage>) -> Result<Vec<MessageInput>> {
                 content: m.content,
                 producer: m.producer,
                 produced_for: m.produced_for,
-                timestamp_micros,
+                timestamp: m.timestamp.map(|ts| (ts.seconds, ts.nanos)),
                 role: m.role,
                 metadata: m.metadata.into_iter().collect(),
             }

@@ -35,11 +35,9 @@ impl ServerProcess {
             let mut sent = false;
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
-                if !sent {
-                    if let Some(addr) = listen_addr(&line) {
-                        let _ = tx.send(addr);
-                        sent = true;
-                    }
+                if !sent && let Some(addr) = listen_addr(&line) {
+                    let _ = tx.send(addr);
+                    sent = true;
                 }
                 if std::env::var_os("MEMMACHINE_TEST_SERVER_LOG").is_some() {
                     eprintln!("[server] {line}");
@@ -91,4 +89,63 @@ fn listen_addr(line: &str) -> Option<String> {
     }
     let rest = &line[line.find("addr=")? + "addr=".len()..];
     Some(rest.split_whitespace().next()?.to_string())
+}
+
+/// A server running inside the test process on a loopback port, over real TCP.
+pub struct InProcess {
+    pub url: String,
+    pub data_dir: tempfile::TempDir,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    pub task: tokio::task::JoinHandle<memmachine::error::Result<()>>,
+}
+
+impl InProcess {
+    pub async fn start() -> InProcess {
+        Self::start_with(|_| {}).await
+    }
+
+    /// Starts with the default configuration as changed by `configure`.
+    pub async fn start_with(
+        configure: impl FnOnce(&mut memmachine::config::ServeConfig),
+    ) -> InProcess {
+        let data_dir = tempfile::tempdir().expect("temp dir");
+        let mut config = memmachine::config::ServeArgs {
+            data_dir: Some(data_dir.path().to_path_buf()),
+            listen: Some("127.0.0.1:0".parse().unwrap()),
+            ..Default::default()
+        }
+        .resolve()
+        .expect("config");
+        configure(&mut config);
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(memmachine::server::run(config, listener, async {
+            let _ = stopped.await;
+        }));
+        InProcess {
+            url,
+            data_dir,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    pub async fn channel(&self) -> tonic::transport::Channel {
+        tonic::transport::Endpoint::from_shared(self.url.clone())
+            .unwrap()
+            .connect()
+            .await
+            .expect("connect")
+    }
+
+    /// Signals shutdown and waits for the server to finish.
+    pub async fn stop(mut self) -> memmachine::error::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut self.task).await.expect("server task")
+    }
 }

@@ -1,0 +1,462 @@
+//! One conformance suite for every storage backend, written against the traits.
+//! `conformance!(module, async { make a fresh Arc<dyn Store> })` instantiates it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use memmachine::error::Error;
+use memmachine::model::filter::parse;
+use memmachine::model::{EpisodicConfigUpdate, NewEpisode, ProjectConfig, ProjectKey};
+use memmachine::store::Store;
+
+fn key(org: &str, project: &str) -> ProjectKey {
+    ProjectKey::parse(org, project).unwrap()
+}
+
+fn episode(
+    content: &str,
+    producer: &str,
+    metadata: &[(&str, &str)],
+    created_at: i64,
+) -> NewEpisode {
+    NewEpisode {
+        uid: uuid::Uuid::new_v4(),
+        content: content.into(),
+        producer_id: producer.into(),
+        producer_role: String::new(),
+        produced_for_id: String::new(),
+        episode_type: "message".into(),
+        content_type: "string".into(),
+        created_at_micros: created_at,
+        metadata: metadata
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<BTreeMap<_, _>>(),
+    }
+}
+
+async fn project(store: &Arc<dyn Store>, org: &str, name: &str) -> ProjectKey {
+    let k = key(org, name);
+    store
+        .create_project(&k, "", &ProjectConfig::default())
+        .await
+        .unwrap();
+    k
+}
+
+pub async fn universal_project_exists(store: Arc<dyn Store>) {
+    let p = store
+        .get_project(&ProjectKey::universal())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(p.key.is_universal());
+    assert!(p.episodic.enabled);
+}
+
+pub async fn projects_are_created_once_listed_in_order_and_deleted(store: Arc<dyn Store>) {
+    let config = ProjectConfig {
+        embedder: "hash".into(),
+        reranker: "rrf".into(),
+    };
+    let created = store
+        .create_project(&key("b", "p1"), "first", &config)
+        .await
+        .unwrap();
+    assert_eq!(created.description, "first");
+    assert_eq!(created.config, config);
+    assert!(matches!(
+        store.create_project(&key("b", "p1"), "", &config).await,
+        Err(Error::AlreadyExists(_))
+    ));
+    project(&store, "a", "z").await;
+    project(&store, "b", "p0").await;
+    let all = store.list_projects(None, None, 100).await.unwrap();
+    let names: Vec<String> = all.iter().map(|p| p.key.to_string()).collect();
+    assert_eq!(names, ["a/z", "b/p0", "b/p1", "universal/universal"]);
+    let org_b = store.list_projects(Some("b"), None, 100).await.unwrap();
+    assert_eq!(org_b.len(), 2);
+    let after = store
+        .list_projects(None, Some(&key("b", "p0")), 1)
+        .await
+        .unwrap();
+    assert_eq!(after[0].key, key("b", "p1"));
+    assert!(store.delete_project(&key("b", "p1")).await.unwrap());
+    assert!(!store.delete_project(&key("b", "p1")).await.unwrap());
+    assert!(store.get_project(&key("b", "p1")).await.unwrap().is_none());
+}
+
+pub async fn deleting_a_project_deletes_its_memories(store: Arc<dyn Store>) {
+    let k = project(&store, "o", "doomed").await;
+    store
+        .add_episodes(&k, vec![episode("the secret word is plum", "u", &[], 1)])
+        .await
+        .unwrap();
+    store.delete_project(&k).await.unwrap();
+    assert!(matches!(
+        store.count_episodes(&k).await,
+        Err(Error::NotFound(_))
+    ));
+    assert!(matches!(
+        store.search_lexical(&k, "plum", None, 10).await,
+        Err(Error::NotFound(_))
+    ));
+    // A new project of the same name starts empty.
+    project(&store, "o", "doomed").await;
+    assert_eq!(store.count_episodes(&k).await.unwrap(), 0);
+    assert!(
+        store
+            .search_lexical(&k, "plum", None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+pub async fn unknown_projects_are_not_found_and_never_created(store: Arc<dyn Store>) {
+    let k = key("o", "ghost");
+    assert!(matches!(
+        store
+            .add_episodes(&k, vec![episode("x", "u", &[], 1)])
+            .await,
+        Err(Error::NotFound(_))
+    ));
+    assert!(matches!(
+        store.list_episodes(&k, None, 0, 10).await,
+        Err(Error::NotFound(_))
+    ));
+    assert!(matches!(
+        store.recent_episodes(&k, None, 10).await,
+        Err(Error::NotFound(_))
+    ));
+    assert!(matches!(
+        store.delete_episodes(&k, &[uuid::Uuid::new_v4()]).await,
+        Err(Error::NotFound(_))
+    ));
+    assert!(store.get_project(&k).await.unwrap().is_none());
+    let update = EpisodicConfigUpdate::default();
+    assert!(
+        store
+            .update_episodic_config(&k, update)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+pub async fn episodes_get_consecutive_sequence_numbers_and_list_in_order(store: Arc<dyn Store>) {
+    let k = project(&store, "o", "seq").await;
+    let first = store
+        .add_episodes(
+            &k,
+            (0..3)
+                .map(|i| episode(&format!("m{i}"), "u", &[], i))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let second = store
+        .add_episodes(&k, vec![episode("m3", "u", &[], 3)])
+        .await
+        .unwrap();
+    assert_eq!(first, [1, 2, 3]);
+    assert_eq!(second, [4]);
+    let page = store.list_episodes(&k, None, 1, 2).await.unwrap();
+    let contents: Vec<_> = page.iter().map(|e| e.content.as_str()).collect();
+    assert_eq!(contents, ["m1", "m2"]);
+    let recent = store.recent_episodes(&k, None, 2).await.unwrap();
+    let contents: Vec<_> = recent.iter().map(|e| e.content.as_str()).collect();
+    assert_eq!(contents, ["m2", "m3"], "recent episodes come oldest first");
+    assert_eq!(store.count_episodes(&k).await.unwrap(), 4);
+}
+
+pub async fn episodes_round_trip_every_field(store: Arc<dyn Store>) {
+    let k = project(&store, "o", "fields").await;
+    let mut e = episode(
+        "hello there",
+        "alice",
+        &[("dia_id", "D1:1"), ("k.v", "x")],
+        1_683_554_160_123_456,
+    );
+    e.producer_role = "assistant".into();
+    e.produced_for_id = "bob".into();
+    store.add_episodes(&k, vec![e.clone()]).await.unwrap();
+    let got = &store.list_episodes(&k, None, 0, 10).await.unwrap()[0];
+    assert_eq!(got.uid, e.uid);
+    assert_eq!(got.content, e.content);
+    assert_eq!(got.producer_id, "alice");
+    assert_eq!(got.producer_role, "assistant");
+    assert_eq!(got.produced_for_id, "bob");
+    assert_eq!(got.created_at_micros, e.created_at_micros);
+    assert_eq!(got.metadata, e.metadata);
+    assert_eq!(got.episode_type, "message");
+    assert_eq!(got.content_type, "string");
+}
+
+pub async fn a_duplicate_uid_fails_the_whole_batch(store: Arc<dyn Store>) {
+    let k = project(&store, "o", "atomic").await;
+    let first = episode("one", "u", &[], 1);
+    store.add_episodes(&k, vec![first.clone()]).await.unwrap();
+    let result = store
+        .add_episodes(&k, vec![episode("two", "u", &[], 2), first])
+        .await;
+    assert!(result.is_err());
+    assert_eq!(
+        store.count_episodes(&k).await.unwrap(),
+        1,
+        "nothing of the failed batch stays"
+    );
+    let next = store
+        .add_episodes(&k, vec![episode("three", "u", &[], 3)])
+        .await
+        .unwrap();
+    assert_eq!(next, [2], "a failed batch consumes no sequence numbers");
+}
+
+pub async fn deletes_stay_inside_the_project(store: Arc<dyn Store>) {
+    let a = project(&store, "o", "a").await;
+    let b = project(&store, "o", "b").await;
+    let in_a = episode("apple pie recipe", "u", &[], 1);
+    let in_b = episode("apple cider", "u", &[], 1);
+    store.add_episodes(&a, vec![in_a.clone()]).await.unwrap();
+    store.add_episodes(&b, vec![in_b.clone()]).await.unwrap();
+    // B's id through A: not found, and nothing is deleted, not even A's own id.
+    let err = store
+        .delete_episodes(&a, &[in_a.uid, in_b.uid])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotFound(ref m) if m.contains(&in_b.uid.to_string())));
+    assert_eq!(store.count_episodes(&a).await.unwrap(), 1);
+    assert_eq!(store.count_episodes(&b).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .delete_episodes(&a, &[in_a.uid, in_a.uid])
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(
+        store
+            .search_lexical(&a, "apple", None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .search_lexical(&b, "apple", None, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+pub async fn lexical_search_ranks_within_the_project_only(store: Arc<dyn Store>) {
+    let a = project(&store, "o", "ranks").await;
+    let other = project(&store, "p", "ranks").await;
+    store
+        .add_episodes(
+            &a,
+            vec![
+                episode(
+                    "I adopted a golden retriever named Max last week.",
+                    "Caroline",
+                    &[],
+                    1,
+                ),
+                episode("Max loves playing fetch at the beach.", "Caroline", &[], 2),
+                episode("I went hiking in Yosemite with my kids.", "Melanie", &[], 3),
+            ],
+        )
+        .await
+        .unwrap();
+    store
+        .add_episodes(&other, vec![episode("my retriever dog Max", "x", &[], 1)])
+        .await
+        .unwrap();
+    let hits = store
+        .search_lexical(
+            &a,
+            "What is the name of the retriever Caroline adopted?",
+            None,
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        hits[0].episode.content,
+        "I adopted a golden retriever named Max last week."
+    );
+    assert!(
+        hits.windows(2).all(|w| w[0].score >= w[1].score),
+        "best first"
+    );
+    assert!(hits.iter().all(|h| h.score > 0.0));
+    assert!(
+        hits.iter()
+            .all(|h| !h.episode.content.contains("my retriever dog"))
+    );
+    // Stemming: "hike" finds "hiking".
+    let hike = store.search_lexical(&a, "hike", None, 10).await.unwrap();
+    assert_eq!(hike.len(), 1);
+    let top1 = store.search_lexical(&a, "max", None, 1).await.unwrap();
+    assert_eq!(top1.len(), 1);
+    assert!(
+        store
+            .search_lexical(&a, "???", None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .search_lexical(&a, "zebra", None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+pub async fn filters_apply_before_the_cut(store: Arc<dyn Store>) {
+    let k = project(&store, "o", "cut").await;
+    let mut batch: Vec<_> = (0..20)
+        .map(|i| episode("coffee coffee coffee", "alice", &[], i))
+        .collect();
+    batch.push(episode("coffee", "bob", &[], 100));
+    store.add_episodes(&k, batch).await.unwrap();
+    let filter = parse("producer_id = 'bob'").unwrap();
+    let hits = store
+        .search_lexical(&k, "coffee", filter.as_ref(), 5)
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].episode.producer_id, "bob");
+}
+
+pub async fn filter_language_semantics(store: Arc<dyn Store>) {
+    let k = project(&store, "o", "filters").await;
+    let mut e1 = episode(
+        "e1",
+        "alice",
+        &[("topic", "food"), ("turn", "2")],
+        1_000_000,
+    );
+    e1.producer_role = "user".into();
+    let e2 = episode(
+        "e2",
+        "bob",
+        &[("topic", "travel"), ("turn", "10")],
+        2_000_000,
+    );
+    let e3 = episode("e3", "carol", &[("note", "x.y")], 3_000_000);
+    store.add_episodes(&k, vec![e1, e2, e3]).await.unwrap();
+    let cases: &[(&str, &[&str])] = &[
+        ("producer_id = 'alice'", &["e1"]),
+        ("producer_id != 'alice'", &["e2", "e3"]),
+        ("m.topic = 'food'", &["e1"]),
+        ("metadata.topic != 'food'", &["e2"]),
+        ("NOT m.topic = 'food'", &["e2", "e3"]),
+        ("m.turn > 5", &["e2"]),
+        ("m.turn < 5", &["e1"]),
+        ("m.turn >= 2 AND m.turn <= 10", &["e1", "e2"]),
+        ("m.turn = 10.0", &["e2"]),
+        ("m.turn < '5'", &["e1", "e2"]), // strings compare as strings
+        ("m.topic IN ('food', 'travel')", &["e1", "e2"]),
+        ("m.topic NOT IN ('food')", &["e2"]),
+        ("m.topic IS NULL", &["e3"]),
+        ("m.topic IS NOT NULL", &["e1", "e2"]),
+        ("producer_role IS NULL", &["e2", "e3"]),
+        ("producer_role = 'user'", &["e1"]),
+        ("produced_for_id IS NULL", &["e1", "e2", "e3"]),
+        ("created_at > '1970-01-01T00:00:01Z'", &["e2", "e3"]),
+        ("created_at <= 2", &["e1", "e2"]),
+        ("episode_type = 'message'", &["e1", "e2", "e3"]),
+        (
+            "m.topic = 'food' OR producer_id = 'carol' AND m.note = 'x.y'",
+            &["e1", "e3"],
+        ),
+        (
+            "(m.topic = 'food' OR producer_id = 'carol') AND m.note = 'x.y'",
+            &["e3"],
+        ),
+        (
+            "m.nothing = 'x' OR NOT (m.nothing = 'x')",
+            &["e1", "e2", "e3"],
+        ),
+    ];
+    for (text, expected) in cases {
+        let filter = parse(text).unwrap();
+        let got: Vec<String> = store
+            .list_episodes(&k, filter.as_ref(), 0, 100)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.content)
+            .collect();
+        assert_eq!(&got, expected, "filter {text}");
+        let recent = store
+            .recent_episodes(&k, filter.as_ref(), 100)
+            .await
+            .unwrap();
+        assert_eq!(recent.len(), expected.len(), "recent with filter {text}");
+    }
+}
+
+pub async fn episodic_config_updates_are_partial(store: Arc<dyn Store>) {
+    let k = project(&store, "o", "config").await;
+    let config = store
+        .update_episodic_config(
+            &k,
+            EpisodicConfigUpdate {
+                long_term_memory_enabled: Some(false),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(config.enabled && !config.long_term_memory_enabled && config.short_term_memory_enabled);
+    let stored = store.get_project(&k).await.unwrap().unwrap();
+    assert_eq!(stored.episodic, config);
+}
+
+/// Instantiates every test of the suite for one backend.
+macro_rules! conformance {
+    ($backend:ident, $make:expr) => {
+        mod $backend {
+            use super::*;
+            conformance!(@tests $make;
+                universal_project_exists,
+                projects_are_created_once_listed_in_order_and_deleted,
+                deleting_a_project_deletes_its_memories,
+                unknown_projects_are_not_found_and_never_created,
+                episodes_get_consecutive_sequence_numbers_and_list_in_order,
+                episodes_round_trip_every_field,
+                a_duplicate_uid_fails_the_whole_batch,
+                deletes_stay_inside_the_project,
+                lexical_search_ranks_within_the_project_only,
+                filters_apply_before_the_cut,
+                filter_language_semantics,
+                episodic_config_updates_are_partial,
+            );
+        }
+    };
+    (@tests $make:expr; $($test:ident),* $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $test() {
+                let (store, _guard) = $make;
+                super::$test(store).await;
+            }
+        )*
+    };
+}
+
+fn sqlite_store() -> (Arc<dyn Store>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = memmachine::store::sqlite::SqliteStore::open(dir.path()).unwrap();
+    (Arc::new(store), dir)
+}
+
+conformance!(sqlite, sqlite_store());

@@ -403,6 +403,48 @@ pub async fn filter_language_semantics(store: Arc<dyn Store>) {
     }
 }
 
+pub async fn the_largest_filters_run(store: Arc<dyn Store>) {
+    use memmachine::model::filter::{MAX_IN_VALUES, MAX_PREDICATES};
+    let k = project(&store, "o", "large").await;
+    store
+        .add_episodes(&k, vec![episode("e", "u", &[("n", "8"), ("s", "v7")], 1)])
+        .await
+        .unwrap();
+    let ors = (0..MAX_PREDICATES)
+        .map(|i| format!("m.n = {i}"))
+        .collect::<Vec<_>>()
+        .join(" OR ");
+    let nested = format!("{}m.n = 8{}", "(NOT NOT ".repeat(21), ")".repeat(21));
+    let values = (0..MAX_IN_VALUES)
+        .map(|i| {
+            if i % 2 == 0 {
+                i.to_string()
+            } else {
+                format!("'v{i}'")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    for text in [
+        ors,
+        nested,
+        format!("m.n IN ({values})"),
+        format!("m.s IN ({values})"),
+    ] {
+        let filter = parse(&text).unwrap();
+        let listed = store
+            .list_episodes(&k, filter.as_ref(), 0, 10)
+            .await
+            .unwrap();
+        assert_eq!(listed.len(), 1, "{}", &text[..40]);
+        let found = store
+            .search_lexical(&k, "e", filter.as_ref(), 10)
+            .await
+            .unwrap();
+        assert_eq!(found.len(), 1, "{}", &text[..40]);
+    }
+}
+
 pub async fn episodic_config_updates_are_partial(store: Arc<dyn Store>) {
     let k = project(&store, "o", "config").await;
     let config = store
@@ -438,6 +480,7 @@ macro_rules! conformance {
                 lexical_search_ranks_within_the_project_only,
                 filters_apply_before_the_cut,
                 filter_language_semantics,
+                the_largest_filters_run,
                 episodic_config_updates_are_partial,
             );
         }

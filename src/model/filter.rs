@@ -19,6 +19,11 @@ use crate::error::Error;
 pub const MAX_FILTER_BYTES: usize = 16 * 1024;
 /// Deepest nesting of parentheses and NOTs accepted.
 pub const MAX_DEPTH: usize = 64;
+/// Most predicates (comparisons, IN lists, IS NULL tests) in one filter, so that a
+/// filter always fits the expression limits of the stores.
+pub const MAX_PREDICATES: usize = 100;
+/// Most values in one IN list.
+pub const MAX_IN_VALUES: usize = 1000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SystemField {
@@ -133,6 +138,7 @@ pub fn parse(input: &str) -> Result<Option<Expr>, FilterError> {
         tokens,
         pos: 0,
         depth: 0,
+        predicates: 0,
     };
     let expr = parser.expr()?;
     let next = parser.peek();
@@ -275,6 +281,7 @@ struct Parser {
     tokens: Vec<Token>,
     pos: usize,
     depth: usize,
+    predicates: usize,
 }
 
 impl Parser {
@@ -371,6 +378,10 @@ impl Parser {
     }
 
     fn predicate(&mut self) -> Result<Expr, FilterError> {
+        self.predicates += 1;
+        if self.predicates > MAX_PREDICATES {
+            return Err(self.error_here(&format!("more than {MAX_PREDICATES} conditions")));
+        }
         let field_token = self.peek().clone();
         let field = self.field()?;
         if self.eat_keyword("IS") {
@@ -389,6 +400,9 @@ impl Parser {
             let mut values = vec![self.literal(&field)?];
             while self.peek().kind == Tok::Comma {
                 self.advance();
+                if values.len() == MAX_IN_VALUES {
+                    return Err(self.error_here(&format!("more than {MAX_IN_VALUES} values in IN")));
+                }
                 values.push(self.literal(&field)?);
             }
             self.expect(Tok::RParen, "',' or ')'")?;
@@ -596,6 +610,22 @@ mod tests {
         assert_eq!(err.position, 9);
         let err = parse("m.a ~ 1").unwrap_err();
         assert_eq!(err.position, 5);
+    }
+
+    #[test]
+    fn limits_the_number_of_conditions_and_in_values() {
+        let conditions = |n: usize| vec!["m.a = 1"; n].join(" OR ");
+        assert!(parse(&conditions(MAX_PREDICATES)).is_ok());
+        let err = parse(&conditions(MAX_PREDICATES + 1)).unwrap_err();
+        assert!(err.message.contains("conditions"), "{err}");
+        let values = |n: usize| format!("m.a IN ({})", vec!["1"; n].join(","));
+        assert!(parse(&values(MAX_IN_VALUES)).is_ok());
+        assert!(
+            parse(&values(MAX_IN_VALUES + 1))
+                .unwrap_err()
+                .message
+                .contains("IN")
+        );
     }
 
     #[test]

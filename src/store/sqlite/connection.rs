@@ -154,7 +154,15 @@ fn run_group(conn: &Connection, group: Vec<Job>) {
             finishes.push(job(Err(storage_error(err))).1);
             continue;
         }
-        let (ok, finish) = job(Ok(conn));
+        // A panicking write must not take the writer thread down with it: its caller
+        // learns of the failure through the dropped reply channel.
+        let Ok((ok, finish)) =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(Ok(conn))))
+        else {
+            tracing::error!("a write panicked; rolled back");
+            let _ = conn.execute_batch("ROLLBACK TO job; RELEASE job");
+            continue;
+        };
         let end = if ok {
             "RELEASE job"
         } else {

@@ -44,12 +44,7 @@ pub(super) fn compile(expr: &Expr, sql: &mut String, params: &mut Vec<Value>) {
                 sql.push_str(" IS NOT NULL AND NOT ");
             }
             sql.push_str("COALESCE(");
-            for (i, value) in values.iter().enumerate() {
-                if i > 0 {
-                    sql.push_str(" OR ");
-                }
-                comparison(field, CmpOp::Eq, value, sql, params);
-            }
+            in_lists(field, values, sql, params);
             sql.push_str(", 0))");
         }
         Expr::IsNull { field, negated } => {
@@ -68,6 +63,39 @@ pub(super) fn compile(expr: &Expr, sql: &mut String, params: &mut Vec<Value>) {
                 " IS NULL)"
             });
         }
+    }
+}
+
+/// `col IN (strings) OR mm_num(col) IN (numbers)`: flat lists, however many values.
+fn in_lists(field: &Field, values: &[Literal], sql: &mut String, params: &mut Vec<Value>) {
+    let (numbers, others): (Vec<&Literal>, Vec<&Literal>) =
+        values.iter().partition(|v| matches!(v, Literal::Num(_)));
+    let mut first = true;
+    for (group, numeric) in [(others, false), (numbers, true)] {
+        if group.is_empty() {
+            continue;
+        }
+        if !first {
+            sql.push_str(" OR ");
+        }
+        first = false;
+        if numeric {
+            sql.push_str("mm_num(");
+            column(field, sql, params);
+            sql.push(')');
+        } else {
+            column(field, sql, params);
+        }
+        sql.push_str(" IN (");
+        for (i, value) in group.into_iter().enumerate() {
+            sql.push_str(if i == 0 { "?" } else { ", ?" });
+            params.push(match value {
+                Literal::Num(n) => Value::Real(*n),
+                Literal::Str(s) => Value::Text(s.clone()),
+                Literal::Time(t) => Value::Integer(*t),
+            });
+        }
+        sql.push(')');
     }
 }
 

@@ -1,0 +1,20 @@
+# Build stage: compiles the release binary (protoc comes vendored through build.rs).
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock build.rs buf.yaml ./
+COPY proto ./proto
+COPY src ./src
+RUN cargo build --release --locked --bin memmachine
+
+# Runtime stage: a small image running as a non-root user, data on a volume.
+FROM debian:bookworm-slim
+RUN useradd --system --uid 10001 --user-group --home-dir /data memmachine \
+    && mkdir -p /data && chown memmachine:memmachine /data
+COPY --from=build /src/target/release/memmachine /usr/local/bin/memmachine
+USER 10001:10001
+ENV MEMMACHINE_DATA_DIR=/data \
+    MEMMACHINE_LISTEN=0.0.0.0:50051
+VOLUME ["/data"]
+EXPOSE 50051
+ENTRYPOINT ["/usr/local/bin/memmachine"]
+CMD ["serve"]

@@ -5,8 +5,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 
 use crate::config::ServeConfig;
@@ -81,6 +81,10 @@ pub async fn run(
             }
         }
     };
+    // Without TCP_NODELAY small responses wait for the peer's delayed ACK (~40 ms).
+    let incoming = TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .with_keepalive(Some(std::time::Duration::from_secs(60)));
     let served = Server::builder()
         .add_service(health_service)
         .add_service(reflection_v1)
@@ -91,7 +95,7 @@ pub async fn run(
         .add_service(
             MemoryServiceServer::new(MemoryGrpc::new(memories)).max_decoding_message_size(max),
         )
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), drain)
+        .serve_with_incoming_shutdown(incoming, drain)
         .await;
     // Commit what is queued before leaving.
     let closing = store.clone();

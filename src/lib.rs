@@ -12,6 +12,7 @@ pub mod limits;
 pub mod memory;
 pub mod model;
 pub mod projects;
+pub mod retrieval;
 pub mod server;
 pub mod store;
 

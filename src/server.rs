@@ -47,6 +47,15 @@ pub async fn run(
         "gRPC server listening"
     );
 
+    {
+        // Searches work meanwhile: a project not yet loaded loads on its first search.
+        let store = store.clone();
+        tokio::spawn(async move {
+            if let Err(err) = store.preload_indexes().await {
+                tracing::warn!(error = %err, "preloading lexical indexes failed");
+            }
+        });
+    }
     let projects = Projects::new(store.clone(), config.limits);
     let episodic = EpisodicMemory::new(store.clone(), config.limits);
     let memories = Memories::new(projects.clone(), episodic);

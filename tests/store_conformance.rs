@@ -318,6 +318,44 @@ pub async fn lexical_search_ranks_within_the_project_only(store: Arc<dyn Store>)
     );
 }
 
+pub async fn search_sees_every_acknowledged_change(store: Arc<dyn Store>) {
+    let k = project(&store, "o", "live").await;
+    let first = episode("the kettle is in the cupboard", "u", &[], 1);
+    store.add_episodes(&k, vec![first.clone()]).await.unwrap();
+    // The first search builds the project's index; later writes must reach it.
+    assert_eq!(
+        store
+            .search_lexical(&k, "kettle", None, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let second = episode("a new kettle arrived", "u", &[], 2);
+    store.add_episodes(&k, vec![second.clone()]).await.unwrap();
+    let hits = store.search_lexical(&k, "kettle", None, 10).await.unwrap();
+    assert_eq!(hits.len(), 2);
+    store.delete_episodes(&k, &[first.uid]).await.unwrap();
+    let hits = store
+        .search_lexical(&k, "kettle cupboard", None, 10)
+        .await
+        .unwrap();
+    let uids: Vec<_> = hits.iter().map(|h| h.episode.uid).collect();
+    assert_eq!(uids, [second.uid]);
+    let many: Vec<_> = (0..300)
+        .map(|i| episode(&format!("kettle number {i}"), "u", &[], i))
+        .collect();
+    store.add_episodes(&k, many).await.unwrap();
+    assert_eq!(
+        store
+            .search_lexical(&k, "kettle", None, 1000)
+            .await
+            .unwrap()
+            .len(),
+        301
+    );
+}
+
 pub async fn filters_apply_before_the_cut(store: Arc<dyn Store>) {
     let k = project(&store, "o", "cut").await;
     let mut batch: Vec<_> = (0..20)
@@ -479,6 +517,7 @@ macro_rules! conformance {
                 deletes_stay_inside_the_project,
                 lexical_search_ranks_within_the_project_only,
                 filters_apply_before_the_cut,
+                search_sees_every_acknowledged_change,
                 filter_language_semantics,
                 the_largest_filters_run,
                 episodic_config_updates_are_partial,

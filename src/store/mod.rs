@@ -3,7 +3,6 @@
 //! inside their own transaction, so a project deleted concurrently is `NotFound`, never
 //! a half-finished operation.
 
-pub mod lexical;
 pub mod sqlite;
 
 use async_trait::async_trait;

@@ -33,6 +33,7 @@ pub(super) fn open_connection(path: &Path) -> Result<Connection> {
     .map_err(storage_error)?;
     conn.set_prepared_statement_cache_capacity(256);
     register_functions(&conn).map_err(storage_error)?;
+    rusqlite::vtab::array::load_module(&conn).map_err(storage_error)?;
     Ok(conn)
 }
 
@@ -87,12 +88,27 @@ impl Writer {
         R: Send + 'static,
         F: FnOnce(&Connection) -> Result<R> + Send + 'static,
     {
+        self.write_then(f, |_| ()).await
+    }
+
+    /// Like `write`, and runs `after` on the writer thread once the write has committed,
+    /// before answering (to update what derives from the database).
+    pub(super) async fn write_then<R, F, A>(&self, f: F, after: A) -> Result<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R> + Send + 'static,
+        A: FnOnce(&R) + Send + 'static,
+    {
         let (tx, rx) = oneshot::channel();
         let job: Job = Box::new(move |conn| {
             let result = conn.and_then(f);
             let ok = result.is_ok();
             let finish: Finish = Box::new(move |commit| {
-                let _ = tx.send(commit.and(result));
+                let result = commit.and(result);
+                if let Ok(value) = &result {
+                    after(value);
+                }
+                let _ = tx.send(result);
             });
             (ok, finish)
         });

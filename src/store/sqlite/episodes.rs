@@ -7,7 +7,7 @@ use rusqlite::{Connection, Row, params, params_from_iter};
 
 use super::connection::storage_error;
 use super::filter_sql;
-use super::projects::{self, fts_table};
+use super::projects;
 use crate::error::{Error, Result};
 use crate::model::filter::Expr;
 use crate::model::{Episode, NewEpisode, ProjectKey};
@@ -16,19 +16,20 @@ use crate::model::{Episode, NewEpisode, ProjectKey};
 pub(super) const COLUMNS: &str = "e.uid, e.content, e.producer_id, e.producer_role, \
      e.produced_for_id, e.seq, e.episode_type, e.content_type, e.created_at, e.metadata";
 
-pub(super) fn from_row(row: &Row<'_>) -> rusqlite::Result<Episode> {
-    let uid: [u8; 16] = row.get(0)?;
-    let metadata: Option<String> = row.get(9)?;
+/// Reads an episode from `COLUMNS`, starting at column `at`.
+pub(super) fn from_row(row: &Row<'_>, at: usize) -> rusqlite::Result<Episode> {
+    let uid: [u8; 16] = row.get(at)?;
+    let metadata: Option<String> = row.get(at + 9)?;
     Ok(Episode {
         uid: uuid::Uuid::from_bytes(uid),
-        content: row.get(1)?,
-        producer_id: row.get(2)?,
-        producer_role: row.get::<_, Option<String>>(3)?.unwrap_or_default(),
-        produced_for_id: row.get::<_, Option<String>>(4)?.unwrap_or_default(),
-        sequence_num: row.get(5)?,
-        episode_type: row.get(6)?,
-        content_type: row.get(7)?,
-        created_at_micros: row.get(8)?,
+        content: row.get(at + 1)?,
+        producer_id: row.get(at + 2)?,
+        producer_role: row.get::<_, Option<String>>(at + 3)?.unwrap_or_default(),
+        produced_for_id: row.get::<_, Option<String>>(at + 4)?.unwrap_or_default(),
+        sequence_num: row.get(at + 5)?,
+        episode_type: row.get(at + 6)?,
+        content_type: row.get(at + 7)?,
+        created_at_micros: row.get(at + 8)?,
         metadata: metadata
             .and_then(|json| serde_json::from_str::<BTreeMap<String, String>>(&json).ok())
             .unwrap_or_default(),
@@ -39,11 +40,14 @@ fn non_empty(s: &str) -> Option<&str> {
     (!s.is_empty()).then_some(s)
 }
 
-pub(super) fn add(
-    conn: &Connection,
-    key: &ProjectKey,
-    episodes: &[NewEpisode],
-) -> Result<Vec<i64>> {
+/// What an add stored: the project's row id, and each episode's sequence number and row id.
+pub(super) struct Added {
+    pub project: i64,
+    pub seqs: Vec<i64>,
+    pub rows: Vec<i64>,
+}
+
+pub(super) fn add(conn: &Connection, key: &ProjectKey, episodes: &[NewEpisode]) -> Result<Added> {
     let project = projects::require(conn, key)?;
     let count = episodes.len() as i64;
     let first: i64 = conn
@@ -60,13 +64,8 @@ pub(super) fn add(
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         )
         .map_err(storage_error)?;
-    let mut index = conn
-        .prepare_cached(&format!(
-            "INSERT INTO {} (rowid, content) VALUES (?1, ?2)",
-            fts_table(project)
-        ))
-        .map_err(storage_error)?;
     let mut seqs = Vec::with_capacity(episodes.len());
+    let mut rows = Vec::with_capacity(episodes.len());
     for (offset, episode) in episodes.iter().enumerate() {
         let seq = first + offset as i64;
         let metadata = (!episode.metadata.is_empty())
@@ -95,12 +94,14 @@ pub(super) fn add(
                 }
                 other => storage_error(other),
             })?;
-        index
-            .execute(params![conn.last_insert_rowid(), episode.content])
-            .map_err(storage_error)?;
+        rows.push(conn.last_insert_rowid());
         seqs.push(seq);
     }
-    Ok(seqs)
+    Ok(Added {
+        project,
+        seqs,
+        rows,
+    })
 }
 
 pub(super) fn count(conn: &Connection, key: &ProjectKey) -> Result<i64> {
@@ -134,12 +135,17 @@ pub(super) fn scan(
     });
     params.push(Value::Integer(limit as i64));
     let mut stmt = conn.prepare_cached(&sql).map_err(storage_error)?;
-    stmt.query_map(params_from_iter(params), from_row)
+    stmt.query_map(params_from_iter(params), |row| from_row(row, 0))
         .and_then(|rows| rows.collect())
         .map_err(storage_error)
 }
 
-pub(super) fn delete(conn: &Connection, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<u64> {
+/// Deletes the episodes; returns the project's row id and the deleted rows.
+pub(super) fn delete(
+    conn: &Connection,
+    key: &ProjectKey,
+    uids: &[uuid::Uuid],
+) -> Result<(i64, Vec<i64>)> {
     let project = projects::require(conn, key)?;
     let mut find = conn
         .prepare_cached("SELECT id FROM episodes WHERE project = ?1 AND uid = ?2")
@@ -164,15 +170,8 @@ pub(super) fn delete(conn: &Connection, key: &ProjectKey, uids: &[uuid::Uuid]) -
     let mut delete_episode = conn
         .prepare_cached("DELETE FROM episodes WHERE id = ?1")
         .map_err(storage_error)?;
-    let mut delete_index = conn
-        .prepare_cached(&format!(
-            "DELETE FROM {} WHERE rowid = ?1",
-            fts_table(project)
-        ))
-        .map_err(storage_error)?;
     for id in &rows {
         delete_episode.execute([id]).map_err(storage_error)?;
-        delete_index.execute([id]).map_err(storage_error)?;
     }
-    Ok(rows.len() as u64)
+    Ok((project, rows))
 }

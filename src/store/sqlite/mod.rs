@@ -1,18 +1,22 @@
-//! The embedded default backend: one SQLite file (WAL, `synchronous=FULL`) with an FTS5
-//! index per project.
+//! The embedded default backend: one SQLite file (WAL, `synchronous=FULL`) as the source
+//! of truth, with an in-memory BM25 index per project derived from it.
 
 mod connection;
 mod episodes;
 mod filter_sql;
+mod lexical;
 mod projects;
 mod schema;
 mod search;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
 use self::connection::{ReadPool, Writer, open_connection};
+use self::lexical::{IndexChange, LexicalIndexes};
+use self::search::Outcome;
 use super::{EpisodeStore, ProjectStore};
 use crate::error::{Error, Result};
 use crate::model::filter::Expr;
@@ -28,6 +32,7 @@ pub struct SqliteStore {
     path: PathBuf,
     writer: Writer,
     readers: ReadPool,
+    indexes: Arc<LexicalIndexes>,
 }
 
 impl SqliteStore {
@@ -46,12 +51,37 @@ impl SqliteStore {
         Ok(SqliteStore {
             readers: ReadPool::new(path.clone(), readers),
             writer: Writer::start(conn),
+            indexes: Arc::default(),
             path,
         })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Loads every project's lexical index, so that first searches need not wait.
+    pub async fn preload_indexes(&self) -> Result<()> {
+        let ids: Vec<i64> = self
+            .readers
+            .read(|tx| {
+                let mut stmt = tx
+                    .prepare("SELECT id FROM projects ORDER BY id")
+                    .map_err(connection::storage_error)?;
+                let ids = stmt
+                    .query_map([], |row| row.get(0))
+                    .and_then(|rows| rows.collect())
+                    .map_err(connection::storage_error)?;
+                Ok(ids)
+            })
+            .await?;
+        for project in ids {
+            let indexes = self.indexes.clone();
+            self.readers
+                .read(move |tx| indexes.load(tx, project))
+                .await?;
+        }
+        Ok(())
     }
 
     /// Commits queued writes and stops the writer; later writes answer `UNAVAILABLE`.
@@ -93,9 +123,19 @@ impl ProjectStore for SqliteStore {
 
     async fn delete_project(&self, key: &ProjectKey) -> Result<bool> {
         let key = key.clone();
-        self.writer
-            .write(move |conn| projects::delete(conn, &key))
-            .await
+        let indexes = self.indexes.clone();
+        let deleted = self
+            .writer
+            .write_then(
+                move |conn| projects::delete(conn, &key),
+                move |deleted| {
+                    if let Some(project) = deleted {
+                        indexes.drop_project(*project);
+                    }
+                },
+            )
+            .await?;
+        Ok(deleted.is_some())
     }
 
     async fn update_episodic_config(
@@ -114,9 +154,25 @@ impl ProjectStore for SqliteStore {
 impl EpisodeStore for SqliteStore {
     async fn add_episodes(&self, key: &ProjectKey, new: Vec<NewEpisode>) -> Result<Vec<i64>> {
         let key = key.clone();
-        self.writer
-            .write(move |conn| episodes::add(conn, &key, &new))
-            .await
+        let new = Arc::new(new);
+        let indexes = self.indexes.clone();
+        let stored = new.clone();
+        let added = self
+            .writer
+            .write_then(
+                move |conn| episodes::add(conn, &key, &stored),
+                move |added| {
+                    let docs: Vec<(i64, &str)> = added
+                        .rows
+                        .iter()
+                        .zip(new.iter())
+                        .map(|(row, episode)| (*row, episode.content.as_str()))
+                        .collect();
+                    indexes.apply(added.project, IndexChange::Insert(&docs));
+                },
+            )
+            .await?;
+        Ok(added.seqs)
     }
 
     async fn count_episodes(&self, key: &ProjectKey) -> Result<i64> {
@@ -154,9 +210,15 @@ impl EpisodeStore for SqliteStore {
 
     async fn delete_episodes(&self, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<u64> {
         let (key, uids) = (key.clone(), uids.to_vec());
-        self.writer
-            .write(move |conn| episodes::delete(conn, &key, &uids))
-            .await
+        let indexes = self.indexes.clone();
+        let (_, rows) = self
+            .writer
+            .write_then(
+                move |conn| episodes::delete(conn, &key, &uids),
+                move |(project, rows)| indexes.apply(*project, IndexChange::Remove(rows)),
+            )
+            .await?;
+        Ok(rows.len() as u64)
     }
 
     async fn search_lexical(
@@ -166,9 +228,38 @@ impl EpisodeStore for SqliteStore {
         filter: Option<&Expr>,
         limit: usize,
     ) -> Result<Vec<ScoredEpisode>> {
-        let (key, query, filter) = (key.clone(), query.to_string(), filter.cloned());
-        self.readers
-            .read(move |tx| search::search(tx, &key, &query, filter.as_ref(), limit))
-            .await
+        let terms = Arc::new(crate::retrieval::tokenize::query_terms(query));
+        let (key, filter) = (Arc::new(key.clone()), Arc::new(filter.cloned()));
+        loop {
+            let (terms, key, filter) = (terms.clone(), key.clone(), filter.clone());
+            let indexes = self.indexes.clone();
+            let outcome = self
+                .readers
+                .read(move |tx| {
+                    let project = projects::require(tx, &key)?;
+                    if terms.is_empty() {
+                        return Ok((project, Outcome::Found(Vec::new())));
+                    }
+                    let found = search::search(
+                        tx,
+                        &indexes,
+                        project,
+                        &terms,
+                        filter.as_ref().as_ref(),
+                        limit,
+                    )?;
+                    Ok((project, found))
+                })
+                .await?;
+            match outcome {
+                (_, Outcome::Found(found)) => return Ok(found),
+                (project, Outcome::NeedsIndex) => {
+                    let indexes = self.indexes.clone();
+                    self.readers
+                        .read(move |tx| indexes.load(tx, project))
+                        .await?;
+                }
+            }
+        }
     }
 }

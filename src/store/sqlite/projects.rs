@@ -30,10 +30,6 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Project> {
     })
 }
 
-pub(super) fn fts_table(internal_id: i64) -> String {
-    format!("fts_{internal_id}")
-}
-
 pub(super) fn find(conn: &Connection, key: &ProjectKey) -> Result<Option<Project>> {
     conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM projects WHERE org_id = ?1 AND project_id = ?2"
@@ -85,13 +81,6 @@ pub(super) fn insert(
         ],
     )
     .map_err(storage_error)?;
-    let id = conn.last_insert_rowid();
-    conn.execute_batch(&format!(
-        "CREATE VIRTUAL TABLE {} USING fts5(content, content='', contentless_delete=1, \
-         tokenize='porter unicode61 remove_diacritics 2')",
-        fts_table(id)
-    ))
-    .map_err(storage_error)?;
     find(conn, key)?.ok_or_else(|| Error::Internal("inserted project vanished".into()))
 }
 
@@ -119,18 +108,17 @@ pub(super) fn list(
     .map_err(storage_error)
 }
 
-pub(super) fn delete(conn: &Connection, key: &ProjectKey) -> Result<bool> {
+/// Deletes the project and its episodes; returns its row id, if it existed.
+pub(super) fn delete(conn: &Connection, key: &ProjectKey) -> Result<Option<i64>> {
     let Some(project) = find(conn, key)? else {
-        return Ok(false);
+        return Ok(None);
     };
     let id = project.internal_id;
     conn.execute("DELETE FROM episodes WHERE project = ?1", [id])
         .map_err(storage_error)?;
-    conn.execute_batch(&format!("DROP TABLE {}", fts_table(id)))
-        .map_err(storage_error)?;
     conn.execute("DELETE FROM projects WHERE id = ?1", [id])
         .map_err(storage_error)?;
-    Ok(true)
+    Ok(Some(id))
 }
 
 pub(super) fn update_episodic_config(

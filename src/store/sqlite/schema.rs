@@ -7,8 +7,8 @@ use crate::error::Result;
 
 /// Each entry migrates from version `index` to `index + 1`.
 const MIGRATIONS: &[&str] = &[
-    // 1: projects and episodes. Each project also has its own FTS5 table `fts_{id}`,
-    // created with the project, so lexical statistics never mix tenants.
+    // 1: projects and episodes. Project ids are never reused (AUTOINCREMENT), so
+    // nothing keyed by one can be mistaken for a later project's.
     "CREATE TABLE projects (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         org_id TEXT NOT NULL,

@@ -1,0 +1,4 @@
+//! Ranking: text analysis and the BM25 index, independent of any store.
+
+pub mod bm25;
+pub mod tokenize;

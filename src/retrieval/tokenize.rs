@@ -1,0 +1,96 @@
+//! Text analysis shared by indexing and querying (`bm25` indexes `stem(word)` for
+//! every word): words are split on anything that is
+//! not a letter or digit, lower-cased and stemmed (Snowball English), so "hiking" finds
+//! "hikes". Queries also drop common English function words unless nothing else is
+//! left, since they match nearly every document and only cost time.
+
+use std::sync::LazyLock;
+
+use rust_stemmers::{Algorithm, Stemmer};
+
+/// Most terms kept from one query.
+const MAX_QUERY_TERMS: usize = 64;
+
+static STEMMER: LazyLock<Stemmer> = LazyLock::new(|| Stemmer::create(Algorithm::English));
+
+const STOPWORDS: &[&str] = &[
+    "a", "about", "after", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be",
+    "been", "before", "being", "both", "but", "by", "can", "could", "d", "did", "do", "does",
+    "doing", "for", "from", "had", "has", "have", "having", "he", "her", "here", "hers", "him",
+    "his", "how", "i", "if", "in", "into", "is", "it", "its", "just", "ll", "m", "me", "my", "no",
+    "nor", "not", "of", "off", "on", "or", "our", "ours", "re", "s", "she", "should", "so", "some",
+    "such", "t", "than", "that", "the", "their", "theirs", "them", "then", "there", "these",
+    "they", "this", "those", "to", "too", "us", "ve", "very", "was", "we", "were", "what", "when",
+    "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your",
+    "yours",
+];
+
+/// The lower-cased words of `text`.
+pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+}
+
+/// The stem of a lower-cased word.
+pub fn stem(word: &str) -> String {
+    STEMMER.stem(word).into_owned()
+}
+
+/// The distinct terms of a query, stopwords removed when others remain.
+pub fn query_terms(query: &str) -> Vec<String> {
+    let mut all: Vec<String> = Vec::new();
+    for word in words(query) {
+        if !all.contains(&word) {
+            all.push(word);
+        }
+    }
+    let content: Vec<&String> = all
+        .iter()
+        .filter(|w| !STOPWORDS.contains(&w.as_str()))
+        .collect();
+    let chosen: Vec<&String> = if content.is_empty() {
+        all.iter().collect()
+    } else {
+        content
+    };
+    let mut terms: Vec<String> = Vec::new();
+    for word in chosen {
+        let term = stem(word);
+        if !terms.contains(&term) {
+            terms.push(term);
+        }
+    }
+    terms.truncate(MAX_QUERY_TERMS);
+    terms
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_content_words_and_drops_function_words() {
+        assert_eq!(
+            query_terms("What is the name of Caroline's dog?"),
+            ["name", "carolin", "dog"]
+        );
+    }
+
+    #[test]
+    fn keeps_function_words_when_nothing_else_is_left() {
+        assert_eq!(query_terms("who is he"), ["who", "is", "he"]);
+    }
+
+    #[test]
+    fn stems_documents_and_queries_alike() {
+        assert_eq!(
+            words("Hiking, HIKES; hiked!")
+                .map(|w| stem(&w))
+                .collect::<Vec<_>>(),
+            ["hike", "hike", "hike"]
+        );
+        assert_eq!(query_terms("hiking"), ["hike"]);
+        assert!(query_terms("?!  ...").is_empty());
+    }
+}

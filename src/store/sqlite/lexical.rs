@@ -1,0 +1,113 @@
+//! The BM25 indexes of the projects, kept in memory beside the SQLite file (the source
+//! of truth). A project's index is loaded from the database on first use; after that the
+//! writer thread applies every committed change before it acknowledges the write, so an
+//! acknowledged episode is searchable at once.
+//!
+//! Loading registers the index before it reads, and takes its snapshot only once it
+//! holds the index's lock: a write that commits meanwhile either is in that snapshot or
+//! finds the registered index and waits to apply itself (applying twice is harmless).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use rusqlite::Connection;
+
+use super::connection::storage_error;
+use crate::error::Result;
+use crate::retrieval::bm25::Bm25Index;
+
+type Slot = Arc<RwLock<Option<Bm25Index>>>;
+
+#[derive(Default)]
+pub(super) struct LexicalIndexes {
+    projects: Mutex<HashMap<i64, Slot>>,
+}
+
+/// A change to apply to a project's index once its transaction has committed.
+pub(super) enum IndexChange<'a> {
+    Insert(&'a [(i64, &'a str)]),
+    Remove(&'a [i64]),
+}
+
+impl LexicalIndexes {
+    /// The project's index if it is loaded.
+    pub(super) fn loaded(&self, project: i64) -> Option<Slot> {
+        let slot = self
+            .projects
+            .lock()
+            .expect("index map")
+            .get(&project)
+            .cloned()?;
+        let ready = slot.read().expect("index lock").is_some();
+        ready.then_some(slot)
+    }
+
+    /// Loads the project's index through `conn`, which must hold a read transaction
+    /// that has not read anything yet (so its snapshot starts here).
+    pub(super) fn load(&self, conn: &Connection, project: i64) -> Result<()> {
+        let slot = self
+            .projects
+            .lock()
+            .expect("index map")
+            .entry(project)
+            .or_default()
+            .clone();
+        let mut guard = slot.write().expect("index lock");
+        if guard.is_some() {
+            return Ok(());
+        }
+        let started = std::time::Instant::now();
+        let mut index = Bm25Index::new();
+        let mut stmt = conn
+            .prepare_cached("SELECT id, content FROM episodes WHERE project = ?1")
+            .map_err(storage_error)?;
+        let mut rows = stmt.query([project]).map_err(storage_error)?;
+        while let Some(row) = rows.next().map_err(storage_error)? {
+            let id: i64 = row.get(0).map_err(storage_error)?;
+            let content: String = row.get(1).map_err(storage_error)?;
+            index.insert(id, &content);
+        }
+        tracing::info!(
+            project,
+            episodes = index.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "lexical index loaded"
+        );
+        *guard = Some(index);
+        Ok(())
+    }
+
+    /// Applies a committed change to the project's index, if it is registered.
+    pub(super) fn apply(&self, project: i64, change: IndexChange<'_>) {
+        let Some(slot) = self
+            .projects
+            .lock()
+            .expect("index map")
+            .get(&project)
+            .cloned()
+        else {
+            return;
+        };
+        let mut guard = slot.write().expect("index lock");
+        let Some(index) = guard.as_mut() else {
+            return;
+        };
+        match change {
+            IndexChange::Insert(docs) => {
+                for (id, text) in docs {
+                    index.insert(*id, text);
+                }
+            }
+            IndexChange::Remove(ids) => {
+                for id in ids {
+                    index.remove(*id);
+                }
+            }
+        }
+    }
+
+    /// Forgets a deleted project's index.
+    pub(super) fn drop_project(&self, project: i64) {
+        self.projects.lock().expect("index map").remove(&project);
+    }
+}

@@ -1,0 +1,410 @@
+//! The wire contract from outside: stock clients that know nothing of this crate talk to
+//! the real `memmachine` binary over TCP.
+//!
+//! - `python_grpcio_client`: Python grpcio with stubs generated from `proto/` at run time
+//!   (`tests/external/python_client.py`).
+//! - `buf_curl_via_reflection`: `buf curl`, which learns the schema from the server's
+//!   reflection service alone, speaking JSON.
+//!
+//! The clients live under `.tools/` (install them with `scripts/setup-test-tools.sh`);
+//! `MEMMACHINE_TEST_BUF` and `MEMMACHINE_TEST_PYTHON` point elsewhere. A missing client
+//! fails the test: it never passes by skipping.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use common::ServerProcess;
+use serde_json::{Value, json};
+
+const SETUP_HINT: &str =
+    "run `bash scripts/setup-test-tools.sh` to install the external test clients under .tools/";
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The client named by `env_var`, else `default` under the repository root. Panics with
+/// the setup hint when the default is missing.
+fn tool(env_var: &str, default: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(env_var).filter(|p| !p.is_empty()) {
+        return PathBuf::from(path);
+    }
+    let path = repo_root().join(default);
+    assert!(
+        path.is_file(),
+        "external test client missing: {} does not exist (or set {env_var}); {SETUP_HINT}",
+        path.display()
+    );
+    path
+}
+
+fn run(command: &mut Command) -> Output {
+    command
+        .output()
+        .unwrap_or_else(|err| panic!("cannot run {command:?}: {err}; {SETUP_HINT}"))
+}
+
+fn describe(output: &Output) -> String {
+    format!(
+        "status: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[test]
+fn python_grpcio_client() {
+    let python = tool("MEMMACHINE_TEST_PYTHON", ".tools/venv/bin/python");
+    let data = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start(data.path(), &[]);
+    let output = run(Command::new(&python)
+        .arg(repo_root().join("tests/external/python_client.py"))
+        .args(["--addr", &server.addr])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .current_dir(repo_root()));
+    assert!(
+        output.status.success(),
+        "python grpcio client failed\n{}",
+        describe(&output)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("OK: python grpcio client checks passed"),
+        "python client exited 0 without its closing line\n{}",
+        describe(&output)
+    );
+}
+
+/// `buf curl` against one server, over plain-text HTTP/2 with the gRPC protocol.
+struct BufCurl {
+    bin: PathBuf,
+    base: String,
+}
+
+impl BufCurl {
+    fn command(&self) -> Command {
+        let mut command = Command::new(&self.bin);
+        command
+            .arg("curl")
+            .args(["--protocol", "grpc", "--http2-prior-knowledge"])
+            .args(["--timeout", "60s", "--log-format", "text"])
+            .env(
+                "BUF_CACHE_DIR",
+                std::env::temp_dir().join("memmachine-buf-cache"),
+            )
+            .current_dir(std::env::temp_dir());
+        command
+    }
+
+    fn invoke(&self, method: &str, body: &Value) -> Output {
+        run(self
+            .command()
+            .args(["--data", &body.to_string()])
+            .arg(format!("{}/{method}", self.base)))
+    }
+
+    /// Calls `method` with `body`, expects success and returns the response as JSON.
+    fn call(&self, method: &str, body: Value) -> Value {
+        let output = self.invoke(method, &body);
+        assert!(
+            output.status.success(),
+            "buf curl {method} {body} failed\n{}",
+            describe(&output)
+        );
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+            panic!(
+                "buf curl {method}: response is not JSON ({err})\n{}",
+                describe(&output)
+            )
+        })
+    }
+
+    /// Calls `method` with `body`, expects the RPC to fail with `code` (buf curl exits
+    /// with the gRPC code shifted left by three) and returns the error JSON it printed.
+    fn call_err(&self, method: &str, body: Value, code: &str, numeric: i32) -> Value {
+        let output = self.invoke(method, &body);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            !output.status.success(),
+            "buf curl {method} {body} should have failed\n{}",
+            describe(&output)
+        );
+        assert_eq!(
+            output.status.code(),
+            Some(numeric << 3),
+            "buf curl {method} {body}: exit code is not {code} << 3\n{}",
+            describe(&output)
+        );
+        assert!(
+            text.contains(code),
+            "buf curl {method} {body}: output does not mention {code}\n{}",
+            describe(&output)
+        );
+        serde_json::from_slice(&output.stderr)
+            .or_else(|_| serde_json::from_slice(&output.stdout))
+            .unwrap_or_else(|err| {
+                panic!(
+                    "buf curl {method}: error is not JSON ({err})\n{}",
+                    describe(&output)
+                )
+            })
+    }
+
+    /// The services that reflection lists, through one reflection protocol.
+    fn list_services(&self, reflect_protocol: &str) -> Vec<String> {
+        let output = run(self
+            .command()
+            .args(["--reflect-protocol", reflect_protocol, "--list-services"])
+            .arg(&self.base));
+        assert!(
+            output.status.success(),
+            "buf curl --list-services ({reflect_protocol}) failed\n{}",
+            describe(&output)
+        );
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(|line| line.trim().to_string())
+            .filter(|line| !line.is_empty())
+            .collect()
+    }
+}
+
+/// `value[name]` under its proto JSON name (lowerCamelCase) or its original name.
+fn field<'a>(value: &'a Value, name: &str) -> &'a Value {
+    let mut camel = String::new();
+    let mut upper = false;
+    for c in name.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            camel.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            camel.push(c);
+        }
+    }
+    match value.get(&camel).or_else(|| value.get(name)) {
+        Some(v) => v,
+        None => &Value::Null,
+    }
+}
+
+fn string(value: &Value, name: &str) -> String {
+    field(value, name).as_str().unwrap_or_default().to_string()
+}
+
+/// An int64 field: proto JSON writes it as a string, and omits it when zero.
+fn int64(value: &Value, name: &str) -> i64 {
+    match field(value, name) {
+        Value::Null => 0,
+        Value::String(s) => s
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} is not an int64: {s:?}")),
+        v => v
+            .as_i64()
+            .unwrap_or_else(|| panic!("{name} is not an int64: {v}")),
+    }
+}
+
+fn array<'a>(value: &'a Value, name: &str) -> &'a [Value] {
+    match field(value, name) {
+        Value::Null => &[],
+        v => v
+            .as_array()
+            .unwrap_or_else(|| panic!("{name} is not an array: {v}")),
+    }
+}
+
+#[test]
+fn buf_curl_via_reflection() {
+    let buf = tool("MEMMACHINE_TEST_BUF", ".tools/npm/node_modules/.bin/buf");
+    let data = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start(data.path(), &[]);
+    let curl = BufCurl {
+        bin: buf,
+        base: server.url(),
+    };
+
+    // Health, overall and per service.
+    let health = curl.call("grpc.health.v1.Health/Check", json!({}));
+    assert_eq!(string(&health, "status"), "SERVING", "{health}");
+    let health = curl.call(
+        "grpc.health.v1.Health/Check",
+        json!({"service": "memmachine.v2.MemoryService"}),
+    );
+    assert_eq!(string(&health, "status"), "SERVING", "{health}");
+
+    // Both reflection protocols list the services.
+    for protocol in ["grpc-v1", "grpc-v1alpha"] {
+        let services = curl.list_services(protocol);
+        for want in [
+            "memmachine.v2.ProjectService",
+            "memmachine.v2.MemoryService",
+            "grpc.health.v1.Health",
+        ] {
+            assert!(
+                services.iter().any(|s| s == want),
+                "{protocol} reflection does not list {want}: {services:?}"
+            );
+        }
+    }
+
+    let (org, project) = ("curl-org", "curl-project");
+    let key = json!({"org_id": org, "project_id": project});
+
+    // CreateProject.
+    let created = curl.call(
+        "memmachine.v2.ProjectService/CreateProject",
+        json!({"org_id": org, "project_id": project, "description": "via buf curl"}),
+    );
+    let p = field(&created, "project");
+    assert_eq!(string(p, "org_id"), org, "{created}");
+    assert_eq!(string(p, "project_id"), project, "{created}");
+    assert_eq!(string(p, "description"), "via buf curl", "{created}");
+
+    // AddMemories: uids in input order.
+    let contents = [
+        "The lighthouse keeper painted the tower red and white",
+        "Penguins huddle together to survive the antarctic winter",
+        "Our sourdough starter needs feeding twice a day",
+    ];
+    let added = curl.call(
+        "memmachine.v2.MemoryService/AddMemories",
+        json!({
+            "org_id": org,
+            "project_id": project,
+            "types": ["MEMORY_TYPE_EPISODIC"],
+            "messages": [
+                {"content": contents[0], "producer": "alice", "role": "user",
+                 "produced_for": "agent", "metadata": {"topic": "sea"},
+                 "timestamp": "2026-01-02T03:04:05Z"},
+                {"content": contents[1], "producer": "bob", "role": "assistant",
+                 "metadata": {"topic": "animals"}},
+                {"content": contents[2], "producer": "alice", "role": "user",
+                 "metadata": {"topic": "baking"}},
+            ],
+        }),
+    );
+    let uids: Vec<String> = array(&added, "results")
+        .iter()
+        .map(|r| string(r, "uid"))
+        .collect();
+    assert_eq!(uids.len(), 3, "{added}");
+    assert!(uids.iter().all(|u| !u.is_empty()), "{added}");
+
+    // SearchMemories: the relevant message ranks first.
+    let found = curl.call(
+        "memmachine.v2.MemoryService/SearchMemories",
+        json!({"org_id": org, "project_id": project, "query": "penguins antarctic", "top_k": 3}),
+    );
+    let ltm = array(field(&found, "episodic_memory"), "long_term_memory");
+    assert!(!ltm.is_empty(), "no long-term hits: {found}");
+    let top = field(&ltm[0], "episode");
+    assert_eq!(string(top, "uid"), uids[1], "{found}");
+    assert_eq!(string(top, "content"), contents[1], "{found}");
+    assert_eq!(string(top, "producer_id"), "bob", "{found}");
+    assert_eq!(
+        string(top, "session_key"),
+        format!("{org}/{project}"),
+        "{found}"
+    );
+    assert_eq!(
+        field(top, "metadata"),
+        &json!({"topic": "animals"}),
+        "{found}"
+    );
+    assert!(
+        field(&ltm[0], "score").as_f64().unwrap_or(0.0) > 0.0,
+        "{found}"
+    );
+
+    // A filtered search keeps only the matching producer.
+    let filtered = curl.call(
+        "memmachine.v2.MemoryService/SearchMemories",
+        json!({"org_id": org, "project_id": project,
+               "query": "lighthouse penguins sourdough",
+               "filter": "producer_id = 'alice' AND m.topic IN ('sea', 'baking')"}),
+    );
+    let hits: Vec<String> = array(field(&filtered, "episodic_memory"), "long_term_memory")
+        .iter()
+        .map(|s| string(field(s, "episode"), "uid"))
+        .collect();
+    assert!(!hits.is_empty(), "{filtered}");
+    assert!(
+        hits.iter().all(|u| *u == uids[0] || *u == uids[2]),
+        "{filtered}"
+    );
+
+    // ListMemories: sequence_num order, every field through JSON.
+    let listed = curl.call("memmachine.v2.MemoryService/ListMemories", key.clone());
+    let episodes = array(&listed, "episodes");
+    let listed_uids: Vec<String> = episodes.iter().map(|e| string(e, "uid")).collect();
+    assert_eq!(listed_uids, uids, "{listed}");
+    let seqs: Vec<i64> = episodes.iter().map(|e| int64(e, "sequence_num")).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{listed}");
+    assert_eq!(string(&episodes[0], "produced_for_id"), "agent", "{listed}");
+    assert_eq!(string(&episodes[0], "producer_role"), "user", "{listed}");
+    assert_eq!(
+        string(&episodes[0], "created_at"),
+        "2026-01-02T03:04:05Z",
+        "{listed}"
+    );
+    assert_eq!(string(&listed, "next_page_token"), "", "{listed}");
+
+    // DeleteEpisodicMemories, then the count.
+    let deleted = curl.call(
+        "memmachine.v2.MemoryService/DeleteEpisodicMemories",
+        json!({"org_id": org, "project_id": project, "episode_ids": [uids[0]]}),
+    );
+    assert_eq!(int64(&deleted, "deleted_count"), 1, "{deleted}");
+    let count = curl.call("memmachine.v2.ProjectService/GetEpisodeCount", key.clone());
+    assert_eq!(int64(&count, "count"), 2, "{count}");
+
+    // Rejected: a malformed id and a malformed filter answer INVALID_ARGUMENT.
+    let err = curl.call_err(
+        "memmachine.v2.ProjectService/CreateProject",
+        json!({"org_id": org, "project_id": "bad id!"}),
+        "invalid_argument",
+        3,
+    );
+    assert_eq!(string(&err, "code"), "invalid_argument", "{err}");
+    let details = array(&err, "details");
+    assert!(
+        details
+            .iter()
+            .any(|d| string(d, "type") == "google.rpc.BadRequest"),
+        "no google.rpc.BadRequest detail: {err}"
+    );
+    let err = curl.call_err(
+        "memmachine.v2.MemoryService/SearchMemories",
+        json!({"org_id": org, "project_id": project, "query": "x", "filter": "producer_id = "}),
+        "invalid_argument",
+        3,
+    );
+    assert_eq!(string(&err, "code"), "invalid_argument", "{err}");
+
+    // An unknown project answers NOT_FOUND.
+    let err = curl.call_err(
+        "memmachine.v2.MemoryService/ListMemories",
+        json!({"org_id": org, "project_id": "no-such-project"}),
+        "not_found",
+        5,
+    );
+    assert_eq!(string(&err, "code"), "not_found", "{err}");
+
+    // DeleteProject; afterwards it is gone.
+    curl.call("memmachine.v2.ProjectService/DeleteProject", key.clone());
+    curl.call_err(
+        "memmachine.v2.ProjectService/GetProject",
+        key,
+        "not_found",
+        5,
+    );
+}

@@ -43,6 +43,9 @@ pub struct ServeArgs {
     /// Largest encoded request, in bytes [default: 67108864]
     #[arg(long, env = "MEMMACHINE_MAX_REQUEST_BYTES")]
     pub max_request_bytes: Option<usize>,
+    /// Seconds to let in-flight calls finish on shutdown [default: 30]
+    #[arg(long, env = "MEMMACHINE_SHUTDOWN_GRACE")]
+    pub shutdown_grace: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
@@ -61,6 +64,7 @@ pub struct ServeConfig {
     pub log_format: LogFormat,
     pub limits: Limits,
     pub max_request_bytes: usize,
+    pub shutdown_grace: std::time::Duration,
 }
 
 impl ServeArgs {
@@ -109,6 +113,10 @@ impl ServeArgs {
             log_format: merged.log_format.unwrap_or_default(),
             limits,
             max_request_bytes: merged.max_request_bytes.unwrap_or(64 * 1024 * 1024),
+            shutdown_grace: std::time::Duration::try_from_secs_f64(
+                merged.shutdown_grace.unwrap_or(30.0),
+            )
+            .map_err(|_| "--shutdown-grace must be a number of seconds, 0 or more".to_string())?,
         })
     }
 
@@ -124,6 +132,7 @@ impl ServeArgs {
             max_content_bytes: self.max_content_bytes.or(other.max_content_bytes),
             max_page_size: self.max_page_size.or(other.max_page_size),
             max_request_bytes: self.max_request_bytes.or(other.max_request_bytes),
+            shutdown_grace: self.shutdown_grace.or(other.shutdown_grace),
         }
     }
 }

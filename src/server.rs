@@ -78,8 +78,9 @@ pub async fn run(
         .map_err(|err| Error::Internal(format!("reflection: {err}")))?;
 
     let max = config.max_request_bytes;
+    let draining = Arc::new(tokio::sync::Notify::new());
     let drain = {
-        let health = health.clone();
+        let (health, draining) = (health.clone(), draining.clone());
         async move {
             shutdown.await;
             tracing::info!("shutting down: NOT_SERVING, finishing in-flight calls");
@@ -88,13 +89,14 @@ pub async fn run(
                     .set_service_status(name, ServingStatus::NotServing)
                     .await;
             }
+            draining.notify_one();
         }
     };
     // Without TCP_NODELAY small responses wait for the peer's delayed ACK (~40 ms).
     let incoming = TcpIncoming::from(listener)
         .with_nodelay(Some(true))
         .with_keepalive(Some(std::time::Duration::from_secs(60)));
-    let served = Server::builder()
+    let serve = Server::builder()
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -104,8 +106,20 @@ pub async fn run(
         .add_service(
             MemoryServiceServer::new(MemoryGrpc::new(memories)).max_decoding_message_size(max),
         )
-        .serve_with_incoming_shutdown(incoming, drain)
-        .await;
+        .serve_with_incoming_shutdown(incoming, drain);
+    // Long-lived calls (a health Watch, say) would hold the drain open forever: past the
+    // grace period the remaining connections are dropped.
+    let grace = config.shutdown_grace;
+    let served = tokio::select! {
+        served = serve => served,
+        () = async {
+            draining.notified().await;
+            tokio::time::sleep(grace).await;
+        } => {
+            tracing::warn!(grace_secs = grace.as_secs_f64(), "calls still open after the grace period; closing them");
+            Ok(())
+        }
+    };
     // Commit what is queued before leaving.
     let closing = store.clone();
     tokio::task::spawn_blocking(move || closing.close())

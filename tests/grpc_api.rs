@@ -859,6 +859,29 @@ async fn health_and_reflection_are_served() {
 }
 
 #[tokio::test]
+async fn shutdown_closes_calls_still_open_after_the_grace_period() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+
+    let server = InProcess::start_with(|config| {
+        config.shutdown_grace = std::time::Duration::from_millis(200);
+    })
+    .await;
+    let mut health = HealthClient::new(server.channel().await);
+    // A Watch stream never ends by itself; shutdown must not wait for it forever.
+    let mut watch = health
+        .watch(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    watch.message().await.unwrap();
+    let stopped = tokio::time::timeout(std::time::Duration::from_secs(10), server.stop()).await;
+    assert!(matches!(stopped, Ok(Ok(()))), "{stopped:?}");
+}
+
+#[tokio::test]
 async fn shutdown_reports_not_serving_and_finishes() {
     use tonic_health::pb::health_client::HealthClient;
     use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};

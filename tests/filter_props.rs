@@ -30,6 +30,13 @@ fn fragment() -> impl Strategy<Value = String> {
         Just(">=".to_string()),
         Just("<".to_string()),
         Just("'food'".to_string()),
+        Just("m.turn".to_string()),
+        Just("producer_role".to_string()),
+        Just("produced_for_id".to_string()),
+        Just("'bob'".to_string()),
+        Just("' 7 '".to_string()),
+        Just("7".to_string()),
+        Just("'1970-01-01T00:00:01Z'".to_string()),
         Just("\"x\\\"y\"".to_string()),
         Just("'2024-01-01T00:00:00Z'".to_string()),
         Just("42".to_string()),
@@ -37,6 +44,70 @@ fn fragment() -> impl Strategy<Value = String> {
         "[a-z_.]{1,8}",
         any::<char>().prop_map(|c| c.to_string()),
     ]
+}
+
+/// Filters that are valid by construction: predicates over every field kind with every
+/// operator, combined with AND, OR, NOT and parentheses.
+fn valid_filter() -> impl Strategy<Value = String> {
+    let field = prop_oneof![
+        Just("m.topic"),
+        Just("metadata.turn"),
+        Just("m.absent"),
+        Just("producer_id"),
+        Just("producer_role"),
+        Just("produced_for_id"),
+        Just("episode_type"),
+    ];
+    let literal = prop_oneof![
+        Just("'food'"),
+        Just("'Food'"),
+        Just("' 7 '"),
+        Just("''"),
+        Just("'alice'"),
+        Just("'bob'"),
+        Just("'message'"),
+        Just("7"),
+        Just("42"),
+        Just("-1500"),
+        Just("0"),
+        Just("'5'"),
+    ];
+    let op = prop_oneof![
+        Just("="),
+        Just("!="),
+        Just(">"),
+        Just("<"),
+        Just(">="),
+        Just("<=")
+    ];
+    let time = prop_oneof![
+        Just("'1970-01-01T00:00:01Z'"),
+        Just("-3"),
+        Just("'1969-12-31T23:59:55.5Z'"),
+    ];
+    let predicate = prop_oneof![
+        (field.clone(), op.clone(), literal.clone()).prop_map(|(f, o, l)| format!("{f} {o} {l}")),
+        (op, time).prop_map(|(o, t)| format!("created_at {o} {t}")),
+        (
+            field.clone(),
+            prop::collection::vec(literal, 1..4),
+            any::<bool>()
+        )
+            .prop_map(|(f, values, negated)| {
+                let not = if negated { "NOT " } else { "" };
+                format!("{f} {not}IN ({})", values.join(", "))
+            }),
+        (field, any::<bool>()).prop_map(|(f, negated)| {
+            format!("{f} IS {}NULL", if negated { "NOT " } else { "" })
+        }),
+    ];
+    predicate.prop_recursive(4, 16, 2, |inner| {
+        prop_oneof![
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("({a}) AND ({b})")),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("{a} OR {b}")),
+            inner.prop_map(|a| format!("NOT ({a})")),
+        ]
+    })
 }
 
 fn filter_text() -> impl Strategy<Value = String> {
@@ -60,6 +131,101 @@ proptest! {
             prop_assert!(!err.message.is_empty());
         }
     }
+}
+
+/// Episodes whose fields exercise every rule: numbers in strings (padded, negative,
+/// not numbers), absent keys, empty roles and recipients, close timestamps.
+fn varied_episodes() -> Vec<NewEpisode> {
+    let topics = ["food", "travel", "42", " 7 ", "-1.5e3", "", "Food"];
+    let producers = ["alice", "bob", "user"];
+    (0..40)
+        .map(|i: usize| {
+            let mut metadata = std::collections::BTreeMap::new();
+            if !i.is_multiple_of(3) {
+                metadata.insert("topic".to_string(), topics[i % topics.len()].to_string());
+            }
+            if i % 4 == 1 {
+                metadata.insert("turn".to_string(), (i * 7 % 13).to_string());
+            }
+            NewEpisode {
+                uid: uuid::Uuid::new_v4(),
+                content: format!("talking about things {i}"),
+                producer_id: producers[i % producers.len()].into(),
+                producer_role: if i.is_multiple_of(2) {
+                    "user".into()
+                } else {
+                    String::new()
+                },
+                produced_for_id: if i.is_multiple_of(5) {
+                    "bob".into()
+                } else {
+                    String::new()
+                },
+                episode_type: "message".into(),
+                content_type: "string".into(),
+                created_at_micros: (i as i64 - 20) * 700_000,
+                metadata,
+            }
+        })
+        .collect()
+}
+
+/// The SQL the store runs and the in-memory evaluation search uses agree on every
+/// filter: the same episodes pass both.
+#[test]
+fn sql_and_in_memory_filters_agree() {
+    use memmachine::model::filter_eval::matches;
+    use memmachine::retrieval::episode_fields::EpisodeFields;
+
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let store: Arc<dyn Store> =
+        Arc::new(memmachine::store::sqlite::SqliteStore::open(dir.path()).unwrap());
+    let key = ProjectKey::parse("props", "agree").unwrap();
+    let all = runtime.block_on(async {
+        store
+            .create_project(&key, "", &ProjectConfig::default())
+            .await
+            .unwrap();
+        store.add_episodes(&key, varied_episodes()).await.unwrap();
+        store.list_episodes(&key, None, 0, 1000).await.unwrap()
+    });
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(2000));
+    let distinct = std::cell::RefCell::new(std::collections::HashSet::new());
+    runner
+        .run(&valid_filter(), |input| {
+            let filter = parse(&input)
+                .unwrap_or_else(|err| panic!("{input:?} should parse: {err}"))
+                .expect("not blank");
+            let by_sql: Vec<uuid::Uuid> = runtime
+                .block_on(store.list_episodes(&key, Some(&filter), 0, 1000))
+                .unwrap()
+                .into_iter()
+                .map(|e| e.uid)
+                .collect();
+            let in_memory: Vec<uuid::Uuid> = all
+                .iter()
+                .filter(|e| matches(&filter, &EpisodeFields::of(e)))
+                .map(|e| e.uid)
+                .collect();
+            prop_assert_eq!(&by_sql, &in_memory, "filter {:?}", input);
+            distinct.borrow_mut().insert(by_sql.len());
+            let mut searched: Vec<uuid::Uuid> = runtime
+                .block_on(store.search_lexical(&key, "talking", Some(&filter), 1000))
+                .unwrap()
+                .into_iter()
+                .map(|hit| hit.episode.uid)
+                .collect();
+            searched.sort_by_key(|uid| in_memory.iter().position(|u| u == uid));
+            prop_assert_eq!(&searched, &in_memory, "search with filter {:?}", input);
+            Ok(())
+        })
+        .unwrap();
+    let sizes = distinct.into_inner().len();
+    assert!(
+        sizes > 10,
+        "filters should select many different subsets, got {sizes} sizes"
+    );
 }
 
 fn seeded_store() -> (

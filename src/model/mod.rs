@@ -2,6 +2,7 @@
 
 pub mod episode;
 pub mod filter;
+pub mod filter_eval;
 pub mod ids;
 pub mod project;
 

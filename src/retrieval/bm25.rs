@@ -19,8 +19,10 @@ struct Posting {
 }
 
 #[derive(Debug)]
-struct Doc {
+struct Doc<T> {
     id: i64,
+    /// What the caller keeps with the document (for filtering).
+    payload: T,
     len: u32,
     /// Distinct term ids with their frequencies, to update document frequencies on
     /// removal and to rebuild postings on compaction.
@@ -28,8 +30,8 @@ struct Doc {
     live: bool,
 }
 
-#[derive(Debug, Default)]
-pub struct Bm25Index {
+#[derive(Debug)]
+pub struct Bm25Index<T = ()> {
     /// Stemmed term to term id.
     vocab: HashMap<String, u32>,
     /// Lower-cased word to the id of its stem.
@@ -37,14 +39,29 @@ pub struct Bm25Index {
     postings: Vec<Vec<Posting>>,
     /// Live documents holding each term.
     df: Vec<u32>,
-    docs: Vec<Doc>,
+    docs: Vec<Doc<T>>,
     slot_of: HashMap<i64, u32>,
     live: usize,
     total_len: u64,
 }
 
-impl Bm25Index {
-    pub fn new() -> Bm25Index {
+impl<T> Default for Bm25Index<T> {
+    fn default() -> Self {
+        Bm25Index {
+            vocab: HashMap::new(),
+            word_ids: HashMap::new(),
+            postings: Vec::new(),
+            df: Vec::new(),
+            docs: Vec::new(),
+            slot_of: HashMap::new(),
+            live: 0,
+            total_len: 0,
+        }
+    }
+}
+
+impl<T> Bm25Index<T> {
+    pub fn new() -> Bm25Index<T> {
         Bm25Index::default()
     }
 
@@ -57,8 +74,8 @@ impl Bm25Index {
         self.live == 0
     }
 
-    /// Indexes document `id`; a document already indexed is left as it is.
-    pub fn insert(&mut self, id: i64, text: &str) {
+    /// Indexes document `id` with its payload; a document already indexed is left as it is.
+    pub fn insert(&mut self, id: i64, text: &str, payload: T) {
         if self.slot_of.contains_key(&id) {
             return;
         }
@@ -81,6 +98,7 @@ impl Bm25Index {
         }
         self.docs.push(Doc {
             id,
+            payload,
             len,
             terms: terms.into_boxed_slice(),
             live: true,
@@ -145,9 +163,14 @@ impl Bm25Index {
         }
     }
 
-    /// The `limit` best documents for the (already analysed) query terms, best first,
-    /// as `(id, score)`; only documents matching at least one term.
-    pub fn search(&self, terms: &[String], limit: usize) -> Vec<(i64, f32)> {
+    /// The `limit` best documents for the (already analysed) query terms whose payload
+    /// `accept`s, best first, as `(id, score)`; only documents matching a term count.
+    pub fn search(
+        &self,
+        terms: &[String],
+        limit: usize,
+        accept: impl Fn(&T) -> bool,
+    ) -> Vec<(i64, f32)> {
         if self.live == 0 || limit == 0 {
             return Vec::new();
         }
@@ -178,6 +201,7 @@ impl Bm25Index {
                 *score += idf * tf * (K1 + 1.0) / (tf + norm);
             }
         }
+        touched.retain(|slot| accept(&self.docs[*slot as usize].payload));
         let by_score = |a: &u32, b: &u32| {
             scores[*b as usize]
                 .total_cmp(&scores[*a as usize])
@@ -203,7 +227,7 @@ mod tests {
     fn index(docs: &[&str]) -> Bm25Index {
         let mut index = Bm25Index::new();
         for (i, text) in docs.iter().enumerate() {
-            index.insert(i as i64 + 1, text);
+            index.insert(i as i64 + 1, text, ());
         }
         index
     }
@@ -216,11 +240,11 @@ mod tests {
             "dogs and more dogs, a dog show",
             "nothing relevant here",
         ]);
-        let hits = index.search(&query_terms("dog"), 10);
+        let hits = index.search(&query_terms("dog"), 10, |_| true);
         let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
         assert_eq!(ids, [3, 2]);
         assert!(hits[0].1 > hits[1].1);
-        let both = index.search(&query_terms("dog cat"), 10);
+        let both = index.search(&query_terms("dog cat"), 10, |_| true);
         assert_eq!(both[0].0, 2, "matching both terms beats either alone");
         assert_eq!(both.len(), 3);
     }
@@ -228,7 +252,7 @@ mod tests {
     #[test]
     fn matches_a_hand_computed_score() {
         let index = index(&["apple banana", "banana cherry cherry", "date"]);
-        let hits = index.search(&query_terms("cherry"), 10);
+        let hits = index.search(&query_terms("cherry"), 10, |_| true);
         // N = 3, df = 1, avgdl = 6/3, dl = 3, tf = 2.
         let idf = (1.0f32 + (3.0 - 1.0 + 0.5) / 1.5).ln();
         let norm = K1 * (1.0 - B + B * 3.0 / 2.0);
@@ -248,47 +272,54 @@ mod tests {
             .collect();
         let refs: Vec<&str> = docs.iter().map(String::as_str).collect();
         let index = index(&refs);
-        let all = index.search(&query_terms("x"), 100);
-        let top = index.search(&query_terms("x"), 5);
+        let all = index.search(&query_terms("x"), 100, |_| true);
+        let top = index.search(&query_terms("x"), 5, |_| true);
         assert_eq!(top, all[..5]);
         assert!(all.windows(2).all(|w| w[0].1 >= w[1].1));
     }
 
     #[test]
+    fn the_payload_filter_applies_before_the_cut() {
+        let mut index: Bm25Index<bool> = Bm25Index::new();
+        for i in 0..100 {
+            // The best matches (most "x") are the rejected ones.
+            let text = "x ".repeat(if i < 95 { 10 } else { 1 }) + "pad";
+            index.insert(i, &text, i >= 95);
+        }
+        let hits = index.search(&query_terms("x"), 3, |accepted| *accepted);
+        let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
+        assert_eq!(ids.len(), 3);
+        assert!(ids.iter().all(|id| *id >= 95), "{ids:?}");
+    }
+
+    #[test]
     fn removal_and_compaction_keep_results_exact() {
+        let text = |i: i64| {
+            if i % 3 == 0 {
+                "red apple"
+            } else {
+                "green pear"
+            }
+        };
         let mut index = Bm25Index::new();
         for i in 0..3000 {
-            index.insert(
-                i,
-                if i % 3 == 0 {
-                    "red apple"
-                } else {
-                    "green pear"
-                },
-            );
+            index.insert(i, text(i), ());
         }
-        index.insert(5, "ignored: already indexed");
+        index.insert(5, "ignored: already indexed", ());
         for i in 0..2500 {
             index.remove(i);
         }
         index.remove(99_999);
         assert_eq!(index.len(), 500);
-        let fresh = {
-            let mut fresh = Bm25Index::new();
-            for i in 2500..3000 {
-                fresh.insert(
-                    i,
-                    if i % 3 == 0 {
-                        "red apple"
-                    } else {
-                        "green pear"
-                    },
-                );
-            }
-            fresh
-        };
+        let mut fresh = Bm25Index::new();
+        for i in 2500..3000 {
+            fresh.insert(i, text(i), ());
+        }
         let terms = query_terms("apple");
-        assert_eq!(index.search(&terms, 1000), fresh.search(&terms, 1000));
+        assert_eq!(
+            index.search(&terms, 1000, |_| true),
+            fresh.search(&terms, 1000, |_| true)
+        );
         assert!(index.docs.len() < 3000, "compacted");
     }
 }

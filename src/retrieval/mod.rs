@@ -1,4 +1,5 @@
 //! Ranking: text analysis and the BM25 index, independent of any store.
 
 pub mod bm25;
+pub mod episode_fields;
 pub mod tokenize;

@@ -50,8 +50,7 @@ fn register_functions(conn: &Connection) -> rusqlite::Result<()> {
                 ValueRef::Real(r) => Value::Real(r),
                 ValueRef::Text(t) => std::str::from_utf8(t)
                     .ok()
-                    .and_then(|s| s.trim().parse::<f64>().ok())
-                    .filter(|n| n.is_finite())
+                    .and_then(crate::model::filter_eval::as_number)
                     .map_or(Value::Null, Value::Real),
                 _ => Value::Null,
             })

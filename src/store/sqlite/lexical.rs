@@ -13,10 +13,15 @@ use std::sync::{Arc, Mutex, RwLock};
 use rusqlite::Connection;
 
 use super::connection::storage_error;
+use super::episodes::{COLUMNS, from_row};
 use crate::error::Result;
+use crate::model::NewEpisode;
 use crate::retrieval::bm25::Bm25Index;
+use crate::retrieval::episode_fields::EpisodeFields;
 
-type Slot = Arc<RwLock<Option<Bm25Index>>>;
+/// A project's index, with each episode's filterable fields.
+pub(super) type ProjectIndex = Bm25Index<EpisodeFields>;
+type Slot = Arc<RwLock<Option<ProjectIndex>>>;
 
 #[derive(Default)]
 pub(super) struct LexicalIndexes {
@@ -25,7 +30,8 @@ pub(super) struct LexicalIndexes {
 
 /// A change to apply to a project's index once its transaction has committed.
 pub(super) enum IndexChange<'a> {
-    Insert(&'a [(i64, &'a str)]),
+    /// Row ids with their episodes.
+    Insert(&'a [(i64, &'a NewEpisode)]),
     Remove(&'a [i64]),
 }
 
@@ -59,13 +65,15 @@ impl LexicalIndexes {
         let started = std::time::Instant::now();
         let mut index = Bm25Index::new();
         let mut stmt = conn
-            .prepare_cached("SELECT id, content FROM episodes WHERE project = ?1")
+            .prepare_cached(&format!(
+                "SELECT e.id, {COLUMNS} FROM episodes e WHERE e.project = ?1"
+            ))
             .map_err(storage_error)?;
         let mut rows = stmt.query([project]).map_err(storage_error)?;
         while let Some(row) = rows.next().map_err(storage_error)? {
             let id: i64 = row.get(0).map_err(storage_error)?;
-            let content: String = row.get(1).map_err(storage_error)?;
-            index.insert(id, &content);
+            let episode = from_row(row, 1).map_err(storage_error)?;
+            index.insert(id, &episode.content, EpisodeFields::of(&episode));
         }
         tracing::info!(
             project,
@@ -94,8 +102,8 @@ impl LexicalIndexes {
         };
         match change {
             IndexChange::Insert(docs) => {
-                for (id, text) in docs {
-                    index.insert(*id, text);
+                for (id, episode) in docs {
+                    index.insert(*id, &episode.content, EpisodeFields::of_new(episode));
                 }
             }
             IndexChange::Remove(ids) => {

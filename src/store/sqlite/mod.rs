@@ -162,12 +162,8 @@ impl EpisodeStore for SqliteStore {
             .write_then(
                 move |conn| episodes::add(conn, &key, &stored),
                 move |added| {
-                    let docs: Vec<(i64, &str)> = added
-                        .rows
-                        .iter()
-                        .zip(new.iter())
-                        .map(|(row, episode)| (*row, episode.content.as_str()))
-                        .collect();
+                    let docs: Vec<(i64, &NewEpisode)> =
+                        added.rows.iter().copied().zip(new.iter()).collect();
                     indexes.apply(added.project, IndexChange::Insert(&docs));
                 },
             )

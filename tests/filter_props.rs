@@ -218,6 +218,14 @@ fn sql_and_in_memory_filters_agree() {
                 .collect();
             searched.sort_by_key(|uid| in_memory.iter().position(|u| u == uid));
             prop_assert_eq!(&searched, &in_memory, "search with filter {:?}", input);
+            let recent: Vec<uuid::Uuid> = runtime
+                .block_on(store.recent_episodes(&key, Some(&filter), 5))
+                .unwrap()
+                .into_iter()
+                .map(|e| e.uid)
+                .collect();
+            let newest = &in_memory[in_memory.len().saturating_sub(5)..];
+            prop_assert_eq!(&recent[..], newest, "recent with filter {:?}", input);
             Ok(())
         })
         .unwrap();

@@ -163,6 +163,18 @@ impl<T> Bm25Index<T> {
         }
     }
 
+    /// The ids of the `limit` most recently inserted live documents whose payload
+    /// `accept`s, newest first.
+    pub fn newest(&self, limit: usize, accept: impl Fn(&T) -> bool) -> Vec<i64> {
+        self.docs
+            .iter()
+            .rev()
+            .filter(|doc| doc.live && accept(&doc.payload))
+            .take(limit)
+            .map(|doc| doc.id)
+            .collect()
+    }
+
     /// The `limit` best documents for the (already analysed) query terms whose payload
     /// `accept`s, best first, as `(id, score)`; only documents matching a term count.
     pub fn search(
@@ -290,6 +302,18 @@ mod tests {
         let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
         assert_eq!(ids.len(), 3);
         assert!(ids.iter().all(|id| *id >= 95), "{ids:?}");
+    }
+
+    #[test]
+    fn newest_walks_back_in_insertion_order() {
+        let mut index: Bm25Index<i64> = Bm25Index::new();
+        for i in 0..10 {
+            index.insert(i, "x", i);
+        }
+        index.remove(8);
+        assert_eq!(index.newest(3, |_| true), [9, 7, 6]);
+        assert_eq!(index.newest(2, |n| n % 2 == 0), [6, 4]);
+        assert!(index.newest(5, |_| false).is_empty());
     }
 
     #[test]

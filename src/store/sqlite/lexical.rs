@@ -3,6 +3,9 @@
 //! writer thread applies every committed change before it acknowledges the write, so an
 //! acknowledged episode is searchable at once.
 //!
+//! Documents enter an index in sequence order (loading reads them so, and the writer
+//! applies commits in order), which `Bm25Index::newest` relies on.
+//!
 //! Loading registers the index before it reads, and takes its snapshot only once it
 //! holds the index's lock: a write that commits meanwhile either is in that snapshot or
 //! finds the registered index and waits to apply itself (applying twice is harmless).
@@ -66,7 +69,7 @@ impl LexicalIndexes {
         let mut index = Bm25Index::new();
         let mut stmt = conn
             .prepare_cached(&format!(
-                "SELECT e.id, {COLUMNS} FROM episodes e WHERE e.project = ?1"
+                "SELECT e.id, {COLUMNS} FROM episodes e WHERE e.project = ?1 ORDER BY e.seq"
             ))
             .map_err(storage_error)?;
         let mut rows = stmt.query([project]).map_err(storage_error)?;

@@ -15,8 +15,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use self::connection::{ReadPool, Writer, open_connection};
-use self::lexical::{IndexChange, LexicalIndexes};
-use self::search::Outcome;
+use self::lexical::{IndexChange, LexicalIndexes, ProjectIndex};
 use super::{EpisodeStore, ProjectStore};
 use crate::error::{Error, Result};
 use crate::model::filter::Expr;
@@ -195,13 +194,22 @@ impl EpisodeStore for SqliteStore {
         filter: Option<&Expr>,
         limit: usize,
     ) -> Result<Vec<Episode>> {
-        let (key, filter) = (key.clone(), filter.cloned());
-        let mut recent = self
-            .readers
-            .read(move |tx| episodes::scan(tx, &key, filter.as_ref(), i64::MIN, true, limit))
-            .await?;
-        recent.reverse();
-        Ok(recent)
+        let Some(filter) = filter.cloned() else {
+            // The (project, seq) index finds the newest rows directly.
+            let key = key.clone();
+            let mut recent = self
+                .readers
+                .read(move |tx| episodes::scan(tx, &key, None, i64::MIN, true, limit))
+                .await?;
+            recent.reverse();
+            return Ok(recent);
+        };
+        // With a filter, SQL may walk far back through rows that fail it; the index
+        // walks back through episodes' fields in memory instead.
+        self.with_index(key, move |tx, index, project| {
+            search::recent(tx, index, project, &filter, limit)
+        })
+        .await
     }
 
     async fn delete_episodes(&self, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<u64> {
@@ -224,32 +232,41 @@ impl EpisodeStore for SqliteStore {
         filter: Option<&Expr>,
         limit: usize,
     ) -> Result<Vec<ScoredEpisode>> {
-        let terms = Arc::new(crate::retrieval::tokenize::query_terms(query));
-        let (key, filter) = (Arc::new(key.clone()), Arc::new(filter.cloned()));
+        let terms = crate::retrieval::tokenize::query_terms(query);
+        let filter = filter.cloned();
+        self.with_index(key, move |tx, index, project| {
+            search::search(tx, index, project, &terms, filter.as_ref(), limit)
+        })
+        .await
+    }
+}
+
+impl SqliteStore {
+    /// Runs `f` in a read transaction with the project's loaded lexical index, loading
+    /// the index first when needed.
+    async fn with_index<T, F>(&self, key: &ProjectKey, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(&rusqlite::Transaction<'_>, &ProjectIndex, i64) -> Result<T> + Send + Sync + 'static,
+    {
+        let (key, f) = (Arc::new(key.clone()), Arc::new(f));
         loop {
-            let (terms, key, filter) = (terms.clone(), key.clone(), filter.clone());
-            let indexes = self.indexes.clone();
+            let (key, f, indexes) = (key.clone(), f.clone(), self.indexes.clone());
             let outcome = self
                 .readers
                 .read(move |tx| {
                     let project = projects::require(tx, &key)?;
-                    if terms.is_empty() {
-                        return Ok((project, Outcome::Found(Vec::new())));
-                    }
-                    let found = search::search(
-                        tx,
-                        &indexes,
-                        project,
-                        &terms,
-                        filter.as_ref().as_ref(),
-                        limit,
-                    )?;
-                    Ok((project, found))
+                    let Some(slot) = indexes.loaded(project) else {
+                        return Ok(Err(project));
+                    };
+                    let guard = slot.read().expect("index lock");
+                    let index = guard.as_ref().expect("a loaded index");
+                    f(tx, index, project).map(Ok)
                 })
                 .await?;
             match outcome {
-                (_, Outcome::Found(found)) => return Ok(found),
-                (project, Outcome::NeedsIndex) => {
+                Ok(value) => return Ok(value),
+                Err(project) => {
                     let indexes = self.indexes.clone();
                     self.readers
                         .read(move |tx| indexes.load(tx, project))

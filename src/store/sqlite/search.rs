@@ -1,5 +1,5 @@
-//! Lexical search: BM25 over the project's in-memory index, filtered there before the
-//! cut to `limit`, then the winning episodes read from SQLite in rank order.
+//! Reads served by a project's in-memory index (BM25 ranking, and the filtered walk back
+//! through recent episodes), with the winning episodes then read from SQLite.
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -9,61 +9,65 @@ use rusqlite::{Connection, params};
 
 use super::connection::storage_error;
 use super::episodes::{COLUMNS, from_row};
-use super::lexical::LexicalIndexes;
+use super::lexical::ProjectIndex;
 use crate::error::Result;
 use crate::model::filter::Expr;
 use crate::model::filter_eval::matches;
 use crate::model::{Episode, ScoredEpisode};
 
-/// What a search found, or that the project's index must be loaded first.
-pub(super) enum Outcome {
-    Found(Vec<ScoredEpisode>),
-    NeedsIndex,
-}
-
-/// Ranks the project's episodes for `terms` (already analysed).
+/// Ranks the project's episodes for `terms` (already analysed), filtering before the
+/// cut to `limit`.
 pub(super) fn search(
     conn: &Connection,
-    indexes: &LexicalIndexes,
+    index: &ProjectIndex,
     project: i64,
     terms: &[String],
     filter: Option<&Expr>,
     limit: usize,
-) -> Result<Outcome> {
-    let Some(slot) = indexes.loaded(project) else {
-        return Ok(Outcome::NeedsIndex);
-    };
-    let hits = {
-        let guard = slot.read().expect("index lock");
-        guard
-            .as_ref()
-            .map(|index| {
-                index.search(terms, limit, |fields| {
-                    filter.is_none_or(|filter| matches(filter, fields))
-                })
-            })
-            .unwrap_or_default()
-    };
-    let mut rows = fetch(conn, project, &hits)?;
+) -> Result<Vec<ScoredEpisode>> {
+    if terms.is_empty() {
+        return Ok(Vec::new());
+    }
+    let hits = index.search(terms, limit, |fields| {
+        filter.is_none_or(|filter| matches(filter, fields))
+    });
+    let mut rows = fetch(conn, project, hits.iter().map(|(id, _)| *id))?;
     // A hit deleted since it was ranked is simply left out.
-    Ok(Outcome::Found(
-        hits.iter()
-            .filter_map(|(id, score)| {
-                rows.remove(id).map(|episode| ScoredEpisode {
-                    episode,
-                    score: f64::from(*score),
-                })
+    Ok(hits
+        .iter()
+        .filter_map(|(id, score)| {
+            rows.remove(id).map(|episode| ScoredEpisode {
+                episode,
+                score: f64::from(*score),
             })
-            .collect(),
-    ))
+        })
+        .collect())
 }
 
-/// The stored rows of `hits`, by row id.
-fn fetch(conn: &Connection, project: i64, hits: &[(i64, f32)]) -> Result<HashMap<i64, Episode>> {
-    if hits.is_empty() {
+/// The `limit` most recent episodes passing `filter`, oldest first.
+pub(super) fn recent(
+    conn: &Connection,
+    index: &ProjectIndex,
+    project: i64,
+    filter: &Expr,
+    limit: usize,
+) -> Result<Vec<Episode>> {
+    let mut ids = index.newest(limit, |fields| matches(filter, fields));
+    ids.reverse();
+    let mut rows = fetch(conn, project, ids.iter().copied())?;
+    Ok(ids.iter().filter_map(|id| rows.remove(id)).collect())
+}
+
+/// The stored rows with these ids, by row id.
+fn fetch(
+    conn: &Connection,
+    project: i64,
+    ids: impl Iterator<Item = i64>,
+) -> Result<HashMap<i64, Episode>> {
+    let ids: Vec<Value> = ids.map(Value::Integer).collect();
+    if ids.is_empty() {
         return Ok(HashMap::new());
     }
-    let ids: Vec<Value> = hits.iter().map(|(id, _)| Value::Integer(*id)).collect();
     // CROSS JOIN keeps the id list as the outer loop: one row-id lookup each.
     let mut stmt = conn
         .prepare_cached(&format!(

@@ -52,15 +52,26 @@ fn compare(value: Value<'_>, literal: &Literal) -> Option<Ordering> {
     }
 }
 
+/// `compare(..) == Some(Equal)`, cheaper for text (lengths first: filters are mostly
+/// equality tests, run on many documents).
+fn equal(value: Value<'_>, literal: &Literal) -> bool {
+    match (value, literal) {
+        (Value::Text(text), Literal::Str(s)) => text == s,
+        _ => compare(value, literal) == Some(Ordering::Equal),
+    }
+}
+
 /// Whether the episode with these fields passes the filter.
 pub fn matches(expr: &Expr, fields: &impl Fields) -> bool {
     match expr {
         Expr::And(a, b) => matches(a, fields) && matches(b, fields),
         Expr::Or(a, b) => matches(a, fields) || matches(b, fields),
         Expr::Not(inner) => !matches(inner, fields),
-        Expr::Cmp { field, op, value } => fields
-            .get(field)
-            .is_some_and(|v| holds(compare(v, value), *op)),
+        Expr::Cmp { field, op, value } => fields.get(field).is_some_and(|v| match op {
+            CmpOp::Eq => equal(v, value),
+            CmpOp::Ne => compare(v, value).is_some_and(Ordering::is_ne),
+            _ => holds(compare(v, value), *op),
+        }),
         Expr::In {
             field,
             values,
@@ -68,9 +79,7 @@ pub fn matches(expr: &Expr, fields: &impl Fields) -> bool {
         } => match fields.get(field) {
             None => false,
             Some(v) => {
-                let found = values
-                    .iter()
-                    .any(|literal| compare(v, literal) == Some(Ordering::Equal));
+                let found = values.iter().any(|literal| equal(v, literal));
                 found != *negated
             }
         },

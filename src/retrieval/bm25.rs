@@ -213,21 +213,34 @@ impl<T> Bm25Index<T> {
                 *score += idf * tf * (K1 + 1.0) / (tf + norm);
             }
         }
-        touched.retain(|slot| accept(&self.docs[*slot as usize].payload));
         let by_score = |a: &u32, b: &u32| {
             scores[*b as usize]
                 .total_cmp(&scores[*a as usize])
                 .then_with(|| b.cmp(a))
         };
-        if touched.len() > limit {
-            touched.select_nth_unstable_by(limit, by_score);
-            touched.truncate(limit);
+        // Best first, in growing chunks, so the filter runs on as few documents as
+        // it must: a selective filter costs a few more chunks, never a full sort.
+        let mut best = Vec::with_capacity(limit);
+        let mut rest: &mut [u32] = &mut touched;
+        let mut chunk = (limit * 4).max(64);
+        while best.len() < limit && !rest.is_empty() {
+            let take = chunk.min(rest.len());
+            if take < rest.len() {
+                rest.select_nth_unstable_by(take, by_score);
+            }
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(take);
+            head.sort_unstable_by(by_score);
+            let accepted = head
+                .iter()
+                .filter(|slot| accept(&self.docs[**slot as usize].payload))
+                .take(limit - best.len());
+            best.extend(
+                accepted.map(|slot| (self.docs[*slot as usize].id, scores[*slot as usize])),
+            );
+            rest = tail;
+            chunk = chunk.saturating_mul(4);
         }
-        touched.sort_unstable_by(by_score);
-        touched
-            .into_iter()
-            .map(|slot| (self.docs[slot as usize].id, scores[slot as usize]))
-            .collect()
+        best
     }
 }
 

@@ -83,11 +83,14 @@ impl EpisodicMemory {
         let (top_k, filter) = (top_k.expect("validated"), filter.expect("validated"));
 
         let config = project.episodic;
-        let mut result = EpisodicSearch::default();
         if !config.enabled {
-            return Ok(result);
+            return Ok(EpisodicSearch::default());
         }
-        if config.long_term_memory_enabled {
+        // The two reads are independent: run them side by side.
+        let long_term = async {
+            if !config.long_term_memory_enabled {
+                return Ok(Vec::new());
+            }
             let mut hits = self
                 .store
                 .search_lexical(&project.key, &input.query, filter.as_ref(), top_k)
@@ -95,15 +98,22 @@ impl EpisodicMemory {
             if let Some(threshold) = input.score_threshold {
                 hits.retain(|hit| hit.score >= threshold);
             }
-            result.long_term = hits;
-        }
-        if config.short_term_memory_enabled && self.limits.short_term_window > 0 {
-            result.short_term = self
-                .store
+            Ok(hits)
+        };
+        let short_term = async {
+            if !config.short_term_memory_enabled || self.limits.short_term_window == 0 {
+                return Ok(Vec::new());
+            }
+            self.store
                 .recent_episodes(&project.key, filter.as_ref(), self.limits.short_term_window)
-                .await?;
-        }
-        Ok(result)
+                .await
+        };
+        let (long_term, short_term) = tokio::try_join!(long_term, short_term)?;
+        Ok(EpisodicSearch {
+            long_term,
+            short_term,
+            summaries: Vec::new(),
+        })
     }
 
     /// One page of episodes in sequence order, and the next page's token.

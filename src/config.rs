@@ -9,6 +9,9 @@ use serde::Deserialize;
 
 use crate::limits::Limits;
 
+/// Where `memmachine model fetch` puts all-MiniLM-L6-v2, and where `serve` looks.
+pub const DEFAULT_MODEL_DIR: &str = "./memmachine-models/all-MiniLM-L6-v2";
+
 #[derive(Debug, Clone, Default, clap::Args, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub struct ServeArgs {
@@ -46,6 +49,46 @@ pub struct ServeArgs {
     /// Seconds to let in-flight calls finish on shutdown [default: 30]
     #[arg(long, env = "MEMMACHINE_SHUTDOWN_GRACE")]
     pub shutdown_grace: Option<f64>,
+    /// Embedder: none, hash, local or openai [default: local when a model is in
+    /// --model-dir, else none]
+    #[arg(long, env = "MEMMACHINE_EMBEDDER")]
+    pub embedder: Option<EmbedderKind>,
+    /// Hugging Face sentence-embedding model directory [default: ./memmachine-models/all-MiniLM-L6-v2]
+    #[arg(long, env = "MEMMACHINE_MODEL_DIR")]
+    pub model_dir: Option<PathBuf>,
+    /// OpenAI-compatible embeddings endpoint, e.g. http://localhost:11434/v1
+    #[arg(long, env = "MEMMACHINE_EMBEDDER_BASE_URL")]
+    pub embedder_base_url: Option<String>,
+    /// Model name sent to the OpenAI-compatible endpoint
+    #[arg(long, env = "MEMMACHINE_EMBEDDER_MODEL")]
+    pub embedder_model: Option<String>,
+    /// Vector length: of the hash embedder [default: 256], or asked of the endpoint
+    #[arg(long, env = "MEMMACHINE_EMBEDDER_DIMENSIONS")]
+    pub embedder_dimensions: Option<usize>,
+    /// API key of the embeddings endpoint: only from the environment or the config file
+    #[arg(skip)]
+    pub embedder_api_key: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EmbedderKind {
+    None,
+    Hash,
+    Local,
+    Openai,
+}
+
+/// The embedder settings, resolved.
+#[derive(Debug, Clone)]
+pub struct EmbedderConfig {
+    /// `None` when not asked for: local if a model is in `model_dir`, else none.
+    pub kind: Option<EmbedderKind>,
+    pub model_dir: PathBuf,
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub dimensions: Option<usize>,
+    pub api_key: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
@@ -65,6 +108,7 @@ pub struct ServeConfig {
     pub limits: Limits,
     pub max_request_bytes: usize,
     pub shutdown_grace: std::time::Duration,
+    pub embedder: EmbedderConfig,
 }
 
 impl ServeArgs {
@@ -117,6 +161,18 @@ impl ServeArgs {
                 merged.shutdown_grace.unwrap_or(30.0),
             )
             .map_err(|_| "--shutdown-grace must be a number of seconds, 0 or more".to_string())?,
+            embedder: EmbedderConfig {
+                kind: merged.embedder,
+                model_dir: merged
+                    .model_dir
+                    .unwrap_or_else(|| PathBuf::from(DEFAULT_MODEL_DIR)),
+                base_url: merged.embedder_base_url,
+                model: merged.embedder_model,
+                dimensions: merged.embedder_dimensions,
+                api_key: std::env::var("MEMMACHINE_EMBEDDER_API_KEY")
+                    .ok()
+                    .or(merged.embedder_api_key),
+            },
         })
     }
 
@@ -133,6 +189,12 @@ impl ServeArgs {
             max_page_size: self.max_page_size.or(other.max_page_size),
             max_request_bytes: self.max_request_bytes.or(other.max_request_bytes),
             shutdown_grace: self.shutdown_grace.or(other.shutdown_grace),
+            embedder: self.embedder.or(other.embedder),
+            model_dir: self.model_dir.or(other.model_dir),
+            embedder_base_url: self.embedder_base_url.or(other.embedder_base_url),
+            embedder_model: self.embedder_model.or(other.embedder_model),
+            embedder_dimensions: self.embedder_dimensions.or(other.embedder_dimensions),
+            embedder_api_key: self.embedder_api_key.or(other.embedder_api_key),
         }
     }
 }

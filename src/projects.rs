@@ -51,6 +51,17 @@ impl Projects {
                 );
             }
         }
+        if !config.reranker.is_empty()
+            && !crate::episodic::ranking::Mode::NAMES.contains(&config.reranker.as_str())
+        {
+            violations.add(
+                "config.reranker",
+                format!(
+                    "{:?} is not one of lexical, dense, hybrid (or empty for the default)",
+                    config.reranker
+                ),
+            );
+        }
         violations.into_result()?;
         let key = key.expect("validated");
         self.store.create_project(&key, description, &config).await

@@ -11,12 +11,14 @@ use tonic_health::ServingStatus;
 
 use crate::config::ServeConfig;
 use crate::episodic::EpisodicMemory;
+use crate::episodic::embedding::{EmbeddingQueue, run_worker};
 use crate::error::{Error, Result};
 use crate::grpc::{MemoryGrpc, ProjectGrpc};
 use crate::memory::Memories;
 use crate::pb::memory_service_server::MemoryServiceServer;
 use crate::pb::project_service_server::ProjectServiceServer;
 use crate::projects::Projects;
+use crate::store::VectorStore;
 use crate::store::sqlite::SqliteStore;
 
 /// Fully qualified names of the services whose health is reported one by one.
@@ -47,6 +49,33 @@ pub async fn run(
         "gRPC server listening"
     );
 
+    let projects = Projects::new(store.clone(), config.limits);
+    let mut episodic = EpisodicMemory::new(store.clone(), config.limits);
+    match crate::embed::build(&config.embedder)
+        .await
+        .map_err(Error::FailedPrecondition)?
+    {
+        None => {
+            store.use_embedder(None).await?;
+            tracing::info!(
+                model_dir = %config.embedder.model_dir.display(),
+                "no embedder: search is lexical only (run `memmachine model fetch` or pass --embedder)"
+            );
+        }
+        Some(embedder) => {
+            let waiting = store.use_embedder(Some(embedder.id())).await?;
+            tracing::info!(
+                embedder = embedder.id(),
+                dimensions = embedder.dimensions(),
+                waiting,
+                "embedder ready; episodes without a vector are being embedded"
+            );
+            let queue = EmbeddingQueue::default();
+            let dyn_store: Arc<dyn crate::store::Store> = store.clone();
+            tokio::spawn(run_worker(dyn_store, embedder.clone(), queue.clone()));
+            episodic = episodic.with_embedder(embedder, queue);
+        }
+    }
     {
         // Searches work meanwhile: a project not yet loaded loads on its first search.
         let store = store.clone();
@@ -56,8 +85,6 @@ pub async fn run(
             }
         });
     }
-    let projects = Projects::new(store.clone(), config.limits);
-    let episodic = EpisodicMemory::new(store.clone(), config.limits);
     let memories = Memories::new(projects.clone(), episodic);
 
     let (health, health_service) = tonic_health::server::health_reporter();

@@ -910,3 +910,103 @@ async fn shutdown_reports_not_serving_and_finishes() {
         "no calls are served after shutdown"
     );
 }
+
+async fn create_ranked(c: &mut Clients, project: &str, reranker: &str) -> Result<(), Status> {
+    c.projects
+        .create_project(pb::CreateProjectRequest {
+            org_id: "o".into(),
+            project_id: project.into(),
+            description: String::new(),
+            config: Some(pb::ProjectConfig {
+                embedder: String::new(),
+                reranker: reranker.into(),
+            }),
+        })
+        .await
+        .map(|_| ())
+}
+
+#[tokio::test]
+async fn dense_and_hybrid_ranking_with_an_embedder() {
+    let server = InProcess::start_with(|config| {
+        config.embedder.kind = Some(memmachine::config::EmbedderKind::Hash);
+    })
+    .await;
+    let mut c = clients(&server).await;
+    let bad = create_ranked(&mut c, "bad", "bogus").await.unwrap_err();
+    assert_eq!(violated_fields(&bad), ["config.reranker"]);
+    let messages = || {
+        vec![
+            message("my golden retriever loves the beach", "u", &[]),
+            message("quarterly revenue grew strongly", "u", &[]),
+            message("we adopted a retriever puppy", "u", &[]),
+        ]
+    };
+    for (project, mode) in [("dense", "dense"), ("hybrid", "hybrid"), ("default", "")] {
+        create_ranked(&mut c, project, mode).await.unwrap();
+        c.add("o", project, messages()).await.unwrap();
+    }
+    // Vectors arrive shortly after the add is acknowledged.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let dense = loop {
+        let found = c
+            .search("o", "dense", "golden retriever", "")
+            .await
+            .unwrap();
+        if found.long_term_memory.len() == 3 || std::time::Instant::now() > deadline {
+            break found.long_term_memory;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        dense.len(),
+        3,
+        "every episode is embedded and ranked by similarity"
+    );
+    let top = &dense[0].episode.as_ref().unwrap().content;
+    assert_eq!(top, "my golden retriever loves the beach");
+    for project in ["hybrid", "default"] {
+        let found = c
+            .search("o", project, "golden retriever", "")
+            .await
+            .unwrap();
+        let hits = found.long_term_memory;
+        assert_eq!(
+            hits[0].episode.as_ref().unwrap().content,
+            "my golden retriever loves the beach"
+        );
+        assert!(hits.windows(2).all(|w| w[0].score >= w[1].score));
+        // Fused scores are reciprocal ranks: 1/61 + 1/61 at most.
+        assert!(hits[0].score <= 2.0 / 61.0 + 1e-9, "{}", hits[0].score);
+    }
+    let filtered = c
+        .search("o", "dense", "golden retriever", "producer_id = 'nobody'")
+        .await
+        .unwrap();
+    assert!(filtered.long_term_memory.is_empty());
+}
+
+#[tokio::test]
+async fn dense_ranking_without_an_embedder_is_a_failed_precondition() {
+    let server = InProcess::start().await;
+    let mut c = clients(&server).await;
+    create_ranked(&mut c, "dense", "dense").await.unwrap();
+    c.add("o", "dense", vec![message("hello", "u", &[])])
+        .await
+        .unwrap();
+    let err = c.search("o", "dense", "hello", "").await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(err.message().contains("embedder"), "{}", err.message());
+    create_ranked(&mut c, "lexical", "lexical").await.unwrap();
+    c.add("o", "lexical", vec![message("hello", "u", &[])])
+        .await
+        .unwrap();
+    assert_eq!(
+        c.search("o", "lexical", "hello", "")
+            .await
+            .unwrap()
+            .long_term_memory
+            .len(),
+        1
+    );
+}

@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use memmachine::embed::Embedder;
+use memmachine::embed::hash::HashEmbedder;
 use memmachine::error::Error;
 use memmachine::model::filter::parse;
 use memmachine::model::{EpisodicConfigUpdate, NewEpisode, ProjectConfig, ProjectKey};
@@ -483,6 +485,107 @@ pub async fn the_largest_filters_run(store: Arc<dyn Store>) {
     }
 }
 
+/// Embeds every queued episode with the hash embedder, as the worker would.
+async fn embed_all(store: &Arc<dyn Store>, embedder: &HashEmbedder) -> usize {
+    let mut done = 0;
+    loop {
+        let pending = store.pending_embeddings(16).await.unwrap();
+        if pending.is_empty() {
+            return done;
+        }
+        done += pending.len();
+        let vectors = pending
+            .iter()
+            .map(|p| (p.episode, embedder.embed_one(&p.content)))
+            .collect();
+        store
+            .store_embeddings(embedder.id(), vectors)
+            .await
+            .unwrap();
+    }
+}
+
+pub async fn vectors_are_queued_stored_and_searched(store: Arc<dyn Store>) {
+    let embedder = HashEmbedder::new(64);
+    assert_eq!(store.use_embedder(Some(embedder.id())).await.unwrap(), 0);
+    let k = project(&store, "o", "dense").await;
+    let other = project(&store, "o", "elsewhere").await;
+    let doomed = episode("red apples and green pears", "bob", &[], 1);
+    store
+        .add_episodes(
+            &k,
+            vec![
+                episode("the red apple is ripe", "alice", &[], 1),
+                doomed.clone(),
+                episode("stock prices fell", "alice", &[], 2),
+            ],
+        )
+        .await
+        .unwrap();
+    store
+        .add_episodes(&other, vec![episode("red apple", "x", &[], 1)])
+        .await
+        .unwrap();
+    let query = embedder.embed_one("red apple");
+    // Searchable lexically at once; by vector once embedded.
+    assert!(
+        store
+            .search_dense(&k, &query, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(embed_all(&store, &embedder).await, 4);
+    let hits = store.search_dense(&k, &query, None, 10).await.unwrap();
+    assert_eq!(hits.len(), 3, "only this project's episodes");
+    assert_eq!(hits[0].episode.content, "the red apple is ripe");
+    assert!(hits.windows(2).all(|w| w[0].score >= w[1].score));
+    let bob = parse("producer_id = 'bob'").unwrap();
+    let filtered = store
+        .search_dense(&k, &query, bob.as_ref(), 10)
+        .await
+        .unwrap();
+    assert_eq!(filtered.len(), 1);
+    store.delete_episodes(&k, &[doomed.uid]).await.unwrap();
+    assert_eq!(
+        store
+            .search_dense(&k, &query, None, 10)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    // An episode deleted while queued leaves the queue with it.
+    let queued = episode("queued then deleted", "u", &[], 3);
+    store.add_episodes(&k, vec![queued.clone()]).await.unwrap();
+    store.delete_episodes(&k, &[queued.uid]).await.unwrap();
+    assert!(store.pending_embeddings(10).await.unwrap().is_empty());
+}
+
+pub async fn a_new_embedder_requeues_everything(store: Arc<dyn Store>) {
+    store.use_embedder(None).await.unwrap();
+    let k = project(&store, "o", "switch").await;
+    store
+        .add_episodes(
+            &k,
+            (0..5)
+                .map(|i| episode(&format!("note {i}"), "u", &[], i))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        store.pending_embeddings(10).await.unwrap().is_empty(),
+        "no embedder, no queue"
+    );
+    let first = HashEmbedder::new(32);
+    assert_eq!(store.use_embedder(Some(first.id())).await.unwrap(), 5);
+    assert_eq!(embed_all(&store, &first).await, 5);
+    assert_eq!(store.use_embedder(Some(first.id())).await.unwrap(), 0);
+    let second = HashEmbedder::new(48);
+    assert_eq!(store.use_embedder(Some(second.id())).await.unwrap(), 5);
+}
+
 pub async fn episodic_config_updates_are_partial(store: Arc<dyn Store>) {
     let k = project(&store, "o", "config").await;
     let config = store
@@ -521,6 +624,8 @@ macro_rules! conformance {
                 filter_language_semantics,
                 the_largest_filters_run,
                 episodic_config_updates_are_partial,
+                vectors_are_queued_stored_and_searched,
+                a_new_embedder_requeues_everything,
             );
         }
     };

@@ -1,12 +1,16 @@
 //! Episodic memory: every message kept as an episode, searchable by relevance, listed in
 //! order, with the project's most recent episodes as short-term memory.
 
+pub mod embedding;
 mod messages;
+pub mod ranking;
 
 use std::sync::Arc;
 
 pub use messages::MessageInput;
 
+use self::embedding::EmbeddingQueue;
+use crate::embed::Embedder;
 use crate::error::{Error, Result, Violations};
 use crate::limits::Limits;
 use crate::model::filter::{self, Expr};
@@ -36,6 +40,8 @@ pub struct EpisodicSearch {
 pub struct EpisodicMemory {
     store: Arc<dyn Store>,
     limits: Limits,
+    embedder: Option<Arc<dyn Embedder>>,
+    queue: EmbeddingQueue,
 }
 
 /// Parses the request field `field` as a filter.
@@ -45,7 +51,20 @@ pub fn parse_filter(field: &str, text: &str) -> Result<Option<Expr>> {
 
 impl EpisodicMemory {
     pub fn new(store: Arc<dyn Store>, limits: Limits) -> EpisodicMemory {
-        EpisodicMemory { store, limits }
+        EpisodicMemory {
+            store,
+            limits,
+            embedder: None,
+            queue: EmbeddingQueue::default(),
+        }
+    }
+
+    /// Ranks by embeddings too, with vectors made by `embedder` from episodes the worker
+    /// behind `queue` takes off the store's queue.
+    pub fn with_embedder(mut self, embedder: Arc<dyn Embedder>, queue: EmbeddingQueue) -> Self {
+        self.embedder = Some(embedder);
+        self.queue = queue;
+        self
     }
 
     /// Stores the messages atomically; uids in input order.
@@ -59,6 +78,7 @@ impl EpisodicMemory {
         let uids = episodes.iter().map(|e| e.uid).collect();
         let count = episodes.len();
         self.store.add_episodes(&project.key, episodes).await?;
+        self.queue.notify();
         tracing::debug!(project = %project.key, count, "episodes stored");
         Ok(uids)
     }
@@ -82,6 +102,7 @@ impl EpisodicMemory {
         violations.into_result()?;
         let (top_k, filter) = (top_k.expect("validated"), filter.expect("validated"));
 
+        let mode = ranking::Mode::parse(&project.config.reranker, self.embedder.is_some())?;
         let config = project.episodic;
         if !config.enabled {
             return Ok(EpisodicSearch::default());
@@ -91,10 +112,16 @@ impl EpisodicMemory {
             if !config.long_term_memory_enabled {
                 return Ok(Vec::new());
             }
-            let mut hits = self
-                .store
-                .search_lexical(&project.key, &input.query, filter.as_ref(), top_k)
-                .await?;
+            let mut hits = ranking::rank(
+                &self.store,
+                self.embedder.as_ref(),
+                mode,
+                &project.key,
+                &input.query,
+                filter.as_ref(),
+                top_k,
+            )
+            .await?;
             if let Some(threshold) = input.score_threshold {
                 hits.retain(|hit| hit.score >= threshold);
             }

@@ -163,6 +163,20 @@ impl<T> Bm25Index<T> {
         }
     }
 
+    /// The payload of document `id`, if it is indexed.
+    pub fn payload_mut(&mut self, id: i64) -> Option<&mut T> {
+        let slot = *self.slot_of.get(&id)?;
+        Some(&mut self.docs[slot as usize].payload)
+    }
+
+    /// Every live document as `(id, payload)`, oldest first.
+    pub fn live(&self) -> impl Iterator<Item = (i64, &T)> {
+        self.docs
+            .iter()
+            .filter(|doc| doc.live)
+            .map(|doc| (doc.id, &doc.payload))
+    }
+
     /// The ids of the `limit` most recently inserted live documents whose payload
     /// `accept`s, newest first.
     pub fn newest(&self, limit: usize, accept: impl Fn(&T) -> bool) -> Vec<i64> {

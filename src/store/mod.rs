@@ -84,7 +84,40 @@ pub trait EpisodeStore: Send + Sync {
     ) -> Result<Vec<ScoredEpisode>>;
 }
 
-/// Everything the server needs from a backend.
-pub trait Store: ProjectStore + EpisodeStore {}
+/// An episode waiting for its vector.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingEmbedding {
+    /// The store's handle of the episode.
+    pub episode: i64,
+    pub content: String,
+}
 
-impl<T: ProjectStore + EpisodeStore> Store for T {}
+#[async_trait]
+pub trait VectorStore: Send + Sync {
+    /// Makes `embedder` (a stable embedder id) the one whose vectors are searched, and
+    /// queues every episode without a vector from it. Called once, at start-up, before
+    /// any other call; `None` turns vectors off. Returns how many episodes wait.
+    async fn use_embedder(&self, embedder: Option<&str>) -> Result<u64>;
+
+    /// Episodes waiting for a vector, oldest first, across projects.
+    async fn pending_embeddings(&self, limit: usize) -> Result<Vec<PendingEmbedding>>;
+
+    /// Stores vectors by the episodes' handles (episodes deleted meanwhile are skipped)
+    /// and takes them off the queue; they are searchable once this returns.
+    async fn store_embeddings(&self, embedder: &str, vectors: Vec<(i64, Vec<f32>)>) -> Result<()>;
+
+    /// Episodes most similar to `query` (a unit vector), best first, filtered before the
+    /// cut to `limit`; episodes without a vector are left out.
+    async fn search_dense(
+        &self,
+        key: &ProjectKey,
+        query: &[f32],
+        filter: Option<&Expr>,
+        limit: usize,
+    ) -> Result<Vec<ScoredEpisode>>;
+}
+
+/// Everything the server needs from a backend.
+pub trait Store: ProjectStore + EpisodeStore + VectorStore {}
+
+impl<T: ProjectStore + EpisodeStore + VectorStore> Store for T {}

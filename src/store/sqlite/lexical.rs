@@ -17,13 +17,29 @@ use rusqlite::Connection;
 
 use super::connection::storage_error;
 use super::episodes::{COLUMNS, from_row};
+use super::vectors;
 use crate::error::Result;
 use crate::model::NewEpisode;
+use crate::model::filter::Field;
+use crate::model::filter_eval::{Fields, Value as FieldValue};
 use crate::retrieval::bm25::Bm25Index;
 use crate::retrieval::episode_fields::EpisodeFields;
 
-/// A project's index, with each episode's filterable fields.
-pub(super) type ProjectIndex = Bm25Index<EpisodeFields>;
+/// What the index keeps of each episode: its filterable fields and its vector.
+#[derive(Debug)]
+pub(super) struct Entry {
+    pub fields: EpisodeFields,
+    pub vector: Option<Box<[f32]>>,
+}
+
+impl Fields for Entry {
+    fn get(&self, field: &Field) -> Option<FieldValue<'_>> {
+        self.fields.get(field)
+    }
+}
+
+/// A project's index: BM25 over the contents, with each episode's entry.
+pub(super) type ProjectIndex = Bm25Index<Entry>;
 type Slot = Arc<RwLock<Option<ProjectIndex>>>;
 
 #[derive(Default)]
@@ -36,6 +52,15 @@ pub(super) enum IndexChange<'a> {
     /// Row ids with their episodes.
     Insert(&'a [(i64, &'a NewEpisode)]),
     Remove(&'a [i64]),
+    /// Row ids with their new vectors.
+    Vectors(&'a [(i64, Box<[f32]>)]),
+}
+
+/// What BM25 indexes of an episode: who said it as well as what was said, so that
+/// questions naming a speaker ("What did Caroline adopt?") match their turns (a
+/// multi-field index; on LoCoMo it lifts recall@10 by about 3 points).
+fn indexed_text(producer: &str, content: &str) -> String {
+    format!("{producer} {content}")
 }
 
 impl LexicalIndexes {
@@ -53,7 +78,12 @@ impl LexicalIndexes {
 
     /// Loads the project's index through `conn`, which must hold a read transaction
     /// that has not read anything yet (so its snapshot starts here).
-    pub(super) fn load(&self, conn: &Connection, project: i64) -> Result<()> {
+    pub(super) fn load(
+        &self,
+        conn: &Connection,
+        project: i64,
+        embedder: Option<&str>,
+    ) -> Result<()> {
         let slot = self
             .projects
             .lock()
@@ -69,14 +99,27 @@ impl LexicalIndexes {
         let mut index = Bm25Index::new();
         let mut stmt = conn
             .prepare_cached(&format!(
-                "SELECT e.id, {COLUMNS} FROM episodes e WHERE e.project = ?1 ORDER BY e.seq"
+                "SELECT e.id, {COLUMNS}, v.vector FROM episodes e
+                 LEFT JOIN embeddings v ON v.episode = e.id AND v.embedder = ?2
+                 WHERE e.project = ?1 ORDER BY e.seq"
             ))
             .map_err(storage_error)?;
-        let mut rows = stmt.query([project]).map_err(storage_error)?;
+        let mut rows = stmt
+            .query(rusqlite::params![project, embedder])
+            .map_err(storage_error)?;
         while let Some(row) = rows.next().map_err(storage_error)? {
             let id: i64 = row.get(0).map_err(storage_error)?;
             let episode = from_row(row, 1).map_err(storage_error)?;
-            index.insert(id, &episode.content, EpisodeFields::of(&episode));
+            let vector: Option<Vec<u8>> = row.get(11).map_err(storage_error)?;
+            let entry = Entry {
+                fields: EpisodeFields::of(&episode),
+                vector: vector.as_deref().map(vectors::decode),
+            };
+            index.insert(
+                id,
+                &indexed_text(&episode.producer_id, &episode.content),
+                entry,
+            );
         }
         tracing::info!(
             project,
@@ -106,12 +149,24 @@ impl LexicalIndexes {
         match change {
             IndexChange::Insert(docs) => {
                 for (id, episode) in docs {
-                    index.insert(*id, &episode.content, EpisodeFields::of_new(episode));
+                    let entry = Entry {
+                        fields: EpisodeFields::of_new(episode),
+                        vector: None,
+                    };
+                    let text = indexed_text(&episode.producer_id, &episode.content);
+                    index.insert(*id, &text, entry);
                 }
             }
             IndexChange::Remove(ids) => {
                 for id in ids {
                     index.remove(*id);
+                }
+            }
+            IndexChange::Vectors(vectors) => {
+                for (id, vector) in vectors {
+                    if let Some(entry) = index.payload_mut(*id) {
+                        entry.vector = Some(vector.clone());
+                    }
                 }
             }
         }

@@ -8,6 +8,7 @@ mod lexical;
 mod projects;
 mod schema;
 mod search;
+mod vectors;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use async_trait::async_trait;
 
 use self::connection::{ReadPool, Writer, open_connection};
 use self::lexical::{IndexChange, LexicalIndexes, ProjectIndex};
-use super::{EpisodeStore, ProjectStore};
+use super::{EpisodeStore, PendingEmbedding, ProjectStore, VectorStore};
 use crate::error::{Error, Result};
 use crate::model::filter::Expr;
 use crate::model::{
@@ -32,6 +33,8 @@ pub struct SqliteStore {
     writer: Writer,
     readers: ReadPool,
     indexes: Arc<LexicalIndexes>,
+    /// The embedder whose vectors are kept and searched, if any.
+    embedder: Arc<std::sync::RwLock<Option<String>>>,
 }
 
 impl SqliteStore {
@@ -51,6 +54,7 @@ impl SqliteStore {
             readers: ReadPool::new(path.clone(), readers),
             writer: Writer::start(conn),
             indexes: Arc::default(),
+            embedder: Arc::default(),
             path,
         })
     }
@@ -75,10 +79,7 @@ impl SqliteStore {
             })
             .await?;
         for project in ids {
-            let indexes = self.indexes.clone();
-            self.readers
-                .read(move |tx| indexes.load(tx, project))
-                .await?;
+            self.load_index(project).await?;
         }
         Ok(())
     }
@@ -156,10 +157,17 @@ impl EpisodeStore for SqliteStore {
         let new = Arc::new(new);
         let indexes = self.indexes.clone();
         let stored = new.clone();
+        let embedding = self.current_embedder().is_some();
         let added = self
             .writer
             .write_then(
-                move |conn| episodes::add(conn, &key, &stored),
+                move |conn| {
+                    let added = episodes::add(conn, &key, &stored)?;
+                    if embedding {
+                        vectors::enqueue(conn, &added.rows)?;
+                    }
+                    Ok(added)
+                },
                 move |added| {
                     let docs: Vec<(i64, &NewEpisode)> =
                         added.rows.iter().copied().zip(new.iter()).collect();
@@ -242,6 +250,17 @@ impl EpisodeStore for SqliteStore {
 }
 
 impl SqliteStore {
+    fn current_embedder(&self) -> Option<String> {
+        self.embedder.read().expect("embedder lock").clone()
+    }
+
+    async fn load_index(&self, project: i64) -> Result<()> {
+        let (indexes, embedder) = (self.indexes.clone(), self.current_embedder());
+        self.readers
+            .read(move |tx| indexes.load(tx, project, embedder.as_deref()))
+            .await
+    }
+
     /// Runs `f` in a read transaction with the project's loaded lexical index, loading
     /// the index first when needed.
     async fn with_index<T, F>(&self, key: &ProjectKey, f: F) -> Result<T>
@@ -266,13 +285,65 @@ impl SqliteStore {
                 .await?;
             match outcome {
                 Ok(value) => return Ok(value),
-                Err(project) => {
-                    let indexes = self.indexes.clone();
-                    self.readers
-                        .read(move |tx| indexes.load(tx, project))
-                        .await?;
-                }
+                Err(project) => self.load_index(project).await?,
             }
         }
+    }
+}
+
+#[async_trait]
+impl VectorStore for SqliteStore {
+    async fn use_embedder(&self, embedder: Option<&str>) -> Result<u64> {
+        *self.embedder.write().expect("embedder lock") = embedder.map(str::to_string);
+        let Some(embedder) = embedder.map(str::to_string) else {
+            return Ok(0);
+        };
+        self.writer
+            .write(move |conn| vectors::queue_missing(conn, &embedder))
+            .await
+    }
+
+    async fn pending_embeddings(&self, limit: usize) -> Result<Vec<PendingEmbedding>> {
+        self.readers
+            .read(move |tx| vectors::pending(tx, limit))
+            .await
+    }
+
+    async fn store_embeddings(&self, embedder: &str, new: Vec<(i64, Vec<f32>)>) -> Result<()> {
+        let embedder = embedder.to_string();
+        let indexes = self.indexes.clone();
+        self.writer
+            .write_then(
+                move |conn| vectors::store(conn, &embedder, &new),
+                move |stored| {
+                    let mut by_project: std::collections::HashMap<i64, Vec<(i64, Box<[f32]>)>> =
+                        std::collections::HashMap::new();
+                    for s in stored {
+                        by_project
+                            .entry(s.project)
+                            .or_default()
+                            .push((s.row, s.vector.clone()));
+                    }
+                    for (project, vectors) in by_project {
+                        indexes.apply(project, IndexChange::Vectors(&vectors));
+                    }
+                },
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn search_dense(
+        &self,
+        key: &ProjectKey,
+        query: &[f32],
+        filter: Option<&Expr>,
+        limit: usize,
+    ) -> Result<Vec<ScoredEpisode>> {
+        let (query, filter) = (query.to_vec(), filter.cloned());
+        self.with_index(key, move |tx, index, project| {
+            search::dense(tx, index, project, &query, filter.as_ref(), limit)
+        })
+        .await
     }
 }

@@ -38,6 +38,17 @@ const MIGRATIONS: &[&str] = &[
         metadata TEXT
     );
     CREATE UNIQUE INDEX episodes_by_project_seq ON episodes (project, seq);",
+    // 2: vectors, one per episode from the embedder that made it, and the durable queue
+    // of episodes waiting for one (filled in the episode's own transaction, so a crash
+    // before embedding loses nothing).
+    "CREATE TABLE embeddings (
+        episode INTEGER PRIMARY KEY REFERENCES episodes (id) ON DELETE CASCADE,
+        embedder TEXT NOT NULL,
+        vector BLOB NOT NULL
+    );
+    CREATE TABLE embedding_queue (
+        episode INTEGER PRIMARY KEY REFERENCES episodes (id) ON DELETE CASCADE
+    );",
 ];
 
 /// Brings the database to the latest schema, and makes sure universal/universal exists.

@@ -31,6 +31,30 @@ pub(super) fn search(
     let hits = index.search(terms, limit, |fields| {
         filter.is_none_or(|filter| matches(filter, fields))
     });
+    scored(conn, project, &hits)
+}
+
+/// The `limit` episodes whose vectors are most similar to `query`, filtered first.
+pub(super) fn dense(
+    conn: &Connection,
+    index: &ProjectIndex,
+    project: i64,
+    query: &[f32],
+    filter: Option<&Expr>,
+    limit: usize,
+) -> Result<Vec<ScoredEpisode>> {
+    let candidates = index.live().filter_map(|(id, entry)| {
+        let vector = entry.vector.as_deref()?;
+        filter
+            .is_none_or(|filter| matches(filter, entry))
+            .then_some((id, vector))
+    });
+    let hits = crate::retrieval::dense::top_k(candidates, query, limit);
+    scored(conn, project, &hits)
+}
+
+/// The rows of `hits` in their order, with their scores.
+fn scored(conn: &Connection, project: i64, hits: &[(i64, f32)]) -> Result<Vec<ScoredEpisode>> {
     let mut rows = fetch(conn, project, hits.iter().map(|(id, _)| *id))?;
     // A hit deleted since it was ranked is simply left out.
     Ok(hits

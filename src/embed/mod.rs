@@ -1,0 +1,99 @@
+//! Embedders turn text into dense vectors for semantic (vector) search. One trait, with
+//! implementations chosen by `--embedder`: `hash` (deterministic, for tests), `local`
+//! (a Hugging Face sentence-embedding model run in-process), `openai` (any
+//! OpenAI-compatible `/v1/embeddings` endpoint) and `none` (lexical search only).
+
+pub mod fetch;
+pub mod hash;
+pub mod local;
+pub mod openai;
+
+use async_trait::async_trait;
+
+/// Why embedding failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    /// Worth retrying later (the endpoint is down, overloaded, timed out).
+    #[error("embedder unavailable: {0}")]
+    Unavailable(String),
+    /// Will not succeed on retry (bad configuration, a dimension that does not match).
+    #[error("embedder failed: {0}")]
+    Failed(String),
+}
+
+#[async_trait]
+pub trait Embedder: Send + Sync {
+    /// A stable name of the model and its settings, stored with every vector it made
+    /// (vectors of different embedders are never compared).
+    fn id(&self) -> &str;
+
+    /// Length of every vector.
+    fn dimensions(&self) -> usize;
+
+    /// One L2-normalised vector per text, in order. Implementations that compute must
+    /// not block the async executor (use `spawn_blocking` or a thread of their own).
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
+}
+
+/// Scales `v` to unit length (a zero vector stays zero).
+pub fn normalize(v: &mut [f32]) {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+}
+
+/// The embedder the configuration asks for, or `None` for lexical search only.
+pub async fn build(
+    config: &crate::config::EmbedderConfig,
+) -> Result<Option<std::sync::Arc<dyn Embedder>>, String> {
+    use crate::config::EmbedderKind;
+    let kind = config.kind.unwrap_or_else(|| {
+        if fetch::model_present(&config.model_dir) {
+            EmbedderKind::Local
+        } else {
+            EmbedderKind::None
+        }
+    });
+    Ok(match kind {
+        EmbedderKind::None => None,
+        EmbedderKind::Hash => Some(std::sync::Arc::new(hash::HashEmbedder::new(
+            config.dimensions.unwrap_or(256),
+        ))),
+        EmbedderKind::Local => Some(std::sync::Arc::new(load_local(config).await?)),
+        EmbedderKind::Openai => Some(std::sync::Arc::new(connect_openai(config).await?)),
+    })
+}
+
+async fn load_local(
+    config: &crate::config::EmbedderConfig,
+) -> Result<local::LocalEmbedder, String> {
+    let dir = config.model_dir.clone();
+    tokio::task::spawn_blocking(move || local::LocalEmbedder::load(&dir))
+        .await
+        .map_err(|err| format!("loading the model: {err}"))?
+        .map_err(|err| {
+            format!(
+                "{err} (model dir {}; `memmachine model fetch` puts all-MiniLM-L6-v2 there)",
+                config.model_dir.display()
+            )
+        })
+}
+
+async fn connect_openai(
+    config: &crate::config::EmbedderConfig,
+) -> Result<openai::OpenAiEmbedder, String> {
+    let (Some(base_url), Some(model)) = (&config.base_url, &config.model) else {
+        return Err("--embedder openai needs --embedder-base-url and --embedder-model".into());
+    };
+    let mut settings = openai::OpenAiConfig::new(base_url.clone(), model.clone());
+    settings.api_key = config.api_key.clone();
+    settings.dimensions = config.dimensions;
+    let embedder = openai::OpenAiEmbedder::new(settings).map_err(|e| e.to_string())?;
+    // Learn the vector length now; an endpoint that is down must not stop the server
+    // (episodes stay queued until it answers).
+    if let Err(err) = embedder.probe().await {
+        tracing::warn!(error = %err, endpoint = embedder.endpoint(), "embeddings endpoint not answering yet");
+    }
+    Ok(embedder)
+}

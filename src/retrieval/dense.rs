@@ -1,0 +1,89 @@
+//! Exact nearest-neighbour search by dot product (cosine on unit vectors).
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+/// A candidate in the min-heap of the best `limit` so far.
+struct Entry(f32, i64);
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Entry {}
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Entry {
+    /// Reversed, so the heap's top is the worst kept candidate.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .0
+            .total_cmp(&self.0)
+            .then_with(|| self.1.cmp(&other.1))
+    }
+}
+
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// The `limit` items most similar to `query`, best first, as `(id, similarity)`.
+/// Vectors of another length than the query's are skipped.
+pub fn top_k<'a>(
+    items: impl Iterator<Item = (i64, &'a [f32])>,
+    query: &[f32],
+    limit: usize,
+) -> Vec<(i64, f32)> {
+    if limit == 0 {
+        return Vec::new();
+    }
+    let mut heap: BinaryHeap<Entry> = BinaryHeap::with_capacity(limit + 1);
+    for (id, vector) in items {
+        if vector.len() != query.len() {
+            continue;
+        }
+        let score = dot(vector, query);
+        if heap.len() < limit {
+            heap.push(Entry(score, id));
+        } else if heap.peek().is_some_and(|worst| score > worst.0) {
+            heap.pop();
+            heap.push(Entry(score, id));
+        }
+    }
+    let mut best: Vec<(i64, f32)> = heap.into_iter().map(|Entry(s, id)| (id, s)).collect();
+    best.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_most_similar_in_order() {
+        let vectors: Vec<(i64, Vec<f32>)> = (0..100)
+            .map(|i| {
+                let angle = i as f32 / 100.0;
+                (i, vec![angle.cos(), angle.sin()])
+            })
+            .collect();
+        let query = [1.0, 0.0];
+        let best = top_k(vectors.iter().map(|(i, v)| (*i, v.as_slice())), &query, 3);
+        let ids: Vec<i64> = best.iter().map(|b| b.0).collect();
+        assert_eq!(ids, [0, 1, 2]);
+        assert!(best[0].1 >= best[1].1 && best[1].1 >= best[2].1);
+        let wrong_length = [(7i64, vec![1.0f32, 0.0, 0.0])];
+        assert!(
+            top_k(
+                wrong_length.iter().map(|(i, v)| (*i, v.as_slice())),
+                &query,
+                3
+            )
+            .is_empty()
+        );
+    }
+}

@@ -976,8 +976,10 @@ async fn dense_and_hybrid_ranking_with_an_embedder() {
             "my golden retriever loves the beach"
         );
         assert!(hits.windows(2).all(|w| w[0].score >= w[1].score));
-        // Fused scores are reciprocal ranks: 1/61 + 1/61 at most.
-        assert!(hits[0].score <= 2.0 / 61.0 + 1e-9, "{}", hits[0].score);
+        // Fused scores are sums of z-scores: the best is above the average (0), and
+        // an episode sharing no word with the query is still a candidate.
+        assert!(hits[0].score > 0.0, "{}", hits[0].score);
+        assert_eq!(hits.len(), 3);
     }
     let filtered = c
         .search("o", "dense", "golden retriever", "producer_id = 'nobody'")

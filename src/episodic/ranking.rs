@@ -1,5 +1,6 @@
-//! Long-term memory ranking: lexical (BM25), dense (embedding similarity) or both fused
-//! by reciprocal rank, as the project's `reranker` setting asks.
+//! Long-term memory ranking: lexical (BM25 with conversational context), dense
+//! (embedding similarity) or both fused (`retrieval::fusion`), as the project's
+//! `reranker` setting asks.
 
 use std::sync::Arc;
 
@@ -7,7 +8,6 @@ use crate::embed::{EmbedError, Embedder};
 use crate::error::{Error, Result};
 use crate::model::filter::Expr;
 use crate::model::{ProjectKey, ScoredEpisode};
-use crate::retrieval::fusion::{RRF_K, reciprocal_rank};
 use crate::store::Store;
 
 /// The ranking modes a project can name in `config.reranker`.
@@ -74,39 +74,7 @@ pub async fn rank(
     if mode == Mode::Dense {
         return store.search_dense(key, &query_vector, filter, top_k).await;
     }
-    // Each list goes deeper than top_k, so fusion can promote what both agree on.
-    let depth = (top_k * 3).max(50);
-    let (lexical, dense) = tokio::try_join!(
-        store.search_lexical(key, query, filter, depth),
-        store.search_dense(key, &query_vector, filter, depth),
-    )?;
-    Ok(fuse(lexical, dense, top_k))
-}
-
-/// Reciprocal-rank fusion of two ranked lists of episodes; the score is the fused one.
-pub fn fuse(
-    lexical: Vec<ScoredEpisode>,
-    dense: Vec<ScoredEpisode>,
-    top_k: usize,
-) -> Vec<ScoredEpisode> {
-    let lexical_ids: Vec<uuid::Uuid> = lexical.iter().map(|h| h.episode.uid).collect();
-    let dense_ids: Vec<uuid::Uuid> = dense.iter().map(|h| h.episode.uid).collect();
-    let fused = reciprocal_rank(
-        &[(&lexical_ids[..], 1.0), (&dense_ids[..], 1.0)],
-        RRF_K,
-        top_k,
-    );
-    let mut episodes: std::collections::HashMap<uuid::Uuid, _> = lexical
-        .into_iter()
-        .chain(dense)
-        .map(|hit| (hit.episode.uid, hit.episode))
-        .collect();
-    fused
-        .into_iter()
-        .filter_map(|(uid, score)| {
-            episodes
-                .remove(&uid)
-                .map(|episode| ScoredEpisode { episode, score })
-        })
-        .collect()
+    store
+        .search_hybrid(key, query, &query_vector, filter, top_k)
+        .await
 }

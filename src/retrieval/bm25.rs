@@ -1,13 +1,26 @@
 //! An in-memory BM25 index of one project's episodes (Okapi BM25, k1 = 1.2, b = 0.75,
 //! Lucene's IDF). Scoring walks only the postings of the query's terms into a dense
 //! accumulator, so a query over 100k documents costs well under a millisecond.
+//!
+//! Each document is scored on two fields (BM25F-style document expansion with
+//! context): its own text, and its *context*, the text of itself and of the
+//! `CONTEXT_WINDOW` documents on either side in insertion order. A chat turn such as
+//! "Yes, twice last year!" says little on its own; its neighbours say what it answers.
+//! The context field is derived at query time from the postings (a posting at slot p
+//! counts for every slot within the window around p), so inserting or removing a
+//! document never rewrites its neighbours. On LoCoMo this lifts recall@10 from 0.61 to
+//! 0.72 (see BENCHMARKS.md).
 
 use std::collections::HashMap;
 
-use super::tokenize;
+use super::{fusion, tokenize};
 
 const K1: f32 = 1.2;
 const B: f32 = 0.75;
+/// Documents on either side that make up a document's context field.
+pub const CONTEXT_WINDOW: usize = 2;
+/// Weight of the context field against the document's own text.
+pub const CONTEXT_WEIGHT: f32 = 2.0;
 /// Compaction drops deleted documents from the postings once they are this many and
 /// outnumber the live ones.
 const COMPACT_AFTER: usize = 1024;
@@ -43,6 +56,8 @@ pub struct Bm25Index<T = ()> {
     slot_of: HashMap<i64, u32>,
     live: usize,
     total_len: u64,
+    /// Documents on either side in a document's context field (0: no context field).
+    context_window: usize,
 }
 
 impl<T> Default for Bm25Index<T> {
@@ -56,6 +71,7 @@ impl<T> Default for Bm25Index<T> {
             slot_of: HashMap::new(),
             live: 0,
             total_len: 0,
+            context_window: CONTEXT_WINDOW,
         }
     }
 }
@@ -63,6 +79,14 @@ impl<T> Default for Bm25Index<T> {
 impl<T> Bm25Index<T> {
     pub fn new() -> Bm25Index<T> {
         Bm25Index::default()
+    }
+
+    /// An index whose context field spans `window` documents on either side (0: none).
+    pub fn with_context_window(window: usize) -> Bm25Index<T> {
+        Bm25Index {
+            context_window: window,
+            ..Bm25Index::default()
+        }
     }
 
     /// Live documents.
@@ -190,7 +214,8 @@ impl<T> Bm25Index<T> {
     }
 
     /// The `limit` best documents for the (already analysed) query terms whose payload
-    /// `accept`s, best first, as `(id, score)`; only documents matching a term count.
+    /// `accept`s, best first, as `(id, score)`; only documents matching a term (in
+    /// their own text or their context) count.
     pub fn search(
         &self,
         terms: &[String],
@@ -200,10 +225,55 @@ impl<T> Bm25Index<T> {
         if self.live == 0 || limit == 0 {
             return Vec::new();
         }
+        let (scores, touched) = self.lexical_scores(terms);
+        self.select(&scores, touched, limit, accept)
+    }
+
+    /// Hybrid ranking: BM25 fused with the documents' `similarity` to the query (the
+    /// cosine of their vectors; `None` for a document not embedded yet), best first.
+    /// See `fusion::hybrid` for how the two are combined. Every live document is a
+    /// candidate, so a document sharing no word with the query can still be found.
+    pub fn search_hybrid(
+        &self,
+        terms: &[String],
+        similarity: impl Fn(&T) -> Option<f32>,
+        limit: usize,
+        accept: impl Fn(&T) -> bool,
+    ) -> Vec<(i64, f32)> {
+        if self.live == 0 || limit == 0 {
+            return Vec::new();
+        }
+        let (lexical, _) = self.lexical_scores(terms);
+        let live: Vec<bool> = self.docs.iter().map(|doc| doc.live).collect();
+        let similarities: Vec<Option<f32>> = self
+            .docs
+            .iter()
+            .map(|doc| {
+                if doc.live {
+                    similarity(&doc.payload)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let fused = fusion::hybrid(&lexical, &similarities, &live, self.context_window);
+        let candidates = (0..self.docs.len() as u32)
+            .filter(|slot| live[*slot as usize])
+            .collect();
+        self.select(&fused, candidates, limit, accept)
+    }
+
+    /// BM25 scores by slot (own text plus weighted context), and the slots scored.
+    fn lexical_scores(&self, terms: &[String]) -> (Vec<f32>, Vec<u32>) {
         let n = self.live as f32;
         let avg_len = self.total_len as f32 / n;
+        // A context spans up to 2w+1 documents (fewer at the ends of a small index).
+        let avg_context_len = avg_len * ((2 * self.context_window + 1) as f32).min(n);
+        let with_context = self.context_window > 0;
         let mut scores = vec![0f32; self.docs.len()];
         let mut touched: Vec<u32> = Vec::new();
+        let mut context_tf = vec![0u32; self.docs.len()];
+        let mut context_touched: Vec<u32> = Vec::new();
         for term in terms {
             let Some(&term_id) = self.vocab.get(term) else {
                 continue;
@@ -212,21 +282,47 @@ impl<T> Bm25Index<T> {
             if df == 0.0 {
                 continue;
             }
-            let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+            let idf = bm25_idf(n, df);
             for posting in &self.postings[term_id as usize] {
                 let doc = &self.docs[posting.slot as usize];
                 if !doc.live {
                     continue;
                 }
-                let tf = posting.tf as f32;
                 let norm = K1 * (1.0 - B + B * doc.len as f32 / avg_len);
-                let score = &mut scores[posting.slot as usize];
-                if *score == 0.0 {
-                    touched.push(posting.slot);
+                add_score(
+                    &mut scores,
+                    &mut touched,
+                    posting.slot,
+                    idf * saturate(posting.tf, norm),
+                );
+                for slot in self.window(posting.slot).filter(|_| with_context) {
+                    if context_tf[slot as usize] == 0 {
+                        context_touched.push(slot);
+                    }
+                    context_tf[slot as usize] += posting.tf;
                 }
-                *score += idf * tf * (K1 + 1.0) / (tf + norm);
+            }
+            // The context field: its own document frequency and lengths.
+            let context_idf = bm25_idf(n, context_touched.len() as f32);
+            for slot in context_touched.drain(..) {
+                let tf = std::mem::take(&mut context_tf[slot as usize]);
+                let len: u32 = self.window(slot).map(|s| self.docs[s as usize].len).sum();
+                let norm = K1 * (1.0 - B + B * len as f32 / avg_context_len);
+                let score = CONTEXT_WEIGHT * context_idf * saturate(tf, norm);
+                add_score(&mut scores, &mut touched, slot, score);
             }
         }
+        (scores, touched)
+    }
+
+    /// The `limit` best of `candidates` by `scores` whose payload `accept`s.
+    fn select(
+        &self,
+        scores: &[f32],
+        mut candidates: Vec<u32>,
+        limit: usize,
+        accept: impl Fn(&T) -> bool,
+    ) -> Vec<(i64, f32)> {
         let by_score = |a: &u32, b: &u32| {
             scores[*b as usize]
                 .total_cmp(&scores[*a as usize])
@@ -235,7 +331,7 @@ impl<T> Bm25Index<T> {
         // Best first, in growing chunks, so the filter runs on as few documents as
         // it must: a selective filter costs a few more chunks, never a full sort.
         let mut best = Vec::with_capacity(limit);
-        let mut rest: &mut [u32] = &mut touched;
+        let mut rest: &mut [u32] = &mut candidates;
         let mut chunk = (limit * 4).max(64);
         while best.len() < limit && !rest.is_empty() {
             let take = chunk.min(rest.len());
@@ -258,13 +354,50 @@ impl<T> Bm25Index<T> {
     }
 }
 
+impl<T> Bm25Index<T> {
+    /// The live slots within the context window of `slot`, itself included.
+    fn window(&self, slot: u32) -> impl Iterator<Item = u32> + '_ {
+        let first = slot.saturating_sub(self.context_window as u32);
+        let last = (slot as usize + self.context_window).min(self.docs.len() - 1) as u32;
+        (first..=last).filter(|s| self.docs[*s as usize].live)
+    }
+}
+
+/// Lucene's BM25 IDF: never negative.
+fn bm25_idf(n: f32, df: f32) -> f32 {
+    (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
+}
+
+/// BM25's saturating term-frequency factor, `norm` being k1 times the length norm.
+fn saturate(tf: u32, norm: f32) -> f32 {
+    let tf = tf as f32;
+    tf * (K1 + 1.0) / (tf + norm)
+}
+
+fn add_score(scores: &mut [f32], touched: &mut Vec<u32>, slot: u32, score: f32) {
+    let current = &mut scores[slot as usize];
+    if *current == 0.0 {
+        touched.push(slot);
+    }
+    *current += score;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::retrieval::tokenize::query_terms;
 
+    /// An index of `docs` without the context field (plain BM25).
+    fn index_with(window: usize, docs: &[&str]) -> Bm25Index {
+        let mut index = Bm25Index::with_context_window(window);
+        for (i, text) in docs.iter().enumerate() {
+            index.insert(i as i64, text, ());
+        }
+        index
+    }
+
     fn index(docs: &[&str]) -> Bm25Index {
-        let mut index = Bm25Index::new();
+        let mut index = Bm25Index::with_context_window(0);
         for (i, text) in docs.iter().enumerate() {
             index.insert(i as i64 + 1, text, ());
         }
@@ -302,6 +435,49 @@ mod tests {
             "{} vs {expected}",
             hits[0].1
         );
+    }
+
+    #[test]
+    fn the_context_field_finds_a_turn_by_its_neighbours_words() {
+        let turns = [
+            "did you finish the marathon in Boston?",
+            "yes, in just under four hours!",
+            "unrelated chatter about lunch",
+            "more chatter",
+            "still more chatter",
+            "a pottery class on Sunday",
+        ];
+        let mut index = Bm25Index::new();
+        for (i, text) in turns.iter().enumerate() {
+            index.insert(i as i64, text, ());
+        }
+        let hits = index.search(&query_terms("Boston marathon"), 10, |_| true);
+        let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
+        // The question first, then its answer (which never says "marathon"), then the
+        // turn two away; turns further off are not matched.
+        assert_eq!(ids[..3], [0, 1, 2], "{hits:?}");
+        assert!(!ids.contains(&3) && !ids.contains(&5), "{hits:?}");
+        let plain = index_with(0, &turns).search(&query_terms("Boston marathon"), 10, |_| true);
+        assert_eq!(plain.len(), 1, "without context only the question matches");
+    }
+
+    #[test]
+    fn hybrid_ranks_every_document_and_uses_similarity() {
+        let mut index: Bm25Index<Option<f32>> = Bm25Index::with_context_window(0);
+        index.insert(1, "apple pie recipe", Some(0.1));
+        index.insert(2, "a dessert with baked fruit", Some(0.9));
+        index.insert(3, "stock market news", Some(0.0));
+        index.insert(4, "not embedded yet", None);
+        let terms = query_terms("apple dessert");
+        let hits = index.search_hybrid(&terms, |sim| *sim, 10, |_| true);
+        let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
+        assert_eq!(ids.len(), 4, "every live document is a candidate");
+        assert_eq!(ids[3], 3, "matching neither way comes last: {hits:?}");
+        let filtered = index.search_hybrid(&terms, |sim| *sim, 10, |sim| sim.is_some());
+        assert_eq!(filtered.len(), 3);
+        index.remove(2);
+        let after = index.search_hybrid(&terms, |sim| *sim, 10, |_| true);
+        assert!(after.iter().all(|h| h.0 != 2));
     }
 
     #[test]

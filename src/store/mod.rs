@@ -115,6 +115,18 @@ pub trait VectorStore: Send + Sync {
         filter: Option<&Expr>,
         limit: usize,
     ) -> Result<Vec<ScoredEpisode>>;
+
+    /// Lexical and vector evidence fused (`query` is the text, `vector` its unit
+    /// embedding), best first, filtered before the cut to `limit`. Episodes without a
+    /// vector yet still rank by their text.
+    async fn search_hybrid(
+        &self,
+        key: &ProjectKey,
+        query: &str,
+        vector: &[f32],
+        filter: Option<&Expr>,
+        limit: usize,
+    ) -> Result<Vec<ScoredEpisode>>;
 }
 
 /// Everything the server needs from a backend.

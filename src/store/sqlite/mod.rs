@@ -346,4 +346,20 @@ impl VectorStore for SqliteStore {
         })
         .await
     }
+
+    async fn search_hybrid(
+        &self,
+        key: &ProjectKey,
+        query: &str,
+        vector: &[f32],
+        filter: Option<&Expr>,
+        limit: usize,
+    ) -> Result<Vec<ScoredEpisode>> {
+        let terms = crate::retrieval::tokenize::query_terms(query);
+        let (vector, filter) = (vector.to_vec(), filter.cloned());
+        self.with_index(key, move |tx, index, project| {
+            search::hybrid(tx, index, project, &terms, &vector, filter.as_ref(), limit)
+        })
+        .await
+    }
 }

@@ -9,7 +9,7 @@ use rusqlite::{Connection, params};
 
 use super::connection::storage_error;
 use super::episodes::{COLUMNS, from_row};
-use super::lexical::ProjectIndex;
+use super::lexical::{Entry, ProjectIndex};
 use crate::error::Result;
 use crate::model::filter::Expr;
 use crate::model::filter_eval::matches;
@@ -50,6 +50,26 @@ pub(super) fn dense(
             .then_some((id, vector))
     });
     let hits = crate::retrieval::dense::top_k(candidates, query, limit);
+    scored(conn, project, &hits)
+}
+
+/// Hybrid ranking (BM25 fused with vector similarity), filtered before the cut.
+pub(super) fn hybrid(
+    conn: &Connection,
+    index: &ProjectIndex,
+    project: i64,
+    terms: &[String],
+    query: &[f32],
+    filter: Option<&Expr>,
+    limit: usize,
+) -> Result<Vec<ScoredEpisode>> {
+    let similarity = |entry: &Entry| {
+        let vector = entry.vector.as_deref()?;
+        (vector.len() == query.len()).then(|| crate::retrieval::dense::dot(vector, query))
+    };
+    let hits = index.search_hybrid(terms, similarity, limit, |entry| {
+        filter.is_none_or(|filter| matches(filter, entry))
+    });
     scored(conn, project, &hits)
 }
 

@@ -989,6 +989,65 @@ async fn dense_and_hybrid_ranking_with_an_embedder() {
 }
 
 #[tokio::test]
+async fn expand_context_adds_neighbours_within_top_k() {
+    let server = InProcess::start().await;
+    let mut c = clients(&server).await;
+    c.create("o", "p").await;
+    let turns = [
+        "we should plan the weekend",
+        "I adopted a golden retriever named Max last week.",
+        "Max loves playing fetch at the beach.",
+        "That's lovely! I went hiking in Yosemite with my kids.",
+        "the weather was fine",
+        "tell me about the quarterly report",
+        "it grew strongly this year",
+    ];
+    let messages = turns.iter().map(|t| message(t, "u", &[])).collect();
+    c.add("o", "p", messages).await.unwrap();
+    let search = |expand_context: i32, top_k: i32| pb::SearchMemoriesRequest {
+        org_id: "o".into(),
+        project_id: "p".into(),
+        query: "retriever".into(),
+        top_k: Some(top_k),
+        expand_context,
+        ..Default::default()
+    };
+    let contents = |result: pb::EpisodicSearchResult| -> Vec<String> {
+        result
+            .long_term_memory
+            .iter()
+            .map(|h| h.episode.as_ref().unwrap().content.clone())
+            .collect()
+    };
+    let mut run = async |expand_context, top_k| {
+        let found = c
+            .memory
+            .search_memories(search(expand_context, top_k))
+            .await
+            .unwrap()
+            .into_inner()
+            .episodic_memory
+            .unwrap();
+        let scores: Vec<f64> = found.long_term_memory.iter().map(|h| h.score).collect();
+        (contents(found), scores)
+    };
+    // As MemMachine's reference exchange: top_k 3, expand_context 2 gives the hit and
+    // the two turns after it (a third before: none), in order, all with the hit's score.
+    let (found, scores) = run(2, 3).await;
+    assert_eq!(found, turns[1..4]);
+    assert!(scores.iter().all(|s| *s == scores[0]), "{scores:?}");
+    // expand_context 3: one before, two after.
+    let (found, _) = run(3, 10).await;
+    assert_eq!(found[..4], turns[0..4]);
+    // top_k still bounds the answer.
+    let (found, _) = run(6, 2).await;
+    assert_eq!(found.len(), 2);
+    assert!(found.contains(&turns[1].to_string()));
+    let (plain, _) = run(0, 10).await;
+    assert_eq!(plain[0], turns[1]);
+}
+
+#[tokio::test]
 async fn dense_ranking_without_an_embedder_is_a_failed_precondition() {
     let server = InProcess::start().await;
     let mut c = clients(&server).await;

@@ -566,6 +566,102 @@ pub async fn vectors_are_queued_stored_and_searched(store: Arc<dyn Store>) {
     assert!(store.pending_embeddings(10).await.unwrap().is_empty());
 }
 
+pub async fn hybrid_search_fuses_text_and_vectors(store: Arc<dyn Store>) {
+    let embedder = HashEmbedder::new(64);
+    store.use_embedder(Some(embedder.id())).await.unwrap();
+    let k = project(&store, "o", "hybrid").await;
+    let other = project(&store, "o", "other").await;
+    store
+        .add_episodes(
+            &k,
+            vec![
+                episode("the red apple is ripe", "alice", &[], 1),
+                episode("stock prices fell", "bob", &[], 2),
+                episode("a quiet afternoon", "bob", &[], 3),
+            ],
+        )
+        .await
+        .unwrap();
+    store
+        .add_episodes(&other, vec![episode("red apple", "x", &[], 1)])
+        .await
+        .unwrap();
+    let query = embedder.embed_one("red apple");
+    // Before any vector exists, text alone ranks.
+    let early = store
+        .search_hybrid(&k, "red apple", &query, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(early[0].episode.content, "the red apple is ripe");
+    embed_all(&store, &embedder).await;
+    let hits = store
+        .search_hybrid(&k, "red apple", &query, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 3, "every episode of this project, no other");
+    assert_eq!(hits[0].episode.content, "the red apple is ripe");
+    assert!(hits.windows(2).all(|w| w[0].score >= w[1].score));
+    let bob = parse("producer_id = 'bob'").unwrap();
+    let filtered = store
+        .search_hybrid(&k, "red apple", &query, bob.as_ref(), 1)
+        .await
+        .unwrap();
+    assert_eq!(filtered.len(), 1);
+    assert_eq!(filtered[0].episode.producer_id, "bob");
+}
+
+pub async fn episode_contexts_are_neighbours_in_order(store: Arc<dyn Store>) {
+    let k = project(&store, "o", "ctx").await;
+    let other = project(&store, "o", "other").await;
+    let episodes: Vec<NewEpisode> = (0..8)
+        .map(|i| {
+            let producer = if i % 2 == 0 { "even" } else { "odd" };
+            episode(&format!("turn {i}"), producer, &[], i)
+        })
+        .collect();
+    store.add_episodes(&k, episodes.clone()).await.unwrap();
+    let stranger = episode("elsewhere", "x", &[], 1);
+    store
+        .add_episodes(&other, vec![stranger.clone()])
+        .await
+        .unwrap();
+    let contents = |window: &Vec<memmachine::model::Episode>| -> Vec<String> {
+        window.iter().map(|e| e.content.clone()).collect()
+    };
+    let windows = store
+        .episode_contexts(
+            &k,
+            &[episodes[4].uid, episodes[0].uid, stranger.uid],
+            1,
+            2,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(windows.len(), 3);
+    assert_eq!(
+        contents(&windows[0]),
+        ["turn 3", "turn 4", "turn 5", "turn 6"]
+    );
+    assert_eq!(contents(&windows[1]), ["turn 0", "turn 1", "turn 2"]);
+    assert!(
+        windows[2].is_empty(),
+        "another project's episode is not found"
+    );
+    let even = parse("producer_id = 'even'").unwrap();
+    let filtered = store
+        .episode_contexts(&k, &[episodes[4].uid], 1, 1, even.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(contents(&filtered[0]), ["turn 2", "turn 4", "turn 6"]);
+    store.delete_episodes(&k, &[episodes[5].uid]).await.unwrap();
+    let after = store
+        .episode_contexts(&k, &[episodes[4].uid], 0, 1, None)
+        .await
+        .unwrap();
+    assert_eq!(contents(&after[0]), ["turn 4", "turn 6"]);
+}
+
 pub async fn a_new_embedder_requeues_everything(store: Arc<dyn Store>) {
     store.use_embedder(None).await.unwrap();
     let k = project(&store, "o", "switch").await;
@@ -630,6 +726,8 @@ macro_rules! conformance {
                 episodic_config_updates_are_partial,
                 vectors_are_queued_stored_and_searched,
                 a_new_embedder_requeues_everything,
+                hybrid_search_fuses_text_and_vectors,
+                episode_contexts_are_neighbours_in_order,
             );
         }
     };

@@ -2,6 +2,7 @@
 //! order, with the project's most recent episodes as short-term memory.
 
 pub mod embedding;
+mod expand;
 mod messages;
 pub mod ranking;
 
@@ -125,7 +126,16 @@ impl EpisodicMemory {
             if let Some(threshold) = input.score_threshold {
                 hits.retain(|hit| hit.score >= threshold);
             }
-            Ok(hits)
+            if input.expand_context == 0 || hits.is_empty() {
+                return Ok(hits);
+            }
+            let (before, after) = expand::split(input.expand_context as usize);
+            let uids: Vec<uuid::Uuid> = hits.iter().map(|h| h.episode.uid).collect();
+            let contexts = self
+                .store
+                .episode_contexts(&project.key, &uids, before, after, filter.as_ref())
+                .await?;
+            Ok(expand::expand(hits, contexts, top_k))
         };
         let short_term = async {
             if !config.short_term_memory_enabled || self.limits.short_term_window == 0 {

@@ -201,6 +201,39 @@ impl<T> Bm25Index<T> {
             .map(|doc| (doc.id, &doc.payload))
     }
 
+    /// Document `id` with up to `before` and `after` of its neighbours in insertion order
+    /// whose payload `accept`s, oldest first; empty if `id` is not indexed.
+    pub fn neighbours(
+        &self,
+        id: i64,
+        before: usize,
+        after: usize,
+        accept: impl Fn(&T) -> bool,
+    ) -> Vec<i64> {
+        let Some(&slot) = self.slot_of.get(&id) else {
+            return Vec::new();
+        };
+        let wanted = |doc: &&Doc<T>| doc.live && accept(&doc.payload);
+        let slot = slot as usize;
+        let mut ids: Vec<i64> = self.docs[..slot]
+            .iter()
+            .rev()
+            .filter(wanted)
+            .take(before)
+            .map(|doc| doc.id)
+            .collect();
+        ids.reverse();
+        ids.push(id);
+        ids.extend(
+            self.docs[slot + 1..]
+                .iter()
+                .filter(wanted)
+                .take(after)
+                .map(|doc| doc.id),
+        );
+        ids
+    }
+
     /// The ids of the `limit` most recently inserted live documents whose payload
     /// `accept`s, newest first.
     pub fn newest(&self, limit: usize, accept: impl Fn(&T) -> bool) -> Vec<i64> {
@@ -505,6 +538,20 @@ mod tests {
         let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
         assert_eq!(ids.len(), 3);
         assert!(ids.iter().all(|id| *id >= 95), "{ids:?}");
+    }
+
+    #[test]
+    fn neighbours_are_the_accepted_live_documents_around_one() {
+        let mut index: Bm25Index<i64> = Bm25Index::new();
+        for i in 0..10 {
+            index.insert(i, "x", i);
+        }
+        index.remove(3);
+        assert_eq!(index.neighbours(4, 2, 3, |_| true), [1, 2, 4, 5, 6, 7]);
+        assert_eq!(index.neighbours(4, 1, 1, |n| n % 2 == 0), [2, 4, 6]);
+        assert_eq!(index.neighbours(0, 5, 0, |_| true), [0]);
+        assert_eq!(index.neighbours(9, 0, 5, |_| true), [9]);
+        assert!(index.neighbours(3, 1, 1, |_| true).is_empty(), "removed");
     }
 
     #[test]

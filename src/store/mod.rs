@@ -74,6 +74,18 @@ pub trait EpisodeStore: Send + Sync {
     /// that are not in this project.
     async fn delete_episodes(&self, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<u64>;
 
+    /// For each uid, that episode with up to `before` episodes before it and `after`
+    /// after it (in sequence order, passing `filter`), oldest first; a uid that is not
+    /// in this project gets an empty list.
+    async fn episode_contexts(
+        &self,
+        key: &ProjectKey,
+        uids: &[uuid::Uuid],
+        before: usize,
+        after: usize,
+        filter: Option<&Expr>,
+    ) -> Result<Vec<Vec<Episode>>>;
+
     /// Lexical (BM25) search, best first, filtered before the cut to `limit`.
     async fn search_lexical(
         &self,

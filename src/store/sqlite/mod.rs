@@ -233,6 +233,21 @@ impl EpisodeStore for SqliteStore {
         Ok(rows.len() as u64)
     }
 
+    async fn episode_contexts(
+        &self,
+        key: &ProjectKey,
+        uids: &[uuid::Uuid],
+        before: usize,
+        after: usize,
+        filter: Option<&Expr>,
+    ) -> Result<Vec<Vec<Episode>>> {
+        let (uids, filter) = (uids.to_vec(), filter.cloned());
+        self.with_index(key, move |tx, index, project| {
+            search::contexts(tx, index, project, &uids, before, after, filter.as_ref())
+        })
+        .await
+    }
+
     async fn search_lexical(
         &self,
         key: &ProjectKey,

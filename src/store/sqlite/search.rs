@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use rusqlite::types::Value;
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::connection::storage_error;
 use super::episodes::{COLUMNS, from_row};
@@ -71,6 +71,40 @@ pub(super) fn hybrid(
         filter.is_none_or(|filter| matches(filter, entry))
     });
     scored(conn, project, &hits)
+}
+
+/// For each uid (an episode of this project), the episode with up to `before` and
+/// `after` neighbours passing `filter`, oldest first; an unknown uid gets none.
+pub(super) fn contexts(
+    conn: &Connection,
+    index: &ProjectIndex,
+    project: i64,
+    uids: &[uuid::Uuid],
+    before: usize,
+    after: usize,
+    filter: Option<&Expr>,
+) -> Result<Vec<Vec<Episode>>> {
+    let mut stmt = conn
+        .prepare_cached("SELECT id FROM episodes WHERE project = ?1 AND uid = ?2")
+        .map_err(storage_error)?;
+    let mut windows = Vec::with_capacity(uids.len());
+    for uid in uids {
+        let id: Option<i64> = stmt
+            .query_row(params![project, uid.as_bytes()], |row| row.get(0))
+            .optional()
+            .map_err(storage_error)?;
+        let ids = id.map_or_else(Vec::new, |id| {
+            index.neighbours(id, before, after, |entry| {
+                filter.is_none_or(|filter| matches(filter, entry))
+            })
+        });
+        windows.push(ids);
+    }
+    let rows = fetch(conn, project, windows.iter().flatten().copied())?;
+    Ok(windows
+        .iter()
+        .map(|ids| ids.iter().filter_map(|id| rows.get(id).cloned()).collect())
+        .collect())
 }
 
 /// The rows of `hits` in their order, with their scores.

@@ -9,11 +9,9 @@
 //! Run: `cargo run --release --bin memmachine-bench -- --sizes 10000,100000`
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -22,8 +20,11 @@ use memmachine::pb::memory_service_client::MemoryServiceClient;
 use memmachine::pb::project_service_client::ProjectServiceClient;
 use tonic::transport::{Channel, Endpoint};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-type Result<T> = std::result::Result<T, BoxError>;
+mod support;
+
+use support::latencies::Latencies;
+use support::server::Server;
+use support::{BoxError, Result};
 
 const ORG: &str = "bench";
 const PROJECT: &str = "locomo";
@@ -231,124 +232,6 @@ fn add_requests(corpus: &Corpus, size: usize, batch: usize) -> Vec<pb::AddMemori
 // The server process
 
 /// A running `memmachine serve` with its own data directory; both go away on drop.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-    data_dir: PathBuf,
-    /// The server's last stderr lines, for error messages.
-    log_tail: Arc<Mutex<Vec<String>>>,
-}
-
-impl Server {
-    fn start(executable: &Path, size: usize) -> Result<Server> {
-        let data_dir = std::env::temp_dir().join(format!(
-            "memmachine-bench-{}-{size}-{}",
-            std::process::id(),
-            uuid::Uuid::new_v4().simple()
-        ));
-        std::fs::create_dir_all(&data_dir)?;
-        let mut child = match Command::new(executable)
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(&data_dir)
-            .env("NO_COLOR", "1")
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-        {
-            Ok(child) => child,
-            Err(err) => {
-                let _ = std::fs::remove_dir_all(&data_dir);
-                return Err(format!("cannot start {}: {err}", executable.display()).into());
-            }
-        };
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let log_tail = Arc::new(Mutex::new(Vec::new()));
-        let (found, addr_rx) = mpsc::channel();
-        {
-            let log_tail = log_tail.clone();
-            std::thread::Builder::new()
-                .name("server-stderr".into())
-                .spawn(move || drain_stderr(stderr, found, log_tail))?;
-        }
-        let mut server = Server {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            data_dir,
-            log_tail,
-        };
-        match addr_rx.recv_timeout(STARTUP_TIMEOUT) {
-            Ok(addr) => server.addr = addr,
-            Err(_) => {
-                let status = server.child.try_wait().ok().flatten();
-                return Err(format!(
-                    "the server did not report its address (exit status {status:?}); its log:\n{}",
-                    server.log_tail.lock().expect("log lock").join("\n")
-                )
-                .into());
-            }
-        }
-        Ok(server)
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn error(&self, what: &str, err: impl std::fmt::Display) -> BoxError {
-        format!(
-            "{what}: {err}; the server's last log lines:\n{}",
-            self.log_tail.lock().expect("log lock").join("\n")
-        )
-        .into()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.data_dir);
-    }
-}
-
-/// Reads the server's stderr to the end: sends the listening address once it appears,
-/// keeps the last lines, and echoes warnings and errors.
-fn drain_stderr(
-    stderr: std::process::ChildStderr,
-    found: mpsc::Sender<SocketAddr>,
-    tail: Arc<Mutex<Vec<String>>>,
-) {
-    let mut found = Some(found);
-    for line in BufReader::new(stderr).lines() {
-        let Ok(line) = line else { break };
-        if found.is_some()
-            && line.contains("gRPC server listening")
-            && let Some(addr) = parse_addr(&line)
-            && let Some(sender) = found.take()
-        {
-            let _ = sender.send(addr);
-        }
-        if line.contains(" WARN ") || line.contains(" ERROR ") {
-            eprintln!("[server] {line}");
-        }
-        let mut tail = tail.lock().expect("log lock");
-        if tail.len() >= 20 {
-            tail.remove(0);
-        }
-        tail.push(line);
-    }
-}
-
-/// The `addr=HOST:PORT` field of a log line.
-fn parse_addr(line: &str) -> Option<SocketAddr> {
-    let start = line.find("addr=")? + "addr=".len();
-    let rest = &line[start..];
-    let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
-    rest[..end].trim_matches('"').parse().ok()
-}
-
 /// CPU seconds (user + system) a process has used so far, from /proc (Linux only).
 fn cpu_seconds(pid: &str) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -413,40 +296,6 @@ fn dir_bytes(dir: &Path) -> u64 {
 
 // ---------------------------------------------------------------------------------------
 // Measurements
-
-/// Latencies of one phase, sorted.
-struct Latencies(Vec<Duration>);
-
-impl Latencies {
-    fn new(mut samples: Vec<Duration>) -> Latencies {
-        samples.sort_unstable();
-        Latencies(samples)
-    }
-
-    /// Nearest-rank percentile in milliseconds.
-    fn percentile(&self, p: f64) -> f64 {
-        if self.0.is_empty() {
-            return f64::NAN;
-        }
-        let rank = ((p / 100.0) * self.0.len() as f64).ceil() as usize;
-        ms(self.0[rank.clamp(1, self.0.len()) - 1])
-    }
-
-    fn mean(&self) -> f64 {
-        if self.0.is_empty() {
-            return f64::NAN;
-        }
-        ms(self.0.iter().sum::<Duration>()) / self.0.len() as f64
-    }
-
-    fn max(&self) -> f64 {
-        self.0.last().copied().map_or(f64::NAN, ms)
-    }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
 
 struct IngestResult {
     messages: usize,
@@ -588,7 +437,12 @@ async fn run_size(
     size: usize,
 ) -> Result<SizeResult> {
     let requests = add_requests(corpus, size, args.batch.max(1));
-    let server = Server::start(executable, size)?;
+    let server = Server::start(
+        executable,
+        &format!("memmachine-bench-{size}"),
+        &[],
+        STARTUP_TIMEOUT,
+    )?;
     eprintln!(
         "== {size} episodes: server pid {} on {}, data dir {}",
         server.pid(),
@@ -685,7 +539,7 @@ fn print_report(args: &Args, corpus: &Corpus, filter: &str, results: &[SizeResul
                     s.calls.percentile(99.0),
                     s.calls.mean()
                 ),
-                format!("{:.0}", s.calls.0.len() as f64 / s.wall.as_secs_f64()),
+                format!("{:.0}", s.calls.len() as f64 / s.wall.as_secs_f64()),
             )
         };
         let (search, search_qps) = row(&r.search);
@@ -708,7 +562,7 @@ fn print_report(args: &Args, corpus: &Corpus, filter: &str, results: &[SizeResul
             r.size,
             i.messages,
             i.wall.as_secs_f64(),
-            i.batches.0.len(),
+            i.batches.len(),
             i.batches.max(),
             opt_secs(i.server_cpu),
             opt_secs(i.client_cpu),
@@ -719,7 +573,7 @@ fn print_report(args: &Args, corpus: &Corpus, filter: &str, results: &[SizeResul
                 "  {}: {name:>8} {} calls in {:.2} s, max {:.2} ms, {:.1} hits/query, {} empty; \
                  server CPU s {}",
                 r.size,
-                s.calls.0.len(),
+                s.calls.len(),
                 s.wall.as_secs_f64(),
                 s.calls.max(),
                 s.mean_hits,

@@ -10,12 +10,7 @@
 //! Run: `cargo run --release --bin memmachine-locomo -- --modes lexical`
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use chrono::NaiveDateTime;
@@ -26,8 +21,11 @@ use memmachine::pb::project_service_client::ProjectServiceClient;
 use serde_json::json;
 use tonic::transport::Endpoint;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-type Result<T> = std::result::Result<T, BoxError>;
+mod support;
+
+use support::Result;
+use support::latencies::Latencies;
+use support::server::Server;
 
 const ORG: &str = "locomo";
 /// How long the server may take to report its listening address (a local embedder may
@@ -295,165 +293,7 @@ impl Conversation {
 }
 
 // ---------------------------------------------------------------------------------------
-// The server process
-
-/// A running `memmachine serve` with its own data directory; both go away on drop.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-    data_dir: PathBuf,
-    /// The server's last stderr lines, for error messages.
-    log_tail: Arc<Mutex<Vec<String>>>,
-    /// Episodes the server has reported embedded ("embedding queue drained").
-    embedded: Arc<AtomicU64>,
-}
-
-impl Server {
-    fn start(executable: &Path, extra_args: &[String], mode: &str) -> Result<Server> {
-        let data_dir = std::env::temp_dir().join(format!(
-            "memmachine-locomo-{}-{mode}-{}",
-            std::process::id(),
-            uuid::Uuid::new_v4().simple()
-        ));
-        std::fs::create_dir_all(&data_dir)?;
-        let mut child = match Command::new(executable)
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(&data_dir)
-            .args(extra_args)
-            .env("NO_COLOR", "1")
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-        {
-            Ok(child) => child,
-            Err(err) => {
-                let _ = std::fs::remove_dir_all(&data_dir);
-                return Err(format!("cannot start {}: {err}", executable.display()).into());
-            }
-        };
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let log_tail = Arc::new(Mutex::new(Vec::new()));
-        let embedded = Arc::new(AtomicU64::new(0));
-        let (found, addr_rx) = mpsc::channel();
-        {
-            let (log_tail, embedded) = (log_tail.clone(), embedded.clone());
-            std::thread::Builder::new()
-                .name("server-stderr".into())
-                .spawn(move || drain_stderr(stderr, found, log_tail, embedded))?;
-        }
-        let mut server = Server {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            data_dir,
-            log_tail,
-            embedded,
-        };
-        match addr_rx.recv_timeout(STARTUP_TIMEOUT) {
-            Ok(addr) => server.addr = addr,
-            Err(_) => {
-                let status = server.child.try_wait().ok().flatten();
-                return Err(format!(
-                    "the server did not report its address (exit status {status:?}); its log:\n{}",
-                    server.log_tail.lock().expect("log lock").join("\n")
-                )
-                .into());
-            }
-        }
-        Ok(server)
-    }
-
-    fn error(&self, what: &str, err: impl std::fmt::Display) -> BoxError {
-        format!(
-            "{what}: {err}; the server's last log lines:\n{}",
-            self.log_tail.lock().expect("log lock").join("\n")
-        )
-        .into()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.data_dir);
-    }
-}
-
-/// Reads the server's stderr to the end: sends the listening address once it appears,
-/// counts embedded episodes, keeps the last lines, and echoes warnings and errors.
-fn drain_stderr(
-    stderr: std::process::ChildStderr,
-    found: mpsc::Sender<SocketAddr>,
-    tail: Arc<Mutex<Vec<String>>>,
-    embedded: Arc<AtomicU64>,
-) {
-    let mut found = Some(found);
-    for line in BufReader::new(stderr).lines() {
-        let Ok(line) = line else { break };
-        if found.is_some()
-            && line.contains("gRPC server listening")
-            && let Some(addr) = parse_addr(&line)
-            && let Some(sender) = found.take()
-        {
-            let _ = sender.send(addr);
-        }
-        if line.contains("embedding queue drained")
-            && let Some(n) = parse_field(&line, "embedded").and_then(|n| n.parse::<u64>().ok())
-        {
-            embedded.fetch_add(n, Ordering::Relaxed);
-        }
-        if line.contains(" WARN ") || line.contains(" ERROR ") {
-            eprintln!("[server] {line}");
-        }
-        let mut tail = tail.lock().expect("log lock");
-        if tail.len() >= 20 {
-            tail.remove(0);
-        }
-        tail.push(line);
-    }
-}
-
-/// The `addr=HOST:PORT` field of a log line.
-fn parse_addr(line: &str) -> Option<SocketAddr> {
-    parse_field(line, "addr")?.parse().ok()
-}
-
-/// The value of the `name=value` field of a text log line, unquoted.
-fn parse_field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
-    let pattern = format!(" {name}=");
-    let start = line.find(&pattern)? + pattern.len();
-    let rest = &line[start..];
-    let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
-    Some(rest[..end].trim_matches('"'))
-}
-
-// ---------------------------------------------------------------------------------------
 // Measurements
-
-/// Query latencies, sorted.
-struct Latencies(Vec<Duration>);
-
-impl Latencies {
-    fn new(mut samples: Vec<Duration>) -> Latencies {
-        samples.sort_unstable();
-        Latencies(samples)
-    }
-
-    /// Nearest-rank percentile in milliseconds.
-    fn percentile(&self, p: f64) -> f64 {
-        if self.0.is_empty() {
-            return f64::NAN;
-        }
-        let rank = ((p / 100.0) * self.0.len() as f64).ceil() as usize;
-        ms(self.0[rank.clamp(1, self.0.len()) - 1])
-    }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
 
 /// Sums of per-question recall at each cut-off, and the number of questions.
 #[derive(Clone, Default)]
@@ -530,7 +370,7 @@ async fn wait_for_embeddings(server: &Server, expected: u64, limit_secs: u64) ->
     let started = Instant::now();
     let limit = Duration::from_secs(limit_secs);
     loop {
-        let embedded = server.embedded.load(Ordering::Relaxed);
+        let embedded = server.embedded();
         let complete = embedded >= expected;
         if complete || started.elapsed() >= limit {
             let waited = started.elapsed();
@@ -564,10 +404,15 @@ async fn run_mode(
     ks: &[usize],
     mode: &str,
 ) -> Result<ModeResult> {
-    let server = Server::start(executable, extra_args, mode)?;
+    let server = Server::start(
+        executable,
+        &format!("memmachine-locomo-{mode}"),
+        extra_args,
+        STARTUP_TIMEOUT,
+    )?;
     eprintln!(
         "== mode {mode}: server pid {} on {}, data dir {}",
-        server.child.id(),
+        server.pid(),
         server.addr,
         server.data_dir.display()
     );
@@ -800,7 +645,7 @@ fn print_tables(
             r.mode,
             r.turns,
             r.ingest_wall.as_secs_f64(),
-            r.latencies.0.len(),
+            r.latencies.len(),
             r.mean_hits,
             r.short,
             args.top_k,

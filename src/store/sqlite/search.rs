@@ -15,6 +15,11 @@ use crate::model::filter::Expr;
 use crate::model::filter_eval::matches;
 use crate::model::{Episode, ScoredEpisode};
 
+/// Whether an index entry passes the optional filter.
+fn passes(filter: Option<&Expr>) -> impl Fn(&Entry) -> bool + '_ {
+    move |entry| filter.is_none_or(|filter| matches(filter, entry))
+}
+
 /// Ranks the project's episodes for `terms` (already analysed), filtering before the
 /// cut to `limit`.
 pub(super) fn search(
@@ -28,9 +33,7 @@ pub(super) fn search(
     if terms.is_empty() {
         return Ok(Vec::new());
     }
-    let hits = index.search(terms, limit, |fields| {
-        filter.is_none_or(|filter| matches(filter, fields))
-    });
+    let hits = index.search(terms, limit, passes(filter));
     scored(conn, project, &hits)
 }
 
@@ -43,11 +46,10 @@ pub(super) fn dense(
     filter: Option<&Expr>,
     limit: usize,
 ) -> Result<Vec<ScoredEpisode>> {
+    let accept = passes(filter);
     let candidates = index.live().filter_map(|(id, entry)| {
         let vector = entry.vector.as_deref()?;
-        filter
-            .is_none_or(|filter| matches(filter, entry))
-            .then_some((id, vector))
+        accept(entry).then_some((id, vector))
     });
     let hits = crate::retrieval::dense::top_k(candidates, query, limit);
     scored(conn, project, &hits)
@@ -67,9 +69,7 @@ pub(super) fn hybrid(
         let vector = entry.vector.as_deref()?;
         (vector.len() == query.len()).then(|| crate::retrieval::dense::dot(vector, query))
     };
-    let hits = index.search_hybrid(terms, similarity, limit, |entry| {
-        filter.is_none_or(|filter| matches(filter, entry))
-    });
+    let hits = index.search_hybrid(terms, similarity, limit, passes(filter));
     scored(conn, project, &hits)
 }
 
@@ -94,9 +94,7 @@ pub(super) fn contexts(
             .optional()
             .map_err(storage_error)?;
         let ids = id.map_or_else(Vec::new, |id| {
-            index.neighbours(id, before, after, |entry| {
-                filter.is_none_or(|filter| matches(filter, entry))
-            })
+            index.neighbours(id, before, after, passes(filter))
         });
         windows.push(ids);
     }

@@ -1,0 +1,160 @@
+//! A real `memmachine serve` process for a benchmark run.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use super::{BoxError, Result};
+
+/// A running `memmachine serve` with its own data directory; both go away on drop.
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+    pub data_dir: PathBuf,
+    /// The server's last stderr lines, for error messages.
+    log_tail: Arc<Mutex<Vec<String>>>,
+    /// Episodes the server has reported embedded ("embedding queue drained").
+    embedded: Arc<AtomicU64>,
+}
+
+impl Server {
+    /// Starts `executable serve` on a loopback ephemeral port with a fresh data
+    /// directory named after `label`, and waits up to `startup` for its address.
+    pub fn start(
+        executable: &Path,
+        label: &str,
+        extra_args: &[String],
+        startup: Duration,
+    ) -> Result<Server> {
+        let data_dir = std::env::temp_dir().join(format!(
+            "{label}-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&data_dir)?;
+        let mut child = match Command::new(executable)
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&data_dir)
+            .args(extra_args)
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+        {
+            Ok(child) => child,
+            Err(err) => {
+                let _ = std::fs::remove_dir_all(&data_dir);
+                return Err(format!("cannot start {}: {err}", executable.display()).into());
+            }
+        };
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let log_tail = Arc::new(Mutex::new(Vec::new()));
+        let embedded = Arc::new(AtomicU64::new(0));
+        let (found, addr_rx) = mpsc::channel();
+        {
+            let (log_tail, embedded) = (log_tail.clone(), embedded.clone());
+            std::thread::Builder::new()
+                .name("server-stderr".into())
+                .spawn(move || drain_stderr(stderr, found, log_tail, embedded))?;
+        }
+        let mut server = Server {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            data_dir,
+            log_tail,
+            embedded,
+        };
+        match addr_rx.recv_timeout(startup) {
+            Ok(addr) => server.addr = addr,
+            Err(_) => {
+                let status = server.child.try_wait().ok().flatten();
+                return Err(format!(
+                    "the server did not report its address (exit status {status:?}); its log:\n{}",
+                    server.log_tail.lock().expect("log lock").join("\n")
+                )
+                .into());
+            }
+        }
+        Ok(server)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Episodes the server has reported embedded so far.
+    pub fn embedded(&self) -> u64 {
+        self.embedded.load(Ordering::Relaxed)
+    }
+
+    /// An error saying `what` failed, with the server's last log lines.
+    pub fn error(&self, what: &str, err: impl std::fmt::Display) -> BoxError {
+        format!(
+            "{what}: {err}; the server's last log lines:\n{}",
+            self.log_tail.lock().expect("log lock").join("\n")
+        )
+        .into()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+/// Reads the server's stderr to the end: sends the listening address once it appears,
+/// counts embedded episodes, keeps the last lines, and echoes warnings and errors.
+fn drain_stderr(
+    stderr: std::process::ChildStderr,
+    found: mpsc::Sender<SocketAddr>,
+    tail: Arc<Mutex<Vec<String>>>,
+    embedded: Arc<AtomicU64>,
+) {
+    let mut found = Some(found);
+    for line in BufReader::new(stderr).lines() {
+        let Ok(line) = line else { break };
+        if found.is_some()
+            && line.contains("gRPC server listening")
+            && let Some(addr) = parse_addr(&line)
+            && let Some(sender) = found.take()
+        {
+            let _ = sender.send(addr);
+        }
+        if line.contains("embedding queue drained")
+            && let Some(n) = parse_field(&line, "embedded").and_then(|n| n.parse::<u64>().ok())
+        {
+            embedded.fetch_add(n, Ordering::Relaxed);
+        }
+        if line.contains(" WARN ") || line.contains(" ERROR ") {
+            eprintln!("[server] {line}");
+        }
+        let mut tail = tail.lock().expect("log lock");
+        if tail.len() >= 20 {
+            tail.remove(0);
+        }
+        tail.push(line);
+    }
+}
+
+/// The `addr=HOST:PORT` field of a log line.
+fn parse_addr(line: &str) -> Option<SocketAddr> {
+    parse_field(line, "addr")?.parse().ok()
+}
+
+/// The value of the `name=value` field of a text log line, unquoted.
+fn parse_field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let pattern = format!(" {name}=");
+    let start = line.find(&pattern)? + pattern.len();
+    let rest = &line[start..];
+    let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+    Some(rest[..end].trim_matches('"'))
+}

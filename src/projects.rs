@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::embed::Embedders;
 use crate::error::{Error, Result, Violations};
 use crate::limits::Limits;
 use crate::model::ids::validate_id;
@@ -18,11 +19,17 @@ const MAX_CONFIG_NAME_BYTES: usize = 128;
 pub struct Projects {
     store: Arc<dyn Store>,
     limits: Limits,
+    /// The embedders a project may name.
+    embedders: Embedders,
 }
 
 impl Projects {
-    pub fn new(store: Arc<dyn Store>, limits: Limits) -> Projects {
-        Projects { store, limits }
+    pub fn new(store: Arc<dyn Store>, limits: Limits, embedders: Embedders) -> Projects {
+        Projects {
+            store,
+            limits,
+            embedders,
+        }
     }
 
     pub async fn create(
@@ -61,6 +68,9 @@ impl Projects {
                     config.reranker
                 ),
             );
+        }
+        if let Err(message) = self.embedders.validate(&config.embedder) {
+            violations.add("config.embedder", message);
         }
         violations.into_result()?;
         let key = key.expect("validated");

@@ -49,33 +49,28 @@ pub async fn run(
         "gRPC server listening"
     );
 
-    let projects = Projects::new(store.clone(), config.limits);
-    let mut episodic = EpisodicMemory::new(store.clone(), config.limits);
-    match crate::embed::build(&config.embedder)
+    let embedders = crate::embed::build(&config.embedder)
         .await
-        .map_err(Error::FailedPrecondition)?
-    {
-        None => {
-            store.use_embedder(None).await?;
-            tracing::info!(
-                model_dir = %config.embedder.model_dir.display(),
-                "no embedder: search is lexical only (run `memmachine model fetch` or pass --embedder)"
-            );
-        }
-        Some(embedder) => {
-            let waiting = store.use_embedder(Some(embedder.id())).await?;
-            tracing::info!(
-                embedder = embedder.id(),
-                dimensions = embedder.dimensions(),
-                waiting,
-                "embedder ready; episodes without a vector are being embedded"
-            );
-            let queue = EmbeddingQueue::default();
-            let dyn_store: Arc<dyn crate::store::Store> = store.clone();
-            tokio::spawn(run_worker(dyn_store, embedder.clone(), queue.clone()));
-            episodic = episodic.with_embedder(embedder, queue);
-        }
+        .map_err(Error::FailedPrecondition)?;
+    let waiting = store.use_embedders(embedders.choice()).await?;
+    match embedders.default_embedder() {
+        None => tracing::info!(
+            model_dir = %config.embedder.model_dir.display(),
+            "no embedder: search is lexical only (run `memmachine model fetch` or pass --embedder)"
+        ),
+        Some(embedder) => tracing::info!(
+            embedder = embedder.id(),
+            dimensions = embedder.dimensions(),
+            waiting,
+            "embedder ready; episodes without a vector are being embedded"
+        ),
     }
+    let projects = Projects::new(store.clone(), config.limits, embedders.clone());
+    let queue = EmbeddingQueue::default();
+    let dyn_store: Arc<dyn crate::store::Store> = store.clone();
+    tokio::spawn(run_worker(dyn_store, embedders.clone(), queue.clone()));
+    let episodic =
+        EpisodicMemory::new(store.clone(), config.limits).with_embedders(embedders, queue);
     {
         // Searches work meanwhile: a project not yet loaded loads on its first search.
         let store = store.clone();

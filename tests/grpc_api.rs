@@ -912,18 +912,77 @@ async fn shutdown_reports_not_serving_and_finishes() {
 }
 
 async fn create_ranked(c: &mut Clients, project: &str, reranker: &str) -> Result<(), Status> {
+    create_configured(c, project, "", reranker).await
+}
+
+async fn create_configured(
+    c: &mut Clients,
+    project: &str,
+    embedder: &str,
+    reranker: &str,
+) -> Result<(), Status> {
     c.projects
         .create_project(pb::CreateProjectRequest {
             org_id: "o".into(),
             project_id: project.into(),
             description: String::new(),
             config: Some(pb::ProjectConfig {
-                embedder: String::new(),
+                embedder: embedder.into(),
                 reranker: reranker.into(),
             }),
         })
         .await
         .map(|_| ())
+}
+
+#[tokio::test]
+async fn a_project_can_name_its_embedder() {
+    // No default embedder: projects are lexical unless they name one.
+    let server = InProcess::start().await;
+    let mut c = clients(&server).await;
+    let bad = create_configured(&mut c, "bad", "openai", "")
+        .await
+        .unwrap_err();
+    assert_eq!(violated_fields(&bad), ["config.embedder"]);
+    assert!(bad.message().contains("hash, none"), "{}", bad.message());
+    create_configured(&mut c, "hashed", "hash", "dense")
+        .await
+        .unwrap();
+    let turns = vec![
+        message("my golden retriever loves the beach", "u", &[]),
+        message("quarterly revenue grew strongly", "u", &[]),
+    ];
+    c.add("o", "hashed", turns).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let found = loop {
+        let found = c
+            .search("o", "hashed", "golden retriever", "")
+            .await
+            .unwrap();
+        if found.long_term_memory.len() == 2 || std::time::Instant::now() > deadline {
+            break found.long_term_memory;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        found.len(),
+        2,
+        "both embedded by the project's own embedder"
+    );
+    let top = &found[0].episode.as_ref().unwrap().content;
+    assert_eq!(top, "my golden retriever loves the beach");
+    let project = c
+        .projects
+        .get_project(pb::GetProjectRequest {
+            org_id: "o".into(),
+            project_id: "hashed".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .project
+        .unwrap();
+    assert_eq!(project.config.unwrap().embedder, "hash");
 }
 
 #[tokio::test]

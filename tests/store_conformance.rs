@@ -9,7 +9,7 @@ use memmachine::embed::hash::HashEmbedder;
 use memmachine::error::Error;
 use memmachine::model::filter::parse;
 use memmachine::model::{EpisodicConfigUpdate, NewEpisode, ProjectConfig, ProjectKey};
-use memmachine::store::Store;
+use memmachine::store::{EmbedderChoice, Store};
 
 fn key(org: &str, project: &str) -> ProjectKey {
     ProjectKey::parse(org, project).unwrap()
@@ -489,8 +489,17 @@ pub async fn the_largest_filters_run(store: Arc<dyn Store>) {
     }
 }
 
-/// Embeds every queued episode with the hash embedder, as the worker would.
-async fn embed_all(store: &Arc<dyn Store>, embedder: &HashEmbedder) -> usize {
+/// Every project uses `default` (an embedder id), or none.
+async fn use_default(store: &Arc<dyn Store>, default: Option<&str>) -> u64 {
+    let choice = EmbedderChoice {
+        named: BTreeMap::new(),
+        default: default.map(str::to_string),
+    };
+    store.use_embedders(choice).await.unwrap()
+}
+
+/// Embeds every queued episode with the hash embedders, as the worker would.
+async fn embed_all_with(store: &Arc<dyn Store>, embedders: &[&HashEmbedder]) -> usize {
     let mut done = 0;
     loop {
         let pending = store.pending_embeddings(16).await.unwrap();
@@ -498,20 +507,27 @@ async fn embed_all(store: &Arc<dyn Store>, embedder: &HashEmbedder) -> usize {
             return done;
         }
         done += pending.len();
-        let vectors = pending
-            .iter()
-            .map(|p| (p.episode, embedder.embed_one(&p.content)))
-            .collect();
-        store
-            .store_embeddings(embedder.id(), vectors)
-            .await
-            .unwrap();
+        for p in pending {
+            let embedder = embedders
+                .iter()
+                .find(|e| e.id() == p.embedder)
+                .expect("queued for a known embedder");
+            let vector = embedder.embed_one(&p.content);
+            store
+                .store_embeddings(embedder.id(), vec![(p.episode, vector)])
+                .await
+                .unwrap();
+        }
     }
+}
+
+async fn embed_all(store: &Arc<dyn Store>, embedder: &HashEmbedder) -> usize {
+    embed_all_with(store, &[embedder]).await
 }
 
 pub async fn vectors_are_queued_stored_and_searched(store: Arc<dyn Store>) {
     let embedder = HashEmbedder::new(64);
-    assert_eq!(store.use_embedder(Some(embedder.id())).await.unwrap(), 0);
+    assert_eq!(use_default(&store, Some(embedder.id())).await, 0);
     let k = project(&store, "o", "dense").await;
     let other = project(&store, "o", "elsewhere").await;
     let doomed = episode("red apples and green pears", "bob", &[], 1);
@@ -568,7 +584,7 @@ pub async fn vectors_are_queued_stored_and_searched(store: Arc<dyn Store>) {
 
 pub async fn hybrid_search_fuses_text_and_vectors(store: Arc<dyn Store>) {
     let embedder = HashEmbedder::new(64);
-    store.use_embedder(Some(embedder.id())).await.unwrap();
+    use_default(&store, Some(embedder.id())).await;
     let k = project(&store, "o", "hybrid").await;
     let other = project(&store, "o", "other").await;
     store
@@ -663,7 +679,7 @@ pub async fn episode_contexts_are_neighbours_in_order(store: Arc<dyn Store>) {
 }
 
 pub async fn a_new_embedder_requeues_everything(store: Arc<dyn Store>) {
-    store.use_embedder(None).await.unwrap();
+    use_default(&store, None).await;
     let k = project(&store, "o", "switch").await;
     store
         .add_episodes(
@@ -679,11 +695,104 @@ pub async fn a_new_embedder_requeues_everything(store: Arc<dyn Store>) {
         "no embedder, no queue"
     );
     let first = HashEmbedder::new(32);
-    assert_eq!(store.use_embedder(Some(first.id())).await.unwrap(), 5);
+    assert_eq!(use_default(&store, Some(first.id())).await, 5);
     assert_eq!(embed_all(&store, &first).await, 5);
-    assert_eq!(store.use_embedder(Some(first.id())).await.unwrap(), 0);
+    assert_eq!(use_default(&store, Some(first.id())).await, 0);
     let second = HashEmbedder::new(48);
-    assert_eq!(store.use_embedder(Some(second.id())).await.unwrap(), 5);
+    assert_eq!(use_default(&store, Some(second.id())).await, 5);
+    // Until re-embedded, the old vectors are not searched (another embedder's space)...
+    let query = second.embed_one("note 1");
+    assert!(
+        store
+            .search_dense(&k, &query, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // ...but text still is, and hybrid search ranks by it meanwhile.
+    let meanwhile = store
+        .search_hybrid(&k, "note 1", &query, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(meanwhile.len(), 5);
+    assert_eq!(embed_all(&store, &second).await, 5);
+    assert_eq!(
+        store
+            .search_dense(&k, &query, None, 10)
+            .await
+            .unwrap()
+            .len(),
+        5
+    );
+}
+
+pub async fn projects_use_the_embedder_they_name(store: Arc<dyn Store>) {
+    let (small, large) = (HashEmbedder::new(32), HashEmbedder::new(48));
+    let choice = EmbedderChoice {
+        named: [
+            ("small".to_string(), small.id().to_string()),
+            ("large".to_string(), large.id().to_string()),
+        ]
+        .into(),
+        default: Some(small.id().to_string()),
+    };
+    store.use_embedders(choice.clone()).await.unwrap();
+    let with = |embedder: &str| ProjectConfig {
+        embedder: embedder.into(),
+        reranker: String::new(),
+    };
+    let (default, named, without) = (key("o", "default"), key("o", "named"), key("o", "none"));
+    for (k, config) in [
+        (&default, with("")),
+        (&named, with("large")),
+        (&without, with("none")),
+    ] {
+        store.create_project(k, "", &config).await.unwrap();
+        let turns = (0..2)
+            .map(|i| episode(&format!("turn {i}"), "u", &[], i))
+            .collect();
+        store.add_episodes(k, turns).await.unwrap();
+    }
+    let pending = store.pending_embeddings(10).await.unwrap();
+    let mut ids: Vec<&str> = pending.iter().map(|p| p.embedder.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        ["hash:32", "hash:32", "hash:48", "hash:48"],
+        "none is never queued"
+    );
+    assert_eq!(embed_all_with(&store, &[&small, &large]).await, 4);
+    let query = large.embed_one("turn 1");
+    assert_eq!(
+        store
+            .search_dense(&named, &query, None, 10)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(
+        store
+            .search_dense(&default, &query, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .search_dense(&without, &query, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // A new default re-embeds the projects that follow it, and only them.
+    let changed = EmbedderChoice {
+        default: Some(large.id().to_string()),
+        ..choice
+    };
+    assert_eq!(store.use_embedders(changed).await.unwrap(), 2);
+    let pending = store.pending_embeddings(10).await.unwrap();
+    assert!(pending.iter().all(|p| p.embedder == "hash:48"));
 }
 
 pub async fn episodic_config_updates_are_partial(store: Arc<dyn Store>) {
@@ -726,6 +835,7 @@ macro_rules! conformance {
                 episodic_config_updates_are_partial,
                 vectors_are_queued_stored_and_searched,
                 a_new_embedder_requeues_everything,
+                projects_use_the_embedder_they_name,
                 hybrid_search_fuses_text_and_vectors,
                 episode_contexts_are_neighbours_in_order,
             );

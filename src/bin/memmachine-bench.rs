@@ -63,6 +63,18 @@ struct Args {
     /// Filter of the second search pass [default: producer_id = '<first speaker>']
     #[arg(long)]
     filter: Option<String>,
+    /// Extra arguments for `memmachine serve`, split on whitespace (no quoting), e.g.
+    /// "--embedder hash"
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
+    server_args: String,
+    /// `ProjectConfig.reranker` of the project (lexical, dense, hybrid) [default: the
+    /// server's]
+    #[arg(long, default_value = "")]
+    reranker: String,
+    /// With an embedder: how long to wait after ingest for every episode to be
+    /// embedded before searching (0: do not wait)
+    #[arg(long, default_value_t = 0)]
+    embed_wait_secs: u64,
     /// Server executable [default: `memmachine` next to this executable]
     #[arg(long)]
     server: Option<PathBuf>,
@@ -437,10 +449,16 @@ async fn run_size(
     size: usize,
 ) -> Result<SizeResult> {
     let requests = add_requests(corpus, size, args.batch.max(1));
+    let extra_args: Vec<String> = args
+        .server_args
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
     let server = Server::start(
         executable,
         &format!("memmachine-bench-{size}"),
-        &[],
+        None,
+        &extra_args,
         STARTUP_TIMEOUT,
     )?;
     eprintln!(
@@ -460,7 +478,10 @@ async fn run_size(
             org_id: ORG.into(),
             project_id: PROJECT.into(),
             description: "memmachine-bench LoCoMo corpus".into(),
-            config: None,
+            config: Some(pb::ProjectConfig {
+                embedder: String::new(),
+                reranker: args.reranker.clone(),
+            }),
         })
         .await
         .map_err(|err| server.error("CreateProject failed", err))?;
@@ -484,6 +505,11 @@ async fn run_size(
         ingest.wall.as_secs_f64(),
         ingest.messages as f64 / ingest.wall.as_secs_f64()
     );
+    if args.embed_wait_secs > 0 {
+        server
+            .wait_for_embeddings(size as u64, args.embed_wait_secs)
+            .await;
+    }
     let db_bytes = dir_bytes(&server.data_dir);
 
     let unfiltered = search(channel.clone(), &corpus.questions, args, "", &server).await?;
@@ -516,13 +542,15 @@ fn print_report(args: &Args, corpus: &Corpus, filter: &str, results: &[SizeResul
     println!();
     println!(
         "memmachine-bench: {} LoCoMo turns, {} questions; batch {}, concurrency {}, {} queries \
-         per pass (top_k {}, EPISODIC), filter: {filter}",
+         per pass (top_k {}, EPISODIC), filter: {filter}; reranker: {:?}; server args: {:?}",
         corpus.turns.len(),
         corpus.questions.len(),
         args.batch,
         args.concurrency,
         args.queries,
-        args.top_k
+        args.top_k,
+        args.reranker,
+        args.server_args
     );
     println!();
     println!(

@@ -9,11 +9,10 @@
 //!
 //! Run: `cargo run --release --bin memmachine-locomo -- --modes lexical`
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use chrono::NaiveDateTime;
 use clap::Parser;
 use memmachine::pb;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
@@ -25,7 +24,8 @@ mod support;
 
 use support::Result;
 use support::latencies::Latencies;
-use support::server::Server;
+use support::locomo::{self, CATEGORIES, Conversation, LoadStats, RecallSums, recall_at};
+use support::server::{EmbedWait, Server};
 
 const ORG: &str = "locomo";
 /// How long the server may take to report its listening address (a local embedder may
@@ -35,10 +35,6 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(300);
 const RECALL_KS: [usize; 5] = [1, 5, 10, 20, 50];
 /// The cut-off of the per-category columns.
 const CATEGORY_K: usize = 10;
-/// Question categories scored (5, adversarial, has no evidence to retrieve).
-const CATEGORIES: [u32; 4] = [1, 2, 3, 4];
-/// Format of `session_N_date_time`, e.g. "1:56 pm on 8 May, 2023".
-const DATE_FORMAT: &str = "%I:%M %p on %d %B, %Y";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -71,6 +67,11 @@ struct Args {
     /// the bench sums N); 0 skips the wait
     #[arg(long, default_value_t = 600)]
     embed_wait_secs: u64,
+    /// Keep each mode's server data in DIR/<mode> and reuse it on later runs: a
+    /// project already holding its conversation is not ingested (or embedded) again,
+    /// so runs that vary only how the server ranks take seconds
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
     /// In every mode but `lexical`, a further fixed pause after that wait, in seconds
     #[arg(long, default_value_t = 0)]
     settle_secs: u64,
@@ -90,248 +91,7 @@ struct Args {
 }
 
 // ---------------------------------------------------------------------------------------
-// Data set
-
-struct Turn {
-    dia_id: String,
-    speaker: String,
-    /// The turn's text, with ` [image: <caption>]` when it shares an image.
-    content: String,
-    session: u32,
-    timestamp: Option<prost_types::Timestamp>,
-}
-
-struct Question {
-    text: String,
-    category: u32,
-    /// Distinct evidence ids that name a turn of the conversation, in order.
-    evidence: Vec<String>,
-}
-
-struct Conversation {
-    sample_id: String,
-    speaker_a: String,
-    speaker_b: String,
-    turns: Vec<Turn>,
-    /// Questions of categories 1-4 with at least one evidence id naming a turn.
-    questions: Vec<Question>,
-}
-
-/// What loading left out, reported with the results.
-#[derive(Default)]
-struct LoadStats {
-    /// Evidence ids (after splitting on ';' and trimming) naming no turn.
-    dropped_ids: Vec<String>,
-    /// Questions of categories 1-4 left with no evidence.
-    skipped_questions: usize,
-    /// Sessions whose date_time did not parse (their turns carry no timestamp).
-    undated_sessions: usize,
-}
-
-fn str_field<'a>(value: &'a serde_json::Value, key: &str) -> &'a str {
-    value[key].as_str().unwrap_or_default()
-}
-
-fn parse_timestamp(text: &str) -> Option<prost_types::Timestamp> {
-    let time = NaiveDateTime::parse_from_str(text.trim(), DATE_FORMAT).ok()?;
-    Some(prost_types::Timestamp {
-        seconds: time.and_utc().timestamp(),
-        nanos: 0,
-    })
-}
-
-fn load(args: &Args) -> Result<(Vec<Conversation>, LoadStats)> {
-    let path = args.locomo.as_path();
-    let text = std::fs::read_to_string(path)
-        .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
-    let samples: serde_json::Value = serde_json::from_str(&text)?;
-    let samples = samples
-        .as_array()
-        .ok_or("the LoCoMo file is not a JSON list")?;
-    let mut stats = LoadStats::default();
-    let mut conversations = Vec::new();
-    for (index, sample) in samples
-        .iter()
-        .enumerate()
-        .take(args.conversations.unwrap_or(usize::MAX))
-    {
-        let sample_id = sample["sample_id"]
-            .as_str()
-            .map_or_else(|| format!("conv-{index}"), str::to_string);
-        let conversation = &sample["conversation"];
-        let sessions_map = conversation
-            .as_object()
-            .ok_or_else(|| format!("{sample_id} has no conversation"))?;
-        // session_N keys in numeric order (serde_json sorts object keys as strings).
-        let mut sessions: Vec<(u32, &Vec<serde_json::Value>)> = sessions_map
-            .iter()
-            .filter_map(|(key, value)| {
-                let n = key.strip_prefix("session_")?.parse().ok()?;
-                Some((n, value.as_array()?))
-            })
-            .collect();
-        sessions.sort_by_key(|(n, _)| *n);
-        let mut turns = Vec::new();
-        for (n, session) in sessions {
-            let date = str_field(conversation, &format!("session_{n}_date_time"));
-            let timestamp = parse_timestamp(date);
-            if timestamp.is_none() {
-                stats.undated_sessions += 1;
-                eprintln!("warning: {sample_id} session {n}: cannot parse date {date:?}");
-            }
-            for turn in session {
-                let speaker = str_field(turn, "speaker");
-                let mut content = str_field(turn, "text").to_string();
-                if args.speaker_prefix {
-                    content = format!("{speaker}: {content}");
-                }
-                if let Some(caption) = turn["blip_caption"].as_str()
-                    && !args.no_captions
-                {
-                    content.push_str(&format!(" [image: {caption}]"));
-                }
-                turns.push(Turn {
-                    dia_id: str_field(turn, "dia_id").to_string(),
-                    speaker: speaker.to_string(),
-                    content,
-                    session: n,
-                    timestamp,
-                });
-            }
-        }
-        let known: HashSet<&str> = turns.iter().map(|t| t.dia_id.as_str()).collect();
-        let mut questions = Vec::new();
-        for qa in sample["qa"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-        {
-            let category = qa["category"].as_u64().unwrap_or(0) as u32;
-            if !CATEGORIES.contains(&category) {
-                continue;
-            }
-            let mut evidence: Vec<String> = Vec::new();
-            let entries = qa["evidence"].as_array().map(Vec::as_slice);
-            for entry in entries
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|e| e.as_str())
-            {
-                for id in entry.split(';').map(str::trim) {
-                    if !known.contains(id) {
-                        stats.dropped_ids.push(format!("{sample_id}:{id:?}"));
-                    } else if !evidence.iter().any(|e| e == id) {
-                        evidence.push(id.to_string());
-                    }
-                }
-            }
-            if evidence.is_empty() {
-                stats.skipped_questions += 1;
-                continue;
-            }
-            questions.push(Question {
-                text: str_field(qa, "question").to_string(),
-                category,
-                evidence,
-            });
-        }
-        conversations.push(Conversation {
-            sample_id,
-            speaker_a: str_field(conversation, "speaker_a").to_string(),
-            speaker_b: str_field(conversation, "speaker_b").to_string(),
-            turns,
-            questions,
-        });
-    }
-    if conversations.is_empty() {
-        return Err(format!("no conversations in {}", path.display()).into());
-    }
-    Ok((conversations, stats))
-}
-
-impl Conversation {
-    fn project_id(&self, mode: &str) -> String {
-        format!("{}-{mode}", self.sample_id)
-    }
-
-    /// The other speaker of the conversation (empty if `speaker` is neither).
-    fn listener(&self, speaker: &str) -> &str {
-        if speaker == self.speaker_a {
-            &self.speaker_b
-        } else if speaker == self.speaker_b {
-            &self.speaker_a
-        } else {
-            ""
-        }
-    }
-
-    fn add_requests(&self, mode: &str, batch: usize) -> Vec<pb::AddMemoriesRequest> {
-        self.turns
-            .chunks(batch.max(1))
-            .map(|chunk| pb::AddMemoriesRequest {
-                org_id: ORG.into(),
-                project_id: self.project_id(mode),
-                types: vec![pb::MemoryType::Episodic as i32],
-                messages: chunk
-                    .iter()
-                    .map(|turn| pb::MemoryMessage {
-                        content: turn.content.clone(),
-                        producer: turn.speaker.clone(),
-                        produced_for: self.listener(&turn.speaker).to_string(),
-                        timestamp: turn.timestamp,
-                        role: "user".into(),
-                        metadata: HashMap::from([
-                            ("dia_id".to_string(), turn.dia_id.clone()),
-                            ("session".to_string(), turn.session.to_string()),
-                        ]),
-                        episode_type: pb::EpisodeType::Message as i32,
-                    })
-                    .collect(),
-            })
-            .collect()
-    }
-}
-
-// ---------------------------------------------------------------------------------------
 // Measurements
-
-/// Sums of per-question recall at each cut-off, and the number of questions.
-#[derive(Clone, Default)]
-struct RecallSums {
-    questions: usize,
-    sums: Vec<f64>,
-}
-
-impl RecallSums {
-    fn add(&mut self, recalls: &[f64]) {
-        if self.sums.is_empty() {
-            self.sums = vec![0.0; recalls.len()];
-        }
-        for (sum, r) in self.sums.iter_mut().zip(recalls) {
-            *sum += r;
-        }
-        self.questions += 1;
-    }
-
-    /// Mean recall at the `i`-th cut-off.
-    fn mean(&self, i: usize) -> f64 {
-        if self.questions == 0 {
-            return f64::NAN;
-        }
-        self.sums.get(i).copied().unwrap_or(f64::NAN) / self.questions as f64
-    }
-}
-
-/// Recall of `evidence` in the first `k` of `ranked`, for each `k` of `ks`.
-fn recall_at(evidence: &[String], ranked: &[String], ks: &[usize]) -> Vec<f64> {
-    ks.iter()
-        .map(|&k| {
-            let top = &ranked[..k.min(ranked.len())];
-            let found = evidence.iter().filter(|id| top.contains(id)).count();
-            found as f64 / evidence.len() as f64
-        })
-        .collect()
-}
 
 struct ModeResult {
     mode: String,
@@ -356,44 +116,20 @@ impl ModeResult {
     }
 }
 
-/// How long after ingest the server took to report every turn embedded.
-#[derive(Clone, Copy)]
-struct EmbedWait {
-    waited: Duration,
-    /// Episodes reported embedded when the wait ended.
-    embedded: u64,
-    complete: bool,
-}
-
-/// Waits until the server has reported `expected` episodes embedded, at most `limit_secs`.
-async fn wait_for_embeddings(server: &Server, expected: u64, limit_secs: u64) -> EmbedWait {
-    let started = Instant::now();
-    let limit = Duration::from_secs(limit_secs);
-    loop {
-        let embedded = server.embedded();
-        let complete = embedded >= expected;
-        if complete || started.elapsed() >= limit {
-            let waited = started.elapsed();
-            if complete {
-                eprintln!(
-                    "   embeddings: {embedded} of {expected} turns embedded; waited {:.1} s \
-                     after ingest",
-                    waited.as_secs_f64()
-                );
-            } else {
-                eprintln!(
-                    "   warning: only {embedded} of {expected} turns reported embedded after \
-                     {limit_secs} s (is an embedder configured? see --embed-wait-secs)"
-                );
-            }
-            return EmbedWait {
-                waited,
-                embedded,
-                complete,
-            };
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+async fn episode_count(
+    projects: &mut ProjectServiceClient<tonic::transport::Channel>,
+    project_id: &str,
+    server: &Server,
+) -> Result<i64> {
+    Ok(projects
+        .get_episode_count(pb::GetEpisodeCountRequest {
+            org_id: ORG.into(),
+            project_id: project_id.into(),
+        })
+        .await
+        .map_err(|err| server.error("GetEpisodeCount failed", err))?
+        .into_inner()
+        .count)
 }
 
 async fn run_mode(
@@ -404,9 +140,14 @@ async fn run_mode(
     ks: &[usize],
     mode: &str,
 ) -> Result<ModeResult> {
+    let keep = args.data_dir.as_ref().map(|dir| dir.join(mode));
+    if let Some(dir) = &keep {
+        std::fs::create_dir_all(dir)?;
+    }
     let server = Server::start(
         executable,
         &format!("memmachine-locomo-{mode}"),
+        keep.as_deref(),
         extra_args,
         STARTUP_TIMEOUT,
     )?;
@@ -426,10 +167,10 @@ async fn run_mode(
 
     // Ingest: one project per conversation, batches in conversation order.
     let mut ingest_wall = Duration::ZERO;
-    let mut turns = 0;
+    let (mut turns, mut reused) = (0, 0);
     for conversation in conversations {
-        let project_id = conversation.project_id(mode);
-        projects
+        let project_id = format!("{}-{mode}", conversation.sample_id);
+        let created = projects
             .create_project(pb::CreateProjectRequest {
                 org_id: ORG.into(),
                 project_id: project_id.clone(),
@@ -439,9 +180,26 @@ async fn run_mode(
                     reranker: mode.to_string(),
                 }),
             })
-            .await
-            .map_err(|err| server.error("CreateProject failed", err))?;
-        let requests = conversation.add_requests(mode, args.batch);
+            .await;
+        match created {
+            Ok(_) => {}
+            Err(status) if status.code() == tonic::Code::AlreadyExists && keep.is_some() => {
+                let count = episode_count(&mut projects, &project_id, &server).await?;
+                if count == conversation.turns.len() as i64 {
+                    reused += 1;
+                    continue;
+                }
+                return Err(format!(
+                    "{ORG}/{project_id} in {} holds {count} episodes, not the conversation's \
+                     {}: use another --data-dir",
+                    server.data_dir.display(),
+                    conversation.turns.len()
+                )
+                .into());
+            }
+            Err(status) => return Err(server.error("CreateProject failed", status)),
+        }
+        let requests = conversation.add_requests(ORG, &project_id, args.batch);
         let started = Instant::now();
         for request in requests {
             let expected = request.messages.len();
@@ -459,15 +217,7 @@ async fn run_mode(
             }
         }
         ingest_wall += started.elapsed();
-        let count = projects
-            .get_episode_count(pb::GetEpisodeCountRequest {
-                org_id: ORG.into(),
-                project_id: project_id.clone(),
-            })
-            .await
-            .map_err(|err| server.error("GetEpisodeCount failed", err))?
-            .into_inner()
-            .count;
+        let count = episode_count(&mut projects, &project_id, &server).await?;
         if count != conversation.turns.len() as i64 {
             return Err(format!(
                 "{ORG}/{project_id} holds {count} episodes, expected {}",
@@ -482,11 +232,20 @@ async fn run_mode(
         ingest_wall.as_secs_f64(),
         turns as f64 / ingest_wall.as_secs_f64()
     );
+    if reused > 0 {
+        eprintln!(
+            "   reused {reused} ingested conversations from {}",
+            server.data_dir.display()
+        );
+    }
     let mut embed_wait = None;
-    if mode != "lexical" {
+    if mode != "lexical" && turns > 0 {
         if args.embed_wait_secs > 0 {
-            embed_wait =
-                Some(wait_for_embeddings(&server, turns as u64, args.embed_wait_secs).await);
+            embed_wait = Some(
+                server
+                    .wait_for_embeddings(turns as u64, args.embed_wait_secs)
+                    .await,
+            );
         }
         if args.settle_secs > 0 {
             eprintln!("   settling for {} s", args.settle_secs);
@@ -500,7 +259,7 @@ async fn run_mode(
     let mut latencies = Vec::new();
     let (mut hits, mut short, mut unmapped) = (0usize, 0usize, 0usize);
     for conversation in conversations {
-        let project_id = conversation.project_id(mode);
+        let project_id = format!("{}-{mode}", conversation.sample_id);
         for question in &conversation.questions {
             let request = pb::SearchMemoriesRequest {
                 org_id: ORG.into(),
@@ -777,7 +536,11 @@ fn main() -> Result<()> {
         .split_whitespace()
         .map(str::to_string)
         .collect();
-    let (conversations, stats) = load(&args)?;
+    let format = locomo::ContentFormat {
+        speaker_prefix: args.speaker_prefix,
+        captions: !args.no_captions,
+    };
+    let (conversations, stats) = locomo::load(&args.locomo, args.conversations, format)?;
     eprintln!(
         "LoCoMo: {} conversations, {} turns, {} questions; server {} {}",
         conversations.len(),
@@ -810,33 +573,4 @@ fn main() -> Result<()> {
         print_tables(&args, &conversations, &stats, &ks, &results);
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_session_dates() {
-        let ts = parse_timestamp("1:56 pm on 8 May, 2023").expect("parses");
-        let expected = chrono::NaiveDate::from_ymd_opt(2023, 5, 8)
-            .and_then(|d| d.and_hms_opt(13, 56, 0))
-            .expect("valid")
-            .and_utc()
-            .timestamp();
-        assert_eq!(ts.seconds, expected);
-        assert!(parse_timestamp("12:09 am on 13 September, 2023").is_some());
-        assert!(parse_timestamp("not a date").is_none());
-    }
-
-    #[test]
-    fn recall_counts_evidence_in_the_top_k() {
-        let ids = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let evidence = ids(&["D1:2", "D3:4"]);
-        let ranked = ids(&["D1:1", "D3:4", "D9:9", "D1:2"]);
-        assert_eq!(
-            recall_at(&evidence, &ranked, &[1, 2, 4, 50]),
-            [0.0, 0.5, 1.0, 1.0]
-        );
-    }
 }

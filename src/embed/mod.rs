@@ -7,6 +7,9 @@ pub mod fetch;
 pub mod hash;
 pub mod local;
 pub mod openai;
+pub mod registry;
+
+pub use registry::Embedders;
 
 use async_trait::async_trait;
 
@@ -43,10 +46,9 @@ pub fn normalize(v: &mut [f32]) {
     }
 }
 
-/// The embedder the configuration asks for, or `None` for lexical search only.
-pub async fn build(
-    config: &crate::config::EmbedderConfig,
-) -> Result<Option<std::sync::Arc<dyn Embedder>>, String> {
+/// The embedders the configuration offers projects: the default one `--embedder`
+/// asks for (if any) and `hash`.
+pub async fn build(config: &crate::config::EmbedderConfig) -> Result<Embedders, String> {
     use crate::config::EmbedderKind;
     let kind = config.kind.unwrap_or_else(|| {
         if fetch::model_present(&config.model_dir) {
@@ -55,14 +57,18 @@ pub async fn build(
             EmbedderKind::None
         }
     });
-    Ok(match kind {
+    let default: Option<(&str, std::sync::Arc<dyn Embedder>)> = match kind {
         EmbedderKind::None => None,
-        EmbedderKind::Hash => Some(std::sync::Arc::new(hash::HashEmbedder::new(
-            config.dimensions.unwrap_or(256),
-        ))),
-        EmbedderKind::Local => Some(std::sync::Arc::new(load_local(config).await?)),
-        EmbedderKind::Openai => Some(std::sync::Arc::new(connect_openai(config).await?)),
-    })
+        EmbedderKind::Hash => Some((
+            "hash",
+            std::sync::Arc::new(hash::HashEmbedder::new(config.dimensions.unwrap_or(256))),
+        )),
+        EmbedderKind::Local => Some(("local", std::sync::Arc::new(load_local(config).await?))),
+        EmbedderKind::Openai => {
+            Some(("openai", std::sync::Arc::new(connect_openai(config).await?)))
+        }
+    };
+    Ok(Embedders::new(default, None))
 }
 
 async fn load_local(

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::embed::{EmbedError, Embedder};
-use crate::store::Store;
+use crate::embed::{EmbedError, Embedder, Embedders};
+use crate::store::{PendingEmbedding, Store};
 
 /// Episodes embedded per call to the embedder.
 const BATCH: usize = 64;
@@ -26,8 +26,20 @@ impl EmbeddingQueue {
     }
 }
 
+/// The text embedded for an episode: who said it, then what was said ("Caroline: I
+/// went to a support group"), as BM25 indexes the speaker too. Questions name people,
+/// and a vector that carries the speaker matches them (metadata-enriched document
+/// embedding; on LoCoMo it lifts hybrid recall@10 by 2 points, see BENCHMARKS.md).
+pub fn embedding_text(producer: &str, content: &str) -> String {
+    if producer.is_empty() {
+        content.to_string()
+    } else {
+        format!("{producer}: {content}")
+    }
+}
+
 /// Runs until the process ends.
-pub async fn run_worker(store: Arc<dyn Store>, embedder: Arc<dyn Embedder>, queue: EmbeddingQueue) {
+pub async fn run_worker(store: Arc<dyn Store>, embedders: Embedders, queue: EmbeddingQueue) {
     let mut backoff = Duration::from_millis(500);
     let mut embedded: u64 = 0;
     loop {
@@ -41,38 +53,29 @@ pub async fn run_worker(store: Arc<dyn Store>, embedder: Arc<dyn Embedder>, queu
         };
         if pending.is_empty() {
             if embedded > 0 {
-                tracing::info!(
-                    embedded,
-                    embedder = embedder.id(),
-                    "embedding queue drained"
-                );
+                tracing::info!(embedded, "embedding queue drained");
                 embedded = 0;
             }
             // New episodes notify; the timeout covers anything queued behind our back.
             let _ = tokio::time::timeout(Duration::from_secs(5), queue.wake.notified()).await;
             continue;
         }
-        let texts: Vec<String> = pending.iter().map(|p| p.content.clone()).collect();
-        let result = embedder.embed(&texts).await.and_then(|vectors| {
-            // 0: not known yet (an endpoint not probed); it checks consistency itself.
-            let expected = embedder.dimensions();
-            match vectors.iter().find(|v| expected > 0 && v.len() != expected) {
-                Some(bad) => Err(EmbedError::Failed(format!(
-                    "the embedder returned {} dimensions, expected {expected}",
-                    bad.len()
-                ))),
-                None if vectors.len() != texts.len() => Err(EmbedError::Failed(format!(
-                    "the embedder returned {} vectors for {} texts",
-                    vectors.len(),
-                    texts.len()
-                ))),
-                None => Ok(vectors),
-            }
-        });
-        match result {
+        // One batch per embedder, oldest episodes first.
+        let embedder_id = pending[0].embedder.clone();
+        let batch: Vec<&PendingEmbedding> = pending
+            .iter()
+            .filter(|p| p.embedder == embedder_id)
+            .collect();
+        let Some(embedder) = embedders.by_id(&embedder_id) else {
+            // The store queues only for the embedders it was given, which are these.
+            tracing::error!(embedder = %embedder_id, "queued for an unknown embedder");
+            tokio::time::sleep(MAX_BACKOFF).await;
+            continue;
+        };
+        match embed_batch(embedder.as_ref(), &batch).await {
             Ok(vectors) => {
                 let count = vectors.len() as u64;
-                let rows = pending.iter().map(|p| p.episode).zip(vectors).collect();
+                let rows = batch.iter().map(|p| p.episode).zip(vectors).collect();
                 match store.store_embeddings(embedder.id(), rows).await {
                     Ok(()) => {
                         embedded += count;
@@ -86,10 +89,43 @@ pub async fn run_worker(store: Arc<dyn Store>, embedder: Arc<dyn Embedder>, queu
             }
             Err(err) => {
                 // The episodes stay queued (and searchable lexically) until this works.
-                tracing::warn!(error = %err, retry_in_ms = backoff.as_millis() as u64, "embedding failed");
+                tracing::warn!(
+                    error = %err,
+                    embedder = embedder.id(),
+                    retry_in_ms = backoff.as_millis() as u64,
+                    "embedding failed"
+                );
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
         }
     }
+}
+
+/// One vector per episode of `batch`, of the embedder's length.
+async fn embed_batch(
+    embedder: &dyn Embedder,
+    batch: &[&PendingEmbedding],
+) -> Result<Vec<Vec<f32>>, EmbedError> {
+    let texts: Vec<String> = batch
+        .iter()
+        .map(|p| embedding_text(&p.producer_id, &p.content))
+        .collect();
+    let vectors = embedder.embed(&texts).await?;
+    // 0: not known yet (an endpoint not probed); it checks consistency itself.
+    let expected = embedder.dimensions();
+    if let Some(bad) = vectors.iter().find(|v| expected > 0 && v.len() != expected) {
+        return Err(EmbedError::Failed(format!(
+            "the embedder returned {} dimensions, expected {expected}",
+            bad.len()
+        )));
+    }
+    if vectors.len() != texts.len() {
+        return Err(EmbedError::Failed(format!(
+            "the embedder returned {} vectors for {} texts",
+            vectors.len(),
+            texts.len()
+        )));
+    }
+    Ok(vectors)
 }

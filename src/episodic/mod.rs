@@ -11,7 +11,7 @@ use std::sync::Arc;
 pub use messages::MessageInput;
 
 use self::embedding::EmbeddingQueue;
-use crate::embed::Embedder;
+use crate::embed::Embedders;
 use crate::error::{Error, Result, Violations};
 use crate::limits::Limits;
 use crate::model::filter::{self, Expr};
@@ -41,7 +41,7 @@ pub struct EpisodicSearch {
 pub struct EpisodicMemory {
     store: Arc<dyn Store>,
     limits: Limits,
-    embedder: Option<Arc<dyn Embedder>>,
+    embedders: Embedders,
     queue: EmbeddingQueue,
 }
 
@@ -55,15 +55,15 @@ impl EpisodicMemory {
         EpisodicMemory {
             store,
             limits,
-            embedder: None,
+            embedders: Embedders::default(),
             queue: EmbeddingQueue::default(),
         }
     }
 
-    /// Ranks by embeddings too, with vectors made by `embedder` from episodes the worker
-    /// behind `queue` takes off the store's queue.
-    pub fn with_embedder(mut self, embedder: Arc<dyn Embedder>, queue: EmbeddingQueue) -> Self {
-        self.embedder = Some(embedder);
+    /// Ranks by embeddings too, each project's made by its embedder among `embedders`
+    /// from episodes the worker behind `queue` takes off the store's queue.
+    pub fn with_embedders(mut self, embedders: Embedders, queue: EmbeddingQueue) -> Self {
+        self.embedders = embedders;
         self.queue = queue;
         self
     }
@@ -103,7 +103,8 @@ impl EpisodicMemory {
         violations.into_result()?;
         let (top_k, filter) = (top_k.expect("validated"), filter.expect("validated"));
 
-        let mode = ranking::Mode::parse(&project.config.reranker, self.embedder.is_some())?;
+        let embedder = self.embedders.for_project(&project.config.embedder);
+        let mode = ranking::Mode::parse(&project.config.reranker, embedder.is_some())?;
         let config = project.episodic;
         if !config.enabled {
             return Ok(EpisodicSearch::default());
@@ -115,7 +116,7 @@ impl EpisodicMemory {
             }
             let mut hits = ranking::rank(
                 &self.store,
-                self.embedder.as_ref(),
+                embedder,
                 mode,
                 &project.key,
                 &input.query,

@@ -21,6 +21,11 @@ const B: f32 = 0.75;
 pub const CONTEXT_WINDOW: usize = 2;
 /// Weight of the context field against the document's own text.
 pub const CONTEXT_WEIGHT: f32 = 2.0;
+/// Documents ranked by BM25 that a large project's hybrid search considers beside the
+/// nearest ones by vector.
+const LEXICAL_CANDIDATES: usize = 1000;
+/// Documents whose similarity estimates the spread of similarities in a large project.
+const SIMILARITY_SAMPLE: usize = 4096;
 /// Compaction drops deleted documents from the postings once they are this many and
 /// outnumber the live ones.
 const COMPACT_AFTER: usize = 1024;
@@ -187,6 +192,12 @@ impl<T> Bm25Index<T> {
         }
     }
 
+    /// The payload of live document `id`.
+    pub fn payload(&self, id: i64) -> Option<&T> {
+        let slot = *self.slot_of.get(&id)?;
+        Some(&self.docs[slot as usize].payload)
+    }
+
     /// The payload of document `id`, if it is indexed.
     pub fn payload_mut(&mut self, id: i64) -> Option<&mut T> {
         let slot = *self.slot_of.get(&id)?;
@@ -264,35 +275,44 @@ impl<T> Bm25Index<T> {
 
     /// Hybrid ranking: BM25 fused with the documents' `similarity` to the query (the
     /// cosine of their vectors; `None` for a document not embedded yet), best first.
-    /// See `fusion::hybrid` for how the two are combined. Every live document is a
-    /// candidate, so a document sharing no word with the query can still be found.
+    /// See `fusion::hybrid` for how the two are combined. Without `dense_candidates`
+    /// every live document is a candidate, so one sharing no word with the query can
+    /// still be found. A large project passes the nearest documents its vector graph
+    /// found instead: then those, and the best `LEXICAL_CANDIDATES` by BM25, are ranked.
     pub fn search_hybrid(
         &self,
         terms: &[String],
         similarity: impl Fn(&T) -> Option<f32>,
         limit: usize,
         accept: impl Fn(&T) -> bool,
+        dense_candidates: Option<&[i64]>,
     ) -> Vec<(i64, f32)> {
         if self.live == 0 || limit == 0 {
             return Vec::new();
         }
-        let (lexical, _) = self.lexical_scores(terms);
+        let (lexical, touched) = self.lexical_scores(terms);
         let live: Vec<bool> = self.docs.iter().map(|doc| doc.live).collect();
-        let similarities: Vec<Option<f32>> = self
-            .docs
-            .iter()
-            .map(|doc| {
-                if doc.live {
-                    similarity(&doc.payload)
-                } else {
-                    None
-                }
-            })
-            .collect();
-        let fused = fusion::hybrid(&lexical, &similarities, &live, self.context_window);
-        let candidates = (0..self.docs.len() as u32)
-            .filter(|slot| live[*slot as usize])
-            .collect();
+        let all_live = || (0..self.docs.len() as u32).filter(|slot| live[*slot as usize]);
+        let (candidates, sample): (Vec<u32>, Vec<u32>) = match dense_candidates {
+            None => (all_live().collect(), all_live().collect()),
+            Some(ids) => {
+                let mut candidates = self.best_by(&lexical, touched, LEXICAL_CANDIDATES);
+                candidates.extend(ids.iter().filter_map(|id| self.slot_of.get(id).copied()));
+                candidates.sort_unstable();
+                candidates.dedup();
+                let stride = (self.live / SIMILARITY_SAMPLE).max(1);
+                (candidates, all_live().step_by(stride).collect())
+            }
+        };
+        let similarity_at = |slot: usize| similarity(&self.docs[slot].payload);
+        let fused = fusion::hybrid(
+            &lexical,
+            similarity_at,
+            &live,
+            self.context_window,
+            &candidates,
+            &sample,
+        );
         self.select(&fused, candidates, limit, accept)
     }
 
@@ -346,6 +366,17 @@ impl<T> Bm25Index<T> {
             }
         }
         (scores, touched)
+    }
+
+    /// The (at most) `count` slots of `slots` with the highest scores, in no order.
+    fn best_by(&self, scores: &[f32], mut slots: Vec<u32>, count: usize) -> Vec<u32> {
+        if slots.len() > count {
+            slots.select_nth_unstable_by(count, |a, b| {
+                scores[*b as usize].total_cmp(&scores[*a as usize])
+            });
+            slots.truncate(count);
+        }
+        slots
     }
 
     /// The `limit` best of `candidates` by `scores` whose payload `accept`s.
@@ -502,15 +533,51 @@ mod tests {
         index.insert(3, "stock market news", Some(0.0));
         index.insert(4, "not embedded yet", None);
         let terms = query_terms("apple dessert");
-        let hits = index.search_hybrid(&terms, |sim| *sim, 10, |_| true);
+        let hits = index.search_hybrid(&terms, |sim| *sim, 10, |_| true, None);
         let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
         assert_eq!(ids.len(), 4, "every live document is a candidate");
         assert_eq!(ids[3], 3, "matching neither way comes last: {hits:?}");
-        let filtered = index.search_hybrid(&terms, |sim| *sim, 10, |sim| sim.is_some());
+        let filtered = index.search_hybrid(&terms, |sim| *sim, 10, |sim| sim.is_some(), None);
         assert_eq!(filtered.len(), 3);
         index.remove(2);
-        let after = index.search_hybrid(&terms, |sim| *sim, 10, |_| true);
+        let after = index.search_hybrid(&terms, |sim| *sim, 10, |_| true, None);
         assert!(after.iter().all(|h| h.0 != 2));
+    }
+
+    #[test]
+    fn hybrid_over_candidates_ranks_only_them_and_agrees_with_the_full_ranking() {
+        let mut index: Bm25Index<Option<f32>> = Bm25Index::with_context_window(1);
+        for i in 0..40 {
+            let text = if i % 10 == 3 {
+                "the red kite"
+            } else {
+                "nothing here"
+            };
+            index.insert(i, text, Some(((i * 37) % 41) as f32 / 41.0));
+        }
+        let terms = query_terms("red kite");
+        let full = index.search_hybrid(&terms, |sim| *sim, 40, |_| true, None);
+        // The nearest by vector (as a graph would propose them) plus the lexical matches.
+        let mut nearest: Vec<i64> = (0..40).collect();
+        nearest.sort_by_key(|id| std::cmp::Reverse((id * 37) % 41));
+        nearest.truncate(5);
+        let some = index.search_hybrid(&terms, |sim| *sim, 40, |_| true, Some(&nearest));
+        let ids: Vec<i64> = some.iter().map(|h| h.0).collect();
+        for id in [3, 13, 23, 33].iter().chain(&nearest) {
+            assert!(ids.contains(id), "{id} missing from {ids:?}");
+        }
+        // Nothing else: a match in its own text or its context (one turn either side).
+        let matched = |id: &i64| (2..=4).contains(&(id % 10));
+        assert!(
+            ids.iter().all(|id| matched(id) || nearest.contains(id)),
+            "{ids:?}"
+        );
+        assert!(ids.len() < 40);
+        // Every document is in the sample here, so the scores are the full ranking's.
+        for (id, score) in &some {
+            let exact = full.iter().find(|h| h.0 == *id).unwrap().1;
+            assert!((exact - score).abs() < 1e-4, "{id}: {exact} vs {score}");
+        }
     }
 
     #[test]

@@ -14,65 +14,97 @@ pub const SELF_WEIGHT: f32 = 4.0;
 /// Weight of the (standardised) dense score against the lexical one.
 pub const DENSE_WEIGHT: f32 = 1.0;
 
-/// Fused scores by slot. `lexical` holds BM25 scores (0 for no match), `similarities`
-/// the cosine of each document with the query (`None`: not embedded yet, taken as the
-/// average), `live` which slots hold documents; dead slots score minus infinity.
+/// Fused scores by slot, for the documents at `slots` (every other slot scores minus
+/// infinity). `lexical` holds BM25 scores by slot (0 for no match), `similarity` gives
+/// a slot's cosine with the query (`None`: not embedded yet, taken as the average),
+/// `live` which slots hold documents. The lexical side is standardised over every live
+/// slot; the dense side over the slots of `sample`, which is every live slot for an
+/// exact ranking and an even sample of them when a large project ranks only the
+/// candidates its vector graph and its postings propose.
 pub fn hybrid(
     lexical: &[f32],
-    similarities: &[Option<f32>],
+    similarity: impl Fn(usize) -> Option<f32>,
     live: &[bool],
     window: usize,
+    slots: &[u32],
+    sample: &[u32],
 ) -> Vec<f32> {
-    let present: Vec<f32> = similarities.iter().flatten().copied().collect();
-    let mean = if present.is_empty() {
+    let n = live.len();
+    // Each similarity is computed once, however many windows it falls in.
+    let mut cache: Vec<Option<Option<f32>>> = vec![None; n];
+    let mut similarity_at = |slot: usize| *cache[slot].get_or_insert_with(|| similarity(slot));
+    let sampled: Vec<f32> = sample
+        .iter()
+        .filter_map(|slot| similarity_at(*slot as usize))
+        .collect();
+    let mean = if sampled.is_empty() {
         0.0
     } else {
-        present.iter().sum::<f32>() / present.len() as f32
+        sampled.iter().sum::<f32>() / sampled.len() as f32
     };
-    let similarity = |slot: usize| {
-        if live[slot] {
-            similarities[slot].unwrap_or(mean)
-        } else {
-            0.0
-        }
-    };
-    let smoothed: Vec<f32> = (0..live.len())
-        .map(|slot| {
-            let first = slot.saturating_sub(window);
-            let last = (slot + window).min(live.len() - 1);
-            let neighbours: f32 = (first..=last).filter(|n| *n != slot).map(similarity).sum();
-            SELF_WEIGHT * similarity(slot) + neighbours
-        })
-        .collect();
-    let lexical = standardise(lexical, live);
-    let dense = standardise(&smoothed, live);
-    (0..live.len())
-        .map(|slot| {
-            if live[slot] {
-                lexical[slot] + DENSE_WEIGHT * dense[slot]
+    let mut smoothed = |slot: usize| {
+        let first = slot.saturating_sub(window);
+        let last = (slot + window).min(n - 1);
+        let mut sum = 0.0;
+        for (other, _) in live
+            .iter()
+            .enumerate()
+            .take(last + 1)
+            .skip(first)
+            .filter(|(_, l)| **l)
+        {
+            let value = similarity_at(other).unwrap_or(mean);
+            sum += if other == slot {
+                SELF_WEIGHT * value
             } else {
-                f32::NEG_INFINITY
-            }
-        })
-        .collect()
+                value
+            };
+        }
+        sum
+    };
+    let sample_smoothed: Vec<f32> = sample.iter().map(|s| smoothed(*s as usize)).collect();
+    let (dense_mean, dense_sd) = mean_sd(&sample_smoothed);
+    let lexical = standardise(lexical, live);
+    let mut fused = vec![f32::NEG_INFINITY; n];
+    for &slot in slots {
+        let slot = slot as usize;
+        if !live[slot] {
+            continue;
+        }
+        let dense = if dense_sd < 1e-12 {
+            0.0
+        } else {
+            ((f64::from(smoothed(slot)) - dense_mean) / dense_sd) as f32
+        };
+        fused[slot] = lexical[slot] + DENSE_WEIGHT * dense;
+    }
+    fused
+}
+
+/// Mean and standard deviation.
+fn mean_sd(values: &[f32]) -> (f64, f64) {
+    if values.is_empty() {
+        return (0.0, 0.0);
+    }
+    let n = values.len() as f64;
+    let mean = values.iter().map(|v| f64::from(*v)).sum::<f64>() / n;
+    let var = values
+        .iter()
+        .map(|v| (f64::from(*v) - mean).powi(2))
+        .sum::<f64>()
+        / n;
+    (mean, var.sqrt())
 }
 
 /// `(x - mean) / sd` over the live slots; all zeros when the scores do not vary.
 pub fn standardise(scores: &[f32], live: &[bool]) -> Vec<f32> {
-    let values = || {
-        scores
-            .iter()
-            .zip(live)
-            .filter(|(_, l)| **l)
-            .map(|(s, _)| *s)
-    };
-    let n = values().count();
-    if n == 0 {
-        return vec![0.0; scores.len()];
-    }
-    let mean = values().map(f64::from).sum::<f64>() / n as f64;
-    let var = values().map(|s| (f64::from(s) - mean).powi(2)).sum::<f64>() / n as f64;
-    let sd = var.sqrt();
+    let values: Vec<f32> = scores
+        .iter()
+        .zip(live)
+        .filter(|(_, l)| **l)
+        .map(|(s, _)| *s)
+        .collect();
+    let (mean, sd) = mean_sd(&values);
     if sd < 1e-12 {
         return vec![0.0; scores.len()];
     }
@@ -90,6 +122,14 @@ mod tests {
         (a - b).abs() < 1e-5
     }
 
+    /// Exact fusion: every live slot scored and sampled.
+    fn fuse(lexical: &[f32], sims: &[Option<f32>], live: &[bool], window: usize) -> Vec<f32> {
+        let all: Vec<u32> = (0..live.len() as u32)
+            .filter(|s| live[*s as usize])
+            .collect();
+        hybrid(lexical, |slot| sims[slot], live, window, &all, &all)
+    }
+
     #[test]
     fn standardise_gives_zero_mean_and_unit_spread_over_live_slots() {
         let z = standardise(&[1.0, 2.0, 3.0, 100.0], &[true, true, true, false]);
@@ -103,7 +143,7 @@ mod tests {
         // Slot 0 leads lexically, slot 2 leads in similarity, slot 1 is second in both.
         let lexical = [3.0, 2.5, 0.0, 0.0, 0.0, 0.0];
         let sims = [0.1, 0.6, 0.7, 0.1, 0.1, 0.1].map(Some);
-        let fused = hybrid(&lexical, &sims, &[true; 6], 0);
+        let fused = fuse(&lexical, &sims, &[true; 6], 0);
         let best = (0..6)
             .max_by(|a, b| fused[*a].total_cmp(&fused[*b]))
             .unwrap();
@@ -115,20 +155,20 @@ mod tests {
         // Slots 1 and 3 have the same own similarity; 3's neighbours resemble the query.
         let sims = [0.0, 0.5, 0.0, 0.5, 0.9, 0.0].map(Some);
         let live = [true, true, true, true, true, false];
-        let fused = hybrid(&[0.0; 6], &sims, &live, 1);
+        let fused = fuse(&[0.0; 6], &sims, &live, 1);
         assert!(fused[3] > fused[1], "{fused:?}");
         assert_eq!(fused[5], f32::NEG_INFINITY);
         // Window 0: own similarity only, so 1 and 3 tie.
-        let alone = hybrid(&[0.0; 6], &sims, &live, 0);
+        let alone = fuse(&[0.0; 6], &sims, &live, 0);
         assert!(close(alone[1], alone[3]));
     }
 
     #[test]
     fn missing_vectors_count_as_average_and_lexical_still_ranks() {
         let lexical = [0.0, 4.0, 1.0];
-        let fused = hybrid(&lexical, &[None, None, None], &[true; 3], 2);
+        let fused = fuse(&lexical, &[None, None, None], &[true; 3], 2);
         assert!(fused[1] > fused[2] && fused[2] > fused[0], "{fused:?}");
-        let some = hybrid(&[0.0; 3], &[Some(0.9), None, Some(0.1)], &[true; 3], 0);
+        let some = fuse(&[0.0; 3], &[Some(0.9), None, Some(0.1)], &[true; 3], 0);
         assert!(some[0] > some[1] && some[1] > some[2], "{some:?}");
         assert!(close(some[1], 0.0), "the average scores 0: {some:?}");
     }

@@ -102,20 +102,47 @@ pub struct PendingEmbedding {
     /// The store's handle of the episode.
     pub episode: i64,
     pub content: String,
+    pub producer_id: String,
+    /// The id of the embedder its project uses.
+    pub embedder: String,
+}
+
+/// Which embedder makes each project's vectors (and whose vectors its searches use):
+/// the one its `config.embedder` names, else the server's default.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EmbedderChoice {
+    /// Embedder ids by the names projects may give.
+    pub named: std::collections::BTreeMap<String, String>,
+    /// The embedder id of projects that name none (`None`: they have no vectors).
+    pub default: Option<String>,
+}
+
+impl EmbedderChoice {
+    /// The embedder id for a project whose config names `name` (`None`: no vectors,
+    /// for `none` or a name this server does not offer).
+    pub fn for_project(&self, name: &str) -> Option<&str> {
+        if name.is_empty() {
+            self.default.as_deref()
+        } else {
+            self.named.get(name).map(String::as_str)
+        }
+    }
 }
 
 #[async_trait]
 pub trait VectorStore: Send + Sync {
-    /// Makes `embedder` (a stable embedder id) the one whose vectors are searched, and
-    /// queues every episode without a vector from it. Called once, at start-up, before
-    /// any other call; `None` turns vectors off. Returns how many episodes wait.
-    async fn use_embedder(&self, embedder: Option<&str>) -> Result<u64>;
+    /// Sets which embedder serves each project, and queues every episode without a
+    /// vector from its project's embedder (after a change of embedder, or episodes
+    /// added while there was none); episodes of projects left without one leave the
+    /// queue. Called at start-up before any other call. Returns how many episodes wait.
+    async fn use_embedders(&self, choice: EmbedderChoice) -> Result<u64>;
 
     /// Episodes waiting for a vector, oldest first, across projects.
     async fn pending_embeddings(&self, limit: usize) -> Result<Vec<PendingEmbedding>>;
 
-    /// Stores vectors by the episodes' handles (episodes deleted meanwhile are skipped)
-    /// and takes them off the queue; they are searchable once this returns.
+    /// Stores vectors made by `embedder` by the episodes' handles (episodes deleted
+    /// meanwhile are skipped) and takes them off the queue; they are searchable once
+    /// this returns.
     async fn store_embeddings(&self, embedder: &str, vectors: Vec<(i64, Vec<f32>)>) -> Result<()>;
 
     /// Episodes most similar to `query` (a unit vector), best first, filtered before the

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod latencies;
+pub mod locomo;
 pub mod server;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

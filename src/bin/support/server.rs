@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{BoxError, Result};
 
@@ -17,24 +17,33 @@ pub struct Server {
     pub data_dir: PathBuf,
     /// The server's last stderr lines, for error messages.
     log_tail: Arc<Mutex<Vec<String>>>,
+    /// The data directory is the caller's, left in place on drop.
+    kept: bool,
     /// Episodes the server has reported embedded ("embedding queue drained").
     embedded: Arc<AtomicU64>,
 }
 
 impl Server {
     /// Starts `executable serve` on a loopback ephemeral port with a fresh data
-    /// directory named after `label`, and waits up to `startup` for its address.
+    /// directory named after `label` (removed when the server is dropped), or with
+    /// `keep` as its data directory (kept), and waits up to `startup` for its address.
     pub fn start(
         executable: &Path,
         label: &str,
+        keep: Option<&Path>,
         extra_args: &[String],
         startup: Duration,
     ) -> Result<Server> {
-        let data_dir = std::env::temp_dir().join(format!(
-            "{label}-{}-{}",
-            std::process::id(),
-            uuid::Uuid::new_v4().simple()
-        ));
+        let data_dir = keep.map_or_else(
+            || {
+                std::env::temp_dir().join(format!(
+                    "{label}-{}-{}",
+                    std::process::id(),
+                    uuid::Uuid::new_v4().simple()
+                ))
+            },
+            Path::to_path_buf,
+        );
         std::fs::create_dir_all(&data_dir)?;
         let mut child = match Command::new(executable)
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
@@ -67,6 +76,7 @@ impl Server {
             child,
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             data_dir,
+            kept: keep.is_some(),
             log_tail,
             embedded,
         };
@@ -88,6 +98,38 @@ impl Server {
         self.child.id()
     }
 
+    /// Waits until the server has reported `expected` episodes embedded, at most
+    /// `limit_secs`, and says how long that took.
+    pub async fn wait_for_embeddings(&self, expected: u64, limit_secs: u64) -> EmbedWait {
+        let started = Instant::now();
+        let limit = Duration::from_secs(limit_secs);
+        loop {
+            let embedded = self.embedded();
+            let complete = embedded >= expected;
+            if complete || started.elapsed() >= limit {
+                let waited = started.elapsed();
+                if complete {
+                    eprintln!(
+                        "   embeddings: {embedded} of {expected} episodes embedded; waited \
+                         {:.1} s after ingest",
+                        waited.as_secs_f64()
+                    );
+                } else {
+                    eprintln!(
+                        "   warning: only {embedded} of {expected} episodes reported embedded \
+                         after {limit_secs} s (is an embedder configured? see --embed-wait-secs)"
+                    );
+                }
+                return EmbedWait {
+                    waited,
+                    embedded,
+                    complete,
+                };
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Episodes the server has reported embedded so far.
     pub fn embedded(&self) -> u64 {
         self.embedded.load(Ordering::Relaxed)
@@ -107,7 +149,9 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.data_dir);
+        if !self.kept {
+            let _ = std::fs::remove_dir_all(&self.data_dir);
+        }
     }
 }
 
@@ -157,4 +201,13 @@ fn parse_field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
     let rest = &line[start..];
     let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
     Some(rest[..end].trim_matches('"'))
+}
+
+/// How long after ingest the server took to report every episode embedded.
+#[derive(Clone, Copy)]
+pub struct EmbedWait {
+    pub waited: Duration,
+    /// Episodes reported embedded when the wait ended.
+    pub embedded: u64,
+    pub complete: bool,
 }

@@ -17,29 +17,13 @@ use rusqlite::Connection;
 
 use super::connection::storage_error;
 use super::episodes::{COLUMNS, from_row};
+use super::project_index::{Entry, ProjectIndex};
 use super::vectors;
 use crate::error::Result;
 use crate::model::NewEpisode;
-use crate::model::filter::Field;
-use crate::model::filter_eval::{Fields, Value as FieldValue};
-use crate::retrieval::bm25::Bm25Index;
 use crate::retrieval::episode_fields::EpisodeFields;
+use crate::store::EmbedderChoice;
 
-/// What the index keeps of each episode: its filterable fields and its vector.
-#[derive(Debug)]
-pub(super) struct Entry {
-    pub fields: EpisodeFields,
-    pub vector: Option<Box<[f32]>>,
-}
-
-impl Fields for Entry {
-    fn get(&self, field: &Field) -> Option<FieldValue<'_>> {
-        self.fields.get(field)
-    }
-}
-
-/// A project's index: BM25 over the contents, with each episode's entry.
-pub(super) type ProjectIndex = Bm25Index<Entry>;
 type Slot = Arc<RwLock<Option<ProjectIndex>>>;
 
 #[derive(Default)]
@@ -54,13 +38,6 @@ pub(super) enum IndexChange<'a> {
     Remove(&'a [i64]),
     /// Row ids with their new vectors.
     Vectors(&'a [(i64, Box<[f32]>)]),
-}
-
-/// What BM25 indexes of an episode: who said it as well as what was said, so that
-/// questions naming a speaker ("What did Caroline adopt?") match their turns (a
-/// multi-field index; on LoCoMo it lifts recall@10 by about 3 points).
-fn indexed_text(producer: &str, content: &str) -> String {
-    format!("{producer} {content}")
 }
 
 impl LexicalIndexes {
@@ -82,7 +59,7 @@ impl LexicalIndexes {
         &self,
         conn: &Connection,
         project: i64,
-        embedder: Option<&str>,
+        embedders: &EmbedderChoice,
     ) -> Result<()> {
         let slot = self
             .projects
@@ -96,7 +73,9 @@ impl LexicalIndexes {
             return Ok(());
         }
         let started = std::time::Instant::now();
-        let mut index = Bm25Index::new();
+        // The snapshot starts here, with the index registered and locked.
+        let embedder = vectors::embedder_of(conn, project, embedders)?;
+        let mut index = ProjectIndex::new();
         let mut stmt = conn
             .prepare_cached(&format!(
                 "SELECT e.id, {COLUMNS}, v.vector FROM episodes e
@@ -115,15 +94,11 @@ impl LexicalIndexes {
                 fields: EpisodeFields::of(&episode),
                 vector: vector.as_deref().map(vectors::decode),
             };
-            index.insert(
-                id,
-                &indexed_text(&episode.producer_id, &episode.content),
-                entry,
-            );
+            index.insert(id, &episode.producer_id, &episode.content, entry);
         }
         tracing::info!(
             project,
-            episodes = index.len(),
+            episodes = index.text.len(),
             elapsed_ms = started.elapsed().as_millis() as u64,
             "lexical index loaded"
         );
@@ -149,12 +124,7 @@ impl LexicalIndexes {
         match change {
             IndexChange::Insert(docs) => {
                 for (id, episode) in docs {
-                    let entry = Entry {
-                        fields: EpisodeFields::of_new(episode),
-                        vector: None,
-                    };
-                    let text = indexed_text(&episode.producer_id, &episode.content);
-                    index.insert(*id, &text, entry);
+                    index.insert_new(*id, episode);
                 }
             }
             IndexChange::Remove(ids) => {
@@ -164,12 +134,15 @@ impl LexicalIndexes {
             }
             IndexChange::Vectors(vectors) => {
                 for (id, vector) in vectors {
-                    if let Some(entry) = index.payload_mut(*id) {
-                        entry.vector = Some(vector.clone());
-                    }
+                    index.set_vector(*id, vector.clone());
                 }
             }
         }
+    }
+
+    /// Forgets every index (each loads again on its next use).
+    pub(super) fn clear(&self) {
+        self.projects.lock().expect("index map").clear();
     }
 
     /// Forgets a deleted project's index.

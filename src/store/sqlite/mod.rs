@@ -5,6 +5,7 @@ mod connection;
 mod episodes;
 mod filter_sql;
 mod lexical;
+mod project_index;
 mod projects;
 mod schema;
 mod search;
@@ -16,8 +17,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use self::connection::{ReadPool, Writer, open_connection};
-use self::lexical::{IndexChange, LexicalIndexes, ProjectIndex};
-use super::{EpisodeStore, PendingEmbedding, ProjectStore, VectorStore};
+use self::lexical::{IndexChange, LexicalIndexes};
+use self::project_index::ProjectIndex;
+use super::{EmbedderChoice, EpisodeStore, PendingEmbedding, ProjectStore, VectorStore};
 use crate::error::{Error, Result};
 use crate::model::filter::Expr;
 use crate::model::{
@@ -33,8 +35,8 @@ pub struct SqliteStore {
     writer: Writer,
     readers: ReadPool,
     indexes: Arc<LexicalIndexes>,
-    /// The embedder whose vectors are kept and searched, if any.
-    embedder: Arc<std::sync::RwLock<Option<String>>>,
+    /// Which embedder's vectors each project keeps and searches.
+    embedders: Arc<std::sync::RwLock<EmbedderChoice>>,
 }
 
 impl SqliteStore {
@@ -54,7 +56,7 @@ impl SqliteStore {
             readers: ReadPool::new(path.clone(), readers),
             writer: Writer::start(conn),
             indexes: Arc::default(),
-            embedder: Arc::default(),
+            embedders: Arc::default(),
             path,
         })
     }
@@ -157,13 +159,13 @@ impl EpisodeStore for SqliteStore {
         let new = Arc::new(new);
         let indexes = self.indexes.clone();
         let stored = new.clone();
-        let embedding = self.current_embedder().is_some();
+        let embedders = self.embedder_choice();
         let added = self
             .writer
             .write_then(
                 move |conn| {
                     let added = episodes::add(conn, &key, &stored)?;
-                    if embedding {
+                    if vectors::embedder_of(conn, added.project, &embedders)?.is_some() {
                         vectors::enqueue(conn, &added.rows)?;
                     }
                     Ok(added)
@@ -265,14 +267,14 @@ impl EpisodeStore for SqliteStore {
 }
 
 impl SqliteStore {
-    fn current_embedder(&self) -> Option<String> {
-        self.embedder.read().expect("embedder lock").clone()
+    fn embedder_choice(&self) -> EmbedderChoice {
+        self.embedders.read().expect("embedder lock").clone()
     }
 
     async fn load_index(&self, project: i64) -> Result<()> {
-        let (indexes, embedder) = (self.indexes.clone(), self.current_embedder());
+        let (indexes, embedders) = (self.indexes.clone(), self.embedder_choice());
         self.readers
-            .read(move |tx| indexes.load(tx, project, embedder.as_deref()))
+            .read(move |tx| indexes.load(tx, project, &embedders))
             .await
     }
 
@@ -308,19 +310,19 @@ impl SqliteStore {
 
 #[async_trait]
 impl VectorStore for SqliteStore {
-    async fn use_embedder(&self, embedder: Option<&str>) -> Result<u64> {
-        *self.embedder.write().expect("embedder lock") = embedder.map(str::to_string);
-        let Some(embedder) = embedder.map(str::to_string) else {
-            return Ok(0);
-        };
+    async fn use_embedders(&self, choice: EmbedderChoice) -> Result<u64> {
+        *self.embedders.write().expect("embedder lock") = choice.clone();
+        // Loaded indexes hold the previous embedders' vectors: load afresh when used.
+        self.indexes.clear();
         self.writer
-            .write(move |conn| vectors::queue_missing(conn, &embedder))
+            .write(move |conn| vectors::queue_missing(conn, &choice))
             .await
     }
 
     async fn pending_embeddings(&self, limit: usize) -> Result<Vec<PendingEmbedding>> {
+        let embedders = self.embedder_choice();
         self.readers
-            .read(move |tx| vectors::pending(tx, limit))
+            .read(move |tx| vectors::pending(tx, limit, &embedders))
             .await
     }
 

@@ -9,7 +9,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::connection::storage_error;
 use super::episodes::{COLUMNS, from_row};
-use super::lexical::{Entry, ProjectIndex};
+use super::project_index::{Entry, ProjectIndex};
 use crate::error::Result;
 use crate::model::filter::Expr;
 use crate::model::filter_eval::matches;
@@ -33,9 +33,12 @@ pub(super) fn search(
     if terms.is_empty() {
         return Ok(Vec::new());
     }
-    let hits = index.search(terms, limit, passes(filter));
+    let hits = index.text.search(terms, limit, passes(filter));
     scored(conn, project, &hits)
 }
+
+/// Documents the vector graph proposes to hybrid ranking of a large project.
+const GRAPH_CANDIDATES: usize = 200;
 
 /// The `limit` episodes whose vectors are most similar to `query`, filtered first.
 pub(super) fn dense(
@@ -47,12 +50,38 @@ pub(super) fn dense(
     limit: usize,
 ) -> Result<Vec<ScoredEpisode>> {
     let accept = passes(filter);
-    let candidates = index.live().filter_map(|(id, entry)| {
-        let vector = entry.vector.as_deref()?;
-        accept(entry).then_some((id, vector))
-    });
-    let hits = crate::retrieval::dense::top_k(candidates, query, limit);
+    let hits = match nearest(index, query, limit, &accept) {
+        Some(hits) => hits,
+        None => {
+            let candidates = index.text.live().filter_map(|(id, entry)| {
+                let vector = entry.vector.as_deref()?;
+                accept(entry).then_some((id, vector))
+            });
+            crate::retrieval::dense::top_k(candidates, query, limit)
+        }
+    };
     scored(conn, project, &hits)
+}
+
+/// The `limit` nearest accepted episodes by the project's vector graph; `None` when it
+/// has no graph, or the graph found fewer than `limit` (a selective filter: the exact
+/// scan then answers).
+fn nearest(
+    index: &ProjectIndex,
+    query: &[f32],
+    limit: usize,
+    accept: &impl Fn(&Entry) -> bool,
+) -> Option<Vec<(i64, f32)>> {
+    let ann = index.ann.as_ref()?;
+    let accepted = |id: i64| index.text.payload(id).is_some_and(accept);
+    match ann.search(query, limit, accepted) {
+        Ok(hits) if hits.len() == limit => Some(hits),
+        Ok(_) => None,
+        Err(err) => {
+            tracing::warn!(error = %err, "vector graph search failed; scanning");
+            None
+        }
+    }
 }
 
 /// Hybrid ranking (BM25 fused with vector similarity), filtered before the cut.
@@ -65,11 +94,16 @@ pub(super) fn hybrid(
     filter: Option<&Expr>,
     limit: usize,
 ) -> Result<Vec<ScoredEpisode>> {
+    let accept = passes(filter);
     let similarity = |entry: &Entry| {
         let vector = entry.vector.as_deref()?;
         (vector.len() == query.len()).then(|| crate::retrieval::dense::dot(vector, query))
     };
-    let hits = index.search_hybrid(terms, similarity, limit, passes(filter));
+    let proposed = nearest(index, query, GRAPH_CANDIDATES.max(limit), &accept)
+        .map(|hits| hits.into_iter().map(|(id, _)| id).collect::<Vec<i64>>());
+    let hits = index
+        .text
+        .search_hybrid(terms, similarity, limit, &accept, proposed.as_deref());
     scored(conn, project, &hits)
 }
 
@@ -94,7 +128,7 @@ pub(super) fn contexts(
             .optional()
             .map_err(storage_error)?;
         let ids = id.map_or_else(Vec::new, |id| {
-            index.neighbours(id, before, after, passes(filter))
+            index.text.neighbours(id, before, after, passes(filter))
         });
         windows.push(ids);
     }
@@ -128,7 +162,7 @@ pub(super) fn recent(
     filter: &Expr,
     limit: usize,
 ) -> Result<Vec<Episode>> {
-    let mut ids = index.newest(limit, |fields| matches(filter, fields));
+    let mut ids = index.text.newest(limit, |fields| matches(filter, fields));
     ids.reverse();
     let mut rows = fetch(conn, project, ids.iter().copied())?;
     Ok(ids.iter().filter_map(|id| rows.remove(id)).collect())

@@ -1,10 +1,10 @@
 //! SQL for embeddings and the queue of episodes waiting for one.
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::connection::storage_error;
 use crate::error::Result;
-use crate::store::PendingEmbedding;
+use crate::store::{EmbedderChoice, PendingEmbedding};
 
 /// Vectors are stored as little-endian f32.
 pub(super) fn encode(vector: &[f32]) -> Vec<u8> {
@@ -18,16 +18,46 @@ pub(super) fn decode(bytes: &[u8]) -> Box<[f32]> {
         .collect()
 }
 
-/// Queues every episode without a vector from `embedder` (after a change of embedder,
-/// or episodes added while none was configured). Returns how many are queued in all.
-pub(super) fn queue_missing(conn: &Connection, embedder: &str) -> Result<u64> {
-    conn.execute(
-        "INSERT OR IGNORE INTO embedding_queue (episode)
-         SELECT e.id FROM episodes e LEFT JOIN embeddings v ON v.episode = e.id
-         WHERE v.episode IS NULL OR v.embedder != ?1",
-        [embedder],
-    )
-    .map_err(storage_error)?;
+/// The id of the embedder that serves project `project` (`None`: it keeps no vectors).
+pub(super) fn embedder_of(
+    conn: &Connection,
+    project: i64,
+    embedders: &EmbedderChoice,
+) -> Result<Option<String>> {
+    let name: Option<String> = conn
+        .prepare_cached("SELECT embedder FROM projects WHERE id = ?1")
+        .and_then(|mut stmt| stmt.query_row([project], |row| row.get(0)).optional())
+        .map_err(storage_error)?;
+    Ok(name.and_then(|name| embedders.for_project(&name).map(str::to_string)))
+}
+
+/// Queues every episode without a vector from its project's embedder (after a change
+/// of embedder, or episodes added while there was none), and dequeues the episodes of
+/// projects left without one. Returns how many are queued in all.
+pub(super) fn queue_missing(conn: &Connection, embedders: &EmbedderChoice) -> Result<u64> {
+    let projects: Vec<(i64, String)> = conn
+        .prepare("SELECT id, embedder FROM projects")
+        .and_then(|mut stmt| {
+            stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+                .collect()
+        })
+        .map_err(storage_error)?;
+    for (project, name) in projects {
+        match embedders.for_project(&name) {
+            Some(embedder) => conn.execute(
+                "INSERT OR IGNORE INTO embedding_queue (episode)
+                 SELECT e.id FROM episodes e LEFT JOIN embeddings v ON v.episode = e.id
+                 WHERE e.project = ?1 AND (v.episode IS NULL OR v.embedder != ?2)",
+                params![project, embedder],
+            ),
+            None => conn.execute(
+                "DELETE FROM embedding_queue
+                 WHERE episode IN (SELECT id FROM episodes WHERE project = ?1)",
+                [project],
+            ),
+        }
+        .map_err(storage_error)?;
+    }
     conn.query_row("SELECT COUNT(*) FROM embedding_queue", [], |r| r.get(0))
         .map_err(storage_error)
 }
@@ -42,21 +72,38 @@ pub(super) fn enqueue(conn: &Connection, rows: &[i64]) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn pending(conn: &Connection, limit: usize) -> Result<Vec<PendingEmbedding>> {
+/// The oldest `limit` queued episodes, with their project's embedder. (Episodes of a
+/// project without one are never queued: `queue_missing` runs whenever that changes.)
+pub(super) fn pending(
+    conn: &Connection,
+    limit: usize,
+    embedders: &EmbedderChoice,
+) -> Result<Vec<PendingEmbedding>> {
     let mut stmt = conn
         .prepare_cached(
-            "SELECT q.episode, e.content FROM embedding_queue q JOIN episodes e ON e.id = q.episode
+            "SELECT q.episode, e.content, e.producer_id, p.embedder
+             FROM embedding_queue q JOIN episodes e ON e.id = q.episode
+             JOIN projects p ON p.id = e.project
              ORDER BY q.episode LIMIT ?1",
         )
         .map_err(storage_error)?;
-    stmt.query_map([limit as i64], |row| {
-        Ok(PendingEmbedding {
-            episode: row.get(0)?,
-            content: row.get(1)?,
+    let rows: Vec<(i64, String, String, String)> = stmt
+        .query_map([limit as i64], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
         })
-    })
-    .and_then(|rows| rows.collect())
-    .map_err(storage_error)
+        .and_then(|rows| rows.collect())
+        .map_err(storage_error)?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(episode, content, producer_id, name)| {
+            Some(PendingEmbedding {
+                episode,
+                content,
+                producer_id,
+                embedder: embedders.for_project(&name)?.to_string(),
+            })
+        })
+        .collect())
 }
 
 /// A vector stored for episode `row` of `project`.

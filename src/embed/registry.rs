@@ -1,0 +1,125 @@
+//! The embedders a server offers its projects. A project names one in
+//! `ProjectConfig.embedder`, or leaves it empty for the server's default (the one
+//! `--embedder` chose); `none` turns vectors off for that project. Besides the default,
+//! `hash` (deterministic, no model) is always offered.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::Embedder;
+use super::hash::HashEmbedder;
+use crate::store::EmbedderChoice;
+
+/// The name of "no embedder" in `ProjectConfig.embedder`.
+pub const NONE: &str = "none";
+/// Vector length of the always-offered `hash` embedder unless configured.
+const HASH_DIMENSIONS: usize = 256;
+
+#[derive(Clone, Default)]
+pub struct Embedders {
+    /// By the name a project gives.
+    named: BTreeMap<String, Arc<dyn Embedder>>,
+    /// The name of the default, if the server has one.
+    default: Option<String>,
+}
+
+impl Embedders {
+    /// `default` is the `--embedder` kind's name with its embedder (`None`: projects
+    /// that name no embedder are lexical only).
+    pub fn new(default: Option<(&str, Arc<dyn Embedder>)>, hash_dimensions: Option<usize>) -> Self {
+        let mut named: BTreeMap<String, Arc<dyn Embedder>> = BTreeMap::new();
+        named.insert(
+            "hash".into(),
+            Arc::new(HashEmbedder::new(
+                hash_dimensions.unwrap_or(HASH_DIMENSIONS),
+            )),
+        );
+        let default = default.map(|(name, embedder)| {
+            named.insert(name.to_string(), embedder);
+            name.to_string()
+        });
+        Embedders { named, default }
+    }
+
+    /// The embedder of a project whose config names `name`.
+    pub fn for_project(&self, name: &str) -> Option<&Arc<dyn Embedder>> {
+        match name {
+            "" => self.named.get(self.default.as_deref()?),
+            NONE => None,
+            name => self.named.get(name),
+        }
+    }
+
+    /// The embedder whose id is `id`.
+    pub fn by_id(&self, id: &str) -> Option<&Arc<dyn Embedder>> {
+        self.named.values().find(|e| e.id() == id)
+    }
+
+    pub fn default_embedder(&self) -> Option<&Arc<dyn Embedder>> {
+        self.for_project("")
+    }
+
+    /// Checks a name a project gives: empty, `none`, or an embedder offered here.
+    pub fn validate(&self, name: &str) -> Result<(), String> {
+        if name.is_empty() || name == NONE || self.named.contains_key(name) {
+            return Ok(());
+        }
+        Err(format!(
+            "{name:?} is not an embedder of this server (offered: {}, or empty for the \
+             default)",
+            self.names().join(", ")
+        ))
+    }
+
+    /// Every name a project may give, `none` included.
+    pub fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.named.keys().map(String::as_str).collect();
+        names.push(NONE);
+        names
+    }
+
+    /// What the store needs to know: embedder ids by name, and the default's.
+    pub fn choice(&self) -> EmbedderChoice {
+        EmbedderChoice {
+            named: self
+                .named
+                .iter()
+                .map(|(name, e)| (name.clone(), e.id().to_string()))
+                .collect(),
+            default: self.default_embedder().map(|e| e.id().to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn projects_get_the_default_a_named_embedder_or_none() {
+        let local: Arc<dyn Embedder> = Arc::new(HashEmbedder::new(8));
+        let embedders = Embedders::new(Some(("local", local)), Some(4));
+        assert_eq!(embedders.for_project("").unwrap().id(), "hash:8");
+        assert_eq!(embedders.for_project("local").unwrap().id(), "hash:8");
+        assert_eq!(embedders.for_project("hash").unwrap().id(), "hash:4");
+        assert!(embedders.for_project("none").is_none());
+        assert!(embedders.for_project("openai").is_none());
+        assert_eq!(embedders.by_id("hash:4").unwrap().dimensions(), 4);
+        assert!(embedders.validate("").is_ok() && embedders.validate("none").is_ok());
+        let err = embedders.validate("openai").unwrap_err();
+        assert!(err.contains("hash, local, none"), "{err}");
+        let choice = embedders.choice();
+        assert_eq!(choice.default.as_deref(), Some("hash:8"));
+        assert_eq!(choice.for_project("hash"), Some("hash:4"));
+        assert_eq!(choice.for_project("none"), None);
+    }
+
+    #[test]
+    fn without_a_default_projects_naming_none_are_lexical() {
+        let embedders = Embedders::new(None, None);
+        assert!(embedders.default_embedder().is_none());
+        assert!(embedders.for_project("").is_none());
+        assert_eq!(embedders.for_project("hash").unwrap().dimensions(), 256);
+        assert_eq!(embedders.choice().for_project(""), None);
+    }
+}

@@ -1,0 +1,201 @@
+//! What a project keeps in memory beside its SQLite rows: the BM25 index over its
+//! episodes (with each episode's filterable fields and vector), and, once it holds
+//! `ANN_MIN_VECTORS` vectors, the HNSW graph over those vectors.
+
+use crate::model::NewEpisode;
+use crate::model::filter::Field;
+use crate::model::filter_eval::{Fields, Value as FieldValue};
+use crate::retrieval::ann::{ANN_MIN_VECTORS, AnnIndex};
+use crate::retrieval::bm25::Bm25Index;
+use crate::retrieval::episode_fields::EpisodeFields;
+
+/// What the index keeps of each episode: its filterable fields and its vector.
+#[derive(Debug)]
+pub(super) struct Entry {
+    pub fields: EpisodeFields,
+    pub vector: Option<Box<[f32]>>,
+}
+
+impl Fields for Entry {
+    fn get(&self, field: &Field) -> Option<FieldValue<'_>> {
+        self.fields.get(field)
+    }
+}
+
+#[derive(Debug, Default)]
+pub(super) struct ProjectIndex {
+    pub text: Bm25Index<Entry>,
+    /// The vector graph of a large project (`None` below `ANN_MIN_VECTORS` vectors,
+    /// or if building it failed: then searches scan, as for a small project).
+    pub ann: Option<AnnIndex>,
+    /// Live episodes holding a vector.
+    vectors: usize,
+    /// Minimum vectors for a graph (`ANN_MIN_VECTORS`; smaller in tests).
+    ann_min: usize,
+    /// Building or updating the graph failed once: scan from then on, not retry.
+    ann_failed: bool,
+}
+
+/// What BM25 indexes of an episode: who said it as well as what was said, so that
+/// questions naming a speaker ("What did Caroline adopt?") match their turns (a
+/// multi-field index; on LoCoMo it lifts recall@10 by about 3 points).
+fn indexed_text(producer: &str, content: &str) -> String {
+    format!("{producer} {content}")
+}
+
+impl ProjectIndex {
+    pub fn new() -> ProjectIndex {
+        ProjectIndex::with_ann_min(ANN_MIN_VECTORS)
+    }
+
+    pub fn with_ann_min(ann_min: usize) -> ProjectIndex {
+        ProjectIndex {
+            ann_min,
+            ..ProjectIndex::default()
+        }
+    }
+
+    /// Indexes an episode (a stored one with its vector, or a new one without).
+    pub fn insert(&mut self, id: i64, producer: &str, content: &str, entry: Entry) {
+        if self.text.payload(id).is_some() {
+            return;
+        }
+        let vector = entry.vector.clone();
+        self.text
+            .insert(id, &indexed_text(producer, content), entry);
+        if let Some(vector) = vector {
+            self.vectors += 1;
+            self.add_to_graph(id, &vector);
+        }
+    }
+
+    pub fn insert_new(&mut self, id: i64, episode: &NewEpisode) {
+        let entry = Entry {
+            fields: EpisodeFields::of_new(episode),
+            vector: None,
+        };
+        self.insert(id, &episode.producer_id, &episode.content, entry);
+    }
+
+    pub fn remove(&mut self, id: i64) {
+        let had_vector = self
+            .text
+            .payload(id)
+            .is_some_and(|entry| entry.vector.is_some());
+        self.text.remove(id);
+        if had_vector {
+            self.vectors -= 1;
+            if let Some(ann) = &self.ann {
+                ann.remove(id);
+            }
+        }
+    }
+
+    /// Sets (or replaces) the vector of episode `id`, if it is indexed.
+    pub fn set_vector(&mut self, id: i64, vector: Box<[f32]>) {
+        let Some(entry) = self.text.payload_mut(id) else {
+            return;
+        };
+        if entry.vector.is_none() {
+            self.vectors += 1;
+        }
+        entry.vector = Some(vector.clone());
+        self.add_to_graph(id, &vector);
+    }
+
+    /// Keeps the graph in step: adds to it once there is one, builds it (from every
+    /// vector held) when the project reaches the threshold.
+    fn add_to_graph(&mut self, id: i64, vector: &[f32]) {
+        if let Some(ann) = &self.ann {
+            if let Err(err) = ann.insert(id, vector) {
+                tracing::warn!(error = %err, "vector graph update failed; scanning instead");
+                self.ann = None;
+                self.ann_failed = true;
+            }
+            return;
+        }
+        if self.vectors < self.ann_min || self.ann_failed {
+            return;
+        }
+        let started = std::time::Instant::now();
+        let vectors = self
+            .text
+            .live()
+            .filter_map(|(id, entry)| Some((id, entry.vector.as_deref()?)));
+        match AnnIndex::build(vector.len(), vectors, self.vectors * 2) {
+            Ok(ann) => {
+                tracing::info!(
+                    vectors = ann.len(),
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "vector graph built"
+                );
+                self.ann = Some(ann);
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot build the vector graph; scanning");
+                self.ann_failed = true;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Episode;
+
+    fn entry(vector: Option<Vec<f32>>) -> Entry {
+        let episode = Episode {
+            uid: uuid::Uuid::new_v4(),
+            content: "hello".into(),
+            producer_id: "ada".into(),
+            producer_role: String::new(),
+            produced_for_id: String::new(),
+            sequence_num: 1,
+            episode_type: "message".into(),
+            content_type: "string".into(),
+            created_at_micros: 0,
+            metadata: Default::default(),
+        };
+        Entry {
+            fields: EpisodeFields::of(&episode),
+            vector: vector.map(Vec::into_boxed_slice),
+        }
+    }
+
+    fn unit(i: usize) -> Vec<f32> {
+        let angle = i as f32 * 0.01;
+        vec![angle.cos(), angle.sin(), 0.0]
+    }
+
+    #[test]
+    fn the_graph_is_built_at_the_threshold_and_kept_in_step() {
+        let mut index = ProjectIndex::with_ann_min(10);
+        for i in 0..5 {
+            index.insert(
+                i,
+                "ada",
+                "stored with a vector",
+                entry(Some(unit(i as usize))),
+            );
+        }
+        for i in 5..20 {
+            index.insert(i, "ada", "new, embedded later", entry(None));
+        }
+        assert!(index.ann.is_none(), "5 vectors: below the threshold");
+        for i in 5..12 {
+            index.set_vector(i, unit(i as usize).into_boxed_slice());
+        }
+        let ann = index.ann.as_ref().expect("10 vectors reached: a graph");
+        assert_eq!(ann.len(), 12, "built from every vector held, then added to");
+        // Replacing a vector does not count it twice; removing takes it out.
+        index.set_vector(3, unit(3).into_boxed_slice());
+        index.remove(4);
+        index.remove(15); // no vector: the graph is untouched
+        let ann = index.ann.as_ref().unwrap();
+        assert_eq!(ann.len(), 11);
+        let near = ann.search(&unit(4), 3, |_| true).unwrap();
+        assert!(near.iter().all(|(id, _)| *id != 4), "{near:?}");
+        assert_eq!(index.vectors, 11);
+    }
+}

@@ -25,7 +25,7 @@ pub const CONTEXT_WEIGHT: f32 = 2.0;
 /// nearest ones by vector.
 const LEXICAL_CANDIDATES: usize = 1000;
 /// Documents whose similarity estimates the spread of similarities in a large project.
-const SIMILARITY_SAMPLE: usize = 4096;
+const SIMILARITY_SAMPLE: usize = 1024;
 /// Compaction drops deleted documents from the postings once they are this many and
 /// outnumber the live ones.
 const COMPACT_AFTER: usize = 1024;
@@ -192,6 +192,21 @@ impl<T> Bm25Index<T> {
         }
     }
 
+    /// About how many live documents `accept` takes, judged from an even sample of
+    /// `samples` of them (exact when the index holds no more).
+    pub fn estimate_accepted(&self, samples: usize, accept: impl Fn(&T) -> bool) -> usize {
+        let stride = (self.live / samples.max(1)).max(1);
+        let (mut seen, mut taken) = (0usize, 0usize);
+        for doc in self.docs.iter().filter(|doc| doc.live).step_by(stride) {
+            seen += 1;
+            taken += usize::from(accept(&doc.payload));
+        }
+        if seen == 0 {
+            return 0;
+        }
+        taken * self.live / seen
+    }
+
     /// The payload of live document `id`.
     pub fn payload(&self, id: i64) -> Option<&T> {
         let slot = *self.slot_of.get(&id)?;
@@ -294,7 +309,14 @@ impl<T> Bm25Index<T> {
         let live: Vec<bool> = self.docs.iter().map(|doc| doc.live).collect();
         let all_live = || (0..self.docs.len() as u32).filter(|slot| live[*slot as usize]);
         let (candidates, sample): (Vec<u32>, Vec<u32>) = match dense_candidates {
-            None => (all_live().collect(), all_live().collect()),
+            None => {
+                // The filter applies first: only accepted documents are ranked, and
+                // similarities are standardised over them.
+                let accepted: Vec<u32> = all_live()
+                    .filter(|slot| accept(&self.docs[*slot as usize].payload))
+                    .collect();
+                (accepted.clone(), accepted)
+            }
             Some(ids) => {
                 let mut candidates = self.best_by(&lexical, touched, LEXICAL_CANDIDATES);
                 candidates.extend(ids.iter().filter_map(|id| self.slot_of.get(id).copied()));
@@ -578,6 +600,19 @@ mod tests {
             let exact = full.iter().find(|h| h.0 == *id).unwrap().1;
             assert!((exact - score).abs() < 1e-4, "{id}: {exact} vs {score}");
         }
+    }
+
+    #[test]
+    fn estimate_accepted_counts_exactly_or_from_an_even_sample() {
+        let mut index: Bm25Index<u32> = Bm25Index::new();
+        for i in 0..10_000 {
+            index.insert(i64::from(i), "word", i);
+        }
+        assert_eq!(index.estimate_accepted(20_000, |i| i % 10 == 0), 1000);
+        let estimate = index.estimate_accepted(512, |i| i % 10 == 0);
+        assert!((800..=1200).contains(&estimate), "{estimate}");
+        assert_eq!(index.estimate_accepted(512, |_| false), 0);
+        assert_eq!(Bm25Index::<u32>::new().estimate_accepted(512, |_| true), 0);
     }
 
     #[test]

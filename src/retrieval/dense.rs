@@ -27,8 +27,26 @@ impl Ord for Entry {
     }
 }
 
+/// The dot product of the common length of `a` and `b`. Eight independent partial sums
+/// let the compiler vectorise the loop (a single running sum is one long dependency
+/// chain: about 5x slower on 384 dimensions).
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut lanes = [0f32; 8];
+    let (chunks_a, chunks_b) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = chunks_a
+        .remainder()
+        .iter()
+        .zip(chunks_b.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in chunks_a.zip(chunks_b) {
+        for ((lane, x), y) in lanes.iter_mut().zip(x).zip(y) {
+            *lane += x * y;
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
 }
 
 /// The `limit` items most similar to `query`, best first, as `(id, similarity)`.
@@ -62,6 +80,17 @@ pub fn top_k<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dot_matches_the_plain_sum_at_every_length() {
+        for n in [0, 1, 7, 8, 9, 16, 383, 384] {
+            let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
+            let b: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos()).collect();
+            let plain: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+            assert!((dot(&a, &b) - plain).abs() < 1e-4, "length {n}");
+        }
+        assert_eq!(dot(&[1.0, 2.0, 3.0], &[1.0, 1.0]), 3.0, "the common length");
+    }
 
     #[test]
     fn finds_the_most_similar_in_order() {

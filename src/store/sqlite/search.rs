@@ -14,6 +14,7 @@ use crate::error::Result;
 use crate::model::filter::Expr;
 use crate::model::filter_eval::matches;
 use crate::model::{Episode, ScoredEpisode};
+use crate::retrieval::ann::ANN_MIN_VECTORS;
 
 /// Whether an index entry passes the optional filter.
 fn passes(filter: Option<&Expr>) -> impl Fn(&Entry) -> bool + '_ {
@@ -37,8 +38,10 @@ pub(super) fn search(
     scored(conn, project, &hits)
 }
 
-/// Documents the vector graph proposes to hybrid ranking of a large project.
-const GRAPH_CANDIDATES: usize = 200;
+/// Documents the vector graph proposes to hybrid ranking of a large project, at least.
+const GRAPH_CANDIDATES: usize = 64;
+/// Episodes sampled to judge how selective a filter is.
+const FILTER_SAMPLE: usize = 512;
 
 /// The `limit` episodes whose vectors are most similar to `query`, filtered first.
 pub(super) fn dense(
@@ -50,7 +53,12 @@ pub(super) fn dense(
     limit: usize,
 ) -> Result<Vec<ScoredEpisode>> {
     let accept = passes(filter);
-    let hits = match nearest(index, query, limit, &accept) {
+    let graph = if few_pass(index, filter, &accept) {
+        None
+    } else {
+        nearest(index, query, limit, limit, &accept)
+    };
+    let hits = match graph {
         Some(hits) => hits,
         None => {
             let candidates = index.text.live().filter_map(|(id, entry)| {
@@ -63,19 +71,27 @@ pub(super) fn dense(
     scored(conn, project, &hits)
 }
 
-/// The `limit` nearest accepted episodes by the project's vector graph; `None` when it
-/// has no graph, or the graph found fewer than `limit` (a selective filter: the exact
-/// scan then answers).
+/// Whether the filter is selective enough to rank every episode it passes exactly
+/// (cheaper than walking the graph past the many it rejects); a broad filter, in a large
+/// project, is served by the graph.
+fn few_pass(index: &ProjectIndex, filter: Option<&Expr>, accept: &impl Fn(&Entry) -> bool) -> bool {
+    filter.is_some() && index.text.estimate_accepted(FILTER_SAMPLE, accept) <= ANN_MIN_VECTORS
+}
+
+/// Up to `want` nearest accepted episodes by the project's vector graph; `None` when
+/// it has no graph, or the graph found fewer than `needed` (a selective filter: the
+/// exact scan then answers).
 fn nearest(
     index: &ProjectIndex,
     query: &[f32],
-    limit: usize,
+    want: usize,
+    needed: usize,
     accept: &impl Fn(&Entry) -> bool,
 ) -> Option<Vec<(i64, f32)>> {
     let ann = index.ann.as_ref()?;
     let accepted = |id: i64| index.text.payload(id).is_some_and(accept);
-    match ann.search(query, limit, accepted) {
-        Ok(hits) if hits.len() == limit => Some(hits),
+    match ann.search(query, want, accepted) {
+        Ok(hits) if hits.len() >= needed => Some(hits),
         Ok(_) => None,
         Err(err) => {
             tracing::warn!(error = %err, "vector graph search failed; scanning");
@@ -99,8 +115,18 @@ pub(super) fn hybrid(
         let vector = entry.vector.as_deref()?;
         (vector.len() == query.len()).then(|| crate::retrieval::dense::dot(vector, query))
     };
-    let proposed = nearest(index, query, GRAPH_CANDIDATES.max(limit), &accept)
-        .map(|hits| hits.into_iter().map(|(id, _)| id).collect::<Vec<i64>>());
+    let proposed = if few_pass(index, filter, &accept) {
+        None
+    } else {
+        nearest(
+            index,
+            query,
+            GRAPH_CANDIDATES.max(limit * 4),
+            limit,
+            &accept,
+        )
+        .map(|hits| hits.into_iter().map(|(id, _)| id).collect::<Vec<i64>>())
+    };
     let hits = index
         .text
         .search_hybrid(terms, similarity, limit, &accept, proposed.as_deref());

@@ -16,5 +16,8 @@ ENV MEMMACHINE_DATA_DIR=/data \
     MEMMACHINE_LISTEN=0.0.0.0:50051
 VOLUME ["/data"]
 EXPOSE 50051
+# Exit 0 only while the server answers SERVING (start-period covers loading a model).
+HEALTHCHECK --interval=10s --timeout=6s --start-period=60s --retries=3 \
+    CMD ["/usr/local/bin/memmachine", "health", "--addr", "127.0.0.1:50051"]
 ENTRYPOINT ["/usr/local/bin/memmachine"]
 CMD ["serve"]

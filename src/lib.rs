@@ -12,6 +12,7 @@ pub mod grpc;
 pub mod limits;
 pub mod memory;
 pub mod model;
+pub mod probe;
 pub mod projects;
 pub mod retrieval;
 pub mod server;

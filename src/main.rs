@@ -25,6 +25,19 @@ enum Command {
     /// Manage the local embedding model
     #[command(subcommand)]
     Model(ModelCommand),
+    /// Ask a running server whether it is serving (exit 0) or not (exit 1), e.g. for a
+    /// container health check
+    Health {
+        /// The server's gRPC address, host:port or http://host:port
+        #[arg(long, default_value = "127.0.0.1:50051")]
+        addr: String,
+        /// A service name (e.g. memmachine.v2.MemoryService); empty for the server
+        #[arg(long, default_value = "")]
+        service: String,
+        /// Give up after this many seconds
+        #[arg(long, default_value_t = 5)]
+        timeout_secs: u64,
+    },
 }
 
 #[derive(Subcommand)]
@@ -59,6 +72,31 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Health {
+            addr,
+            service,
+            timeout_secs,
+        } => {
+            let runtime = match runtime() {
+                Ok(runtime) => runtime,
+                Err(code) => return code,
+            };
+            let timeout = std::time::Duration::from_secs(timeout_secs.max(1));
+            match runtime.block_on(memmachine::probe::check(&addr, &service, timeout)) {
+                Ok(status) => {
+                    println!("{}", status.as_str_name());
+                    if status == tonic_health::pb::health_check_response::ServingStatus::Serving {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(err) => {
+                    eprintln!("memmachine: {err}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Model(ModelCommand::Fetch { model_dir }) => {
             init_logging(LogFormat::Text);
             let runtime = match runtime() {

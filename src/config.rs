@@ -80,7 +80,7 @@ pub enum EmbedderKind {
 }
 
 /// The embedder settings, resolved.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct EmbedderConfig {
     /// `None` when not asked for: local if a model is in `model_dir`, else none.
     pub kind: Option<EmbedderKind>,
@@ -99,6 +99,23 @@ pub enum LogFormat {
     Json,
 }
 
+/// What a secret is shown as.
+const MASKED: &str = "***";
+
+impl std::fmt::Debug for EmbedderConfig {
+    /// As derived, but never the API key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbedderConfig")
+            .field("kind", &self.kind)
+            .field("model_dir", &self.model_dir)
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("dimensions", &self.dimensions)
+            .field("api_key", &self.api_key.as_ref().map(|_| MASKED))
+            .finish()
+    }
+}
+
 /// The effective configuration of `memmachine serve`.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
@@ -109,6 +126,63 @@ pub struct ServeConfig {
     pub max_request_bytes: usize,
     pub shutdown_grace: std::time::Duration,
     pub embedder: EmbedderConfig,
+}
+
+impl ServeConfig {
+    /// The effective configuration in the config file's format (keys as `--config`
+    /// reads them), secrets masked: what `memmachine config print` shows.
+    pub fn to_toml(&self) -> String {
+        let text = |s: &str| toml::Value::String(s.to_string()).to_string();
+        let path = |p: &Path| text(&p.display().to_string());
+        let mut lines = vec![
+            format!("listen = {}", text(&self.listen.to_string())),
+            format!("data_dir = {}", path(&self.data_dir)),
+            format!(
+                "log_format = {}",
+                text(match self.log_format {
+                    LogFormat::Text => "text",
+                    LogFormat::Json => "json",
+                })
+            ),
+            format!("short_term_window = {}", self.limits.short_term_window),
+            format!(
+                "max_messages_per_add = {}",
+                self.limits.max_messages_per_add
+            ),
+            format!("max_content_bytes = {}", self.limits.max_content_bytes),
+            format!("max_page_size = {}", self.limits.max_page_size),
+            format!("max_request_bytes = {}", self.max_request_bytes),
+            format!("shutdown_grace = {:?}", self.shutdown_grace.as_secs_f64()),
+        ];
+        let embedder = &self.embedder;
+        match embedder.kind {
+            Some(kind) => lines.push(format!(
+                "embedder = {}",
+                text(&format!("{kind:?}").to_lowercase())
+            )),
+            None => lines.push(
+                "# embedder: not set, so local when a model is in model_dir, else none".into(),
+            ),
+        }
+        lines.push(format!("model_dir = {}", path(&embedder.model_dir)));
+        let optional = [
+            ("embedder_base_url", embedder.base_url.as_deref()),
+            ("embedder_model", embedder.model.as_deref()),
+            (
+                "embedder_api_key",
+                embedder.api_key.as_ref().map(|_| MASKED),
+            ),
+        ];
+        for (key, value) in optional {
+            if let Some(value) = value {
+                lines.push(format!("{key} = {}", text(value)));
+            }
+        }
+        if let Some(dimensions) = embedder.dimensions {
+            lines.push(format!("embedder_dimensions = {dimensions}"));
+        }
+        lines.join("\n") + "\n"
+    }
 }
 
 impl ServeArgs {
@@ -208,6 +282,38 @@ fn read_file(path: &Path) -> Result<ServeArgs, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_printed_configuration_reads_back_and_masks_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("memmachine.toml");
+        std::fs::write(
+            &file,
+            "embedder = \"openai\"\nembedder_api_key = \"sk-secret\"\nshort_term_window = 7\n",
+        )
+        .unwrap();
+        let config = ServeArgs {
+            config: Some(file.clone()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        let printed = config.to_toml();
+        assert!(!printed.contains("sk-secret"), "{printed}");
+        assert!(printed.contains("embedder_api_key = \"***\""), "{printed}");
+        assert!(!format!("{config:?}").contains("sk-secret"));
+        // What it prints is a valid config file giving the same settings.
+        std::fs::write(&file, &printed).unwrap();
+        let again = ServeArgs {
+            config: Some(file),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(again.to_toml(), printed);
+        assert_eq!(again.limits.short_term_window, 7);
+        assert_eq!(again.embedder.kind, Some(EmbedderKind::Openai));
+    }
 
     #[test]
     fn flags_win_over_the_file_and_the_file_over_defaults() {

@@ -25,6 +25,9 @@ enum Command {
     /// Manage the local embedding model
     #[command(subcommand)]
     Model(ModelCommand),
+    /// Show the configuration `serve` would run with
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Ask a running server whether it is serving (exit 0) or not (exit 1), e.g. for a
     /// container health check
     Health {
@@ -38,6 +41,13 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         timeout_secs: u64,
     },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print the effective configuration (flags > environment > --config file >
+    /// defaults) in the config file's format, secrets masked
+    Print(Box<ServeArgs>),
 }
 
 #[derive(Subcommand)]
@@ -72,6 +82,16 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Config(ConfigCommand::Print(args)) => match args.resolve() {
+            Ok(config) => {
+                print!("{}", config.to_toml());
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("memmachine: {err}");
+                ExitCode::from(2)
+            }
+        },
         Command::Health {
             addr,
             service,

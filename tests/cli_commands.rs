@@ -1,5 +1,5 @@
-//! `memmachine health`, the probe for containers: the real binary against a real
-//! server over TCP.
+//! The operator commands, run as the real binary: `memmachine health` (the probe for
+//! containers) against a real server over TCP, and `memmachine config print`.
 
 mod common;
 
@@ -55,4 +55,28 @@ async fn health_exits_zero_only_for_a_serving_server() {
     // Nothing listening any more.
     let args = vec!["--addr".into(), addr, "--timeout-secs".into(), "2".into()];
     assert_eq!(health(args).await, (false, String::new()));
+}
+
+#[test]
+fn config_print_shows_the_effective_settings_with_the_key_masked() {
+    let output = Command::new(env!("CARGO_BIN_EXE_memmachine"))
+        .args([
+            "config",
+            "print",
+            "--embedder",
+            "openai",
+            "--data-dir",
+            "/srv/mm",
+        ])
+        .env("MEMMACHINE_EMBEDDER_API_KEY", "sk-do-not-show")
+        .env("MEMMACHINE_SHORT_TERM_WINDOW", "9")
+        .output()
+        .expect("run memmachine config print");
+    assert!(output.status.success());
+    let printed = String::from_utf8(output.stdout).unwrap();
+    assert!(printed.contains("data_dir = \"/srv/mm\""), "{printed}");
+    assert!(printed.contains("short_term_window = 9"), "{printed}");
+    assert!(printed.contains("embedder = \"openai\""), "{printed}");
+    assert!(printed.contains("embedder_api_key = \"***\""), "{printed}");
+    assert!(!printed.contains("sk-do-not-show"), "{printed}");
 }

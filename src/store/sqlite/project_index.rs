@@ -60,12 +60,12 @@ impl ProjectIndex {
         if self.text.payload(id).is_some() {
             return;
         }
-        let vector = entry.vector.clone();
+        let has_vector = entry.vector.is_some();
         self.text
             .insert(id, &indexed_text(producer, content), entry);
-        if let Some(vector) = vector {
+        if has_vector {
             self.vectors += 1;
-            self.add_to_graph(id, &vector);
+            self.add_to_graph(id);
         }
     }
 
@@ -99,14 +99,23 @@ impl ProjectIndex {
         if entry.vector.is_none() {
             self.vectors += 1;
         }
-        entry.vector = Some(vector.clone());
-        self.add_to_graph(id, &vector);
+        entry.vector = Some(vector);
+        self.add_to_graph(id);
     }
 
-    /// Keeps the graph in step: adds to it once there is one, builds it (from every
-    /// vector held) when the project reaches the threshold.
-    fn add_to_graph(&mut self, id: i64, vector: &[f32]) {
+    fn vector_of(&self, id: i64) -> Option<&[f32]> {
+        self.text.payload(id)?.vector.as_deref()
+    }
+
+    /// Keeps the graph in step with the vector just set on episode `id`: adds it once
+    /// there is a graph, builds the graph (from every vector held) when the project
+    /// reaches the threshold.
+    fn add_to_graph(&mut self, id: i64) {
+        let Some(dimensions) = self.vector_of(id).map(<[f32]>::len) else {
+            return;
+        };
         if let Some(ann) = &self.ann {
+            let vector = self.vector_of(id).expect("just checked");
             if let Err(err) = ann.insert(id, vector) {
                 tracing::warn!(error = %err, "vector graph update failed; scanning instead");
                 self.ann = None;
@@ -122,7 +131,7 @@ impl ProjectIndex {
             .text
             .live()
             .filter_map(|(id, entry)| Some((id, entry.vector.as_deref()?)));
-        match AnnIndex::build(vector.len(), vectors, self.vectors * 2) {
+        match AnnIndex::build(dimensions, vectors, self.vectors * 2) {
             Ok(ann) => {
                 tracing::info!(
                     vectors = ann.len(),

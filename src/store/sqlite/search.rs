@@ -75,7 +75,10 @@ pub(super) fn dense(
 /// (cheaper than walking the graph past the many it rejects); a broad filter, in a large
 /// project, is served by the graph.
 fn few_pass(index: &ProjectIndex, filter: Option<&Expr>, accept: &impl Fn(&Entry) -> bool) -> bool {
-    filter.is_some() && index.text.estimate_accepted(FILTER_SAMPLE, accept) <= ANN_MIN_VECTORS
+    // Without a graph there is nothing to choose (and no sample to pay for).
+    index.ann.is_some()
+        && filter.is_some()
+        && index.text.estimate_accepted(FILTER_SAMPLE, accept) <= ANN_MIN_VECTORS
 }
 
 /// Up to `want` nearest accepted episodes by the project's vector graph; `None` when

@@ -23,6 +23,7 @@ use tonic::transport::{Channel, Endpoint};
 mod support;
 
 use support::latencies::Latencies;
+use support::locomo;
 use support::server::Server;
 use support::{BoxError, Result};
 
@@ -100,12 +101,7 @@ struct Corpus {
 }
 
 fn load_corpus(path: &Path) -> Result<Corpus> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
-    let samples: serde_json::Value = serde_json::from_str(&text)?;
-    let samples = samples
-        .as_array()
-        .ok_or("the LoCoMo file is not a JSON list")?;
+    let samples = locomo::read_samples(path)?;
     let mut turns = Vec::new();
     let mut questions = Vec::new();
     let mut first_speaker = String::new();
@@ -123,16 +119,7 @@ fn load_corpus(path: &Path) -> Result<Corpus> {
                 .unwrap_or_default()
                 .to_string();
         }
-        // session_N keys in numeric order (serde_json sorts object keys as strings).
-        let mut sessions: Vec<(u32, &Vec<serde_json::Value>)> = conversation
-            .iter()
-            .filter_map(|(key, value)| {
-                let n = key.strip_prefix("session_")?.parse().ok()?;
-                Some((n, value.as_array()?))
-            })
-            .collect();
-        sessions.sort_by_key(|(n, _)| *n);
-        for (_, session) in sessions {
+        for (_, session) in locomo::sessions(conversation) {
             for turn in session {
                 let (Some(speaker), Some(text)) = (turn["speaker"].as_str(), turn["text"].as_str())
                 else {

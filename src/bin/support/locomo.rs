@@ -82,18 +82,39 @@ fn parse_timestamp(text: &str) -> Option<prost_types::Timestamp> {
     })
 }
 
+/// The samples of the LoCoMo file at `path`.
+pub fn read_samples(path: &Path) -> Result<Vec<serde_json::Value>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+    match serde_json::from_str(&text)? {
+        serde_json::Value::Array(samples) => Ok(samples),
+        _ => Err("the LoCoMo file is not a JSON list".into()),
+    }
+}
+
+/// A conversation's `session_N` turn lists in numeric order (serde_json sorts object
+/// keys as strings).
+pub fn sessions(
+    conversation: &serde_json::Map<String, serde_json::Value>,
+) -> Vec<(u32, &Vec<serde_json::Value>)> {
+    let mut sessions: Vec<(u32, &Vec<serde_json::Value>)> = conversation
+        .iter()
+        .filter_map(|(key, value)| {
+            let n = key.strip_prefix("session_")?.parse().ok()?;
+            Some((n, value.as_array()?))
+        })
+        .collect();
+    sessions.sort_by_key(|(n, _)| *n);
+    sessions
+}
+
 /// Loads the first `limit` conversations (all when `None`) of the LoCoMo file at `path`.
 pub fn load(
     path: &Path,
     limit: Option<usize>,
     format: ContentFormat,
 ) -> Result<(Vec<Conversation>, LoadStats)> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
-    let samples: serde_json::Value = serde_json::from_str(&text)?;
-    let samples = samples
-        .as_array()
-        .ok_or("the LoCoMo file is not a JSON list")?;
+    let samples = read_samples(path)?;
     let mut stats = LoadStats::default();
     let mut conversations = Vec::new();
     for (index, sample) in samples.iter().enumerate().take(limit.unwrap_or(usize::MAX)) {
@@ -104,17 +125,8 @@ pub fn load(
         let sessions_map = conversation
             .as_object()
             .ok_or_else(|| format!("{sample_id} has no conversation"))?;
-        // session_N keys in numeric order (serde_json sorts object keys as strings).
-        let mut sessions: Vec<(u32, &Vec<serde_json::Value>)> = sessions_map
-            .iter()
-            .filter_map(|(key, value)| {
-                let n = key.strip_prefix("session_")?.parse().ok()?;
-                Some((n, value.as_array()?))
-            })
-            .collect();
-        sessions.sort_by_key(|(n, _)| *n);
         let mut turns = Vec::new();
-        for (n, session) in sessions {
+        for (n, session) in sessions(sessions_map) {
             let date = str_field(conversation, &format!("session_{n}_date_time"));
             let timestamp = parse_timestamp(date);
             if timestamp.is_none() {

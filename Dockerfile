@@ -14,8 +14,12 @@ COPY --from=build /src/target/release/memmachine /usr/local/bin/memmachine
 USER 10001:10001
 ENV MEMMACHINE_DATA_DIR=/data \
     MEMMACHINE_LISTEN=0.0.0.0:50051
+# A container listening on 0.0.0.0 requires API keys (`memmachine keys create ...`),
+# or an explicit MEMMACHINE_INSECURE_LISTEN=true.
+ENV MEMMACHINE_AUTH=true
 VOLUME ["/data"]
 EXPOSE 50051
+EXPOSE 9090
 # Exit 0 only while the server answers SERVING (start-period covers loading a model).
 HEALTHCHECK --interval=10s --timeout=6s --start-period=60s --retries=3 \
     CMD ["/usr/local/bin/memmachine", "health", "--addr", "127.0.0.1:50051"]

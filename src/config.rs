@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::admission::limits::CallerLimits;
 use crate::limits::Limits;
 
 /// Where `memmachine model fetch` puts all-MiniLM-L6-v2, and where `serve` looks.
@@ -68,6 +69,53 @@ pub struct ServeArgs {
     /// API key of the embeddings endpoint: only from the environment or the config file
     #[arg(skip)]
     pub embedder_api_key: Option<String>,
+    /// Require an API key (`authorization: Bearer <key>`) on every call; keys come from
+    /// `memmachine keys create`
+    #[arg(long, env = "MEMMACHINE_AUTH", num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub auth: Option<bool>,
+    /// Allow a non-loopback --listen without --auth (anyone who can connect reads and
+    /// writes every org's memories)
+    #[arg(long, env = "MEMMACHINE_INSECURE_LISTEN", num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub insecure_listen: Option<bool>,
+    /// TLS certificate chain (PEM); with --tls-key, gRPC is served over TLS
+    #[arg(long, env = "MEMMACHINE_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM)
+    #[arg(long, env = "MEMMACHINE_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// CA certificate(s) (PEM): clients must present a certificate signed by one
+    #[arg(long, env = "MEMMACHINE_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Prometheus /metrics address (off when unset)
+    #[arg(long, env = "MEMMACHINE_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Requests per second per API key (per IP address without --auth); 0 is unlimited
+    /// [default: 0]
+    #[arg(long, env = "MEMMACHINE_RATE_LIMIT")]
+    pub rate_limit: Option<u32>,
+    /// Requests a caller may send at once above --rate-limit [default: twice the rate]
+    #[arg(long, env = "MEMMACHINE_RATE_BURST")]
+    pub rate_burst: Option<u32>,
+    /// Calls one API key (or IP address) may have in flight; 0 is unlimited [default: 64]
+    #[arg(long, env = "MEMMACHINE_MAX_CONCURRENT_PER_KEY")]
+    pub max_concurrent_per_key: Option<u32>,
+    /// Longest a call may run, in seconds; a client's grpc-timeout may shorten it
+    /// [default: 60]
+    #[arg(long, env = "MEMMACHINE_REQUEST_TIMEOUT")]
+    pub request_timeout: Option<f64>,
+    /// Seconds between reporting NOT_SERVING on shutdown and refusing new calls, for
+    /// load balancers to notice [default: 0]
+    #[arg(long, env = "MEMMACHINE_DRAIN_DELAY")]
+    pub drain_delay: Option<f64>,
+}
+
+/// TLS files of `memmachine serve`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Clients must present a certificate signed by a CA in this file.
+    pub client_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
@@ -126,6 +174,13 @@ pub struct ServeConfig {
     pub max_request_bytes: usize,
     pub shutdown_grace: std::time::Duration,
     pub embedder: EmbedderConfig,
+    pub auth: bool,
+    pub insecure_listen: bool,
+    pub tls: Option<TlsFiles>,
+    pub metrics_listen: Option<SocketAddr>,
+    pub caller_limits: CallerLimits,
+    pub request_timeout: std::time::Duration,
+    pub drain_delay: std::time::Duration,
 }
 
 impl ServeConfig {
@@ -153,7 +208,24 @@ impl ServeConfig {
             format!("max_page_size = {}", self.limits.max_page_size),
             format!("max_request_bytes = {}", self.max_request_bytes),
             format!("shutdown_grace = {:?}", self.shutdown_grace.as_secs_f64()),
+            format!("drain_delay = {:?}", self.drain_delay.as_secs_f64()),
+            format!("request_timeout = {:?}", self.request_timeout.as_secs_f64()),
+            format!("auth = {}", self.auth),
+            format!("insecure_listen = {}", self.insecure_listen),
+            format!("rate_limit = {}", self.caller_limits.rate),
+            format!("rate_burst = {}", self.caller_limits.burst),
+            format!("max_concurrent_per_key = {}", self.caller_limits.concurrent),
         ];
+        if let Some(addr) = self.metrics_listen {
+            lines.push(format!("metrics_listen = {}", text(&addr.to_string())));
+        }
+        if let Some(tls) = &self.tls {
+            lines.push(format!("tls_cert = {}", path(&tls.cert)));
+            lines.push(format!("tls_key = {}", path(&tls.key)));
+            if let Some(ca) = &tls.client_ca {
+                lines.push(format!("tls_client_ca = {}", path(ca)));
+            }
+        }
         let embedder = &self.embedder;
         match embedder.kind {
             Some(kind) => lines.push(format!(
@@ -194,17 +266,7 @@ impl ServeArgs {
         };
         let merged = self.or(file);
         let defaults = Limits::default();
-        let data_dir = merged
-            .data_dir
-            .unwrap_or_else(|| PathBuf::from("./memmachine-data"));
-        let data_dir = match merged.store.as_deref() {
-            None | Some("sqlite") => data_dir,
-            Some(url) if url.starts_with("sqlite://") => PathBuf::from(&url["sqlite://".len()..]),
-            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-                return Err("the PostgreSQL store is not available yet; use --store sqlite".into());
-            }
-            Some(other) => return Err(format!("unknown --store {other:?}: use sqlite")),
-        };
+        let data_dir = store_dir(merged.data_dir.clone(), merged.store.as_deref())?;
         let limits = Limits {
             max_messages_per_add: merged
                 .max_messages_per_add
@@ -223,18 +285,59 @@ impl ServeArgs {
         {
             return Err("limits must be at least 1".into());
         }
+        let listen = merged
+            .listen
+            .unwrap_or_else(|| "127.0.0.1:50051".parse().expect("valid default"));
+        let auth = merged.auth.unwrap_or(false);
+        let insecure_listen = merged.insecure_listen.unwrap_or(false);
+        if !listen.ip().is_loopback() && !auth && !insecure_listen {
+            return Err(format!(
+                "refusing to listen on {listen} without --auth: anyone who can connect would \
+                 read and write every org's memories. Pass --auth (and create keys with \
+                 `memmachine keys create`), or --insecure-listen if something in front of \
+                 the server authenticates callers"
+            ));
+        }
+        let tls = match (merged.tls_cert, merged.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert,
+                key,
+                client_ca: merged.tls_client_ca,
+            }),
+            (None, None) if merged.tls_client_ca.is_none() => None,
+            _ => return Err("TLS needs both --tls-cert and --tls-key".into()),
+        };
+        let rate = merged.rate_limit.unwrap_or(0);
+        let caller_limits = CallerLimits {
+            rate,
+            burst: merged
+                .rate_burst
+                .unwrap_or(rate.saturating_mul(2))
+                .max(rate),
+            concurrent: merged.max_concurrent_per_key.unwrap_or(64),
+        };
+        let seconds = |value: Option<f64>, default: f64, flag: &str| {
+            std::time::Duration::try_from_secs_f64(value.unwrap_or(default))
+                .map_err(|_| format!("--{flag} must be a number of seconds, 0 or more"))
+        };
+        let request_timeout = seconds(merged.request_timeout, 60.0, "request-timeout")?;
+        if request_timeout.is_zero() {
+            return Err("--request-timeout must be more than 0 seconds".into());
+        }
         Ok(ServeConfig {
-            listen: merged
-                .listen
-                .unwrap_or_else(|| "127.0.0.1:50051".parse().expect("valid default")),
+            listen,
+            auth,
+            insecure_listen,
+            tls,
+            metrics_listen: merged.metrics_listen,
+            caller_limits,
+            request_timeout,
+            drain_delay: seconds(merged.drain_delay, 0.0, "drain-delay")?,
             data_dir,
             log_format: merged.log_format.unwrap_or_default(),
             limits,
             max_request_bytes: merged.max_request_bytes.unwrap_or(64 * 1024 * 1024),
-            shutdown_grace: std::time::Duration::try_from_secs_f64(
-                merged.shutdown_grace.unwrap_or(30.0),
-            )
-            .map_err(|_| "--shutdown-grace must be a number of seconds, 0 or more".to_string())?,
+            shutdown_grace: seconds(merged.shutdown_grace, 30.0, "shutdown-grace")?,
             embedder: EmbedderConfig {
                 kind: merged.embedder,
                 model_dir: merged
@@ -269,7 +372,59 @@ impl ServeArgs {
             embedder_model: self.embedder_model.or(other.embedder_model),
             embedder_dimensions: self.embedder_dimensions.or(other.embedder_dimensions),
             embedder_api_key: self.embedder_api_key.or(other.embedder_api_key),
+            auth: self.auth.or(other.auth),
+            insecure_listen: self.insecure_listen.or(other.insecure_listen),
+            tls_cert: self.tls_cert.or(other.tls_cert),
+            tls_key: self.tls_key.or(other.tls_key),
+            tls_client_ca: self.tls_client_ca.or(other.tls_client_ca),
+            metrics_listen: self.metrics_listen.or(other.metrics_listen),
+            rate_limit: self.rate_limit.or(other.rate_limit),
+            rate_burst: self.rate_burst.or(other.rate_burst),
+            max_concurrent_per_key: self.max_concurrent_per_key.or(other.max_concurrent_per_key),
+            request_timeout: self.request_timeout.or(other.request_timeout),
+            drain_delay: self.drain_delay.or(other.drain_delay),
         }
+    }
+}
+
+/// Where the embedded store lives, from `--data-dir` and `--store`.
+fn store_dir(data_dir: Option<PathBuf>, store: Option<&str>) -> Result<PathBuf, String> {
+    let data_dir = data_dir.unwrap_or_else(|| PathBuf::from("./memmachine-data"));
+    match store {
+        None | Some("sqlite") => Ok(data_dir),
+        Some(url) if url.starts_with("sqlite://") => Ok(PathBuf::from(&url["sqlite://".len()..])),
+        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+            Err("the PostgreSQL store is not available yet; use --store sqlite".into())
+        }
+        Some(other) => Err(format!("unknown --store {other:?}: use sqlite")),
+    }
+}
+
+/// The store options of operator commands that open the store themselves (`memmachine
+/// keys ...`): the same flags, environment and config file as `serve`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct StoreArgs {
+    /// Embedded store location [default: ./memmachine-data]
+    #[arg(long, env = "MEMMACHINE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Store URL: "sqlite" (default, under --data-dir) or sqlite:///path/to/file-dir
+    #[arg(long, env = "MEMMACHINE_STORE")]
+    pub store: Option<String>,
+    /// TOML file with the same keys as the flags of `serve`
+    #[arg(long, env = "MEMMACHINE_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+impl StoreArgs {
+    pub fn resolve(self) -> Result<PathBuf, String> {
+        let file = match &self.config {
+            Some(path) => read_file(path)?,
+            None => ServeArgs::default(),
+        };
+        store_dir(
+            self.data_dir.or(file.data_dir),
+            self.store.or(file.store).as_deref(),
+        )
     }
 }
 

@@ -23,6 +23,21 @@ pub enum Error {
     Unimplemented(String),
     #[error("{0}")]
     Unavailable(String),
+    /// No credentials, or credentials that are not valid.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// Valid credentials that do not reach what was asked for.
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// A limit was hit; when waiting helps, the caller may retry after `retry_after`.
+    #[error("{message}")]
+    ResourceExhausted {
+        message: String,
+        retry_after: Option<std::time::Duration>,
+    },
+    /// The call's deadline passed before it finished.
+    #[error("{0}")]
+    DeadlineExceeded(String),
     /// A fault of the server or its storage, never of the client's input.
     #[error("internal error: {0}")]
     Internal(String),

@@ -4,6 +4,8 @@
 //! the domain (`projects`, `episodic`), which talks to storage through the traits in
 //! `store`.
 
+pub mod admission;
+pub mod auth;
 pub mod config;
 pub mod embed;
 pub mod episodic;
@@ -11,6 +13,7 @@ pub mod error;
 pub mod grpc;
 pub mod limits;
 pub mod memory;
+pub mod metrics;
 pub mod model;
 pub mod probe;
 pub mod projects;

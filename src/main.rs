@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use memmachine::config::{LogFormat, ServeArgs};
+use memmachine::config::{LogFormat, ServeArgs, StoreArgs};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -25,6 +25,9 @@ enum Command {
     /// Manage the local embedding model
     #[command(subcommand)]
     Model(ModelCommand),
+    /// Manage API keys (`serve --auth`): stored as salted hashes, each for one org or admin
+    #[command(subcommand)]
+    Keys(KeysCommand),
     /// Show the configuration `serve` would run with
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -40,6 +43,41 @@ enum Command {
         /// Give up after this many seconds
         #[arg(long, default_value_t = 5)]
         timeout_secs: u64,
+        /// CA certificate (PEM) to check a TLS server with (the call uses TLS when set)
+        #[arg(long)]
+        tls_ca: Option<std::path::PathBuf>,
+        /// Name the server's certificate must carry [default: the host of --addr]
+        #[arg(long)]
+        tls_domain: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Create a key for one org (or --admin) and print it; it is shown only this once
+    Create {
+        /// The org the key reaches (its projects and memories, nothing else)
+        #[arg(long, required_unless_present = "admin", conflicts_with = "admin")]
+        org: Option<String>,
+        /// A key that reaches every org
+        #[arg(long)]
+        admin: bool,
+        /// A note on who or what the key is for
+        #[arg(long, default_value = "")]
+        label: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// List keys (ids, scopes, labels, when created and revoked; never the secrets)
+    List {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Revoke a key by its id; calls with it are refused from then on
+    Revoke {
+        id: String,
+        #[command(flatten)]
+        store: StoreArgs,
     },
 }
 
@@ -79,6 +117,86 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     })
 }
 
+fn time(micros: i64) -> String {
+    chrono::DateTime::from_timestamp_micros(micros).map_or_else(
+        || micros.to_string(),
+        |t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    )
+}
+
+fn keys(command: KeysCommand) -> ExitCode {
+    use memmachine::auth::manage;
+    use memmachine::model::KeyScope;
+    let runtime = match runtime() {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    let data_dir = |store: StoreArgs| store.resolve();
+    let result = runtime.block_on(async {
+        match command {
+            KeysCommand::Create {
+                org,
+                admin,
+                label,
+                store,
+            } => {
+                let scope = match (admin, org) {
+                    (true, _) => KeyScope::Admin,
+                    (false, Some(org)) => KeyScope::Org(org),
+                    (false, None) => return Err("give --org ORG or --admin".to_string()),
+                };
+                let issued = manage::create(&data_dir(store)?, scope, &label)
+                    .await
+                    .map_err(|err| err.to_string())?;
+                eprintln!(
+                    "created key {} ({}); it is shown only now:",
+                    issued.record.id, issued.record.scope
+                );
+                println!("{}", issued.token);
+                Ok(())
+            }
+            KeysCommand::List { store } => {
+                let keys = manage::list(&data_dir(store)?)
+                    .await
+                    .map_err(|err| err.to_string())?;
+                println!(
+                    "{:<14} {:<24} {:<22} {:<22} LABEL",
+                    "ID", "SCOPE", "CREATED", "REVOKED"
+                );
+                for key in keys {
+                    println!(
+                        "{:<14} {:<24} {:<22} {:<22} {}",
+                        key.id,
+                        key.scope.to_string(),
+                        time(key.created_at_micros),
+                        key.revoked_at_micros.map_or_else(|| "-".to_string(), time),
+                        key.label
+                    );
+                }
+                Ok(())
+            }
+            KeysCommand::Revoke { id, store } => {
+                if manage::revoke(&data_dir(store)?, &id)
+                    .await
+                    .map_err(|err| err.to_string())?
+                {
+                    println!("revoked key {id}");
+                    Ok(())
+                } else {
+                    Err(format!("no key with id {id:?}"))
+                }
+            }
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("memmachine: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -92,17 +210,29 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Keys(command) => keys(command),
         Command::Health {
             addr,
             service,
             timeout_secs,
+            tls_ca,
+            tls_domain,
         } => {
             let runtime = match runtime() {
                 Ok(runtime) => runtime,
                 Err(code) => return code,
             };
             let timeout = std::time::Duration::from_secs(timeout_secs.max(1));
-            match runtime.block_on(memmachine::probe::check(&addr, &service, timeout)) {
+            let tls = tls_ca.map(|ca| memmachine::probe::ProbeTls {
+                ca,
+                domain: tls_domain,
+            });
+            match runtime.block_on(memmachine::probe::check(
+                &addr,
+                &service,
+                timeout,
+                tls.as_ref(),
+            )) {
                 Ok(status) => {
                     println!("{}", status.as_str_name());
                     if status == tonic_health::pb::health_check_response::ServingStatus::Serving {

@@ -7,18 +7,44 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
+/// How to check a TLS server's certificate.
+pub struct ProbeTls {
+    /// CA certificate (PEM) file.
+    pub ca: std::path::PathBuf,
+    /// Name the certificate must carry (default: the host of the address).
+    pub domain: Option<String>,
+}
+
 /// The status `service` ("" for the server as a whole) reports at `addr`
-/// (`host:port` or an `http://` URL), within `timeout`; an error says why none came.
-pub async fn check(addr: &str, service: &str, timeout: Duration) -> Result<ServingStatus, String> {
+/// (`host:port` or an `http(s)://` URL), within `timeout`; an error says why none came.
+pub async fn check(
+    addr: &str,
+    service: &str,
+    timeout: Duration,
+    tls: Option<&ProbeTls>,
+) -> Result<ServingStatus, String> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let url = if addr.contains("://") {
         addr.to_string()
     } else {
-        format!("http://{addr}")
+        format!("{scheme}://{addr}")
     };
-    let endpoint = tonic::transport::Endpoint::from_shared(url.clone())
+    let mut endpoint = tonic::transport::Endpoint::from_shared(url.clone())
         .map_err(|err| format!("bad address {addr:?}: {err}"))?
         .connect_timeout(timeout)
         .timeout(timeout);
+    if let Some(tls) = tls {
+        let ca = std::fs::read(&tls.ca)
+            .map_err(|err| format!("cannot read {}: {err}", tls.ca.display()))?;
+        let mut config = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(ca));
+        if let Some(domain) = &tls.domain {
+            config = config.domain_name(domain);
+        }
+        endpoint = endpoint
+            .tls_config(config)
+            .map_err(|err| format!("TLS: {err}"))?;
+    }
     let channel = endpoint
         .connect()
         .await

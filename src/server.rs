@@ -1,34 +1,46 @@
-//! Assembles the gRPC server: store, domain, adapters, health and reflection, and runs
-//! it until a shutdown signal, draining in-flight calls.
+//! Assembles the gRPC server: store, domain, adapters, health and reflection behind the
+//! admission layer (auth, limits, deadlines, metrics), gRPC-Web and optional TLS. It
+//! listens at once and reports NOT_SERVING until the store and the embedder are ready;
+//! on shutdown it reports NOT_SERVING, waits `drain_delay`, refuses new calls, lets
+//! in-flight ones finish and closes the store.
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tonic::transport::Server;
+use tokio::sync::Notify;
 use tonic::transport::server::TcpIncoming;
-use tonic_health::ServingStatus;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
-use crate::config::ServeConfig;
+use crate::admission::lifecycle::Lifecycle;
+use crate::admission::limits::Limiter;
+use crate::admission::{Admission, AdmissionLayer};
+use crate::auth::Authenticator;
+use crate::config::{ServeConfig, TlsFiles};
 use crate::episodic::EpisodicMemory;
 use crate::episodic::embedding::{EmbeddingQueue, run_worker};
 use crate::error::{Error, Result};
-use crate::grpc::{MemoryGrpc, ProjectGrpc};
+use crate::grpc::{Deferred, MemoryGrpc, ProjectGrpc};
 use crate::memory::Memories;
+use crate::metrics::Metrics;
 use crate::pb::memory_service_server::MemoryServiceServer;
 use crate::pb::project_service_server::ProjectServiceServer;
 use crate::projects::Projects;
-use crate::store::VectorStore;
 use crate::store::sqlite::SqliteStore;
+use crate::store::{KeyStore, VectorStore};
 
-/// Fully qualified names of the services whose health is reported one by one.
-const SERVICES: [&str; 2] = [
-    "memmachine.v2.ProjectService",
-    "memmachine.v2.MemoryService",
-];
+/// HTTP/2 pings find dead peers (and keep idle connections through middleboxes).
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Serves on `listener` until `shutdown` resolves, then reports NOT_SERVING, lets
-/// in-flight calls finish and closes the store.
+/// How long streams other than memory calls may outlive the drain.
+const STREAM_GRACE: Duration = Duration::from_secs(5);
+
+type ProjectService = Deferred<ProjectServiceServer<ProjectGrpc>>;
+type MemoryService = Deferred<MemoryServiceServer<MemoryGrpc>>;
+
+/// Serves on `listener` until `shutdown` resolves, then drains and closes the store.
 pub async fn run(
     config: ServeConfig,
     listener: TcpListener,
@@ -42,16 +54,165 @@ pub async fn run(
     let addr = listener
         .local_addr()
         .map_err(|err| Error::Internal(format!("listener address: {err}")))?;
+    if config.auth {
+        let keys = store.list_keys().await?;
+        let live = keys
+            .iter()
+            .filter(|k| k.revoked_at_micros.is_none())
+            .count();
+        if live == 0 {
+            tracing::warn!(
+                "--auth is on and no API key exists: create one with `memmachine keys create --org ORG` (or --admin)"
+            );
+        }
+        tracing::info!(keys = live, "API keys required");
+    }
+
+    let metrics = Arc::new(Metrics::new());
+    let (health, health_service) = tonic_health::server::health_reporter();
+    let lifecycle = Arc::new(Lifecycle::new(health).await);
+    let admission = Admission {
+        auth: Authenticator::new(store.clone(), config.auth),
+        limiter: Limiter::new(config.caller_limits),
+        lifecycle: lifecycle.clone(),
+        metrics: metrics.clone(),
+        request_timeout: config.request_timeout,
+        max_request_bytes: config.max_request_bytes,
+    };
+    let project_service = ProjectService::default();
+    let memory_service = MemoryService::default();
+    let router = server_builder(&config)?
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(cors())
+                .layer(tonic_web::GrpcWebLayer::new())
+                .layer(AdmissionLayer::new(admission))
+                .into_inner(),
+        )
+        .add_service(health_service)
+        .add_service(reflection_v1()?)
+        .add_service(reflection_v1alpha()?)
+        .add_service(project_service.clone())
+        .add_service(memory_service.clone());
+
+    let metrics_task = match config.metrics_listen {
+        None => None,
+        Some(metrics_addr) => {
+            let listener = TcpListener::bind(metrics_addr).await.map_err(|err| {
+                Error::FailedPrecondition(format!("cannot listen on {metrics_addr}: {err}"))
+            })?;
+            tracing::info!(addr = %metrics_addr, "metrics at /metrics");
+            let task = crate::metrics::serve(
+                listener,
+                metrics.clone(),
+                store.clone(),
+                std::future::pending(),
+            );
+            Some(tokio::spawn(task))
+        }
+    };
+
+    // Shutdown: NOT_SERVING at once; new memory calls refused after the drain delay;
+    // then up to the grace period for the calls in flight, and the transport stops.
+    let abort = Arc::new(Notify::new());
+    let draining = Arc::new(Notify::new());
+    let drain = {
+        let (lifecycle, abort, draining) = (lifecycle.clone(), abort.clone(), draining.clone());
+        let (delay, grace) = (config.drain_delay, config.shutdown_grace);
+        async move {
+            tokio::select! {
+                () = shutdown => {}
+                () = abort.notified() => {}
+            }
+            tracing::info!(
+                drain_delay_secs = delay.as_secs_f64(),
+                "shutting down: NOT_SERVING, then finishing in-flight calls"
+            );
+            lifecycle.not_ready().await;
+            tokio::time::sleep(delay).await;
+            lifecycle.refuse_new();
+            if tokio::time::timeout(grace, lifecycle.idle()).await.is_err() {
+                tracing::warn!(
+                    grace_secs = grace.as_secs_f64(),
+                    "memory calls still in flight after the grace period; closing them"
+                );
+            }
+            draining.notify_one();
+        }
+    };
+    // Without TCP_NODELAY small responses wait for the peer's delayed ACK (~40 ms).
+    let incoming = TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .with_keepalive(Some(Duration::from_secs(60)));
+    let mut serve = tokio::spawn(router.serve_with_incoming_shutdown(incoming, drain));
     tracing::info!(
         addr = %addr,
+        tls = config.tls.is_some(),
+        auth = config.auth,
         data_dir = %config.data_dir.display(),
         database = %store.path().display(),
-        "gRPC server listening"
+        "gRPC server listening (gRPC-Web too); starting"
     );
 
+    let started = start(&config, store.clone(), metrics).await;
+    match started {
+        Ok((projects, memories)) => {
+            project_service.set(
+                ProjectServiceServer::new(projects)
+                    .max_decoding_message_size(config.max_request_bytes),
+            );
+            memory_service.set(
+                MemoryServiceServer::new(memories)
+                    .max_decoding_message_size(config.max_request_bytes),
+            );
+            lifecycle.serving().await;
+            tracing::info!("ready: serving calls");
+        }
+        Err(err) => {
+            abort.notify_one();
+            let _ = serve.await;
+            store.close();
+            return Err(err);
+        }
+    }
+
+    // Long-lived streams (a health Watch, a reflection session) would hold the transport
+    // open: once memory calls are done, they get a few seconds before being cut.
+    let served = tokio::select! {
+        served = &mut serve => served.map_err(|err| Error::Internal(format!("gRPC server task: {err}")))?,
+        () = async {
+            draining.notified().await;
+            tokio::time::sleep(STREAM_GRACE).await;
+        } => {
+            tracing::warn!("streams still open after the drain; closing them");
+            serve.abort();
+            Ok(())
+        }
+    };
+    if let Some(task) = metrics_task {
+        task.abort();
+    }
+    // Commit what is queued before leaving.
+    let closing = store.clone();
+    tokio::task::spawn_blocking(move || closing.close())
+        .await
+        .map_err(|err| Error::Internal(format!("closing the store: {err}")))?;
+    served.map_err(|err| Error::Internal(format!("gRPC server: {err}")))?;
+    tracing::info!("server stopped");
+    Ok(())
+}
+
+/// What takes time before the server can serve: the embedder (a model to load, an
+/// endpoint to reach) and queueing what it must embed. Returns the adapters.
+async fn start(
+    config: &ServeConfig,
+    store: Arc<SqliteStore>,
+    metrics: Arc<Metrics>,
+) -> Result<(ProjectGrpc, MemoryGrpc)> {
     let embedders = crate::embed::build(&config.embedder)
         .await
-        .map_err(Error::FailedPrecondition)?;
+        .map_err(Error::FailedPrecondition)?
+        .measured(&metrics);
     let waiting = store.use_embedders(embedders.choice()).await?;
     match embedders.default_embedder() {
         None => tracing::info!(
@@ -71,85 +232,88 @@ pub async fn run(
     tokio::spawn(run_worker(dyn_store, embedders.clone(), queue.clone()));
     let episodic =
         EpisodicMemory::new(store.clone(), config.limits).with_embedders(embedders, queue);
-    {
-        // Searches work meanwhile: a project not yet loaded loads on its first search.
-        let store = store.clone();
-        tokio::spawn(async move {
-            if let Err(err) = store.preload_indexes().await {
-                tracing::warn!(error = %err, "preloading lexical indexes failed");
-            }
-        });
-    }
+    // Searches work meanwhile: a project not yet loaded loads on its first search.
+    tokio::spawn(async move {
+        if let Err(err) = store.preload_indexes().await {
+            tracing::warn!(error = %err, "preloading lexical indexes failed");
+        }
+    });
     let memories = Memories::new(projects.clone(), episodic);
+    Ok((ProjectGrpc::new(projects), MemoryGrpc::new(memories)))
+}
 
-    let (health, health_service) = tonic_health::server::health_reporter();
-    for name in SERVICES.into_iter().chain([""]) {
-        health
-            .set_service_status(name, ServingStatus::Serving)
-            .await;
+fn server_builder(config: &ServeConfig) -> Result<Server> {
+    let builder = Server::builder()
+        .accept_http1(true)
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT));
+    match &config.tls {
+        None => Ok(builder),
+        Some(files) => builder
+            .tls_config(tls_config(files)?)
+            .map_err(|err| Error::FailedPrecondition(format!("TLS: {err}"))),
     }
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
+}
+
+fn tls_config(files: &TlsFiles) -> Result<ServerTlsConfig> {
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|err| {
+            Error::FailedPrecondition(format!("cannot read {}: {err}", path.display()))
+        })
+    };
+    let mut tls =
+        ServerTlsConfig::new().identity(Identity::from_pem(read(&files.cert)?, read(&files.key)?));
+    if let Some(ca) = &files.client_ca {
+        tls = tls.client_ca_root(Certificate::from_pem(read(ca)?));
+    }
+    Ok(tls)
+}
+
+/// Browsers calling over gRPC-Web from other origins. Keys are bearer tokens, not
+/// cookies, so any origin may call.
+fn cors() -> tower_http::cors::CorsLayer {
+    use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName};
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    let headers = |names: &[&'static str]| -> Vec<HeaderName> {
+        names.iter().map(|n| HeaderName::from_static(n)).collect()
+    };
+    let mut allowed = headers(&["x-grpc-web", "x-user-agent", "grpc-timeout", "x-request-id"]);
+    allowed.extend([AUTHORIZATION, CONTENT_TYPE]);
+    CorsLayer::new()
+        .allow_origin(AllowOrigin::mirror_request())
+        .allow_methods([http::Method::POST, http::Method::OPTIONS])
+        .allow_headers(allowed)
+        .expose_headers(headers(&[
+            "grpc-status",
+            "grpc-message",
+            "grpc-status-details-bin",
+            "x-request-id",
+        ]))
+        .max_age(Duration::from_secs(86400))
+}
+
+fn reflection_v1() -> Result<
+    tonic_reflection::server::v1::ServerReflectionServer<
+        impl tonic_reflection::server::v1::ServerReflection,
+    >,
+> {
+    tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
-        .map_err(|err| Error::Internal(format!("reflection: {err}")))?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .map_err(|err| Error::Internal(format!("reflection: {err}")))
+}
+
+fn reflection_v1alpha() -> Result<
+    tonic_reflection::server::v1alpha::ServerReflectionServer<
+        impl tonic_reflection::server::v1alpha::ServerReflection,
+    >,
+> {
+    tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
-        .map_err(|err| Error::Internal(format!("reflection: {err}")))?;
-
-    let max = config.max_request_bytes;
-    let draining = Arc::new(tokio::sync::Notify::new());
-    let drain = {
-        let (health, draining) = (health.clone(), draining.clone());
-        async move {
-            shutdown.await;
-            tracing::info!("shutting down: NOT_SERVING, finishing in-flight calls");
-            for name in SERVICES.into_iter().chain([""]) {
-                health
-                    .set_service_status(name, ServingStatus::NotServing)
-                    .await;
-            }
-            draining.notify_one();
-        }
-    };
-    // Without TCP_NODELAY small responses wait for the peer's delayed ACK (~40 ms).
-    let incoming = TcpIncoming::from(listener)
-        .with_nodelay(Some(true))
-        .with_keepalive(Some(std::time::Duration::from_secs(60)));
-    let serve = Server::builder()
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(
-            ProjectServiceServer::new(ProjectGrpc::new(projects)).max_decoding_message_size(max),
-        )
-        .add_service(
-            MemoryServiceServer::new(MemoryGrpc::new(memories)).max_decoding_message_size(max),
-        )
-        .serve_with_incoming_shutdown(incoming, drain);
-    // Long-lived calls (a health Watch, say) would hold the drain open forever: past the
-    // grace period the remaining connections are dropped.
-    let grace = config.shutdown_grace;
-    let served = tokio::select! {
-        served = serve => served,
-        () = async {
-            draining.notified().await;
-            tokio::time::sleep(grace).await;
-        } => {
-            tracing::warn!(grace_secs = grace.as_secs_f64(), "calls still open after the grace period; closing them");
-            Ok(())
-        }
-    };
-    // Commit what is queued before leaving.
-    let closing = store.clone();
-    tokio::task::spawn_blocking(move || closing.close())
-        .await
-        .map_err(|err| Error::Internal(format!("closing the store: {err}")))?;
-    served.map_err(|err| Error::Internal(format!("gRPC server: {err}")))?;
-    tracing::info!("server stopped");
-    Ok(())
+        .map_err(|err| Error::Internal(format!("reflection: {err}")))
 }
 
 /// Resolves on SIGINT or SIGTERM.

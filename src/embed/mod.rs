@@ -6,6 +6,7 @@
 pub mod fetch;
 pub mod hash;
 pub mod local;
+pub mod measured;
 pub mod openai;
 pub mod registry;
 

@@ -78,6 +78,23 @@ impl Embedders {
         names
     }
 
+    /// The same embedders, each recording its latency and volume in `metrics`.
+    pub fn measured(self, metrics: &Arc<crate::metrics::Metrics>) -> Embedders {
+        let named = self
+            .named
+            .into_iter()
+            .map(|(name, embedder)| {
+                let measured: Arc<dyn Embedder> =
+                    Arc::new(super::measured::Measured::new(embedder, metrics.clone()));
+                (name, measured)
+            })
+            .collect();
+        Embedders {
+            named,
+            default: self.default,
+        }
+    }
+
     /// What the store needs to know: embedder ids by name, and the default's.
     pub fn choice(&self) -> EmbedderChoice {
         EmbedderChoice {

@@ -27,7 +27,8 @@ impl MemoryService for MemoryGrpc {
         &self,
         request: Request<pb::AddMemoriesRequest>,
     ) -> Reply<pb::AddMemoriesResponse> {
-        let r = request.into_inner();
+        let (caller, r) = super::split(request)?;
+        caller.check_org(&r.org_id)?;
         let types = convert::memory_kinds(&r.types)?;
         let messages = convert::messages(r.messages)?;
         let uids = self
@@ -48,7 +49,8 @@ impl MemoryService for MemoryGrpc {
         &self,
         request: Request<pb::SearchMemoriesRequest>,
     ) -> Reply<pb::SearchMemoriesResponse> {
-        let r = request.into_inner();
+        let (caller, r) = super::split(request)?;
+        caller.check_org(&r.org_id)?;
         let types = convert::memory_kinds(&r.types)?;
         let input = SearchInput {
             query: r.query,
@@ -87,7 +89,8 @@ impl MemoryService for MemoryGrpc {
         &self,
         request: Request<pb::ListMemoriesRequest>,
     ) -> Reply<pb::ListMemoriesResponse> {
-        let r = request.into_inner();
+        let (caller, r) = super::split(request)?;
+        caller.check_org(&r.org_id)?;
         let kind = match r.r#type {
             0 => None,
             t => Some(convert::memory_kind("type", t)?),
@@ -118,7 +121,8 @@ impl MemoryService for MemoryGrpc {
         &self,
         request: Request<pb::DeleteEpisodicMemoriesRequest>,
     ) -> Reply<pb::DeleteEpisodicMemoriesResponse> {
-        let r = request.into_inner();
+        let (caller, r) = super::split(request)?;
+        caller.check_org(&r.org_id)?;
         let deleted = self
             .memories
             .delete_episodes(&r.org_id, &r.project_id, &r.episode_ids)
@@ -132,7 +136,8 @@ impl MemoryService for MemoryGrpc {
         &self,
         request: Request<pb::DeleteSemanticMemoriesRequest>,
     ) -> Reply<pb::DeleteSemanticMemoriesResponse> {
-        let r = request.into_inner();
+        let (caller, r) = super::split(request)?;
+        caller.check_org(&r.org_id)?;
         let deleted = self
             .memories
             .delete_features(&r.org_id, &r.project_id, &r.feature_ids)

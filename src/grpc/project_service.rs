@@ -26,7 +26,8 @@ impl ProjectService for ProjectGrpc {
         &self,
         request: Request<pb::CreateProjectRequest>,
     ) -> Reply<pb::CreateProjectResponse> {
-        let r = request.into_inner();
+        let (caller, r) = super::split(request)?;
+        caller.check_org(&r.org_id)?;
         let config = r.config.unwrap_or_default();
         let config = ProjectConfig {
             embedder: config.embedder,
@@ -45,7 +46,8 @@ impl ProjectService for ProjectGrpc {
         &self,
         request: Request<pb::GetProjectRequest>,
     ) -> Reply<pb::GetProjectResponse> {
-        let r = request.into_inner();
+        let (caller, r) = super::split(request)?;
+        caller.check_org(&r.org_id)?;
         let project = self
             .projects
             .get(&ProjectKey::parse(&r.org_id, &r.project_id)?)
@@ -59,11 +61,10 @@ impl ProjectService for ProjectGrpc {
         &self,
         request: Request<pb::ListProjectsRequest>,
     ) -> Reply<pb::ListProjectsResponse> {
-        let r = request.into_inner();
-        let (projects, next_page_token) = self
-            .projects
-            .list(r.org_id.as_deref(), r.page_size, &r.page_token)
-            .await?;
+        let (caller, r) = super::split(request)?;
+        let org = caller.list_scope(r.org_id.as_deref())?;
+        let (projects, next_page_token) =
+            self.projects.list(org, r.page_size, &r.page_token).await?;
         Ok(Response::new(pb::ListProjectsResponse {
             projects: projects.into_iter().map(convert::project).collect(),
             next_page_token,
@@ -74,7 +75,8 @@ impl ProjectService for ProjectGrpc {
         &self,
         request: Request<pb::DeleteProjectRequest>,
     ) -> Reply<pb::DeleteProjectResponse> {
-        let r = request.into_inner();
+        let (caller, r) = super::split(request)?;
+        caller.check_org(&r.org_id)?;
         self.projects
             .delete(&ProjectKey::parse(&r.org_id, &r.project_id)?)
             .await?;
@@ -85,7 +87,8 @@ impl ProjectService for ProjectGrpc {
         &self,
         request: Request<pb::GetEpisodeCountRequest>,
     ) -> Reply<pb::GetEpisodeCountResponse> {
-        let r = request.into_inner();
+        let (caller, r) = super::split(request)?;
+        caller.check_org(&r.org_id)?;
         let count = self
             .projects
             .episode_count(&ProjectKey::parse(&r.org_id, &r.project_id)?)
@@ -97,7 +100,8 @@ impl ProjectService for ProjectGrpc {
         &self,
         request: Request<pb::GetEpisodicMemoryConfigRequest>,
     ) -> Reply<pb::GetEpisodicMemoryConfigResponse> {
-        let r = request.into_inner();
+        let (caller, r) = super::split(request)?;
+        caller.check_org(&r.org_id)?;
         let config = self
             .projects
             .episodic_config(&ProjectKey::parse(&r.org_id, &r.project_id)?)
@@ -111,7 +115,8 @@ impl ProjectService for ProjectGrpc {
         &self,
         request: Request<pb::UpdateEpisodicMemoryConfigRequest>,
     ) -> Reply<pb::UpdateEpisodicMemoryConfigResponse> {
-        let r = request.into_inner();
+        let (caller, r) = super::split(request)?;
+        caller.check_org(&r.org_id)?;
         let update = EpisodicConfigUpdate {
             enabled: r.enabled,
             long_term_memory_enabled: r.long_term_memory_enabled,

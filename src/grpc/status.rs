@@ -21,6 +21,19 @@ impl From<Error> for Status {
             Error::FailedPrecondition(m) => Status::failed_precondition(m),
             Error::Unimplemented(m) => Status::unimplemented(m),
             Error::Unavailable(m) => Status::unavailable(m),
+            Error::Unauthenticated(m) => Status::unauthenticated(m),
+            Error::PermissionDenied(m) => Status::permission_denied(m),
+            Error::ResourceExhausted {
+                message,
+                retry_after,
+            } => {
+                let mut details = ErrorDetails::new();
+                if let Some(wait) = retry_after {
+                    details.set_retry_info(Some(wait));
+                }
+                Status::with_error_details(Code::ResourceExhausted, message, details)
+            }
+            Error::DeadlineExceeded(m) => Status::deadline_exceeded(m),
             Error::Internal(m) => {
                 // The details stay in the log; the client learns only that it failed.
                 tracing::error!(error = %m, "internal error");

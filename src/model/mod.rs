@@ -1,11 +1,13 @@
 //! Domain types shared by the transports, the domain modules and the stores.
 
+pub mod api_key;
 pub mod episode;
 pub mod filter;
 pub mod filter_eval;
 pub mod ids;
 pub mod project;
 
+pub use api_key::{ApiKeyRecord, KeyScope};
 pub use episode::{Episode, NewEpisode, ScoredEpisode};
 pub use ids::ProjectKey;
 pub use project::{EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig};

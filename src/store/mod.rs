@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use crate::error::Result;
 use crate::model::filter::Expr;
 use crate::model::{
-    Episode, EpisodicConfig, EpisodicConfigUpdate, NewEpisode, Project, ProjectConfig, ProjectKey,
-    ScoredEpisode,
+    ApiKeyRecord, Episode, EpisodicConfig, EpisodicConfigUpdate, NewEpisode, Project,
+    ProjectConfig, ProjectKey, ScoredEpisode,
 };
 
 #[async_trait]
@@ -168,7 +168,39 @@ pub trait VectorStore: Send + Sync {
     ) -> Result<Vec<ScoredEpisode>>;
 }
 
-/// Everything the server needs from a backend.
-pub trait Store: ProjectStore + EpisodeStore + VectorStore {}
+/// API keys, stored as salted hashes.
+#[async_trait]
+pub trait KeyStore: Send + Sync {
+    /// `AlreadyExists` when a key with this id exists.
+    async fn insert_key(&self, key: &ApiKeyRecord) -> Result<()>;
 
-impl<T: ProjectStore + EpisodeStore + VectorStore> Store for T {}
+    /// The key with this id, revoked or not.
+    async fn find_key(&self, id: &str) -> Result<Option<ApiKeyRecord>>;
+
+    /// Every key, revoked ones included, oldest first.
+    async fn list_keys(&self) -> Result<Vec<ApiKeyRecord>>;
+
+    /// Marks the key revoked (keeping the time of the first revocation); false when
+    /// there is no such key.
+    async fn revoke_key(&self, id: &str) -> Result<bool>;
+}
+
+/// What the server's metrics read from a backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StoreStats {
+    pub episodes: i64,
+    /// Episodes waiting for a vector.
+    pub embedding_queue: i64,
+    /// Age in seconds of the oldest of them (0 when none waits).
+    pub embedding_lag_secs: f64,
+}
+
+#[async_trait]
+pub trait StatsStore: Send + Sync {
+    async fn stats(&self) -> Result<StoreStats>;
+}
+
+/// Everything the server needs from a backend.
+pub trait Store: ProjectStore + EpisodeStore + VectorStore + KeyStore + StatsStore {}
+
+impl<T: ProjectStore + EpisodeStore + VectorStore + KeyStore + StatsStore> Store for T {}

@@ -31,6 +31,7 @@ impl ServerProcess {
             .expect("spawn memmachine");
         let stderr = child.stderr.take().expect("stderr");
         let (tx, rx) = mpsc::channel();
+        let (ready_tx, ready_rx) = mpsc::channel();
         std::thread::spawn(move || {
             let mut sent = false;
             for line in BufReader::new(stderr).lines() {
@@ -38,6 +39,9 @@ impl ServerProcess {
                 if !sent && let Some(addr) = listen_addr(&line) {
                     let _ = tx.send(addr);
                     sent = true;
+                }
+                if line.contains(READY) {
+                    let _ = ready_tx.send(());
                 }
                 if std::env::var_os("MEMMACHINE_TEST_SERVER_LOG").is_some() {
                     eprintln!("[server] {line}");
@@ -47,6 +51,8 @@ impl ServerProcess {
         let addr = rx
             .recv_timeout(Duration::from_secs(60))
             .expect("server did not report its listen address");
+        // Ready, or exited (a start-up failure the test may be looking for).
+        let _ = ready_rx.recv_timeout(Duration::from_secs(120));
         ServerProcess {
             child,
             addr,
@@ -82,6 +88,9 @@ impl Drop for ServerProcess {
     }
 }
 
+/// What the server logs once it serves calls.
+pub const READY: &str = "ready: serving calls";
+
 /// Extracts `ADDR` from the server's log line `... gRPC server listening addr=ADDR ...`.
 fn listen_addr(line: &str) -> Option<String> {
     if !line.contains("gRPC server listening") {
@@ -104,8 +113,18 @@ impl InProcess {
         Self::start_with(|_| {}).await
     }
 
-    /// Starts with the default configuration as changed by `configure`.
+    /// Starts with the default configuration as changed by `configure`, and waits
+    /// until it serves.
     pub async fn start_with(
+        configure: impl FnOnce(&mut memmachine::config::ServeConfig),
+    ) -> InProcess {
+        let server = Self::launch_with(configure).await;
+        server.wait_serving().await;
+        server
+    }
+
+    /// Starts without waiting for the server to be ready.
+    pub async fn launch_with(
         configure: impl FnOnce(&mut memmachine::config::ServeConfig),
     ) -> InProcess {
         let data_dir = tempfile::tempdir().expect("temp dir");
@@ -133,6 +152,24 @@ impl InProcess {
         }
     }
 
+    /// Waits until health says SERVING (the server listens before it is ready).
+    pub async fn wait_serving(&self) {
+        use tonic_health::pb::health_check_response::ServingStatus;
+        for _ in 0..1200 {
+            if self.task.is_finished() {
+                return;
+            }
+            if let Ok(status) =
+                memmachine::probe::check(&self.url, "", Duration::from_secs(5), None).await
+                && status == ServingStatus::Serving
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the server did not become ready");
+    }
+
     pub async fn channel(&self) -> tonic::transport::Channel {
         tonic::transport::Endpoint::from_shared(self.url.clone())
             .unwrap()
@@ -141,11 +178,16 @@ impl InProcess {
             .expect("connect")
     }
 
-    /// Signals shutdown and waits for the server to finish.
-    pub async fn stop(mut self) -> memmachine::error::Result<()> {
+    /// Signals shutdown without waiting.
+    pub fn begin_stop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+    }
+
+    /// Signals shutdown and waits for the server to finish.
+    pub async fn stop(mut self) -> memmachine::error::Result<()> {
+        self.begin_stop();
         (&mut self.task).await.expect("server task")
     }
 }

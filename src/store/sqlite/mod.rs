@@ -4,11 +4,13 @@
 mod connection;
 mod episodes;
 mod filter_sql;
+mod keys;
 mod lexical;
 mod project_index;
 mod projects;
 mod schema;
 mod search;
+mod stats;
 mod vectors;
 
 use std::path::{Path, PathBuf};
@@ -19,12 +21,15 @@ use async_trait::async_trait;
 use self::connection::{ReadPool, Writer, open_connection};
 use self::lexical::{IndexChange, LexicalIndexes};
 use self::project_index::ProjectIndex;
-use super::{EmbedderChoice, EpisodeStore, PendingEmbedding, ProjectStore, VectorStore};
+use super::{
+    EmbedderChoice, EpisodeStore, KeyStore, PendingEmbedding, ProjectStore, StatsStore, StoreStats,
+    VectorStore,
+};
 use crate::error::{Error, Result};
 use crate::model::filter::Expr;
 use crate::model::{
-    Episode, EpisodicConfig, EpisodicConfigUpdate, NewEpisode, Project, ProjectConfig, ProjectKey,
-    ScoredEpisode,
+    ApiKeyRecord, Episode, EpisodicConfig, EpisodicConfigUpdate, NewEpisode, Project,
+    ProjectConfig, ProjectKey, ScoredEpisode,
 };
 
 /// File name of the database inside the data directory.
@@ -89,6 +94,37 @@ impl SqliteStore {
     /// Commits queued writes and stops the writer; later writes answer `UNAVAILABLE`.
     pub fn close(&self) {
         self.writer.close();
+    }
+}
+
+#[async_trait]
+impl KeyStore for SqliteStore {
+    async fn insert_key(&self, key: &ApiKeyRecord) -> Result<()> {
+        let key = key.clone();
+        self.writer
+            .write(move |conn| keys::insert(conn, &key))
+            .await
+    }
+
+    async fn find_key(&self, id: &str) -> Result<Option<ApiKeyRecord>> {
+        let id = id.to_string();
+        self.readers.read(move |tx| keys::find(tx, &id)).await
+    }
+
+    async fn list_keys(&self) -> Result<Vec<ApiKeyRecord>> {
+        self.readers.read(|tx| keys::list(tx)).await
+    }
+
+    async fn revoke_key(&self, id: &str) -> Result<bool> {
+        let id = id.to_string();
+        self.writer.write(move |conn| keys::revoke(conn, &id)).await
+    }
+}
+
+#[async_trait]
+impl StatsStore for SqliteStore {
+    async fn stats(&self) -> Result<StoreStats> {
+        self.readers.read(|tx| stats::stats(tx)).await
     }
 }
 

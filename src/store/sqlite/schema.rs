@@ -49,6 +49,18 @@ const MIGRATIONS: &[&str] = &[
     CREATE TABLE embedding_queue (
         episode INTEGER PRIMARY KEY REFERENCES episodes (id) ON DELETE CASCADE
     );",
+    // 3: API keys (a salted hash, never the secret; org_id NULL for admin keys), and when
+    // each episode joined the embedding queue (0 for those queued before), for its lag.
+    "CREATE TABLE api_keys (
+        id TEXT PRIMARY KEY,
+        org_id TEXT,
+        label TEXT NOT NULL DEFAULT '',
+        salt BLOB NOT NULL,
+        hash BLOB NOT NULL,
+        created_at INTEGER NOT NULL,
+        revoked_at INTEGER
+    );
+    ALTER TABLE embedding_queue ADD COLUMN queued_at INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /// Brings the database to the latest schema, and makes sure universal/universal exists.

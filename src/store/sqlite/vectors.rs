@@ -45,10 +45,10 @@ pub(super) fn queue_missing(conn: &Connection, embedders: &EmbedderChoice) -> Re
     for (project, name) in projects {
         match embedders.for_project(&name) {
             Some(embedder) => conn.execute(
-                "INSERT OR IGNORE INTO embedding_queue (episode)
-                 SELECT e.id FROM episodes e LEFT JOIN embeddings v ON v.episode = e.id
+                "INSERT OR IGNORE INTO embedding_queue (episode, queued_at)
+                 SELECT e.id, ?3 FROM episodes e LEFT JOIN embeddings v ON v.episode = e.id
                  WHERE e.project = ?1 AND (v.episode IS NULL OR v.embedder != ?2)",
-                params![project, embedder],
+                params![project, embedder, chrono::Utc::now().timestamp_micros()],
             ),
             None => conn.execute(
                 "DELETE FROM embedding_queue
@@ -64,10 +64,13 @@ pub(super) fn queue_missing(conn: &Connection, embedders: &EmbedderChoice) -> Re
 
 pub(super) fn enqueue(conn: &Connection, rows: &[i64]) -> Result<()> {
     let mut stmt = conn
-        .prepare_cached("INSERT OR IGNORE INTO embedding_queue (episode) VALUES (?1)")
+        .prepare_cached(
+            "INSERT OR IGNORE INTO embedding_queue (episode, queued_at) VALUES (?1, ?2)",
+        )
         .map_err(storage_error)?;
+    let now = chrono::Utc::now().timestamp_micros();
     for row in rows {
-        stmt.execute([row]).map_err(storage_error)?;
+        stmt.execute(params![row, now]).map_err(storage_error)?;
     }
     Ok(())
 }

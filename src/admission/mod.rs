@@ -1,0 +1,263 @@
+//! The admission layer every gRPC (and gRPC-Web) call passes before its service: it
+//! gives the call a request id and a tracing span, refuses memory calls while the server
+//! starts or drains, authenticates the caller (recording who it is for the services'
+//! org checks), applies per-caller limits and the call's deadline, and records metrics.
+//! Health checks pass straight through, so probes need no key.
+
+pub mod lifecycle;
+pub mod limits;
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use http::{HeaderValue, Request, Response};
+use tonic::body::Body;
+use tracing::Instrument;
+
+use self::lifecycle::Lifecycle;
+use self::limits::Limiter;
+use crate::auth::Authenticator;
+use crate::error::Error;
+use crate::metrics::Metrics;
+
+/// Header carrying the request id, taken from the client when it sends a sane one.
+pub const REQUEST_ID: &str = "x-request-id";
+const HEALTH_PREFIX: &str = "/grpc.health.v1.Health/";
+const MEMORY_PREFIX: &str = "/memmachine.";
+
+pub struct Admission {
+    pub auth: Authenticator,
+    pub limiter: Limiter,
+    pub lifecycle: Arc<Lifecycle>,
+    pub metrics: Arc<Metrics>,
+    /// Upper bound of every call's deadline (a client's `grpc-timeout` may shorten it).
+    pub request_timeout: Duration,
+    /// The services' decoding limit, named when a request exceeds it.
+    pub max_request_bytes: usize,
+}
+
+#[derive(Clone)]
+pub struct AdmissionLayer(Arc<Admission>);
+
+impl AdmissionLayer {
+    pub fn new(admission: Admission) -> AdmissionLayer {
+        AdmissionLayer(Arc::new(admission))
+    }
+}
+
+impl<S> tower::Layer<S> for AdmissionLayer {
+    type Service = AdmissionService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        AdmissionService {
+            inner,
+            admission: self.0.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct AdmissionService<S> {
+    inner: S,
+    admission: Arc<Admission>,
+}
+
+impl<S, B> tower::Service<Request<B>> for AdmissionService<S>
+where
+    S: tower::Service<Request<B>, Response = Response<Body>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<Response<Body>, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        // The clone that was polled ready serves this call.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let admission = self.admission.clone();
+        if request.uri().path().starts_with(HEALTH_PREFIX) {
+            let mut inner = inner;
+            return Box::pin(inner.call(request));
+        }
+        Box::pin(admission.admit(request, inner))
+    }
+}
+
+impl Admission {
+    async fn admit<S, B>(
+        self: Arc<Self>,
+        mut request: Request<B>,
+        mut inner: S,
+    ) -> Result<Response<Body>, S::Error>
+    where
+        S: tower::Service<Request<B>, Response = Response<Body>>,
+    {
+        let started = Instant::now();
+        let path = request.uri().path().to_string();
+        let method = path.trim_start_matches('/').to_string();
+        let request_id = request_id(request.headers().get(REQUEST_ID));
+        let span = tracing::info_span!("call", method = %method, request_id = %request_id);
+        let authorization = request
+            .headers()
+            .get(http::header::AUTHORIZATION)
+            .map(|v| v.as_bytes().to_vec());
+        let peer = peer_ip(&request);
+        let result = async {
+            let _call = if path.starts_with(MEMORY_PREFIX) {
+                Some(self.lifecycle.admit()?)
+            } else {
+                None
+            };
+            let caller = self.auth.authenticate(authorization.as_deref()).await;
+            if let Err(err) = &caller {
+                tracing::info!(peer = %peer, error = %err, "call not authenticated");
+            }
+            let caller = caller?;
+            let limiter_key = match caller.key_id() {
+                Some(key) => format!("key:{key}"),
+                None => format!("peer:{peer}"),
+            };
+            let _permit = self.limiter.admit(&limiter_key).map_err(|(refusal, err)| {
+                self.metrics.record_refusal(refusal.as_str());
+                err
+            })?;
+            let deadline = deadline(&request, self.request_timeout);
+            request.extensions_mut().insert(caller);
+            match tokio::time::timeout(deadline, inner.call(request)).await {
+                Ok(response) => Ok(response),
+                Err(_) => Err(Error::DeadlineExceeded(format!(
+                    "the call's deadline of {:.3} s passed before it finished",
+                    deadline.as_secs_f64()
+                ))),
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        let mut response = match result {
+            Ok(Ok(response)) => response,
+            Ok(Err(err)) => return Err(err),
+            Err(err) => tonic::Status::from(err).into_http(),
+        };
+        let mut code = tonic::Status::from_header_map(response.headers())
+            .map_or(tonic::Code::Ok, |status| status.code());
+        if code == tonic::Code::OutOfRange {
+            // tonic's answer to a message over the size limit; the contract's is
+            // RESOURCE_EXHAUSTED (nothing else here answers OUT_OF_RANGE).
+            code = tonic::Code::ResourceExhausted;
+            response = tonic::Status::from(Error::ResourceExhausted {
+                message: format!(
+                    "the request is larger than this server accepts ({} bytes; \
+                     --max-request-bytes)",
+                    self.max_request_bytes
+                ),
+                retry_after: None,
+            })
+            .into_http();
+        }
+        // Unrouted paths share one label, so that they cannot grow the metrics.
+        let label = if code == tonic::Code::Unimplemented && !path.starts_with(MEMORY_PREFIX) {
+            "unknown"
+        } else {
+            method.as_str()
+        };
+        let elapsed = started.elapsed();
+        self.metrics.record_call(label, code, elapsed);
+        span.in_scope(|| {
+            let ms = elapsed.as_secs_f64() * 1e3;
+            match code {
+                tonic::Code::Ok => tracing::debug!(code = "OK", ms, "call answered"),
+                tonic::Code::Internal | tonic::Code::Unknown | tonic::Code::DataLoss => {
+                    tracing::warn!(code = crate::metrics::code_name(code), ms, "call failed")
+                }
+                code => tracing::info!(code = crate::metrics::code_name(code), ms, "call refused"),
+            }
+        });
+        if let Ok(value) = HeaderValue::from_str(&request_id) {
+            response.headers_mut().insert(REQUEST_ID, value);
+        }
+        Ok(response)
+    }
+}
+
+/// The client's request id when it is short printable ASCII, else a new one.
+fn request_id(sent: Option<&HeaderValue>) -> String {
+    sent.and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map_or_else(|| uuid::Uuid::new_v4().simple().to_string(), str::to_string)
+}
+
+fn peer_ip<B>(request: &Request<B>) -> String {
+    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+    let extensions = request.extensions();
+    extensions
+        .get::<TcpConnectInfo>()
+        .or_else(|| {
+            extensions
+                .get::<TlsConnectInfo<TcpConnectInfo>>()
+                .map(TlsConnectInfo::get_ref)
+        })
+        .and_then(TcpConnectInfo::remote_addr)
+        .map_or_else(|| "unknown".to_string(), |addr| addr.ip().to_string())
+}
+
+/// The call's deadline: its `grpc-timeout`, at most `cap`.
+fn deadline<B>(request: &Request<B>, cap: Duration) -> Duration {
+    request
+        .headers()
+        .get("grpc-timeout")
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_grpc_timeout)
+        .map_or(cap, |asked| asked.min(cap))
+}
+
+/// `grpc-timeout`: up to 8 digits and a unit (H, M, S, m, u, n).
+fn parse_grpc_timeout(value: &str) -> Option<Duration> {
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse_by_unit() {
+        assert_eq!(parse_grpc_timeout("5S"), Some(Duration::from_secs(5)));
+        assert_eq!(parse_grpc_timeout("250m"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_grpc_timeout("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_grpc_timeout("100n"), Some(Duration::from_nanos(100)));
+        for bad in ["", "S", "5", "5s", "123456789S", "-1S", "1.5S"] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn request_ids_are_kept_when_sane() {
+        let sent = HeaderValue::from_static("abc-123");
+        assert_eq!(request_id(Some(&sent)), "abc-123");
+        let spaced = HeaderValue::from_static("a b");
+        assert_ne!(request_id(Some(&spaced)), "a b");
+        assert_eq!(request_id(None).len(), 32);
+    }
+}

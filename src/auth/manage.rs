@@ -1,0 +1,50 @@
+//! `memmachine keys ...`: API keys created, listed and revoked in the store directly
+//! (a running server sees the change on its next call).
+
+use std::path::Path;
+
+use super::keys::{IssuedKey, issue};
+use crate::error::Result;
+use crate::model::ids::validate_id;
+use crate::model::{ApiKeyRecord, KeyScope};
+use crate::store::KeyStore;
+use crate::store::sqlite::SqliteStore;
+
+async fn open(data_dir: &Path) -> Result<SqliteStore> {
+    let dir = data_dir.to_path_buf();
+    tokio::task::spawn_blocking(move || SqliteStore::open(&dir))
+        .await
+        .map_err(|err| crate::error::Error::Internal(format!("opening the store: {err}")))?
+}
+
+async fn closing<T>(store: SqliteStore, result: Result<T>) -> Result<T> {
+    tokio::task::spawn_blocking(move || store.close())
+        .await
+        .map_err(|err| crate::error::Error::Internal(format!("closing the store: {err}")))?;
+    result
+}
+
+/// Creates a key; its token is in the answer and nowhere else.
+pub async fn create(data_dir: &Path, scope: KeyScope, label: &str) -> Result<IssuedKey> {
+    if let KeyScope::Org(org) = &scope {
+        validate_id("org", org)?;
+    }
+    let store = open(data_dir).await?;
+    let issued = issue(scope, label)?;
+    let result = store.insert_key(&issued.record).await;
+    closing(store, result).await?;
+    Ok(issued)
+}
+
+pub async fn list(data_dir: &Path) -> Result<Vec<ApiKeyRecord>> {
+    let store = open(data_dir).await?;
+    let result = store.list_keys().await;
+    closing(store, result).await
+}
+
+/// False when there is no key with this id.
+pub async fn revoke(data_dir: &Path, id: &str) -> Result<bool> {
+    let store = open(data_dir).await?;
+    let result = store.revoke_key(id).await;
+    closing(store, result).await
+}

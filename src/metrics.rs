@@ -1,0 +1,230 @@
+//! Prometheus metrics (`--metrics-listen`): calls by method and status code with their
+//! latency, calls turned away by limits, episodes stored, the embedding queue's depth
+//! and lag, and embedding latency and volume.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+
+use crate::store::StatsStore;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    method: String,
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MethodLabels {
+    method: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    limit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EmbedderLabels {
+    embedder: String,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 100 µs to ~13 s.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 18))
+}
+
+pub struct Metrics {
+    registry: Registry,
+    calls: Family<CallLabels, Counter>,
+    call_seconds: Histograms<MethodLabels>,
+    refused: Family<LimitLabels, Counter>,
+    episodes: Gauge,
+    queue_depth: Gauge,
+    queue_lag: Gauge<f64, AtomicU64>,
+    embed_seconds: Histograms<EmbedderLabels>,
+    embedded_texts: Family<EmbedderLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("memmachine");
+        let calls = Family::<CallLabels, Counter>::default();
+        registry.register(
+            "grpc_requests",
+            "gRPC calls answered, by method and status code",
+            calls.clone(),
+        );
+        let call_seconds: Histograms<MethodLabels> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "grpc_request_duration_seconds",
+            "Time to answer a gRPC call, by method",
+            call_seconds.clone(),
+        );
+        let refused = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "rate_limited",
+            "Calls turned away by a per-caller limit (rate or concurrency)",
+            refused.clone(),
+        );
+        let episodes = Gauge::default();
+        registry.register("episodes_stored", "Episodes in the store", episodes.clone());
+        let queue_depth = Gauge::default();
+        registry.register(
+            "embedding_queue_depth",
+            "Episodes waiting for a vector",
+            queue_depth.clone(),
+        );
+        let queue_lag = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "embedding_queue_lag_seconds",
+            "How long the oldest episode waiting for a vector has waited",
+            queue_lag.clone(),
+        );
+        let embed_seconds: Histograms<EmbedderLabels> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "embedding_duration_seconds",
+            "Time to embed one batch of texts, by embedder",
+            embed_seconds.clone(),
+        );
+        let embedded_texts = Family::<EmbedderLabels, Counter>::default();
+        registry.register(
+            "embedded_texts",
+            "Texts embedded (episodes and queries), by embedder",
+            embedded_texts.clone(),
+        );
+        Metrics {
+            registry,
+            calls,
+            call_seconds,
+            refused,
+            episodes,
+            queue_depth,
+            queue_lag,
+            embed_seconds,
+            embedded_texts,
+        }
+    }
+
+    /// One answered call. `method` is `Service/Method`.
+    pub fn record_call(&self, method: &str, code: tonic::Code, elapsed: Duration) {
+        self.calls
+            .get_or_create(&CallLabels {
+                method: method.to_string(),
+                code: code_name(code).to_string(),
+            })
+            .inc();
+        self.call_seconds
+            .get_or_create(&MethodLabels {
+                method: method.to_string(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    pub fn record_refusal(&self, limit: &str) {
+        self.refused
+            .get_or_create(&LimitLabels {
+                limit: limit.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn record_embedding(&self, embedder: &str, texts: usize, elapsed: Duration) {
+        let labels = EmbedderLabels {
+            embedder: embedder.to_string(),
+        };
+        self.embed_seconds
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+        self.embedded_texts
+            .get_or_create(&labels)
+            .inc_by(texts as u64);
+    }
+
+    /// The exposition text, with the store's figures read now.
+    pub async fn render(&self, store: &dyn StatsStore) -> String {
+        match store.stats().await {
+            Ok(stats) => {
+                self.episodes.set(stats.episodes);
+                self.queue_depth.set(stats.embedding_queue);
+                self.queue_lag.set(stats.embedding_lag_secs);
+            }
+            Err(err) => tracing::warn!(error = %err, "reading store figures for metrics"),
+        }
+        let mut text = String::new();
+        if let Err(err) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
+            tracing::warn!(error = %err, "encoding metrics");
+        }
+        text
+    }
+}
+
+/// The canonical upper-snake name of a status code (`NOT_FOUND`).
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// Serves `GET /metrics` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    store: Arc<dyn StatsStore>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::http::header::CONTENT_TYPE;
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let (metrics, store) = (metrics.clone(), store.clone());
+            async move {
+                (
+                    [(
+                        CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    metrics.render(store.as_ref()).await,
+                )
+            }
+        }),
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}

@@ -1,0 +1,27 @@
+//! The figures the metrics read.
+
+use rusqlite::Connection;
+
+use super::connection::storage_error;
+use crate::error::Result;
+use crate::store::StoreStats;
+
+pub(super) fn stats(conn: &Connection) -> Result<StoreStats> {
+    let episodes: i64 = conn
+        .query_row("SELECT COUNT(*) FROM episodes", [], |row| row.get(0))
+        .map_err(storage_error)?;
+    let (queue, oldest): (i64, Option<i64>) = conn
+        .query_row(
+            "SELECT COUNT(*), MIN(NULLIF(queued_at, 0)) FROM embedding_queue",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .map_err(storage_error)?;
+    let now = chrono::Utc::now().timestamp_micros();
+    let lag = oldest.map_or(0.0, |at| (now - at).max(0) as f64 / 1e6);
+    Ok(StoreStats {
+        episodes,
+        embedding_queue: queue,
+        embedding_lag_secs: if queue == 0 { 0.0 } else { lag },
+    })
+}

@@ -1,0 +1,325 @@
+//! Authentication and authorisation over real gRPC: keys made with the real
+//! `memmachine keys` command, the whole matrix (no key, bad key, revoked key, another
+//! org's key, admin), and the refusal to listen openly without `--auth`.
+
+mod common;
+
+use std::process::Command;
+
+use common::InProcess;
+use memmachine::pb;
+use memmachine::pb::memory_service_client::MemoryServiceClient;
+use memmachine::pb::project_service_client::ProjectServiceClient;
+use tonic::transport::Channel;
+use tonic::{Code, Request};
+
+fn keys_command(data_dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_memmachine"))
+        .arg("keys")
+        .args(args)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .output()
+        .expect("run memmachine keys")
+}
+
+/// `memmachine keys create ...`: the token it prints.
+fn create_key(data_dir: &std::path::Path, args: &[&str]) -> String {
+    let mut all = vec!["create"];
+    all.extend_from_slice(args);
+    let out = keys_command(data_dir, &all);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+fn with_key<T>(message: T, key: Option<&str>) -> Request<T> {
+    let mut request = Request::new(message);
+    if let Some(key) = key {
+        request
+            .metadata_mut()
+            .insert("authorization", format!("Bearer {key}").parse().unwrap());
+    }
+    request
+}
+
+async fn get_project(
+    channel: &Channel,
+    key: Option<&str>,
+    org: &str,
+    project: &str,
+) -> Result<pb::Project, tonic::Status> {
+    ProjectServiceClient::new(channel.clone())
+        .get_project(with_key(
+            pb::GetProjectRequest {
+                org_id: org.into(),
+                project_id: project.into(),
+            },
+            key,
+        ))
+        .await
+        .map(|r| r.into_inner().project.unwrap())
+}
+
+async fn create_project(
+    channel: &Channel,
+    key: Option<&str>,
+    org: &str,
+    project: &str,
+) -> Result<(), tonic::Status> {
+    ProjectServiceClient::new(channel.clone())
+        .create_project(with_key(
+            pb::CreateProjectRequest {
+                org_id: org.into(),
+                project_id: project.into(),
+                ..Default::default()
+            },
+            key,
+        ))
+        .await
+        .map(drop)
+}
+
+async fn list_orgs(
+    channel: &Channel,
+    key: Option<&str>,
+    org: Option<&str>,
+) -> Result<Vec<String>, tonic::Status> {
+    let response = ProjectServiceClient::new(channel.clone())
+        .list_projects(with_key(
+            pb::ListProjectsRequest {
+                org_id: org.map(str::to_string),
+                ..Default::default()
+            },
+            key,
+        ))
+        .await?;
+    Ok(response
+        .into_inner()
+        .projects
+        .into_iter()
+        .map(|p| p.org_id)
+        .collect())
+}
+
+async fn add(channel: &Channel, key: Option<&str>, org: &str) -> Result<(), tonic::Status> {
+    MemoryServiceClient::new(channel.clone())
+        .add_memories(with_key(
+            pb::AddMemoriesRequest {
+                org_id: org.into(),
+                project_id: "notes".into(),
+                messages: vec![pb::MemoryMessage {
+                    content: "the launch code is 0000".into(),
+                    producer: "user".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+            key,
+        ))
+        .await
+        .map(drop)
+}
+
+async fn search(channel: &Channel, key: Option<&str>, org: &str) -> Result<usize, tonic::Status> {
+    let response = MemoryServiceClient::new(channel.clone())
+        .search_memories(with_key(
+            pb::SearchMemoriesRequest {
+                org_id: org.into(),
+                project_id: "notes".into(),
+                query: "launch code".into(),
+                ..Default::default()
+            },
+            key,
+        ))
+        .await?
+        .into_inner();
+    Ok(response
+        .episodic_memory
+        .map_or(0, |e| e.long_term_memory.len()))
+}
+
+#[tokio::test]
+async fn the_auth_matrix() {
+    let server = InProcess::start_with(|config| config.auth = true).await;
+    let dir = server.data_dir.path().to_path_buf();
+    let admin = create_key(&dir, &["--admin", "--label", "operator"]);
+    let acme = create_key(&dir, &["--org", "acme"]);
+    let globex = create_key(&dir, &["--org", "globex"]);
+    assert!(admin.starts_with("mm_") && acme != globex);
+    let channel = server.channel().await;
+
+    // Admin reaches every org.
+    for org in ["acme", "globex"] {
+        create_project(&channel, Some(&admin), org, "notes")
+            .await
+            .unwrap();
+    }
+    add(&channel, Some(&globex), "globex").await.unwrap();
+
+    // No key, a malformed key, a well-formed unknown key: UNAUTHENTICATED, and nothing
+    // is done.
+    let unknown = format!("mm_0123456789ab_{}", "0".repeat(64));
+    for key in [None, Some("not-a-key"), Some(unknown.as_str())] {
+        let err = get_project(&channel, key, "acme", "notes")
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated, "{key:?}: {err:?}");
+        let err = add(&channel, key, "acme").await.unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated);
+    }
+    // A real id with the wrong secret.
+    let forged = format!("{}{}", &acme[..acme.len() - 4], "ffff");
+    let err = get_project(&channel, Some(&forged), "acme", "notes")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated);
+
+    // An org key reaches its org...
+    get_project(&channel, Some(&acme), "acme", "notes")
+        .await
+        .unwrap();
+    add(&channel, Some(&acme), "acme").await.unwrap();
+    assert_eq!(search(&channel, Some(&acme), "acme").await.unwrap(), 1);
+    assert_eq!(
+        list_orgs(&channel, Some(&acme), None).await.unwrap(),
+        vec!["acme"]
+    );
+    // ...and nothing of another: PERMISSION_DENIED with the same answer whether the
+    // project exists or not.
+    let existing = get_project(&channel, Some(&acme), "globex", "notes")
+        .await
+        .unwrap_err();
+    let missing = get_project(&channel, Some(&acme), "globex", "nothing-here")
+        .await
+        .unwrap_err();
+    assert_eq!(existing.code(), Code::PermissionDenied);
+    assert_eq!(
+        (missing.code(), missing.message()),
+        (existing.code(), existing.message())
+    );
+    for err in [
+        add(&channel, Some(&acme), "globex").await.unwrap_err(),
+        search(&channel, Some(&acme), "globex").await.unwrap_err(),
+        create_project(&channel, Some(&acme), "globex", "new")
+            .await
+            .unwrap_err(),
+        list_orgs(&channel, Some(&acme), Some("globex"))
+            .await
+            .unwrap_err(),
+    ] {
+        assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+    }
+    // The universal project ("" org) is not the org key's either.
+    let err = get_project(&channel, Some(&acme), "", "")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied);
+    let mut orgs = list_orgs(&channel, Some(&admin), None).await.unwrap();
+    orgs.dedup();
+    assert_eq!(orgs, vec!["acme", "globex", "universal"]);
+    assert_eq!(
+        search(&channel, Some(&globex), "globex").await.unwrap(),
+        1,
+        "globex's memory is untouched by acme's calls"
+    );
+
+    // Health needs no key (probes carry none).
+    let status = memmachine::probe::check(&server.url, "", std::time::Duration::from_secs(5), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving
+    );
+
+    // `keys list` shows ids and scopes, never secrets; a revoked key stops at once.
+    let acme_id = acme.split('_').nth(1).unwrap().to_string();
+    let listed = keys_command(&dir, &["list"]);
+    let listed = String::from_utf8(listed.stdout).unwrap();
+    assert!(
+        listed.contains(&acme_id) && listed.contains("org:acme"),
+        "{listed}"
+    );
+    assert!(listed.contains("admin") && listed.contains("operator"));
+    for token in [&admin, &acme, &globex] {
+        let secret = token.rsplit('_').next().unwrap();
+        assert!(!listed.contains(secret));
+    }
+    let revoked = keys_command(&dir, &["revoke", &acme_id]);
+    assert!(revoked.status.success());
+    let err = get_project(&channel, Some(&acme), "acme", "notes")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated);
+    assert!(
+        String::from_utf8(keys_command(&dir, &["list"]).stdout)
+            .unwrap()
+            .lines()
+            .any(|l| l.starts_with(&acme_id) && !l.contains(" - "))
+    );
+    let missing = keys_command(&dir, &["revoke", "000000000000"]);
+    assert!(!missing.status.success());
+    // Other keys are unaffected.
+    get_project(&channel, Some(&globex), "globex", "notes")
+        .await
+        .unwrap();
+
+    // The secret is nowhere in the database file.
+    let db = std::fs::read(dir.join("memmachine.db")).unwrap();
+    let secret = globex.rsplit('_').next().unwrap();
+    assert!(!db.windows(secret.len()).any(|w| w == secret.as_bytes()));
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn without_auth_every_org_is_reachable() {
+    let server = InProcess::start().await;
+    let channel = server.channel().await;
+    create_project(&channel, None, "acme", "notes")
+        .await
+        .unwrap();
+    add(&channel, None, "acme").await.unwrap();
+    assert_eq!(search(&channel, None, "acme").await.unwrap(), 1);
+    server.stop().await.unwrap();
+}
+
+#[test]
+fn an_open_address_needs_auth_or_an_explicit_insecure_flag() {
+    let out = Command::new(env!("CARGO_BIN_EXE_memmachine"))
+        .args(["serve", "--listen", "0.0.0.0:0", "--data-dir"])
+        .arg(tempfile::tempdir().unwrap().path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--auth") && stderr.contains("--insecure-listen"),
+        "{stderr}"
+    );
+    // `config print` resolves the same way, and accepts either flag.
+    for flag in ["--auth", "--insecure-listen"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_memmachine"))
+            .args(["config", "print", "--listen", "0.0.0.0:50051", flag])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{flag}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn keys_need_a_valid_org_or_admin() {
+    let dir = tempfile::tempdir().unwrap();
+    let none = keys_command(dir.path(), &["create"]);
+    assert!(!none.status.success());
+    let bad = keys_command(dir.path(), &["create", "--org", "no spaces"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("org"));
+}

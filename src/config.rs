@@ -107,6 +107,10 @@ pub struct ServeArgs {
     /// load balancers to notice [default: 0]
     #[arg(long, env = "MEMMACHINE_DRAIN_DELAY")]
     pub drain_delay: Option<f64>,
+    /// OpenTelemetry collector (OTLP/HTTP, e.g. http://localhost:4318): export traces of
+    /// every call (off when unset)
+    #[arg(long, env = "MEMMACHINE_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// TLS files of `memmachine serve`.
@@ -181,6 +185,7 @@ pub struct ServeConfig {
     pub caller_limits: CallerLimits,
     pub request_timeout: std::time::Duration,
     pub drain_delay: std::time::Duration,
+    pub otlp_endpoint: Option<String>,
 }
 
 impl ServeConfig {
@@ -216,6 +221,9 @@ impl ServeConfig {
             format!("rate_burst = {}", self.caller_limits.burst),
             format!("max_concurrent_per_key = {}", self.caller_limits.concurrent),
         ];
+        if let Some(endpoint) = &self.otlp_endpoint {
+            lines.push(format!("otlp_endpoint = {}", text(endpoint)));
+        }
         if let Some(addr) = self.metrics_listen {
             lines.push(format!("metrics_listen = {}", text(&addr.to_string())));
         }
@@ -333,6 +341,7 @@ impl ServeArgs {
             caller_limits,
             request_timeout,
             drain_delay: seconds(merged.drain_delay, 0.0, "drain-delay")?,
+            otlp_endpoint: merged.otlp_endpoint,
             data_dir,
             log_format: merged.log_format.unwrap_or_default(),
             limits,
@@ -383,6 +392,7 @@ impl ServeArgs {
             max_concurrent_per_key: self.max_concurrent_per_key.or(other.max_concurrent_per_key),
             request_timeout: self.request_timeout.or(other.request_timeout),
             drain_delay: self.drain_delay.or(other.drain_delay),
+            otlp_endpoint: self.otlp_endpoint.or(other.otlp_endpoint),
         }
     }
 }

@@ -20,6 +20,7 @@ pub mod projects;
 pub mod retrieval;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 
 /// Generated protobuf and gRPC code.
 pub mod pb {

@@ -1,11 +1,9 @@
 //! The `memmachine` command line.
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use memmachine::config::{LogFormat, ServeArgs, StoreArgs};
-use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
 #[command(
@@ -98,15 +96,9 @@ enum ModelCommand {
 }
 
 fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder
-            .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
-            .init(),
+    // Without an exporter there is nothing to keep alive.
+    if let Err(err) = memmachine::telemetry::init(format, None) {
+        eprintln!("memmachine: {err}");
     }
 }
 
@@ -272,7 +264,16 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            init_logging(config.log_format);
+            let _telemetry = match memmachine::telemetry::init(
+                config.log_format,
+                config.otlp_endpoint.as_deref(),
+            ) {
+                Ok(telemetry) => telemetry,
+                Err(err) => {
+                    eprintln!("memmachine: {err}");
+                    return ExitCode::from(2);
+                }
+            };
             let runtime = match runtime() {
                 Ok(runtime) => runtime,
                 Err(code) => return code,

@@ -7,11 +7,8 @@ mod common;
 use std::process::Command;
 
 use common::InProcess;
-use memmachine::pb;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
-use tonic::transport::Channel;
-use tonic::{Code, Request};
+use common::calls::{add, create_project, get_project, list_orgs, search};
+use tonic::Code;
 
 fn keys_command(data_dir: &std::path::Path, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_memmachine"))
@@ -34,112 +31,6 @@ fn create_key(data_dir: &std::path::Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
-fn with_key<T>(message: T, key: Option<&str>) -> Request<T> {
-    let mut request = Request::new(message);
-    if let Some(key) = key {
-        request
-            .metadata_mut()
-            .insert("authorization", format!("Bearer {key}").parse().unwrap());
-    }
-    request
-}
-
-async fn get_project(
-    channel: &Channel,
-    key: Option<&str>,
-    org: &str,
-    project: &str,
-) -> Result<pb::Project, tonic::Status> {
-    ProjectServiceClient::new(channel.clone())
-        .get_project(with_key(
-            pb::GetProjectRequest {
-                org_id: org.into(),
-                project_id: project.into(),
-            },
-            key,
-        ))
-        .await
-        .map(|r| r.into_inner().project.unwrap())
-}
-
-async fn create_project(
-    channel: &Channel,
-    key: Option<&str>,
-    org: &str,
-    project: &str,
-) -> Result<(), tonic::Status> {
-    ProjectServiceClient::new(channel.clone())
-        .create_project(with_key(
-            pb::CreateProjectRequest {
-                org_id: org.into(),
-                project_id: project.into(),
-                ..Default::default()
-            },
-            key,
-        ))
-        .await
-        .map(drop)
-}
-
-async fn list_orgs(
-    channel: &Channel,
-    key: Option<&str>,
-    org: Option<&str>,
-) -> Result<Vec<String>, tonic::Status> {
-    let response = ProjectServiceClient::new(channel.clone())
-        .list_projects(with_key(
-            pb::ListProjectsRequest {
-                org_id: org.map(str::to_string),
-                ..Default::default()
-            },
-            key,
-        ))
-        .await?;
-    Ok(response
-        .into_inner()
-        .projects
-        .into_iter()
-        .map(|p| p.org_id)
-        .collect())
-}
-
-async fn add(channel: &Channel, key: Option<&str>, org: &str) -> Result<(), tonic::Status> {
-    MemoryServiceClient::new(channel.clone())
-        .add_memories(with_key(
-            pb::AddMemoriesRequest {
-                org_id: org.into(),
-                project_id: "notes".into(),
-                messages: vec![pb::MemoryMessage {
-                    content: "the launch code is 0000".into(),
-                    producer: "user".into(),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            },
-            key,
-        ))
-        .await
-        .map(drop)
-}
-
-async fn search(channel: &Channel, key: Option<&str>, org: &str) -> Result<usize, tonic::Status> {
-    let response = MemoryServiceClient::new(channel.clone())
-        .search_memories(with_key(
-            pb::SearchMemoriesRequest {
-                org_id: org.into(),
-                project_id: "notes".into(),
-                query: "launch code".into(),
-                ..Default::default()
-            },
-            key,
-        ))
-        .await?
-        .into_inner();
-    Ok(response
-        .episodic_memory
-        .map_or(0, |e| e.long_term_memory.len()))
 }
 
 #[tokio::test]

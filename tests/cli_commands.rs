@@ -80,3 +80,45 @@ fn config_print_shows_the_effective_settings_with_the_key_masked() {
     assert!(printed.contains("embedder_api_key = \"***\""), "{printed}");
     assert!(!printed.contains("sk-do-not-show"), "{printed}");
 }
+
+/// The config file the Kubernetes manifests mount (`deploy/kubernetes/configmap.yaml`)
+/// is one this server accepts, with the settings it says.
+#[test]
+fn the_deployed_config_file_is_valid() {
+    let manifest = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes/configmap.yaml"),
+    )
+    .unwrap();
+    let toml: String = manifest
+        .lines()
+        .skip_while(|line| !line.contains("memmachine.toml: |"))
+        .skip(1)
+        .take_while(|line| line.starts_with("    ") || line.is_empty())
+        .map(|line| format!("{}\n", line.trim_start()))
+        .collect();
+    assert!(toml.contains("auth = true"), "{toml}");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("memmachine.toml");
+    std::fs::write(&file, &toml).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_memmachine"))
+        .args(["config", "print", "--config"])
+        .arg(&file)
+        .env_clear()
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for line in [
+        "listen = \"0.0.0.0:50051\"",
+        "auth = true",
+        "metrics_listen = \"0.0.0.0:9090\"",
+        "rate_limit = 200",
+        "drain_delay = 5.0",
+    ] {
+        assert!(printed.contains(line), "{line} in {printed}");
+    }
+}

@@ -8,8 +8,10 @@ use memmachine::embed::Embedder;
 use memmachine::embed::hash::HashEmbedder;
 use memmachine::error::Error;
 use memmachine::model::filter::parse;
-use memmachine::model::{EpisodicConfigUpdate, NewEpisode, ProjectConfig, ProjectKey};
-use memmachine::store::{EmbedderChoice, Store};
+use memmachine::model::{
+    ApiKeyRecord, EpisodicConfigUpdate, KeyScope, NewEpisode, ProjectConfig, ProjectKey,
+};
+use memmachine::store::{EmbedderChoice, Store, StoreStats};
 
 fn key(org: &str, project: &str) -> ProjectKey {
     ProjectKey::parse(org, project).unwrap()
@@ -814,6 +816,89 @@ pub async fn episodic_config_updates_are_partial(store: Arc<dyn Store>) {
 }
 
 /// Instantiates every test of the suite for one backend.
+fn api_key(id: &str, scope: KeyScope, created_at: i64) -> ApiKeyRecord {
+    ApiKeyRecord {
+        id: id.into(),
+        scope,
+        label: format!("label of {id}"),
+        salt: vec![1, 2, 3],
+        hash: vec![4; 32],
+        created_at_micros: created_at,
+        revoked_at_micros: None,
+    }
+}
+
+pub async fn api_keys_are_kept_listed_and_revoked(store: Arc<dyn Store>) {
+    let admin = api_key("aaaaaaaaaaaa", KeyScope::Admin, 2);
+    let acme = api_key("bbbbbbbbbbbb", KeyScope::Org("acme".into()), 1);
+    store.insert_key(&admin).await.unwrap();
+    store.insert_key(&acme).await.unwrap();
+    assert!(matches!(
+        store.insert_key(&admin).await,
+        Err(Error::AlreadyExists(_))
+    ));
+    assert_eq!(store.find_key(&acme.id).await.unwrap(), Some(acme.clone()));
+    assert_eq!(store.find_key("cccccccccccc").await.unwrap(), None);
+    assert_eq!(
+        store.list_keys().await.unwrap(),
+        vec![acme.clone(), admin.clone()],
+        "oldest first"
+    );
+    assert!(store.revoke_key(&acme.id).await.unwrap());
+    let revoked = store.find_key(&acme.id).await.unwrap().unwrap();
+    let at = revoked.revoked_at_micros.expect("revoked");
+    // Revoking again keeps the first time; an unknown id is false.
+    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    assert!(store.revoke_key(&acme.id).await.unwrap());
+    assert_eq!(
+        store
+            .find_key(&acme.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .revoked_at_micros,
+        Some(at)
+    );
+    assert!(!store.revoke_key("cccccccccccc").await.unwrap());
+    assert_eq!(
+        store
+            .find_key(&admin.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .revoked_at_micros,
+        None
+    );
+}
+
+pub async fn stats_count_episodes_and_the_embedding_queue(store: Arc<dyn Store>) {
+    assert_eq!(store.stats().await.unwrap(), StoreStats::default());
+    let k = project(&store, "acme", "notes").await;
+    store
+        .add_episodes(
+            &k,
+            vec![episode("a", "u", &[], 1), episode("b", "u", &[], 2)],
+        )
+        .await
+        .unwrap();
+    let stats = store.stats().await.unwrap();
+    assert_eq!(
+        (stats.episodes, stats.embedding_queue),
+        (2, 0),
+        "no embedder, no queue"
+    );
+    let embedder = HashEmbedder::new(8);
+    use_default(&store, Some(embedder.id())).await;
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let stats = store.stats().await.unwrap();
+    assert_eq!((stats.episodes, stats.embedding_queue), (2, 2));
+    assert!(stats.embedding_lag_secs > 0.0 && stats.embedding_lag_secs < 60.0);
+    embed_all(&store, &embedder).await;
+    let stats = store.stats().await.unwrap();
+    assert_eq!(stats.embedding_queue, 0);
+    assert_eq!(stats.embedding_lag_secs, 0.0);
+}
+
 macro_rules! conformance {
     ($backend:ident, $make:expr) => {
         mod $backend {
@@ -838,6 +923,8 @@ macro_rules! conformance {
                 projects_use_the_embedder_they_name,
                 hybrid_search_fuses_text_and_vectors,
                 episode_contexts_are_neighbours_in_order,
+                api_keys_are_kept_listed_and_revoked,
+                stats_count_episodes_and_the_embedding_queue,
             );
         }
     };

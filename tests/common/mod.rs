@@ -1,6 +1,8 @@
 //! Starts the real `memmachine` binary on an ephemeral loopback port for tests.
 #![allow(dead_code)]
 
+pub mod calls;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -12,6 +14,8 @@ pub struct ServerProcess {
     pub child: Child,
     pub addr: String,
     pub data_dir: PathBuf,
+    /// Every line the server has written to stderr so far.
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl ServerProcess {
@@ -32,6 +36,8 @@ impl ServerProcess {
         let stderr = child.stderr.take().expect("stderr");
         let (tx, rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::channel();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let lines = log.clone();
         std::thread::spawn(move || {
             let mut sent = false;
             for line in BufReader::new(stderr).lines() {
@@ -43,6 +49,7 @@ impl ServerProcess {
                 if line.contains(READY) {
                     let _ = ready_tx.send(());
                 }
+                lines.lock().unwrap().push(line.clone());
                 if std::env::var_os("MEMMACHINE_TEST_SERVER_LOG").is_some() {
                     eprintln!("[server] {line}");
                 }
@@ -57,6 +64,7 @@ impl ServerProcess {
             child,
             addr,
             data_dir: data_dir.to_path_buf(),
+            log,
         }
     }
 
@@ -68,6 +76,14 @@ impl ServerProcess {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait, off the async runtime (so that the test's clients and fakes
+    /// running on it can answer the server while it shuts down).
+    pub async fn terminate_async(mut self) -> std::process::ExitStatus {
+        tokio::task::spawn_blocking(move || self.terminate())
+            .await
+            .expect("terminate")
     }
 
     /// SIGTERM, then wait for the exit status.
@@ -95,6 +111,11 @@ pub const READY: &str = "ready: serving calls";
 fn listen_addr(line: &str) -> Option<String> {
     if !line.contains("gRPC server listening") {
         return None;
+    }
+    if line.starts_with('{') {
+        // --log-format json
+        let value: serde_json::Value = serde_json::from_str(line).ok()?;
+        return Some(value["fields"]["addr"].as_str()?.to_string());
     }
     let rest = &line[line.find("addr=")? + "addr=".len()..];
     Some(rest.split_whitespace().next()?.to_string())

@@ -100,6 +100,12 @@ impl Writer {
     {
         let (tx, rx) = oneshot::channel();
         let job: Job = Box::new(move |conn| {
+            if tx.is_closed() {
+                // The caller stopped waiting (its deadline passed, it cancelled) before
+                // the write began: nothing it no longer waits for is written.
+                let nothing: Finish = Box::new(|_| ());
+                return (false, nothing);
+            }
             let result = conn.and_then(f);
             let ok = result.is_ok();
             let finish: Finish = Box::new(move |commit| {

@@ -1,0 +1,82 @@
+//! Logs and traces: structured logs to stderr (`--log-format text|json`, filtered by
+//! `RUST_LOG`, default `info`) and, with `--otlp-endpoint`, every span exported to an
+//! OpenTelemetry collector over OTLP/HTTP (protobuf).
+
+use std::io::IsTerminal;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
+
+use crate::config::LogFormat;
+
+/// Keeps the trace exporter running; dropping it sends the spans still buffered.
+pub struct Telemetry {
+    traces: Option<SdkTracerProvider>,
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        if let Some(provider) = self.traces.take()
+            && let Err(err) = provider.shutdown()
+        {
+            eprintln!("memmachine: flushing traces: {err}");
+        }
+    }
+}
+
+type Boxed = Box<dyn Layer<Registry> + Send + Sync>;
+
+/// Installs the global subscriber. `otlp` is the collector's base URL (traces go to
+/// `{otlp}/v1/traces`) or its full traces URL.
+pub fn init(format: LogFormat, otlp: Option<&str>) -> Result<Telemetry, String> {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let logs: Boxed = match format {
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(std::io::stderr)
+            .boxed(),
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
+            .boxed(),
+    };
+    let mut layers = vec![logs];
+    let mut traces = None;
+    if let Some(endpoint) = otlp {
+        let url = if endpoint.trim_end_matches('/').ends_with("/v1/traces") {
+            endpoint.to_string()
+        } else {
+            format!("{}/v1/traces", endpoint.trim_end_matches('/'))
+        };
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_endpoint(url)
+            .with_timeout(std::time::Duration::from_secs(10))
+            .with_headers(Default::default())
+            .build()
+            .map_err(|err| format!("--otlp-endpoint {endpoint}: {err}"))?;
+        let provider = SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(
+                opentelemetry_sdk::Resource::builder()
+                    .with_service_name("memmachine")
+                    .build(),
+            )
+            .build();
+        layers.push(
+            tracing_opentelemetry::layer()
+                .with_tracer(provider.tracer("memmachine"))
+                .boxed(),
+        );
+        traces = Some(provider);
+    }
+    tracing_subscriber::registry()
+        .with(layers)
+        .with(filter)
+        .init();
+    Ok(Telemetry { traces })
+}

@@ -1,0 +1,130 @@
+//! gRPC-Web for browser clients: real HTTP/1.1 requests in the gRPC-Web wire format
+//! (length-prefixed frames, trailers in the body) on the gRPC port, and the CORS
+//! preflight a browser sends first.
+
+mod common;
+
+use common::InProcess;
+use memmachine::pb;
+use prost::Message;
+
+/// One gRPC-Web data frame holding `message`.
+fn frame(message: &impl Message) -> Vec<u8> {
+    let body = message.encode_to_vec();
+    let mut out = vec![0u8];
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Splits a gRPC-Web response body into its data frames and its trailer text.
+fn unframe(mut body: &[u8]) -> (Vec<Vec<u8>>, String) {
+    let (mut data, mut trailers) = (Vec::new(), String::new());
+    while body.len() >= 5 {
+        let flag = body[0];
+        let len = u32::from_be_bytes(body[1..5].try_into().unwrap()) as usize;
+        let payload = &body[5..5 + len];
+        if flag & 0x80 != 0 {
+            trailers.push_str(std::str::from_utf8(payload).unwrap());
+        } else {
+            data.push(payload.to_vec());
+        }
+        body = &body[5 + len..];
+    }
+    (data, trailers)
+}
+
+async fn call(
+    server: &InProcess,
+    method: &str,
+    message: &impl Message,
+) -> (reqwest::header::HeaderMap, Vec<Vec<u8>>, String) {
+    let response = reqwest::Client::new()
+        .post(format!("{}/memmachine.v2.{method}", server.url))
+        .header("content-type", "application/grpc-web+proto")
+        .header("x-grpc-web", "1")
+        .header("origin", "http://app.example")
+        .body(frame(message))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.version(), reqwest::Version::HTTP_11);
+    let headers = response.headers().clone();
+    let (data, trailers) = unframe(&response.bytes().await.unwrap());
+    (headers, data, trailers)
+}
+
+#[tokio::test]
+async fn browsers_call_over_grpc_web() {
+    let server = InProcess::start().await;
+    let (headers, data, trailers) = call(
+        &server,
+        "ProjectService/CreateProject",
+        &pb::CreateProjectRequest {
+            org_id: "acme".into(),
+            project_id: "web".into(),
+            description: "from a browser".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/grpc-web")
+    );
+    assert_eq!(headers["access-control-allow-origin"], "http://app.example");
+    assert!(trailers.contains("grpc-status:0"), "{trailers:?}");
+    let created = pb::CreateProjectResponse::decode(data[0].as_slice()).unwrap();
+    assert_eq!(created.project.unwrap().description, "from a browser");
+
+    // Errors come back as gRPC statuses (in the headers when there is no message).
+    let (headers, data, trailers) = call(
+        &server,
+        "ProjectService/GetProject",
+        &pb::GetProjectRequest {
+            org_id: "acme".into(),
+            project_id: "missing".into(),
+        },
+    )
+    .await;
+    assert!(data.is_empty());
+    let status = headers
+        .get("grpc-status")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_else(|| trailers.clone());
+    assert!(
+        status == "5" || status.contains("grpc-status:5"),
+        "{status:?}"
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_cors_preflight_allows_grpc_web_headers() {
+    let server = InProcess::start().await;
+    let response = reqwest::Client::new()
+        .request(
+            reqwest::Method::OPTIONS,
+            format!("{}/memmachine.v2.MemoryService/SearchMemories", server.url),
+        )
+        .header("origin", "http://app.example")
+        .header("access-control-request-method", "POST")
+        .header(
+            "access-control-request-headers",
+            "content-type,x-grpc-web,authorization",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    let headers = response.headers();
+    assert_eq!(headers["access-control-allow-origin"], "http://app.example");
+    let allowed = headers["access-control-allow-headers"].to_str().unwrap();
+    for header in ["content-type", "x-grpc-web", "authorization"] {
+        assert!(allowed.contains(header), "{allowed}");
+    }
+    server.stop().await.unwrap();
+}

@@ -1,0 +1,127 @@
+//! Health through the server's life over real gRPC: NOT_SERVING while it starts (here:
+//! waiting for its embeddings endpoint) and while it drains; liveness SERVING
+//! throughout; in-flight calls finish on shutdown and new ones are refused.
+
+mod common;
+
+use std::time::Duration;
+
+use common::InProcess;
+use common::calls::{WriteLock, add, create_project, get_project};
+use memmachine::config::EmbedderKind;
+use tonic::Code;
+use tonic_health::pb::health_check_response::ServingStatus;
+
+async fn health(url: &str, service: &str) -> ServingStatus {
+    memmachine::probe::check(url, service, Duration::from_secs(5), None)
+        .await
+        .expect("health answers")
+}
+
+/// An OpenAI-compatible embeddings endpoint that takes `delay` to answer each request.
+async fn slow_embeddings_endpoint(delay: Duration) -> String {
+    use axum::Json;
+    use serde_json::{Value, json};
+    let app = axum::Router::new().route(
+        "/v1/embeddings",
+        axum::routing::post(move |Json(body): Json<Value>| async move {
+            tokio::time::sleep(delay).await;
+            let n = body["input"].as_array().map_or(1, Vec::len);
+            let data: Vec<Value> = (0..n)
+                .map(|i| json!({"object": "embedding", "index": i, "embedding": [0.6, 0.8, 0.0, 0.0]}))
+                .collect();
+            Json(json!({"object": "list", "data": data, "model": body["model"],
+                        "usage": {"prompt_tokens": n, "total_tokens": n}}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/v1")
+}
+
+#[tokio::test]
+async fn not_serving_while_starting() {
+    let endpoint = slow_embeddings_endpoint(Duration::from_millis(1500)).await;
+    let server = InProcess::launch_with(|config| {
+        config.embedder.kind = Some(EmbedderKind::Openai);
+        config.embedder.base_url = Some(endpoint);
+        config.embedder.model = Some("slow-model".into());
+    })
+    .await;
+    assert_eq!(health(&server.url, "").await, ServingStatus::NotServing);
+    assert_eq!(
+        health(&server.url, "memmachine.v2.MemoryService").await,
+        ServingStatus::NotServing
+    );
+    assert_eq!(
+        health(&server.url, "liveness").await,
+        ServingStatus::Serving
+    );
+    let channel = server.channel().await;
+    let err = get_project(&channel, None, "acme", "notes")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(err.message().contains("starting"), "{}", err.message());
+
+    server.wait_serving().await;
+    assert_eq!(
+        health(&server.url, "memmachine.v2.MemoryService").await,
+        ServingStatus::Serving
+    );
+    create_project(&channel, None, "acme", "notes")
+        .await
+        .unwrap();
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn draining_finishes_calls_in_flight_and_refuses_new_ones() {
+    let mut server =
+        InProcess::start_with(|config| config.drain_delay = Duration::from_millis(800)).await;
+    let channel = server.channel().await;
+    create_project(&channel, None, "acme", "notes")
+        .await
+        .unwrap();
+
+    let lock = WriteLock::take(server.data_dir.path());
+    let in_flight = {
+        let channel = channel.clone();
+        tokio::spawn(async move { add(&channel, None, "acme").await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.begin_stop();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // The drain delay: health says NOT_SERVING, so balancers stop sending, while calls
+    // that still arrive are served.
+    assert_eq!(health(&server.url, "").await, ServingStatus::NotServing);
+    assert_eq!(
+        health(&server.url, "liveness").await,
+        ServingStatus::Serving
+    );
+    get_project(&channel, None, "acme", "notes").await.unwrap();
+
+    // After it: new calls are refused; the one in flight is still waiting.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let err = get_project(&channel, None, "acme", "notes")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(!in_flight.is_finished());
+
+    // It finishes, and only then does the server stop.
+    drop(lock);
+    in_flight.await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(10), &mut server.task)
+        .await
+        .expect("the server stops once its calls are done")
+        .unwrap()
+        .unwrap();
+    let db = rusqlite::Connection::open(server.data_dir.path().join("memmachine.db")).unwrap();
+    let stored: i64 = db
+        .query_row("SELECT COUNT(*) FROM episodes", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(stored, 1, "the write in flight was committed");
+}

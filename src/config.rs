@@ -107,10 +107,41 @@ pub struct ServeArgs {
     /// load balancers to notice [default: 0]
     #[arg(long, env = "MEMMACHINE_DRAIN_DELAY")]
     pub drain_delay: Option<f64>,
+    /// OpenAI-compatible chat-completions endpoint for semantic memory (not used yet)
+    #[arg(long, env = "MEMMACHINE_LLM_BASE_URL")]
+    pub llm_base_url: Option<String>,
+    /// Chat model name sent to --llm-base-url
+    #[arg(long, env = "MEMMACHINE_LLM_MODEL")]
+    pub llm_model: Option<String>,
+    /// API key of the chat endpoint: only from the environment or the config file
+    #[arg(skip)]
+    pub llm_api_key: Option<String>,
+    /// MemMachine-compatible JSON gateway address (not available yet)
+    #[arg(long, env = "MEMMACHINE_REST_LISTEN")]
+    pub rest_listen: Option<SocketAddr>,
     /// OpenTelemetry collector (OTLP/HTTP, e.g. http://localhost:4318): export traces of
     /// every call (off when unset)
     #[arg(long, env = "MEMMACHINE_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
+}
+
+/// The language model settings (semantic memory will use them).
+#[derive(Clone, Default)]
+pub struct LlmConfig {
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub api_key: Option<String>,
+}
+
+impl std::fmt::Debug for LlmConfig {
+    /// As derived, but never the API key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmConfig")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| MASKED))
+            .finish()
+    }
 }
 
 /// TLS files of `memmachine serve`.
@@ -186,6 +217,7 @@ pub struct ServeConfig {
     pub request_timeout: std::time::Duration,
     pub drain_delay: std::time::Duration,
     pub otlp_endpoint: Option<String>,
+    pub llm: LlmConfig,
 }
 
 impl ServeConfig {
@@ -253,6 +285,12 @@ impl ServeConfig {
                 embedder.api_key.as_ref().map(|_| MASKED),
             ),
         ];
+        let llm = &self.llm;
+        let optional = optional.into_iter().chain([
+            ("llm_base_url", llm.base_url.as_deref()),
+            ("llm_model", llm.model.as_deref()),
+            ("llm_api_key", llm.api_key.as_ref().map(|_| MASKED)),
+        ]);
         for (key, value) in optional {
             if let Some(value) = value {
                 lines.push(format!("{key} = {}", text(value)));
@@ -296,6 +334,12 @@ impl ServeArgs {
         let listen = merged
             .listen
             .unwrap_or_else(|| "127.0.0.1:50051".parse().expect("valid default"));
+        if merged.rest_listen.is_some() {
+            return Err(
+                "the REST gateway (--rest-listen) is not available yet; use gRPC or gRPC-Web"
+                    .into(),
+            );
+        }
         let auth = merged.auth.unwrap_or(false);
         let insecure_listen = merged.insecure_listen.unwrap_or(false);
         if !listen.ip().is_loopback() && !auth && !insecure_listen {
@@ -342,6 +386,13 @@ impl ServeArgs {
             request_timeout,
             drain_delay: seconds(merged.drain_delay, 0.0, "drain-delay")?,
             otlp_endpoint: merged.otlp_endpoint,
+            llm: LlmConfig {
+                base_url: merged.llm_base_url,
+                model: merged.llm_model,
+                api_key: std::env::var("MEMMACHINE_LLM_API_KEY")
+                    .ok()
+                    .or(merged.llm_api_key),
+            },
             data_dir,
             log_format: merged.log_format.unwrap_or_default(),
             limits,
@@ -393,6 +444,10 @@ impl ServeArgs {
             request_timeout: self.request_timeout.or(other.request_timeout),
             drain_delay: self.drain_delay.or(other.drain_delay),
             otlp_endpoint: self.otlp_endpoint.or(other.otlp_endpoint),
+            llm_base_url: self.llm_base_url.or(other.llm_base_url),
+            llm_model: self.llm_model.or(other.llm_model),
+            llm_api_key: self.llm_api_key.or(other.llm_api_key),
+            rest_listen: self.rest_listen.or(other.rest_listen),
         }
     }
 }
@@ -454,7 +509,8 @@ mod tests {
         let file = dir.path().join("memmachine.toml");
         std::fs::write(
             &file,
-            "embedder = \"openai\"\nembedder_api_key = \"sk-secret\"\nshort_term_window = 7\n",
+            "embedder = \"openai\"\nembedder_api_key = \"sk-secret\"\nshort_term_window = 7\n\
+             llm_model = \"gpt\"\nllm_api_key = \"sk-llm-secret\"\n",
         )
         .unwrap();
         let config = ServeArgs {
@@ -465,8 +521,11 @@ mod tests {
         .unwrap();
         let printed = config.to_toml();
         assert!(!printed.contains("sk-secret"), "{printed}");
+        assert!(!printed.contains("sk-llm-secret"), "{printed}");
+        assert!(printed.contains("llm_api_key = \"***\""), "{printed}");
         assert!(printed.contains("embedder_api_key = \"***\""), "{printed}");
         assert!(!format!("{config:?}").contains("sk-secret"));
+        assert!(!format!("{config:?}").contains("sk-llm-secret"));
         // What it prints is a valid config file giving the same settings.
         std::fs::write(&file, &printed).unwrap();
         let again = ServeArgs {

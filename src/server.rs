@@ -226,6 +226,13 @@ async fn start(
             "embedder ready; episodes without a vector are being embedded"
         ),
     }
+    if let (Some(url), Some(model)) = (&config.llm.base_url, &config.llm.model) {
+        tracing::info!(
+            endpoint = %url,
+            model = %model,
+            "a language model is configured; nothing uses it yet (semantic memory is not built)"
+        );
+    }
     let projects = Projects::new(store.clone(), config.limits, embedders.clone());
     let queue = EmbeddingQueue::default();
     let dyn_store: Arc<dyn crate::store::Store> = store.clone();

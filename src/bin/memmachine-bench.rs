@@ -18,6 +18,7 @@ use clap::Parser;
 use memmachine::pb;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
 use memmachine::pb::project_service_client::ProjectServiceClient;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 mod support;
@@ -72,6 +73,10 @@ struct Args {
     /// server's]
     #[arg(long, default_value = "")]
     reranker: String,
+    /// Run the server with --auth and send an (admin) API key on every call, to measure
+    /// what authentication costs
+    #[arg(long)]
+    auth: bool,
     /// With an embedder: how long to wait after ingest for every episode to be
     /// embedded before searching (0: do not wait)
     #[arg(long, default_value_t = 0)]
@@ -321,8 +326,51 @@ struct SizeResult {
     db_bytes: u64,
 }
 
+/// Sends the API key, if there is one, with every call.
+#[derive(Clone)]
+struct ApiKey(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for ApiKey {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
+        if let Some(key) = &self.0 {
+            request.metadata_mut().insert("authorization", key.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// The connection to the server, with the API key.
+type Link = InterceptedService<Channel, ApiKey>;
+
+/// Makes an admin key with the server's own `keys create`, as `Bearer` metadata.
+fn admin_key(executable: &Path, server: &Server) -> Result<ApiKey> {
+    let output = std::process::Command::new(executable)
+        .args([
+            "keys",
+            "create",
+            "--admin",
+            "--label",
+            "memmachine-bench",
+            "--data-dir",
+        ])
+        .arg(&server.data_dir)
+        .output()?;
+    if !output.status.success() {
+        return Err(format!(
+            "keys create failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
+    }
+    let token = String::from_utf8(output.stdout)?;
+    Ok(ApiKey(Some(format!("Bearer {}", token.trim()).parse()?)))
+}
+
 async fn ingest(
-    channel: Channel,
+    channel: Link,
     requests: Vec<pb::AddMemoriesRequest>,
     concurrency: usize,
     server: &Server,
@@ -375,7 +423,7 @@ async fn ingest(
 }
 
 async fn search(
-    channel: Channel,
+    channel: Link,
     questions: &[String],
     args: &Args,
     filter: &str,
@@ -436,11 +484,14 @@ async fn run_size(
     size: usize,
 ) -> Result<SizeResult> {
     let requests = add_requests(corpus, size, args.batch.max(1));
-    let extra_args: Vec<String> = args
+    let mut extra_args: Vec<String> = args
         .server_args
         .split_whitespace()
         .map(str::to_string)
         .collect();
+    if args.auth {
+        extra_args.push("--auth".into());
+    }
     let server = Server::start(
         executable,
         &format!("memmachine-bench-{size}"),
@@ -459,6 +510,12 @@ async fn run_size(
         .connect()
         .await
         .map_err(|err| server.error("cannot connect", err))?;
+    let key = if args.auth {
+        admin_key(executable, &server)?
+    } else {
+        ApiKey(None)
+    };
+    let channel = InterceptedService::new(channel, key);
     let mut projects = ProjectServiceClient::new(channel.clone());
     projects
         .create_project(pb::CreateProjectRequest {
@@ -529,7 +586,8 @@ fn print_report(args: &Args, corpus: &Corpus, filter: &str, results: &[SizeResul
     println!();
     println!(
         "memmachine-bench: {} LoCoMo turns, {} questions; batch {}, concurrency {}, {} queries \
-         per pass (top_k {}, EPISODIC), filter: {filter}; reranker: {:?}; server args: {:?}",
+         per pass (top_k {}, EPISODIC), filter: {filter}; reranker: {:?}; server args: {:?}; \
+         auth: {}",
         corpus.turns.len(),
         corpus.questions.len(),
         args.batch,
@@ -537,7 +595,8 @@ fn print_report(args: &Args, corpus: &Corpus, filter: &str, results: &[SizeResul
         args.queries,
         args.top_k,
         args.reranker,
-        args.server_args
+        args.server_args,
+        args.auth
     );
     println!();
     println!(

@@ -155,7 +155,7 @@ impl Drop for Server {
     }
 }
 
-/// Reads the server's stderr to the end: sends the listening address once it appears,
+/// Reads the server's stderr to the end: sends the listening address once it serves,
 /// counts embedded episodes, keeps the last lines, and echoes warnings and errors.
 fn drain_stderr(
     stderr: std::process::ChildStderr,
@@ -164,11 +164,15 @@ fn drain_stderr(
     embedded: Arc<AtomicU64>,
 ) {
     let mut found = Some(found);
+    let mut listening = None;
     for line in BufReader::new(stderr).lines() {
         let Ok(line) = line else { break };
-        if found.is_some()
-            && line.contains("gRPC server listening")
-            && let Some(addr) = parse_addr(&line)
+        if line.contains("gRPC server listening") {
+            listening = parse_addr(&line);
+        }
+        // The server listens before it is ready (model loading); calls wait for ready.
+        if line.contains("ready: serving calls")
+            && let Some(addr) = listening
             && let Some(sender) = found.take()
         {
             let _ = sender.send(addr);

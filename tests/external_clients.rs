@@ -408,3 +408,80 @@ fn buf_curl_via_reflection() {
         5,
     );
 }
+
+/// `buf curl` against a server with `--auth`: API keys as `-H authorization: Bearer`
+/// (reflection included), and gRPC-Web (`--protocol grpcweb`, HTTP/1.1).
+#[test]
+fn buf_curl_with_api_keys_and_grpc_web() {
+    let buf = tool("MEMMACHINE_TEST_BUF", ".tools/npm/node_modules/.bin/buf");
+    let data = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start(data.path(), &["--auth"]);
+    let created = run(Command::new(env!("CARGO_BIN_EXE_memmachine"))
+        .args(["keys", "create", "--org", "acme", "--data-dir"])
+        .arg(data.path()));
+    assert!(created.status.success(), "{}", describe(&created));
+    let key = String::from_utf8_lossy(&created.stdout).trim().to_string();
+    let curl = |protocol: &str, key: Option<&str>, method: &str, body: Value| {
+        let mut command = Command::new(&buf);
+        command
+            .arg("curl")
+            .args(["--protocol", protocol, "--timeout", "60s"])
+            .env(
+                "BUF_CACHE_DIR",
+                std::env::temp_dir().join("memmachine-buf-cache"),
+            )
+            .current_dir(std::env::temp_dir());
+        if protocol == "grpc" {
+            command.arg("--http2-prior-knowledge");
+        }
+        if let Some(key) = key {
+            command.args(["-H", &format!("authorization: Bearer {key}")]);
+        }
+        run(command
+            .args(["--data", &body.to_string()])
+            .arg(format!("{}/{method}", server.url())))
+    };
+    let project = json!({"org_id": "acme", "project_id": "web"});
+
+    let refused = curl(
+        "grpc",
+        None,
+        "memmachine.v2.ProjectService/CreateProject",
+        project.clone(),
+    );
+    assert!(!refused.status.success());
+    let text = format!("{}", describe(&refused)).to_lowercase();
+    assert!(text.contains("unauthenticated"), "{text}");
+
+    let created = curl(
+        "grpc",
+        Some(&key),
+        "memmachine.v2.ProjectService/CreateProject",
+        project.clone(),
+    );
+    assert!(created.status.success(), "{}", describe(&created));
+    let other_org = curl(
+        "grpc",
+        Some(&key),
+        "memmachine.v2.ProjectService/GetProject",
+        json!({"org_id": "globex", "project_id": "web"}),
+    );
+    assert!(
+        describe(&other_org)
+            .to_lowercase()
+            .contains("permission_denied"),
+        "{}",
+        describe(&other_org)
+    );
+
+    // gRPC-Web, as a browser would speak it.
+    let fetched = curl(
+        "grpcweb",
+        Some(&key),
+        "memmachine.v2.ProjectService/GetProject",
+        project,
+    );
+    assert!(fetched.status.success(), "{}", describe(&fetched));
+    let fetched: Value = serde_json::from_slice(&fetched.stdout).unwrap();
+    assert_eq!(string(field(&fetched, "project"), "project_id"), "web");
+}

@@ -2,7 +2,8 @@
 //! gives the call a request id and a tracing span, refuses memory calls while the server
 //! starts or drains, authenticates the caller (recording who it is for the services'
 //! org checks), applies per-caller limits and the call's deadline, and records metrics.
-//! Health checks pass straight through, so probes need no key.
+//! Health checks pass straight through, so probes need no key; reflection (the public
+//! schema) needs no key either.
 
 pub mod lifecycle;
 pub mod limits;
@@ -18,7 +19,7 @@ use tracing::Instrument;
 
 use self::lifecycle::Lifecycle;
 use self::limits::Limiter;
-use crate::auth::Authenticator;
+use crate::auth::{Authenticator, Caller};
 use crate::error::Error;
 use crate::metrics::Metrics;
 
@@ -26,6 +27,7 @@ use crate::metrics::Metrics;
 pub const REQUEST_ID: &str = "x-request-id";
 const HEALTH_PREFIX: &str = "/grpc.health.v1.Health/";
 const MEMORY_PREFIX: &str = "/memmachine.";
+const REFLECTION_PREFIX: &str = "/grpc.reflection.";
 
 pub struct Admission {
     pub auth: Authenticator,
@@ -117,12 +119,19 @@ impl Admission {
             } else {
                 None
             };
-            let caller = self.auth.authenticate(authorization.as_deref()).await;
-            if let Err(err) = &caller {
-                tracing::info!(peer = %peer, error = %err, "call not authenticated");
-            }
-            let caller = caller?;
-            let limiter_key = match caller.key_id() {
+            // Reflection describes the public schema and nothing stored: it needs no key
+            // (so that `buf curl` without one learns the schema and gets the real
+            // answer, UNAUTHENTICATED, from the call itself).
+            let caller = if path.starts_with(REFLECTION_PREFIX) {
+                None
+            } else {
+                let caller = self.auth.authenticate(authorization.as_deref()).await;
+                if let Err(err) = &caller {
+                    tracing::info!(peer = %peer, error = %err, "call not authenticated");
+                }
+                Some(caller?)
+            };
+            let limiter_key = match caller.as_ref().and_then(Caller::key_id) {
                 Some(key) => format!("key:{key}"),
                 None => format!("peer:{peer}"),
             };
@@ -131,7 +140,9 @@ impl Admission {
                 err
             })?;
             let deadline = deadline(&request, self.request_timeout);
-            request.extensions_mut().insert(caller);
+            if let Some(caller) = caller {
+                request.extensions_mut().insert(caller);
+            }
             match tokio::time::timeout(deadline, inner.call(request)).await {
                 Ok(response) => Ok(response),
                 Err(_) => Err(Error::DeadlineExceeded(format!(

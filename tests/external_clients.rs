@@ -450,7 +450,7 @@ fn buf_curl_with_api_keys_and_grpc_web() {
         project.clone(),
     );
     assert!(!refused.status.success());
-    let text = format!("{}", describe(&refused)).to_lowercase();
+    let text = describe(&refused).to_lowercase();
     assert!(text.contains("unauthenticated"), "{text}");
 
     let created = curl(

@@ -19,7 +19,6 @@ ENV MEMMACHINE_DATA_DIR=/data \
 ENV MEMMACHINE_AUTH=true
 VOLUME ["/data"]
 EXPOSE 50051
-EXPOSE 9090
 # Exit 0 only while the server answers SERVING (start-period covers loading a model).
 HEALTHCHECK --interval=10s --timeout=6s --start-period=60s --retries=3 \
     CMD ["/usr/local/bin/memmachine", "health", "--addr", "127.0.0.1:50051"]

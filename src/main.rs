@@ -45,7 +45,7 @@ enum Command {
         #[arg(long)]
         tls_ca: Option<std::path::PathBuf>,
         /// Name the server's certificate must carry [default: the host of --addr]
-        #[arg(long)]
+        #[arg(long, requires = "tls_ca")]
         tls_domain: Option<String>,
     },
 }
@@ -137,12 +137,15 @@ fn keys(command: KeysCommand) -> ExitCode {
                     (false, Some(org)) => KeyScope::Org(org),
                     (false, None) => return Err("give --org ORG or --admin".to_string()),
                 };
-                let issued = manage::create(&data_dir(store)?, scope, &label)
+                let dir = data_dir(store)?;
+                let issued = manage::create(&dir, scope, &label)
                     .await
                     .map_err(|err| err.to_string())?;
                 eprintln!(
-                    "created key {} ({}); it is shown only now:",
-                    issued.record.id, issued.record.scope
+                    "created key {} ({}) in {}; it is shown only now:",
+                    issued.record.id,
+                    issued.record.scope,
+                    dir.join(memmachine::store::sqlite::DB_FILE).display()
                 );
                 println!("{}", issued.token);
                 Ok(())

@@ -78,13 +78,14 @@ pub async fn run(
         metrics: metrics.clone(),
         request_timeout: config.request_timeout,
         max_request_bytes: config.max_request_bytes,
+        methods: crate::grpc::methods(),
     };
     let project_service = ProjectService::default();
     let memory_service = MemoryService::default();
     let router = server_builder(&config)?
         .layer(
             tower::ServiceBuilder::new()
-                .layer(cors())
+                .layer(cors(config.auth))
                 .layer(tonic_web::GrpcWebLayer::new())
                 .layer(AdmissionLayer::new(admission))
                 .into_inner(),
@@ -170,7 +171,21 @@ pub async fn run(
         }
         Err(err) => {
             abort.notify_one();
-            let _ = serve.await;
+            // As on shutdown: memory calls are done (there were none), streams get
+            // STREAM_GRACE.
+            let stopped = tokio::select! {
+                _ = &mut serve => true,
+                () = async {
+                    draining.notified().await;
+                    tokio::time::sleep(STREAM_GRACE).await;
+                } => false,
+            };
+            if !stopped {
+                serve.abort();
+            }
+            if let Some(task) = metrics_task {
+                task.abort();
+            }
             store.close();
             return Err(err);
         }
@@ -276,11 +291,15 @@ fn tls_config(files: &TlsFiles) -> Result<ServerTlsConfig> {
     Ok(tls)
 }
 
-/// Browsers calling over gRPC-Web from other origins. Keys are bearer tokens, not
-/// cookies, so any origin may call.
-fn cors() -> tower_http::cors::CorsLayer {
+/// Browsers calling over gRPC-Web from other origins. With `--auth` any origin may call
+/// (keys are bearer tokens the page must hold, not cookies); without it none may, or any
+/// page open in a browser could read and write every org's memories.
+fn cors(auth: bool) -> tower_http::cors::CorsLayer {
     use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName};
     use tower_http::cors::{AllowOrigin, CorsLayer};
+    if !auth {
+        return CorsLayer::new();
+    }
     let headers = |names: &[&'static str]| -> Vec<HeaderName> {
         names.iter().map(|n| HeaderName::from_static(n)).collect()
     };

@@ -5,7 +5,7 @@
 use std::io::IsTerminal;
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -56,7 +56,6 @@ pub fn init(format: LogFormat, otlp: Option<&str>) -> Result<Telemetry, String> 
             .with_http()
             .with_endpoint(url)
             .with_timeout(std::time::Duration::from_secs(10))
-            .with_headers(Default::default())
             .build()
             .map_err(|err| format!("--otlp-endpoint {endpoint}: {err}"))?;
         let provider = SdkTracerProvider::builder()

@@ -181,6 +181,7 @@ async fn without_auth_every_org_is_reachable() {
 #[test]
 fn an_open_address_needs_auth_or_an_explicit_insecure_flag() {
     let out = Command::new(env!("CARGO_BIN_EXE_memmachine"))
+        .env_clear()
         .args(["serve", "--listen", "0.0.0.0:0", "--data-dir"])
         .arg(tempfile::tempdir().unwrap().path())
         .output()
@@ -194,6 +195,7 @@ fn an_open_address_needs_auth_or_an_explicit_insecure_flag() {
     // `config print` resolves the same way, and accepts either flag.
     for flag in ["--auth", "--insecure-listen"] {
         let out = Command::new(env!("CARGO_BIN_EXE_memmachine"))
+            .env_clear()
             .args(["config", "print", "--listen", "0.0.0.0:50051", flag])
             .output()
             .unwrap();
@@ -213,4 +215,198 @@ fn keys_need_a_valid_org_or_admin() {
     let bad = keys_command(dir.path(), &["create", "--org", "no spaces"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("org"));
+}
+
+/// Every method, called with one org's key on another org's project: PERMISSION_DENIED,
+/// and nothing of that org changes.
+#[tokio::test]
+async fn an_org_key_reaches_no_method_of_another_org() {
+    use common::calls::{count, with_key};
+    use memmachine::pb;
+    use memmachine::pb::memory_service_client::MemoryServiceClient;
+    use memmachine::pb::project_service_client::ProjectServiceClient;
+
+    let server = InProcess::start_with(|config| config.auth = true).await;
+    let dir = server.data_dir.path().to_path_buf();
+    let admin = create_key(&dir, &["--admin"]);
+    let acme = create_key(&dir, &["--org", "acme"]);
+    let channel = server.channel().await;
+    create_project(&channel, Some(&admin), "globex", "notes")
+        .await
+        .unwrap();
+    add(&channel, Some(&admin), "globex").await.unwrap();
+
+    let mut projects = ProjectServiceClient::new(channel.clone());
+    let mut memories = MemoryServiceClient::new(channel.clone());
+    let key = Some(acme.as_str());
+    let (org, project) = (|| "globex".to_string(), || "notes".to_string());
+    let results: Vec<(&str, tonic::Status)> = vec![
+        (
+            "CreateProject",
+            projects
+                .create_project(with_key(
+                    pb::CreateProjectRequest {
+                        org_id: org(),
+                        project_id: "new".into(),
+                        ..Default::default()
+                    },
+                    key,
+                ))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "GetProject",
+            projects
+                .get_project(with_key(
+                    pb::GetProjectRequest {
+                        org_id: org(),
+                        project_id: project(),
+                    },
+                    key,
+                ))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "ListProjects",
+            projects
+                .list_projects(with_key(
+                    pb::ListProjectsRequest {
+                        org_id: Some(org()),
+                        ..Default::default()
+                    },
+                    key,
+                ))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "DeleteProject",
+            projects
+                .delete_project(with_key(
+                    pb::DeleteProjectRequest {
+                        org_id: org(),
+                        project_id: project(),
+                    },
+                    key,
+                ))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "GetEpisodeCount",
+            projects
+                .get_episode_count(with_key(
+                    pb::GetEpisodeCountRequest {
+                        org_id: org(),
+                        project_id: project(),
+                    },
+                    key,
+                ))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "GetEpisodicMemoryConfig",
+            projects
+                .get_episodic_memory_config(with_key(
+                    pb::GetEpisodicMemoryConfigRequest {
+                        org_id: org(),
+                        project_id: project(),
+                    },
+                    key,
+                ))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "UpdateEpisodicMemoryConfig",
+            projects
+                .update_episodic_memory_config(with_key(
+                    pb::UpdateEpisodicMemoryConfigRequest {
+                        org_id: org(),
+                        project_id: project(),
+                        enabled: Some(false),
+                        ..Default::default()
+                    },
+                    key,
+                ))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "AddMemories",
+            add(&channel, key, "globex").await.unwrap_err(),
+        ),
+        (
+            "SearchMemories",
+            search(&channel, key, "globex").await.unwrap_err(),
+        ),
+        (
+            "ListMemories",
+            memories
+                .list_memories(with_key(
+                    pb::ListMemoriesRequest {
+                        org_id: org(),
+                        project_id: project(),
+                        ..Default::default()
+                    },
+                    key,
+                ))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "DeleteEpisodicMemories",
+            memories
+                .delete_episodic_memories(with_key(
+                    pb::DeleteEpisodicMemoriesRequest {
+                        org_id: org(),
+                        project_id: project(),
+                        episode_ids: vec![uuid::Uuid::new_v4().to_string()],
+                    },
+                    key,
+                ))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "DeleteSemanticMemories",
+            memories
+                .delete_semantic_memories(with_key(
+                    pb::DeleteSemanticMemoriesRequest {
+                        org_id: org(),
+                        project_id: project(),
+                        feature_ids: vec!["1".into()],
+                    },
+                    key,
+                ))
+                .await
+                .unwrap_err(),
+        ),
+    ];
+    assert_eq!(results.len(), 12, "every method of both services");
+    for (method, status) in results {
+        assert_eq!(
+            status.code(),
+            Code::PermissionDenied,
+            "{method}: {status:?}"
+        );
+    }
+    // Untouched: the project, its episode and its config.
+    assert_eq!(count(&channel, Some(&admin), "globex").await.unwrap(), 1);
+    let config = ProjectServiceClient::new(channel.clone())
+        .get_episodic_memory_config(with_key(
+            pb::GetEpisodicMemoryConfigRequest {
+                org_id: org(),
+                project_id: project(),
+            },
+            Some(&admin),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(config.config.unwrap().enabled);
+    server.stop().await.unwrap();
 }

@@ -34,17 +34,33 @@ fn unframe(mut body: &[u8]) -> (Vec<Vec<u8>>, String) {
     (data, trailers)
 }
 
+/// A server with `--auth`, and a key for org acme.
+async fn server_and_key() -> (InProcess, String) {
+    let server = InProcess::start_with(|config| config.auth = true).await;
+    let key = memmachine::auth::manage::create(
+        server.data_dir.path(),
+        memmachine::model::KeyScope::Org("acme".into()),
+        "browser",
+    )
+    .await
+    .unwrap()
+    .token;
+    (server, key)
+}
+
 async fn call(
     server: &InProcess,
+    key: &str,
     method: &str,
-    message: &impl Message,
+    body: Vec<u8>,
 ) -> (reqwest::header::HeaderMap, Vec<Vec<u8>>, String) {
     let response = reqwest::Client::new()
         .post(format!("{}/memmachine.v2.{method}", server.url))
         .header("content-type", "application/grpc-web+proto")
         .header("x-grpc-web", "1")
         .header("origin", "http://app.example")
-        .body(frame(message))
+        .header("authorization", format!("Bearer {key}"))
+        .body(body)
         .send()
         .await
         .unwrap();
@@ -55,18 +71,33 @@ async fn call(
     (headers, data, trailers)
 }
 
+/// The grpc-status of a gRPC-Web answer (in the headers when there is no message,
+/// else in the trailer frame).
+fn status(headers: &reqwest::header::HeaderMap, trailers: &str) -> String {
+    headers
+        .get("grpc-status")
+        .map(|v| v.to_str().unwrap().to_string())
+        .or_else(|| {
+            trailers
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("grpc-status:").map(str::to_string))
+        })
+        .unwrap_or_default()
+}
+
 #[tokio::test]
 async fn browsers_call_over_grpc_web() {
-    let server = InProcess::start().await;
+    let (server, key) = server_and_key().await;
     let (headers, data, trailers) = call(
         &server,
+        &key,
         "ProjectService/CreateProject",
-        &pb::CreateProjectRequest {
+        frame(&pb::CreateProjectRequest {
             org_id: "acme".into(),
             project_id: "web".into(),
             description: "from a browser".into(),
             ..Default::default()
-        },
+        }),
     )
     .await;
     assert!(
@@ -83,29 +114,27 @@ async fn browsers_call_over_grpc_web() {
     // Errors come back as gRPC statuses (in the headers when there is no message).
     let (headers, data, trailers) = call(
         &server,
+        &key,
         "ProjectService/GetProject",
-        &pb::GetProjectRequest {
+        frame(&pb::GetProjectRequest {
             org_id: "acme".into(),
             project_id: "missing".into(),
-        },
+        }),
     )
     .await;
     assert!(data.is_empty());
-    let status = headers
-        .get("grpc-status")
-        .map(|v| v.to_str().unwrap().to_string())
-        .unwrap_or_else(|| trailers.clone());
-    assert!(
-        status == "5" || status.contains("grpc-status:5"),
-        "{status:?}"
-    );
+    assert_eq!(status(&headers, &trailers), "5", "NOT_FOUND");
+
+    // Bytes that are not the request message: INVALID_ARGUMENT, not INTERNAL.
+    let mut garbage = vec![0u8, 0, 0, 0, 3];
+    garbage.extend_from_slice(&[0xff, 0xff, 0xff]);
+    let (headers, _, trailers) = call(&server, &key, "ProjectService/GetProject", garbage).await;
+    assert_eq!(status(&headers, &trailers), "3", "INVALID_ARGUMENT");
     server.stop().await.unwrap();
 }
 
-#[tokio::test]
-async fn the_cors_preflight_allows_grpc_web_headers() {
-    let server = InProcess::start().await;
-    let response = reqwest::Client::new()
+async fn preflight(server: &InProcess) -> reqwest::Response {
+    reqwest::Client::new()
         .request(
             reqwest::Method::OPTIONS,
             format!("{}/memmachine.v2.MemoryService/SearchMemories", server.url),
@@ -118,7 +147,13 @@ async fn the_cors_preflight_allows_grpc_web_headers() {
         )
         .send()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn with_auth_the_cors_preflight_allows_grpc_web_headers() {
+    let (server, _) = server_and_key().await;
+    let response = preflight(&server).await;
     assert!(response.status().is_success(), "{}", response.status());
     let headers = response.headers();
     assert_eq!(headers["access-control-allow-origin"], "http://app.example");
@@ -126,5 +161,22 @@ async fn the_cors_preflight_allows_grpc_web_headers() {
     for header in ["content-type", "x-grpc-web", "authorization"] {
         assert!(allowed.contains(header), "{allowed}");
     }
+    server.stop().await.unwrap();
+}
+
+/// Without `--auth`, no other origin may call: any page in a browser could otherwise
+/// read and write every org's memories.
+#[tokio::test]
+async fn without_auth_no_other_origin_may_call() {
+    let server = InProcess::start().await;
+    let response = preflight(&server).await;
+    assert!(
+        response
+            .headers()
+            .get("access-control-allow-origin")
+            .is_none(),
+        "{:?}",
+        response.headers()
+    );
     server.stop().await.unwrap();
 }

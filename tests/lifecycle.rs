@@ -79,7 +79,7 @@ async fn not_serving_while_starting() {
 #[tokio::test]
 async fn draining_finishes_calls_in_flight_and_refuses_new_ones() {
     let mut server =
-        InProcess::start_with(|config| config.drain_delay = Duration::from_millis(800)).await;
+        InProcess::start_with(|config| config.drain_delay = Duration::from_secs(2)).await;
     let channel = server.channel().await;
     create_project(&channel, None, "acme", "notes")
         .await
@@ -104,7 +104,7 @@ async fn draining_finishes_calls_in_flight_and_refuses_new_ones() {
     get_project(&channel, None, "acme", "notes").await.unwrap();
 
     // After it: new calls are refused; the one in flight is still waiting.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::time::sleep(Duration::from_millis(2000)).await;
     let err = get_project(&channel, None, "acme", "notes")
         .await
         .unwrap_err();

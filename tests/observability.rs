@@ -41,6 +41,21 @@ async fn metrics_count_calls_by_method_and_code_and_read_the_store() {
     let missing = get_project(&channel, None, "acme", "missing").await;
     assert_eq!(missing.unwrap_err().code(), tonic::Code::NotFound);
 
+    // Made-up paths share one label.
+    let raw = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    for path in ["memmachine.v2.Nope/Nothing", "made/up-1", "made/up-2"] {
+        raw.post(format!("{}/{path}", server.url))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(vec![0u8, 0, 0, 0, 0])
+            .send()
+            .await
+            .unwrap();
+    }
+
     let url = format!("http://{metrics_addr}/metrics");
     let mut text = String::new();
     for _ in 0..100 {
@@ -96,6 +111,15 @@ async fn metrics_count_calls_by_method_and_code_and_read_the_store() {
         Some(4.0),
         "{text}"
     );
+    assert_eq!(
+        sample(
+            &text,
+            "memmachine_grpc_requests_total{method=\"unknown\",code=\"UNIMPLEMENTED\"}"
+        ),
+        Some(3.0),
+        "{text}"
+    );
+    assert!(!text.contains("made/up") && !text.contains("Nope"));
     assert!(text.trim_end().ends_with("# EOF"));
     server.stop().await.unwrap();
 }
@@ -192,7 +216,8 @@ async fn json_logs_carry_the_request_id_and_never_contents_or_keys() {
         .metadata_mut()
         .insert("x-request-id", "trace-me-456".parse().unwrap());
     assert!(projects.get_project(refused).await.is_err());
-    let wrong_key = format!("{}0", &key[..key.len() - 1]);
+    let last = if key.ends_with('0') { "1" } else { "0" };
+    let wrong_key = format!("{}{last}", &key[..key.len() - 1]);
     assert!(
         get_project(&channel, Some(&wrong_key), "acme", "notes")
             .await
@@ -221,7 +246,16 @@ async fn json_logs_carry_the_request_id_and_never_contents_or_keys() {
             .any(|l| l.contains("trace-me-456") && l.contains("NOT_FOUND")),
         "the refused call is logged with its request id: {log:#?}"
     );
-    assert!(log.iter().any(|l| l.contains("call not authenticated")));
+    let key_id = key.split('_').nth(1).unwrap();
+    assert!(
+        log.iter()
+            .any(|l| l.contains("trace-me-456") && l.contains(key_id)),
+        "the key's id (not the key) names the caller"
+    );
+    assert!(
+        log.iter()
+            .any(|l| l.contains("UNAUTHENTICATED") && l.contains("127.0.0.1"))
+    );
 }
 
 /// An OTLP/HTTP collector that keeps the bodies posted to /v1/traces.
@@ -262,7 +296,7 @@ async fn spans_are_exported_over_otlp() {
     let bodies = bodies.lock().unwrap();
     let found = bodies.iter().any(|body| {
         let text = String::from_utf8_lossy(body);
-        text.contains("memmachine.v2.ProjectService/CreateProject") && text.contains("memmachine")
+        text.contains("memmachine.v2.ProjectService/CreateProject")
     });
     assert!(
         found,

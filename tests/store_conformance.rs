@@ -815,7 +815,6 @@ pub async fn episodic_config_updates_are_partial(store: Arc<dyn Store>) {
     assert_eq!(stored.episodic, config);
 }
 
-/// Instantiates every test of the suite for one backend.
 fn api_key(id: &str, scope: KeyScope, created_at: i64) -> ApiKeyRecord {
     ApiKeyRecord {
         id: id.into(),
@@ -899,6 +898,7 @@ pub async fn stats_count_episodes_and_the_embedding_queue(store: Arc<dyn Store>)
     assert_eq!(stats.embedding_lag_secs, 0.0);
 }
 
+/// Instantiates every test of the suite for one backend.
 macro_rules! conformance {
     ($backend:ident, $make:expr) => {
         mod $backend {

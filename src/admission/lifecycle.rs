@@ -33,6 +33,9 @@ pub struct Lifecycle {
     phase: AtomicU8,
     health: HealthReporter,
     in_flight: Arc<InFlight>,
+    /// Set once shutdown began; held while health is reported, so that a start-up
+    /// finishing during the drain never reports SERVING after NOT_SERVING.
+    stopping: tokio::sync::Mutex<bool>,
 }
 
 #[derive(Default)]
@@ -46,7 +49,7 @@ pub struct CallGuard(Arc<InFlight>);
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
-        if self.0.calls.fetch_sub(1, Ordering::AcqRel) == 1 {
+        if self.0.calls.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.0.idle.notify_waiters();
         }
     }
@@ -59,6 +62,7 @@ impl Lifecycle {
             phase: AtomicU8::new(Phase::Starting as u8),
             health,
             in_flight: Arc::default(),
+            stopping: tokio::sync::Mutex::new(false),
         };
         lifecycle
             .health
@@ -69,23 +73,27 @@ impl Lifecycle {
     }
 
     pub fn phase(&self) -> Phase {
-        match self.phase.load(Ordering::Acquire) {
+        match self.phase.load(Ordering::SeqCst) {
             0 => Phase::Starting,
             1 => Phase::Serving,
             _ => Phase::Draining,
         }
     }
 
-    /// Ready: memory calls are admitted and health says SERVING (never after draining
-    /// began).
+    /// Ready: memory calls are admitted and health says SERVING (unless shutdown has
+    /// begun).
     pub async fn serving(&self) {
+        let stopping = self.stopping.lock().await;
+        if *stopping {
+            return;
+        }
         if self
             .phase
             .compare_exchange(
                 Phase::Starting as u8,
                 Phase::Serving as u8,
-                Ordering::AcqRel,
-                Ordering::Acquire,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
             )
             .is_ok()
         {
@@ -96,19 +104,21 @@ impl Lifecycle {
     /// Health says NOT_SERVING from now on; memory calls are still admitted until
     /// `refuse_new` (so that load balancers see the change before calls fail).
     pub async fn not_ready(&self) {
+        let mut stopping = self.stopping.lock().await;
+        *stopping = true;
         self.report(ServingStatus::NotServing).await;
     }
 
     /// New memory calls are refused from now on; calls in flight go on.
     pub fn refuse_new(&self) {
-        self.phase.store(Phase::Draining as u8, Ordering::Release);
+        self.phase.store(Phase::Draining as u8, Ordering::SeqCst);
     }
 
     /// Resolves once no admitted memory call is in flight.
     pub async fn idle(&self) {
         loop {
             let notified = self.in_flight.idle.notified();
-            if self.in_flight.calls.load(Ordering::Acquire) == 0 {
+            if self.in_flight.calls.load(Ordering::SeqCst) == 0 {
                 return;
             }
             notified.await;
@@ -118,7 +128,7 @@ impl Lifecycle {
     /// Admits a memory call (counted until the guard drops), or `Unavailable` while
     /// starting or draining.
     pub fn admit(&self) -> Result<CallGuard> {
-        self.in_flight.calls.fetch_add(1, Ordering::AcqRel);
+        self.in_flight.calls.fetch_add(1, Ordering::SeqCst);
         let guard = CallGuard(self.in_flight.clone());
         match self.phase() {
             Phase::Serving => Ok(guard),

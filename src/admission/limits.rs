@@ -71,12 +71,12 @@ impl Limiter {
         caller: &str,
     ) -> std::result::Result<Option<OwnedSemaphorePermit>, (Refusal, Error)> {
         if let Some(rate) = &self.rate {
+            if rate.len() > PRUNE_AT {
+                rate.retain_recent();
+            }
             let key = caller.to_string();
             if let Err(not_until) = rate.check_key(&key) {
                 let wait = not_until.wait_time_from(DefaultClock::default().now());
-                if rate.len() > PRUNE_AT {
-                    rate.retain_recent();
-                }
                 return Err((
                     Refusal::Rate,
                     exhausted(

@@ -38,6 +38,8 @@ pub struct Admission {
     pub request_timeout: Duration,
     /// The services' decoding limit, named when a request exceeds it.
     pub max_request_bytes: usize,
+    /// `Service/Method` of every method served, the metrics' labels.
+    pub methods: std::collections::HashSet<String>,
 }
 
 #[derive(Clone)]
@@ -84,13 +86,56 @@ where
     fn call(&mut self, request: Request<B>) -> Self::Future {
         // The clone that was polled ready serves this call.
         let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
-        let admission = self.admission.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
         if request.uri().path().starts_with(HEALTH_PREFIX) {
-            let mut inner = inner;
             return Box::pin(inner.call(request));
         }
-        Box::pin(admission.admit(request, inner))
+        // The deadline counts from arrival, and ends a moment before tonic's own timer
+        // for the same `grpc-timeout`, so that the answer is ours (DEADLINE_EXCEEDED).
+        let now = Instant::now();
+        let deadline = now + deadline(&request, self.admission.request_timeout);
+        let deadline = deadline.checked_sub(DEADLINE_MARGIN).unwrap_or(now);
+        Box::pin(self.admission.clone().admit(request, inner, deadline))
+    }
+}
+
+/// How much earlier than a `grpc-timeout` the admission layer answers.
+const DEADLINE_MARGIN: Duration = Duration::from_millis(2);
+
+/// Records a call in the metrics once, when answered or when dropped unanswered (the
+/// client cancelled or reset it).
+struct CallRecord {
+    metrics: Arc<Metrics>,
+    label: &'static str,
+    method: String,
+    started: Instant,
+    answered: bool,
+}
+
+impl CallRecord {
+    fn answer(mut self, code: tonic::Code) -> Duration {
+        self.answered = true;
+        let elapsed = self.started.elapsed();
+        self.metrics.record_call(self.name(), code, elapsed);
+        elapsed
+    }
+
+    fn name(&self) -> &str {
+        if self.label.is_empty() {
+            &self.method
+        } else {
+            self.label
+        }
+    }
+}
+
+impl Drop for CallRecord {
+    fn drop(&mut self) {
+        if !self.answered {
+            let elapsed = self.started.elapsed();
+            self.metrics
+                .record_call(self.name(), tonic::Code::Cancelled, elapsed);
+        }
     }
 }
 
@@ -99,15 +144,33 @@ impl Admission {
         self: Arc<Self>,
         mut request: Request<B>,
         mut inner: S,
+        deadline: Instant,
     ) -> Result<Response<Body>, S::Error>
     where
         S: tower::Service<Request<B>, Response = Response<Body>>,
     {
-        let started = Instant::now();
         let path = request.uri().path().to_string();
         let method = path.trim_start_matches('/').to_string();
+        // Only methods the server has get their own label, so that callers cannot grow
+        // the metrics with made-up paths.
+        let record = CallRecord {
+            metrics: self.metrics.clone(),
+            label: if self.methods.contains(&method) {
+                ""
+            } else {
+                "unknown"
+            },
+            method: method.clone(),
+            started: Instant::now(),
+            answered: false,
+        };
         let request_id = request_id(request.headers().get(REQUEST_ID));
-        let span = tracing::info_span!("call", method = %method, request_id = %request_id);
+        let span = tracing::info_span!(
+            "call",
+            method = %method,
+            request_id = %request_id,
+            key_id = tracing::field::Empty
+        );
         let authorization = request
             .headers()
             .get(http::header::AUTHORIZATION)
@@ -125,12 +188,24 @@ impl Admission {
             let caller = if path.starts_with(REFLECTION_PREFIX) {
                 None
             } else {
-                let caller = self.auth.authenticate(authorization.as_deref()).await;
-                if let Err(err) = &caller {
-                    tracing::info!(peer = %peer, error = %err, "call not authenticated");
+                match self.auth.authenticate(authorization.as_deref()).await {
+                    Ok(caller) => Some(caller),
+                    Err(err) => {
+                        // Failed attempts count against the peer's rate, so that
+                        // guessing keys is as limited as calling.
+                        self.limiter.admit(&format!("peer:{peer}")).map_err(
+                            |(refusal, limited)| {
+                                self.metrics.record_refusal(refusal.as_str());
+                                limited
+                            },
+                        )?;
+                        return Err(err);
+                    }
                 }
-                Some(caller?)
             };
+            if let Some(key) = caller.as_ref().and_then(Caller::key_id) {
+                tracing::Span::current().record("key_id", key);
+            }
             let limiter_key = match caller.as_ref().and_then(Caller::key_id) {
                 Some(key) => format!("key:{key}"),
                 None => format!("peer:{peer}"),
@@ -139,15 +214,16 @@ impl Admission {
                 self.metrics.record_refusal(refusal.as_str());
                 err
             })?;
-            let deadline = deadline(&request, self.request_timeout);
             if let Some(caller) = caller {
                 request.extensions_mut().insert(caller);
             }
-            match tokio::time::timeout(deadline, inner.call(request)).await {
+            let allowed = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout_at(deadline.into(), inner.call(request)).await {
                 Ok(response) => Ok(response),
                 Err(_) => Err(Error::DeadlineExceeded(format!(
-                    "the call's deadline of {:.3} s passed before it finished",
-                    deadline.as_secs_f64()
+                    "the call's deadline ({:.3} s left on arrival at this step) passed \
+                     before it finished",
+                    allowed.as_secs_f64()
                 ))),
             }
         }
@@ -156,40 +232,27 @@ impl Admission {
         let mut response = match result {
             Ok(Ok(response)) => response,
             Ok(Err(err)) => return Err(err),
-            Err(err) => tonic::Status::from(err).into_http(),
+            Err(err) => span.in_scope(|| tonic::Status::from(err).into_http()),
         };
         let mut code = tonic::Status::from_header_map(response.headers())
             .map_or(tonic::Code::Ok, |status| status.code());
-        if code == tonic::Code::OutOfRange {
-            // tonic's answer to a message over the size limit; the contract's is
-            // RESOURCE_EXHAUSTED (nothing else here answers OUT_OF_RANGE).
-            code = tonic::Code::ResourceExhausted;
-            response = tonic::Status::from(Error::ResourceExhausted {
-                message: format!(
-                    "the request is larger than this server accepts ({} bytes; \
-                     --max-request-bytes)",
-                    self.max_request_bytes
-                ),
-                retry_after: None,
-            })
-            .into_http();
+        if let Some(status) = self.client_fault(&response) {
+            code = status.code();
+            response = status.into_http();
         }
-        // Unrouted paths share one label, so that they cannot grow the metrics.
-        let label = if code == tonic::Code::Unimplemented && !path.starts_with(MEMORY_PREFIX) {
-            "unknown"
-        } else {
-            method.as_str()
-        };
-        let elapsed = started.elapsed();
-        self.metrics.record_call(label, code, elapsed);
+        let elapsed = record.answer(code);
         span.in_scope(|| {
             let ms = elapsed.as_secs_f64() * 1e3;
+            let code_name = crate::metrics::code_name(code);
             match code {
-                tonic::Code::Ok => tracing::debug!(code = "OK", ms, "call answered"),
+                tonic::Code::Ok => tracing::debug!(code = code_name, ms, "call answered"),
                 tonic::Code::Internal | tonic::Code::Unknown | tonic::Code::DataLoss => {
-                    tracing::warn!(code = crate::metrics::code_name(code), ms, "call failed")
+                    tracing::warn!(code = code_name, ms, "call failed")
                 }
-                code => tracing::info!(code = crate::metrics::code_name(code), ms, "call refused"),
+                tonic::Code::Unauthenticated => {
+                    tracing::info!(code = code_name, ms, peer = %peer, "call refused")
+                }
+                _ => tracing::info!(code = code_name, ms, "call refused"),
             }
         });
         if let Ok(value) = HeaderValue::from_str(&request_id) {
@@ -197,7 +260,42 @@ impl Admission {
         }
         Ok(response)
     }
+
+    /// tonic's own answers to a client's mistakes, as the contract's codes: a message
+    /// over the size limit (OUT_OF_RANGE from tonic) is RESOURCE_EXHAUSTED, and bytes
+    /// that are not the request message (INTERNAL from tonic) are INVALID_ARGUMENT.
+    fn client_fault(&self, response: &Response<Body>) -> Option<tonic::Status> {
+        let status = tonic::Status::from_header_map(response.headers())?;
+        match status.code() {
+            tonic::Code::OutOfRange => Some(tonic::Status::from(Error::ResourceExhausted {
+                message: format!(
+                    "the request is larger than this server accepts ({} bytes; \
+                     --max-request-bytes)",
+                    self.max_request_bytes
+                ),
+                retry_after: None,
+            })),
+            tonic::Code::Internal
+                if DECODE_FAILURES
+                    .iter()
+                    .any(|prefix| status.message().starts_with(prefix)) =>
+            {
+                Some(tonic::Status::from(Error::invalid(
+                    "",
+                    format!("the request is not a valid message: {}", status.message()),
+                )))
+            }
+            _ => None,
+        }
+    }
 }
+
+/// How tonic's answers to undecodable requests begin.
+const DECODE_FAILURES: [&str; 3] = [
+    "failed to decode Protobuf message",
+    "protocol error:",
+    "Error decompressing",
+];
 
 /// The client's request id when it is short printable ASCII, else a new one.
 fn request_id(sent: Option<&HeaderValue>) -> String {

@@ -10,7 +10,16 @@ use crate::model::{ApiKeyRecord, KeyScope};
 use crate::store::KeyStore;
 use crate::store::sqlite::SqliteStore;
 
-async fn open(data_dir: &Path) -> Result<SqliteStore> {
+/// Opens the store in `data_dir`; unless `create`, only one that exists (a mistyped
+/// `--data-dir` must not list or revoke in an empty new store).
+async fn open(data_dir: &Path, create: bool) -> Result<SqliteStore> {
+    let file = data_dir.join(crate::store::sqlite::DB_FILE);
+    if !create && !file.is_file() {
+        return Err(crate::error::Error::NotFound(format!(
+            "no store at {} (check --data-dir)",
+            file.display()
+        )));
+    }
     let dir = data_dir.to_path_buf();
     tokio::task::spawn_blocking(move || SqliteStore::open(&dir))
         .await
@@ -29,7 +38,7 @@ pub async fn create(data_dir: &Path, scope: KeyScope, label: &str) -> Result<Iss
     if let KeyScope::Org(org) = &scope {
         validate_id("org", org)?;
     }
-    let store = open(data_dir).await?;
+    let store = open(data_dir, true).await?;
     let issued = issue(scope, label)?;
     let result = store.insert_key(&issued.record).await;
     closing(store, result).await?;
@@ -37,14 +46,14 @@ pub async fn create(data_dir: &Path, scope: KeyScope, label: &str) -> Result<Iss
 }
 
 pub async fn list(data_dir: &Path) -> Result<Vec<ApiKeyRecord>> {
-    let store = open(data_dir).await?;
+    let store = open(data_dir, false).await?;
     let result = store.list_keys().await;
     closing(store, result).await
 }
 
 /// False when there is no key with this id.
 pub async fn revoke(data_dir: &Path, id: &str) -> Result<bool> {
-    let store = open(data_dir).await?;
+    let store = open(data_dir, false).await?;
     let result = store.revoke_key(id).await;
     closing(store, result).await
 }

@@ -74,10 +74,6 @@ impl Authenticator {
         Authenticator { store, required }
     }
 
-    pub fn required(&self) -> bool {
-        self.required
-    }
-
     /// The caller an `authorization` header value names. Without `--auth` every call
     /// is `Anyone`; with it, a missing, malformed, unknown, wrong or revoked key is
     /// `Unauthenticated`, all with the same answer.

@@ -62,6 +62,8 @@ where
     fn call(&mut self, request: Request<Body>) -> Self::Future {
         match self.service.get() {
             Some(service) => service.clone().call(request).boxed(),
+            // The admission layer refuses memory calls before start-up ends, so this is
+            // only a safety net.
             None => {
                 let status = tonic::Status::unavailable("the server is starting; retry shortly");
                 futures::future::ready(Ok(status.into_http())).boxed()

@@ -15,3 +15,33 @@ fn split<T>(request: tonic::Request<T>) -> Result<(crate::auth::Caller, T), toni
     let caller = crate::auth::caller_of(request.extensions())?.clone();
     Ok((caller, request.into_inner()))
 }
+
+/// `Service/Method` of every method the server serves (its own, health, reflection).
+pub fn methods() -> std::collections::HashSet<String> {
+    use prost::Message;
+    let sets = [
+        crate::pb::FILE_DESCRIPTOR_SET,
+        tonic_health::pb::FILE_DESCRIPTOR_SET,
+        tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET,
+        tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
+    ];
+    let mut methods = std::collections::HashSet::new();
+    for bytes in sets {
+        let Ok(set) = prost_types::FileDescriptorSet::decode(bytes) else {
+            continue;
+        };
+        for file in set.file {
+            for service in &file.service {
+                for method in &service.method {
+                    methods.insert(format!(
+                        "{}.{}/{}",
+                        file.package(),
+                        service.name(),
+                        method.name()
+                    ));
+                }
+            }
+        }
+    }
+    methods
+}

@@ -3,7 +3,7 @@
 /// What a key may reach.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyScope {
-    /// Every org, and the operator's calls.
+    /// Every org.
     Admin,
     /// One org's projects and memories, nothing else.
     Org(String),
@@ -21,7 +21,7 @@ impl std::fmt::Display for KeyScope {
 /// One stored key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiKeyRecord {
-    /// Public part of the key, shown by `keys list` and in logs.
+    /// Public part of the key, shown by `keys list` and in the logs of its calls.
     pub id: String,
     pub scope: KeyScope,
     /// A note for operators (who or what the key is for).

@@ -212,7 +212,7 @@ fn run_group(conn: &Connection, group: Vec<Job>) {
 pub(super) struct ReadPool {
     path: PathBuf,
     idle: Arc<Mutex<Vec<Connection>>>,
-    permits: Semaphore,
+    permits: Arc<Semaphore>,
 }
 
 impl ReadPool {
@@ -220,7 +220,7 @@ impl ReadPool {
         ReadPool {
             path,
             idle: Arc::new(Mutex::new(Vec::new())),
-            permits: Semaphore::new(size.max(1)),
+            permits: Arc::new(Semaphore::new(size.max(1))),
         }
     }
 
@@ -230,14 +230,18 @@ impl ReadPool {
         R: Send + 'static,
         F: FnOnce(&rusqlite::Transaction<'_>) -> Result<R> + Send + 'static,
     {
-        let _permit = self
+        // The permit goes with the blocking task: a caller that stops waiting (deadline,
+        // cancellation) does not free its connection for another while the read runs.
+        let permit = self
             .permits
-            .acquire()
+            .clone()
+            .acquire_owned()
             .await
             .map_err(|_| Error::Unavailable("the store is closed".into()))?;
         let idle = self.idle.clone();
         let path = self.path.clone();
         tokio::task::spawn_blocking(move || {
+            let _permit = permit;
             let pooled = idle.lock().expect("read pool lock").pop();
             let mut conn = match pooled {
                 Some(conn) => conn,

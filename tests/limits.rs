@@ -13,6 +13,7 @@ use memmachine::model::KeyScope;
 use memmachine::pb;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
 use tonic::Code;
+use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
 async fn key(server: &InProcess, org: &str) -> String {
@@ -22,19 +23,26 @@ async fn key(server: &InProcess, org: &str) -> String {
         .token
 }
 
-#[tokio::test]
-async fn the_rate_limit_is_per_key_and_says_when_to_retry() {
+/// A server with `--auth` and `limits`, keys for acme and globex, and a channel.
+async fn two_keys(limits: CallerLimits) -> (InProcess, String, String, Channel) {
     let server = InProcess::start_with(|config| {
         config.auth = true;
-        config.caller_limits = CallerLimits {
-            rate: 1,
-            burst: 2,
-            concurrent: 0,
-        };
+        config.caller_limits = limits;
     })
     .await;
     let (a, b) = (key(&server, "acme").await, key(&server, "globex").await);
     let channel = server.channel().await;
+    (server, a, b, channel)
+}
+
+#[tokio::test]
+async fn the_rate_limit_is_per_key_and_says_when_to_retry() {
+    let (server, a, b, channel) = two_keys(CallerLimits {
+        rate: 1,
+        burst: 2,
+        concurrent: 0,
+    })
+    .await;
     create_project(&channel, Some(&a), "acme", "notes")
         .await
         .unwrap();
@@ -66,17 +74,12 @@ async fn the_rate_limit_is_per_key_and_says_when_to_retry() {
 
 #[tokio::test]
 async fn a_key_with_calls_stuck_in_flight_does_not_hold_up_another() {
-    let server = InProcess::start_with(|config| {
-        config.auth = true;
-        config.caller_limits = CallerLimits {
-            rate: 0,
-            burst: 0,
-            concurrent: 1,
-        };
+    let (server, a, b, channel) = two_keys(CallerLimits {
+        rate: 0,
+        burst: 0,
+        concurrent: 1,
     })
     .await;
-    let (a, b) = (key(&server, "acme").await, key(&server, "globex").await);
-    let channel = server.channel().await;
     create_project(&channel, Some(&a), "acme", "notes")
         .await
         .unwrap();

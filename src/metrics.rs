@@ -1,6 +1,6 @@
 //! Prometheus metrics (`--metrics-listen`): calls by method and status code with their
 //! latency, calls turned away by limits, episodes stored, the embedding queue's depth
-//! and lag, and embedding latency and volume.
+//! and lag, and embedding latency, volume and tokens.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -54,6 +54,7 @@ pub struct Metrics {
     queue_lag: Gauge<f64, AtomicU64>,
     embed_seconds: Histograms<EmbedderLabels>,
     embedded_texts: Family<EmbedderLabels, Counter>,
+    embedding_tokens: Family<EmbedderLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -111,6 +112,12 @@ impl Metrics {
             "Texts embedded (episodes and queries), by embedder",
             embedded_texts.clone(),
         );
+        let embedding_tokens = Family::<EmbedderLabels, Counter>::default();
+        registry.register(
+            "embedding_tokens",
+            "Tokens embedded, as the model counts them (local and OpenAI-compatible embedders)",
+            embedding_tokens.clone(),
+        );
         Metrics {
             registry,
             calls,
@@ -121,6 +128,7 @@ impl Metrics {
             queue_lag,
             embed_seconds,
             embedded_texts,
+            embedding_tokens,
         }
     }
 
@@ -147,7 +155,7 @@ impl Metrics {
             .inc();
     }
 
-    pub fn record_embedding(&self, embedder: &str, texts: usize, elapsed: Duration) {
+    pub fn record_embedding(&self, embedder: &str, texts: usize, tokens: u64, elapsed: Duration) {
         let labels = EmbedderLabels {
             embedder: embedder.to_string(),
         };
@@ -157,6 +165,9 @@ impl Metrics {
         self.embedded_texts
             .get_or_create(&labels)
             .inc_by(texts as u64);
+        if tokens > 0 {
+            self.embedding_tokens.get_or_create(&labels).inc_by(tokens);
+        }
     }
 
     /// The exposition text, with the store's figures read now.

@@ -151,7 +151,10 @@ fn test_sentence_reference() -> Vec<f32> {
 
 #[test]
 fn matches_an_independent_reference_computation() {
+    let before = embedder().tokens();
     let v = embed(&["This is a test sentence."]);
+    // [CLS] this is a test sentence . [SEP]; other tests may embed meanwhile.
+    assert!(embedder().tokens() >= before + 8);
     let d = max_abs_diff(&v[0], &test_sentence_reference());
     assert!(d < 1e-4, "differs from the reference by {d}");
     assert!(dot(&v[0], &test_sentence_reference()) > 0.9999);

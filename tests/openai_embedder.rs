@@ -212,6 +212,8 @@ async fn happy_path_batches_orders_by_index_normalises_and_authenticates() {
         sent.extend(batch.iter().map(|t| t.as_str().unwrap().to_string()));
     }
     assert_eq!(sent, input);
+    // The endpoint reports one prompt token per text (see `handle`).
+    assert_eq!(e.tokens(), 7, "tokens as the endpoint counted them");
 }
 
 #[tokio::test]

@@ -45,6 +45,8 @@ struct Model {
     pooling: Pooling,
     dimensions: usize,
     device: Device,
+    /// Tokens embedded so far (padding excluded).
+    tokens: std::sync::atomic::AtomicU64,
 }
 
 type Job = (
@@ -221,6 +223,7 @@ impl LocalEmbedder {
             pooling,
             dimensions,
             device,
+            tokens: Default::default(),
         });
         let jobs = spawn_worker(&id, Arc::clone(&model))?;
         tracing::info!(
@@ -334,6 +337,9 @@ impl Model {
             ids.extend_from_slice(e.get_ids());
             mask.extend_from_slice(e.get_attention_mask());
         }
+        let real: u64 = mask.iter().map(|&m| u64::from(m)).sum();
+        self.tokens
+            .fetch_add(real, std::sync::atomic::Ordering::Relaxed);
         let mut vectors = self
             .forward(ids, mask, (n, len))
             .map_err(|e| failed(format!("local embedder: inference failed: {e}")))?;
@@ -382,6 +388,10 @@ impl Embedder for LocalEmbedder {
 
     fn dimensions(&self) -> usize {
         self.dimensions
+    }
+
+    fn tokens(&self) -> u64 {
+        self.model.tokens.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {

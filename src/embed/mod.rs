@@ -37,6 +37,12 @@ pub trait Embedder: Send + Sync {
     /// One L2-normalised vector per text, in order. Implementations that compute must
     /// not block the async executor (use `spawn_blocking` or a thread of their own).
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
+
+    /// Tokens embedded so far, as the model counts them (0 for embedders without
+    /// tokens).
+    fn tokens(&self) -> u64 {
+        0
+    }
 }
 
 /// Scales `v` to unit length (a zero vector stays zero).

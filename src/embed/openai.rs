@@ -113,6 +113,8 @@ pub struct OpenAiEmbedder {
     authorization: Option<HeaderValue>,
     /// The known vector length; 0 while unknown.
     dimensions: AtomicUsize,
+    /// Prompt tokens the endpoint reported so far.
+    tokens: std::sync::atomic::AtomicU64,
 }
 
 impl fmt::Debug for OpenAiEmbedder {
@@ -192,6 +194,7 @@ impl OpenAiEmbedder {
             endpoint,
             endpoint_display,
             authorization,
+            tokens: Default::default(),
         })
     }
 
@@ -216,6 +219,10 @@ impl OpenAiEmbedder {
         };
         let response = self.send_with_retries(&request).await?;
         if let Some(usage) = &response.usage {
+            if let Some(tokens) = usage.prompt_tokens {
+                self.tokens
+                    .fetch_add(tokens, std::sync::atomic::Ordering::Relaxed);
+            }
             tracing::debug!(
                 endpoint = %self.endpoint_display,
                 texts = input.len(),
@@ -426,6 +433,10 @@ impl Embedder for OpenAiEmbedder {
     /// `openai:<model>`, or `openai:<model>:<dimensions>` when dimensions are configured.
     fn id(&self) -> &str {
         &self.id
+    }
+
+    fn tokens(&self) -> u64 {
+        self.tokens.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The configured dimensions, else the length learnt from the first successful

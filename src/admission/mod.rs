@@ -93,8 +93,12 @@ where
         // The deadline counts from arrival, and ends a moment before tonic's own timer
         // for the same `grpc-timeout`, so that the answer is ours (DEADLINE_EXCEEDED).
         let now = Instant::now();
-        let deadline = now + deadline(&request, self.admission.request_timeout);
-        let deadline = deadline.checked_sub(DEADLINE_MARGIN).unwrap_or(now);
+        let allowed = deadline(&request, self.admission.request_timeout);
+        let deadline = match now.checked_add(allowed) {
+            Some(end) => end.checked_sub(DEADLINE_MARGIN).unwrap_or(now).max(now),
+            // Beyond what the clock can say: a year is as good as forever.
+            None => now + Duration::from_secs(365 * 86_400),
+        };
         Box::pin(self.admission.clone().admit(request, inner, deadline))
     }
 }

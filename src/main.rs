@@ -47,6 +47,12 @@ enum Command {
         /// Name the server's certificate must carry [default: the host of --addr]
         #[arg(long, requires = "tls_ca")]
         tls_domain: Option<String>,
+        /// Client certificate (PEM), for a server with --tls-client-ca
+        #[arg(long, requires_all = ["tls_ca", "tls_key"])]
+        tls_cert: Option<std::path::PathBuf>,
+        /// The client certificate's key (PEM)
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<std::path::PathBuf>,
     },
 }
 
@@ -212,6 +218,8 @@ fn main() -> ExitCode {
             timeout_secs,
             tls_ca,
             tls_domain,
+            tls_cert,
+            tls_key,
         } => {
             let runtime = match runtime() {
                 Ok(runtime) => runtime,
@@ -221,6 +229,7 @@ fn main() -> ExitCode {
             let tls = tls_ca.map(|ca| memmachine::probe::ProbeTls {
                 ca,
                 domain: tls_domain,
+                identity: tls_cert.zip(tls_key),
             });
             match runtime.block_on(memmachine::probe::check(
                 &addr,

@@ -13,6 +13,8 @@ pub struct ProbeTls {
     pub ca: std::path::PathBuf,
     /// Name the certificate must carry (default: the host of the address).
     pub domain: Option<String>,
+    /// Client certificate and key (PEM files), for servers that require one.
+    pub identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 /// The status `service` ("" for the server as a whole) reports at `addr`
@@ -40,6 +42,15 @@ pub async fn check(
             .ca_certificate(tonic::transport::Certificate::from_pem(ca));
         if let Some(domain) = &tls.domain {
             config = config.domain_name(domain);
+        }
+        if let Some((cert, key)) = &tls.identity {
+            let read = |path: &std::path::Path| {
+                std::fs::read(path).map_err(|err| format!("cannot read {}: {err}", path.display()))
+            };
+            config = config.identity(tonic::transport::Identity::from_pem(
+                read(cert)?,
+                read(key)?,
+            ));
         }
         endpoint = endpoint
             .tls_config(config)

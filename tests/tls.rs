@@ -117,6 +117,7 @@ async fn wait_serving(url: &str, ca: &Path) {
     let tls = memmachine::probe::ProbeTls {
         ca: ca.to_path_buf(),
         domain: Some("localhost".into()),
+        identity: None,
     };
     for _ in 0..200 {
         if let Ok(ServingStatus::Serving) =
@@ -177,6 +178,32 @@ async fn client_certificates_are_required_when_a_client_ca_is_set() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(ready, "a client with a certificate from the CA is served");
+    // `memmachine health` presents one too when given it.
+    std::fs::write(pki.path("client.pem"), &pki.client_cert).unwrap();
+    std::fs::write(pki.path("client.key"), &pki.client_key).unwrap();
+    let probe = |identity| memmachine::probe::ProbeTls {
+        ca: pki.path("ca.pem"),
+        domain: Some("localhost".into()),
+        identity,
+    };
+    let with_cert = probe(Some((pki.path("client.pem"), pki.path("client.key"))));
+    assert_eq!(
+        memmachine::probe::check(
+            &https(&server),
+            "",
+            Duration::from_secs(5),
+            Some(&with_cert)
+        )
+        .await
+        .unwrap(),
+        ServingStatus::Serving
+    );
+    let without = probe(None);
+    assert!(
+        memmachine::probe::check(&https(&server), "", Duration::from_secs(5), Some(&without))
+            .await
+            .is_err()
+    );
 
     for identity in [
         None,

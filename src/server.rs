@@ -155,8 +155,8 @@ pub async fn run(
         "gRPC server listening (gRPC-Web too); starting"
     );
 
-    let started = start(&config, store.clone(), metrics).await;
-    match started {
+    // A start-up that fails shuts down the way a signal does, then reports its error.
+    let startup_error = match start(&config, store.clone(), metrics).await {
         Ok((projects, memories)) => {
             project_service.set(
                 ProjectServiceServer::new(projects)
@@ -168,28 +168,13 @@ pub async fn run(
             );
             lifecycle.serving().await;
             tracing::info!("ready: serving calls");
+            None
         }
         Err(err) => {
             abort.notify_one();
-            // As on shutdown: memory calls are done (there were none), streams get
-            // STREAM_GRACE.
-            let stopped = tokio::select! {
-                _ = &mut serve => true,
-                () = async {
-                    draining.notified().await;
-                    tokio::time::sleep(STREAM_GRACE).await;
-                } => false,
-            };
-            if !stopped {
-                serve.abort();
-            }
-            if let Some(task) = metrics_task {
-                task.abort();
-            }
-            store.close();
-            return Err(err);
+            Some(err)
         }
-    }
+    };
 
     // Long-lived streams (a health Watch, a reflection session) would hold the transport
     // open: once memory calls are done, they get a few seconds before being cut.
@@ -212,6 +197,9 @@ pub async fn run(
     tokio::task::spawn_blocking(move || closing.close())
         .await
         .map_err(|err| Error::Internal(format!("closing the store: {err}")))?;
+    if let Some(err) = startup_error {
+        return Err(err);
+    }
     served.map_err(|err| Error::Internal(format!("gRPC server: {err}")))?;
     tracing::info!("server stopped");
     Ok(())

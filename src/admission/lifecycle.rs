@@ -20,6 +20,8 @@ pub const SERVICES: [&str; 2] = [
 /// Health name that is SERVING for as long as the process runs (liveness probes: a
 /// server that is loading or draining is alive).
 pub const LIVENESS: &str = "liveness";
+/// What a memory call is told before start-up has finished.
+pub const STARTING: &str = "the server is starting; retry shortly";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -132,9 +134,7 @@ impl Lifecycle {
         let guard = CallGuard(self.in_flight.clone());
         match self.phase() {
             Phase::Serving => Ok(guard),
-            Phase::Starting => Err(Error::Unavailable(
-                "the server is starting; retry shortly".into(),
-            )),
+            Phase::Starting => Err(Error::Unavailable(STARTING.into())),
             Phase::Draining => Err(Error::Unavailable(
                 "the server is shutting down; retry on another replica".into(),
             )),

@@ -207,10 +207,11 @@ impl Admission {
                     }
                 }
             };
-            if let Some(key) = caller.as_ref().and_then(Caller::key_id) {
+            let key_id = caller.as_ref().and_then(Caller::key_id);
+            if let Some(key) = key_id {
                 tracing::Span::current().record("key_id", key);
             }
-            let limiter_key = match caller.as_ref().and_then(Caller::key_id) {
+            let limiter_key = match key_id {
                 Some(key) => format!("key:{key}"),
                 None => format!("peer:{peer}"),
             };

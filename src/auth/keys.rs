@@ -18,11 +18,11 @@ pub struct IssuedKey {
     pub token: String,
 }
 
-fn random_hex(bytes: usize) -> Result<String> {
-    let mut buf = vec![0u8; bytes];
+fn random_bytes(len: usize) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; len];
     getrandom::fill(&mut buf)
         .map_err(|err| Error::Internal(format!("no randomness for a key: {err}")))?;
-    Ok(hex(&buf))
+    Ok(buf)
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -38,11 +38,9 @@ fn digest(salt: &[u8], secret: &str) -> Vec<u8> {
 
 /// Makes a key with a fresh id, secret and salt.
 pub fn issue(scope: KeyScope, label: &str) -> Result<IssuedKey> {
-    let id = random_hex(ID_BYTES)?;
-    let secret = random_hex(SECRET_BYTES)?;
-    let mut salt = vec![0u8; SALT_BYTES];
-    getrandom::fill(&mut salt)
-        .map_err(|err| Error::Internal(format!("no randomness for a key: {err}")))?;
+    let id = hex(&random_bytes(ID_BYTES)?);
+    let secret = hex(&random_bytes(SECRET_BYTES)?);
+    let salt = random_bytes(SALT_BYTES)?;
     let hash = digest(&salt, &secret);
     Ok(IssuedKey {
         token: format!("{PREFIX}{id}_{secret}"),

@@ -65,7 +65,7 @@ where
             // The admission layer refuses memory calls before start-up ends, so this is
             // only a safety net.
             None => {
-                let status = tonic::Status::unavailable("the server is starting; retry shortly");
+                let status = tonic::Status::unavailable(crate::admission::lifecycle::STARTING);
                 futures::future::ready(Ok(status.into_http())).boxed()
             }
         }

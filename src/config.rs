@@ -107,6 +107,14 @@ pub struct ServeArgs {
     /// load balancers to notice [default: 0]
     #[arg(long, env = "MEMMACHINE_DRAIN_DELAY")]
     pub drain_delay: Option<f64>,
+    /// Seconds a connection may sit idle before the server pings it; 0 sends no pings
+    /// [default: 30]
+    #[arg(long, env = "MEMMACHINE_KEEPALIVE_INTERVAL")]
+    pub keepalive_interval: Option<f64>,
+    /// Seconds the server waits for a ping's answer before closing the connection
+    /// [default: 10]
+    #[arg(long, env = "MEMMACHINE_KEEPALIVE_TIMEOUT")]
+    pub keepalive_timeout: Option<f64>,
     /// OpenAI-compatible chat-completions endpoint for semantic memory (not used yet)
     #[arg(long, env = "MEMMACHINE_LLM_BASE_URL")]
     pub llm_base_url: Option<String>,
@@ -199,6 +207,15 @@ impl std::fmt::Debug for EmbedderConfig {
     }
 }
 
+/// HTTP/2 keepalive: how the server finds connections whose peer has gone.
+#[derive(Debug, Clone, Copy)]
+pub struct Keepalive {
+    /// Idle time before a ping; `None` sends none.
+    pub interval: Option<std::time::Duration>,
+    /// How long a ping may go unanswered before the connection is closed.
+    pub timeout: std::time::Duration,
+}
+
 /// The effective configuration of `memmachine serve`.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
@@ -216,6 +233,7 @@ pub struct ServeConfig {
     pub caller_limits: CallerLimits,
     pub request_timeout: std::time::Duration,
     pub drain_delay: std::time::Duration,
+    pub keepalive: Keepalive,
     pub otlp_endpoint: Option<String>,
     pub llm: LlmConfig,
 }
@@ -246,6 +264,14 @@ impl ServeConfig {
             format!("max_request_bytes = {}", self.max_request_bytes),
             format!("shutdown_grace = {:?}", self.shutdown_grace.as_secs_f64()),
             format!("drain_delay = {:?}", self.drain_delay.as_secs_f64()),
+            format!(
+                "keepalive_interval = {:?}",
+                self.keepalive.interval.map_or(0.0, |d| d.as_secs_f64())
+            ),
+            format!(
+                "keepalive_timeout = {:?}",
+                self.keepalive.timeout.as_secs_f64()
+            ),
             format!("request_timeout = {:?}", self.request_timeout.as_secs_f64()),
             format!("auth = {}", self.auth),
             format!("insecure_listen = {}", self.insecure_listen),
@@ -385,6 +411,15 @@ impl ServeArgs {
             caller_limits,
             request_timeout,
             drain_delay: seconds(merged.drain_delay, 0.0, "drain-delay")?,
+            keepalive: Keepalive {
+                interval: Some(seconds(
+                    merged.keepalive_interval,
+                    30.0,
+                    "keepalive-interval",
+                )?)
+                .filter(|interval| !interval.is_zero()),
+                timeout: seconds(merged.keepalive_timeout, 10.0, "keepalive-timeout")?,
+            },
             otlp_endpoint: merged.otlp_endpoint,
             llm: LlmConfig {
                 base_url: merged.llm_base_url,
@@ -443,6 +478,8 @@ impl ServeArgs {
             max_concurrent_per_key: self.max_concurrent_per_key.or(other.max_concurrent_per_key),
             request_timeout: self.request_timeout.or(other.request_timeout),
             drain_delay: self.drain_delay.or(other.drain_delay),
+            keepalive_interval: self.keepalive_interval.or(other.keepalive_interval),
+            keepalive_timeout: self.keepalive_timeout.or(other.keepalive_timeout),
             otlp_endpoint: self.otlp_endpoint.or(other.otlp_endpoint),
             llm_base_url: self.llm_base_url.or(other.llm_base_url),
             llm_model: self.llm_model.or(other.llm_model),

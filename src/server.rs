@@ -30,10 +30,6 @@ use crate::projects::Projects;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{KeyStore, VectorStore};
 
-/// HTTP/2 pings find dead peers (and keep idle connections through middleboxes).
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// How long streams other than memory calls may outlive the drain.
 const STREAM_GRACE: Duration = Duration::from_secs(5);
 
@@ -255,8 +251,8 @@ async fn start(
 fn server_builder(config: &ServeConfig) -> Result<Server> {
     let builder = Server::builder()
         .accept_http1(true)
-        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT));
+        .http2_keepalive_interval(config.keepalive.interval)
+        .http2_keepalive_timeout(Some(config.keepalive.timeout));
     match &config.tls {
         None => Ok(builder),
         Some(files) => builder

@@ -70,6 +70,8 @@ fn config_print_shows_the_effective_settings_with_the_key_masked() {
         ])
         .env("MEMMACHINE_EMBEDDER_API_KEY", "sk-do-not-show")
         .env("MEMMACHINE_SHORT_TERM_WINDOW", "9")
+        .env("MEMMACHINE_KEEPALIVE_INTERVAL", "0")
+        .env("MEMMACHINE_KEEPALIVE_TIMEOUT", "2.5")
         .output()
         .expect("run memmachine config print");
     assert!(output.status.success());
@@ -77,6 +79,8 @@ fn config_print_shows_the_effective_settings_with_the_key_masked() {
     assert!(printed.contains("data_dir = \"/srv/mm\""), "{printed}");
     assert!(printed.contains("short_term_window = 9"), "{printed}");
     assert!(printed.contains("embedder = \"openai\""), "{printed}");
+    assert!(printed.contains("keepalive_interval = 0.0"), "{printed}");
+    assert!(printed.contains("keepalive_timeout = 2.5"), "{printed}");
     assert!(printed.contains("embedder_api_key = \"***\""), "{printed}");
     assert!(!printed.contains("sk-do-not-show"), "{printed}");
 }

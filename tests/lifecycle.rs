@@ -125,3 +125,77 @@ async fn draining_finishes_calls_in_flight_and_refuses_new_ones() {
         .unwrap();
     assert_eq!(stored, 1, "the write in flight was committed");
 }
+
+/// What a raw HTTP/2 peer that says hello and then only listens sees of the server for
+/// `watch`: how many pings arrived, and whether the server closed the connection.
+/// It acknowledges the server's settings, and its pings only when `answer_pings`.
+async fn silent_peer(url: &str, answer_pings: bool, watch: Duration) -> (usize, bool) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const SETTINGS: u8 = 4;
+    const PING: u8 = 6;
+    const ACK: u8 = 1;
+    let frame = |kind: u8, flags: u8, payload: &[u8]| {
+        let len = (payload.len() as u32).to_be_bytes();
+        let mut bytes = vec![len[1], len[2], len[3], kind, flags, 0, 0, 0, 0];
+        bytes.extend_from_slice(payload);
+        bytes
+    };
+    let mut stream = tokio::net::TcpStream::connect(url.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend(frame(SETTINGS, 0, &[]));
+    stream.write_all(&hello).await.unwrap();
+
+    let mut pings = 0;
+    let closed = tokio::time::timeout(watch, async {
+        loop {
+            let mut header = [0u8; 9];
+            if stream.read_exact(&mut header).await.is_err() {
+                return;
+            }
+            let len = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
+            let mut payload = vec![0u8; len];
+            if stream.read_exact(&mut payload).await.is_err() {
+                return;
+            }
+            let (kind, flags) = (header[3], header[4]);
+            if kind == SETTINGS && flags & ACK == 0 {
+                stream.write_all(&frame(SETTINGS, ACK, &[])).await.unwrap();
+            }
+            if kind == PING && flags & ACK == 0 {
+                pings += 1;
+                if answer_pings {
+                    stream.write_all(&frame(PING, ACK, &payload)).await.unwrap();
+                }
+            }
+        }
+    })
+    .await
+    .is_ok();
+    (pings, closed)
+}
+
+#[tokio::test]
+async fn keepalive_closes_connections_whose_peer_is_gone() {
+    let server = InProcess::start_with(|config| {
+        config.keepalive.interval = Some(Duration::from_millis(200));
+        config.keepalive.timeout = Duration::from_millis(300);
+    })
+    .await;
+    let (pings, closed) = silent_peer(&server.url, false, Duration::from_secs(5)).await;
+    assert!(pings >= 1, "the server pings an idle connection");
+    assert!(closed, "an unanswered ping closes the connection");
+
+    // A peer that answers stays connected, however long it is idle.
+    let (pings, closed) = silent_peer(&server.url, true, Duration::from_millis(1500)).await;
+    assert!(pings >= 2, "pings every interval ({pings})");
+    assert!(!closed, "an answering peer is kept");
+    server.stop().await.unwrap();
+
+    // With keepalive off, a silent peer is neither pinged nor dropped.
+    let server = InProcess::start_with(|config| config.keepalive.interval = None).await;
+    let (pings, closed) = silent_peer(&server.url, false, Duration::from_millis(1500)).await;
+    assert_eq!((pings, closed), (0, false));
+    server.stop().await.unwrap();
+}

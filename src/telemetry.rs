@@ -1,11 +1,12 @@
 //! Logs and traces: structured logs to stderr (`--log-format text|json`, filtered by
 //! `RUST_LOG`, default `info`) and, with `--otlp-endpoint`, every span exported to an
-//! OpenTelemetry collector over OTLP/HTTP (protobuf).
+//! OpenTelemetry collector over OTLP/HTTP (protobuf), `http://` or `https://` (trusting
+//! the web PKI and the system's certificates, or those in `SSL_CERT_FILE`).
 
 use std::io::IsTerminal;
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -30,6 +31,30 @@ impl Drop for Telemetry {
 
 type Boxed = Box<dyn Layer<Registry> + Send + Sync>;
 
+const EXPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The exporter's HTTP client: the blocking reqwest client (with rustls) on the batch
+/// exporter's own thread, which runs no async runtime.
+#[derive(Debug)]
+struct OtlpClient(reqwest::blocking::Client);
+
+#[async_trait::async_trait]
+impl opentelemetry_http::HttpClient for OtlpClient {
+    async fn send_bytes(
+        &self,
+        request: http::Request<bytes::Bytes>,
+    ) -> Result<http::Response<bytes::Bytes>, opentelemetry_http::HttpError> {
+        let response = self
+            .0
+            .execute(reqwest::blocking::Request::try_from(request)?)?;
+        let mut answer = http::Response::builder().status(response.status());
+        if let Some(headers) = answer.headers_mut() {
+            headers.extend(response.headers().clone());
+        }
+        Ok(answer.body(response.bytes()?)?)
+    }
+}
+
 /// Installs the global subscriber. `otlp` is the collector's base URL (traces go to
 /// `{otlp}/v1/traces`) or its full traces URL.
 pub fn init(format: LogFormat, otlp: Option<&str>) -> Result<Telemetry, String> {
@@ -52,10 +77,15 @@ pub fn init(format: LogFormat, otlp: Option<&str>) -> Result<Telemetry, String> 
         } else {
             format!("{}/v1/traces", endpoint.trim_end_matches('/'))
         };
+        let client = reqwest::blocking::Client::builder()
+            .timeout(EXPORT_TIMEOUT)
+            .build()
+            .map_err(|err| format!("--otlp-endpoint {endpoint}: {err}"))?;
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
+            .with_http_client(OtlpClient(client))
             .with_endpoint(url)
-            .with_timeout(std::time::Duration::from_secs(10))
+            .with_timeout(EXPORT_TIMEOUT)
             .build()
             .map_err(|err| format!("--otlp-endpoint {endpoint}: {err}"))?;
         let provider = SdkTracerProvider::builder()

@@ -258,9 +258,12 @@ async fn json_logs_carry_the_request_id_and_never_contents_or_keys() {
     );
 }
 
-/// An OTLP/HTTP collector that keeps the bodies posted to /v1/traces.
-async fn collector() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>) {
-    let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+type Posts = std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>;
+
+/// An OTLP/HTTP collector that keeps the bodies posted to /v1/traces; over TLS when
+/// given a certificate and key (PEM).
+async fn collector(tls: Option<(String, String)>) -> (String, Posts) {
+    let bodies = Posts::default();
     let kept = bodies.clone();
     let app = axum::Router::new().route(
         "/v1/traces",
@@ -274,15 +277,51 @@ async fn collector() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>)
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}"), bodies)
+    let Some((cert, key)) = tls else {
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        return (format!("http://{addr}"), bodies);
+    };
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![rustls::pki_types::CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()],
+        rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+    )
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let (acceptor, app) = (acceptor.clone(), app.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(
+                    hyper_util::rt::TokioIo::new(tls),
+                    hyper_util::service::TowerToHyperService::new(app),
+                )
+                .await;
+            });
+        }
+    });
+    (format!("https://127.0.0.1:{}", addr.port()), bodies)
 }
 
-#[tokio::test]
-async fn spans_are_exported_over_otlp() {
-    let (endpoint, bodies) = collector().await;
+/// Starts the binary exporting to `endpoint`, makes one call, stops it (which flushes
+/// the batch exporter) and says whether the call's span reached the collector.
+async fn call_span_exported(endpoint: &str, posts: &Posts, env: &[(&str, &str)]) -> bool {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerProcess::start(dir.path(), &["--otlp-endpoint", &endpoint]);
+    let server = ServerProcess::start_env(dir.path(), &["--otlp-endpoint", endpoint], env);
     let channel = tonic::transport::Endpoint::from_shared(server.url())
         .unwrap()
         .connect()
@@ -291,16 +330,31 @@ async fn spans_are_exported_over_otlp() {
     create_project(&channel, None, "acme", "traced")
         .await
         .unwrap();
-    // Exiting flushes what the batch exporter still holds.
     assert!(server.terminate_async().await.success());
-    let bodies = bodies.lock().unwrap();
-    let found = bodies.iter().any(|body| {
-        let text = String::from_utf8_lossy(body);
-        text.contains("memmachine.v2.ProjectService/CreateProject")
-    });
-    assert!(
-        found,
-        "{} OTLP posts, none with the call's span",
-        bodies.len()
-    );
+    let bodies = posts.lock().unwrap();
+    bodies.iter().any(|body| {
+        String::from_utf8_lossy(body).contains("memmachine.v2.ProjectService/CreateProject")
+    })
+}
+
+#[tokio::test]
+async fn spans_are_exported_over_otlp() {
+    let (endpoint, posts) = collector(None).await;
+    assert!(call_span_exported(&endpoint, &posts, &[]).await);
+}
+
+#[tokio::test]
+async fn spans_are_exported_over_otlp_with_tls() {
+    let authority = common::pki::ca("collector CA");
+    let (endpoint, posts) = collector(Some(common::pki::leaf(&["127.0.0.1"], &authority))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, authority.pem()).unwrap();
+
+    // Not trusted: nothing is delivered (and the server still runs and stops cleanly).
+    assert!(!call_span_exported(&endpoint, &posts, &[]).await);
+    assert!(posts.lock().unwrap().is_empty());
+    // Trusted through SSL_CERT_FILE, as for a collector with a private CA.
+    let trusted = [("SSL_CERT_FILE", ca_file.to_str().unwrap())];
+    assert!(call_span_exported(&endpoint, &posts, &trusted).await);
 }

@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::InProcess;
+use common::pki::{ca, leaf};
 use memmachine::config::TlsFiles;
 use memmachine::pb;
 use memmachine::pb::project_service_client::ProjectServiceClient;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, KeyUsagePurpose};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic_health::pb::health_check_response::ServingStatus;
 
@@ -22,29 +22,6 @@ struct Pki {
     /// A client certificate from a CA the server does not trust.
     stranger_cert: String,
     stranger_key: String,
-}
-
-fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name);
-    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
-}
-
-fn leaf(names: &[&str], issuer: &CertifiedIssuer<'static, KeyPair>) -> (String, String) {
-    let key = KeyPair::generate().unwrap();
-    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-    let cert = CertificateParams::new(names)
-        .unwrap()
-        .signed_by(&key, issuer)
-        .unwrap();
-    (cert.pem(), key.serialize_pem())
 }
 
 impl Pki {

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod calls;
+pub mod pki;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -22,10 +23,16 @@ impl ServerProcess {
     /// Starts `memmachine serve --listen 127.0.0.1:0 --data-dir DIR` and waits until it
     /// logs the address it listens on.
     pub fn start(data_dir: &Path, extra_args: &[&str]) -> ServerProcess {
+        Self::start_env(data_dir, extra_args, &[])
+    }
+
+    /// As `start`, with these environment variables set too.
+    pub fn start_env(data_dir: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> ServerProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_memmachine"))
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .args(extra_args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())

@@ -402,6 +402,10 @@ impl ServeArgs {
         if request_timeout.is_zero() {
             return Err("--request-timeout must be more than 0 seconds".into());
         }
+        let keepalive_timeout = seconds(merged.keepalive_timeout, 10.0, "keepalive-timeout")?;
+        if keepalive_timeout.is_zero() {
+            return Err("--keepalive-timeout must be more than 0 seconds".into());
+        }
         Ok(ServeConfig {
             listen,
             auth,
@@ -418,7 +422,7 @@ impl ServeArgs {
                     "keepalive-interval",
                 )?)
                 .filter(|interval| !interval.is_zero()),
-                timeout: seconds(merged.keepalive_timeout, 10.0, "keepalive-timeout")?,
+                timeout: keepalive_timeout,
             },
             otlp_endpoint: merged.otlp_endpoint,
             llm: LlmConfig {

@@ -32,6 +32,8 @@ impl Drop for Telemetry {
 type Boxed = Box<dyn Layer<Registry> + Send + Sync>;
 
 const EXPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Most of a collector's answer that is read (its body is only an acknowledgement).
+const MAX_ANSWER_BYTES: u64 = 4 * 1024 * 1024;
 
 /// The exporter's HTTP client: the blocking reqwest client (with rustls) on the batch
 /// exporter's own thread, which runs no async runtime.
@@ -44,6 +46,7 @@ impl opentelemetry_http::HttpClient for OtlpClient {
         &self,
         request: http::Request<bytes::Bytes>,
     ) -> Result<http::Response<bytes::Bytes>, opentelemetry_http::HttpError> {
+        use std::io::Read;
         let response = self
             .0
             .execute(reqwest::blocking::Request::try_from(request)?)?;
@@ -51,7 +54,9 @@ impl opentelemetry_http::HttpClient for OtlpClient {
         if let Some(headers) = answer.headers_mut() {
             headers.extend(response.headers().clone());
         }
-        Ok(answer.body(response.bytes()?)?)
+        let mut body = Vec::new();
+        response.take(MAX_ANSWER_BYTES).read_to_end(&mut body)?;
+        Ok(answer.body(body.into())?)
     }
 }
 

@@ -19,7 +19,7 @@ use crate::admission::{Admission, AdmissionLayer};
 use crate::auth::Authenticator;
 use crate::config::{ServeConfig, TlsFiles};
 use crate::episodic::EpisodicMemory;
-use crate::episodic::embedding::{EmbeddingQueue, run_worker};
+use crate::episodic::embedding::{EmbeddingQueue, spawn_workers};
 use crate::error::{Error, Result};
 use crate::grpc::{Deferred, MemoryGrpc, ProjectGrpc};
 use crate::memory::Memories;
@@ -235,7 +235,7 @@ async fn start(
     let projects = Projects::new(store.clone(), config.limits, embedders.clone());
     let queue = EmbeddingQueue::default();
     let dyn_store: Arc<dyn crate::store::Store> = store.clone();
-    tokio::spawn(run_worker(dyn_store, embedders.clone(), queue.clone()));
+    spawn_workers(dyn_store, &embedders, &queue);
     let episodic =
         EpisodicMemory::new(store.clone(), config.limits).with_embedders(embedders, queue);
     // Searches work meanwhile: a project not yet loaded loads on its first search.

@@ -503,24 +503,24 @@ async fn use_default(store: &Arc<dyn Store>, default: Option<&str>) -> u64 {
 /// Embeds every queued episode with the hash embedders, as the worker would.
 async fn embed_all_with(store: &Arc<dyn Store>, embedders: &[&HashEmbedder]) -> usize {
     let mut done = 0;
-    loop {
-        let pending = store.pending_embeddings(16).await.unwrap();
-        if pending.is_empty() {
-            return done;
-        }
-        done += pending.len();
-        for p in pending {
-            let embedder = embedders
-                .iter()
-                .find(|e| e.id() == p.embedder)
-                .expect("queued for a known embedder");
-            let vector = embedder.embed_one(&p.content);
-            store
-                .store_embeddings(embedder.id(), vec![(p.episode, vector)])
-                .await
-                .unwrap();
+    for embedder in embedders {
+        loop {
+            let pending = store.pending_embeddings(embedder.id(), 16).await.unwrap();
+            if pending.is_empty() {
+                break;
+            }
+            done += pending.len();
+            for p in pending {
+                assert_eq!(p.embedder, embedder.id());
+                let vector = embedder.embed_one(&p.content);
+                store
+                    .store_embeddings(embedder.id(), vec![(p.episode, vector)])
+                    .await
+                    .unwrap();
+            }
         }
     }
+    done
 }
 
 async fn embed_all(store: &Arc<dyn Store>, embedder: &HashEmbedder) -> usize {
@@ -581,7 +581,13 @@ pub async fn vectors_are_queued_stored_and_searched(store: Arc<dyn Store>) {
     let queued = episode("queued then deleted", "u", &[], 3);
     store.add_episodes(&k, vec![queued.clone()]).await.unwrap();
     store.delete_episodes(&k, &[queued.uid]).await.unwrap();
-    assert!(store.pending_embeddings(10).await.unwrap().is_empty());
+    assert!(
+        store
+            .pending_embeddings(embedder.id(), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 pub async fn hybrid_search_fuses_text_and_vectors(store: Arc<dyn Store>) {
@@ -692,11 +698,15 @@ pub async fn a_new_embedder_requeues_everything(store: Arc<dyn Store>) {
         )
         .await
         .unwrap();
+    let first = HashEmbedder::new(32);
     assert!(
-        store.pending_embeddings(10).await.unwrap().is_empty(),
+        store
+            .pending_embeddings(first.id(), 10)
+            .await
+            .unwrap()
+            .is_empty(),
         "no embedder, no queue"
     );
-    let first = HashEmbedder::new(32);
     assert_eq!(use_default(&store, Some(first.id())).await, 5);
     assert_eq!(embed_all(&store, &first).await, 5);
     assert_eq!(use_default(&store, Some(first.id())).await, 0);
@@ -755,14 +765,12 @@ pub async fn projects_use_the_embedder_they_name(store: Arc<dyn Store>) {
             .collect();
         store.add_episodes(k, turns).await.unwrap();
     }
-    let pending = store.pending_embeddings(10).await.unwrap();
-    let mut ids: Vec<&str> = pending.iter().map(|p| p.embedder.as_str()).collect();
-    ids.sort_unstable();
-    assert_eq!(
-        ids,
-        ["hash:32", "hash:32", "hash:48", "hash:48"],
-        "none is never queued"
-    );
+    // Each embedder sees its own projects' episodes; `none` is never queued.
+    for embedder in [&small, &large] {
+        let pending = store.pending_embeddings(embedder.id(), 10).await.unwrap();
+        assert_eq!(pending.len(), 2, "{}", embedder.id());
+        assert!(pending.iter().all(|p| p.embedder == embedder.id()));
+    }
     assert_eq!(embed_all_with(&store, &[&small, &large]).await, 4);
     let query = large.embed_one("turn 1");
     assert_eq!(
@@ -793,8 +801,63 @@ pub async fn projects_use_the_embedder_they_name(store: Arc<dyn Store>) {
         ..choice
     };
     assert_eq!(store.use_embedders(changed).await.unwrap(), 2);
-    let pending = store.pending_embeddings(10).await.unwrap();
-    assert!(pending.iter().all(|p| p.embedder == "hash:48"));
+    assert!(
+        store
+            .pending_embeddings(small.id(), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .pending_embeddings(large.id(), 10)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+pub async fn abandoned_episodes_leave_the_queue_and_stay_searchable(store: Arc<dyn Store>) {
+    let embedder = HashEmbedder::new(32);
+    use_default(&store, Some(embedder.id())).await;
+    let k = project(&store, "o", "abandon").await;
+    store
+        .add_episodes(
+            &k,
+            vec![
+                episode("an ordinary note", "u", &[], 1),
+                episode("a text the model refuses", "u", &[], 2),
+            ],
+        )
+        .await
+        .unwrap();
+    let pending = store.pending_embeddings(embedder.id(), 10).await.unwrap();
+    let refused = pending
+        .iter()
+        .find(|p| p.content.contains("refuses"))
+        .unwrap()
+        .episode;
+    assert_eq!(store.abandon_embeddings(vec![refused]).await.unwrap(), 1);
+    assert_eq!(
+        store.abandon_embeddings(vec![refused]).await.unwrap(),
+        0,
+        "already off the queue"
+    );
+    let left = store.pending_embeddings(embedder.id(), 10).await.unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].content, "an ordinary note");
+    assert_eq!(embed_all(&store, &embedder).await, 1);
+    let found = store
+        .search_hybrid(&k, "refuses", &embedder.embed_one("refuses"), None, 10)
+        .await
+        .unwrap();
+    assert!(
+        found
+            .iter()
+            .any(|e| e.episode.content == "a text the model refuses"),
+        "still found by its words"
+    );
 }
 
 pub async fn episodic_config_updates_are_partial(store: Arc<dyn Store>) {
@@ -921,6 +984,7 @@ macro_rules! conformance {
                 vectors_are_queued_stored_and_searched,
                 a_new_embedder_requeues_everything,
                 projects_use_the_embedder_they_name,
+                abandoned_episodes_leave_the_queue_and_stay_searchable,
                 hybrid_search_fuses_text_and_vectors,
                 episode_contexts_are_neighbours_in_order,
                 api_keys_are_kept_listed_and_revoked,

@@ -50,9 +50,15 @@ impl Embedders {
         }
     }
 
-    /// The embedder whose id is `id`.
-    pub fn by_id(&self, id: &str) -> Option<&Arc<dyn Embedder>> {
-        self.named.values().find(|e| e.id() == id)
+    /// Every embedder offered, once each.
+    pub fn all(&self) -> Vec<Arc<dyn Embedder>> {
+        let mut all: Vec<Arc<dyn Embedder>> = Vec::new();
+        for embedder in self.named.values() {
+            if !all.iter().any(|e| e.id() == embedder.id()) {
+                all.push(embedder.clone());
+            }
+        }
+        all
     }
 
     pub fn default_embedder(&self) -> Option<&Arc<dyn Embedder>> {
@@ -121,7 +127,8 @@ mod tests {
         assert_eq!(embedders.for_project("hash").unwrap().id(), "hash:4");
         assert!(embedders.for_project("none").is_none());
         assert!(embedders.for_project("openai").is_none());
-        assert_eq!(embedders.by_id("hash:4").unwrap().dimensions(), 4);
+        let ids: Vec<String> = embedders.all().iter().map(|e| e.id().to_string()).collect();
+        assert_eq!(ids, ["hash:4", "hash:8"], "each embedder once");
         assert!(embedders.validate("").is_ok() && embedders.validate("none").is_ok());
         let err = embedders.validate("openai").unwrap_err();
         assert!(err.contains("hash, local, none"), "{err}");
@@ -129,6 +136,8 @@ mod tests {
         assert_eq!(choice.default.as_deref(), Some("hash:8"));
         assert_eq!(choice.for_project("hash"), Some("hash:4"));
         assert_eq!(choice.for_project("none"), None);
+        assert_eq!(choice.names_of("hash:8"), ["local", ""]);
+        assert_eq!(choice.names_of("hash:4"), ["hash"]);
     }
 
     #[test]

@@ -1,28 +1,44 @@
-//! The embedding worker: takes episodes off the store's durable queue, embeds them in
-//! batches and stores their vectors. Failures never lose an episode: it stays queued and
-//! is retried with backoff (a crash before embedding leaves it queued for the restart).
+//! The embedding workers, one per embedder: each takes its episodes off the store's
+//! durable queue, embeds them in batches and stores their vectors, so an embedder that
+//! is down or slow holds up only its own projects. Failures never lose an episode: it
+//! stays queued and is retried with backoff (a crash before embedding leaves it queued
+//! for the restart). The one exception is a text the embedder refuses while it embeds
+//! others (one too long for the model, say): it is set aside without a vector, logged,
+//! instead of blocking the queue behind it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::watch;
 
 use crate::embed::{EmbedError, Embedder, Embedders};
 use crate::store::{PendingEmbedding, Store};
 
 /// Episodes embedded per call to the embedder.
 const BATCH: usize = 64;
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// Embedded to tell an embedder that is broken from a text it refuses.
+const PROBE: &str = "memmachine embedder check";
 
-/// Wakes the worker when new episodes are queued.
-#[derive(Clone, Default)]
+/// Wakes the workers when new episodes are queued.
+#[derive(Clone)]
 pub struct EmbeddingQueue {
-    wake: Arc<Notify>,
+    wake: Arc<watch::Sender<u64>>,
+}
+
+impl Default for EmbeddingQueue {
+    fn default() -> Self {
+        EmbeddingQueue {
+            wake: Arc::new(watch::channel(0).0),
+        }
+    }
 }
 
 impl EmbeddingQueue {
     pub fn notify(&self) {
-        self.wake.notify_one();
+        self.wake
+            .send_modify(|version| *version = version.wrapping_add(1));
     }
 }
 
@@ -38,54 +54,46 @@ pub fn embedding_text(producer: &str, content: &str) -> String {
     }
 }
 
-/// Runs until the process ends.
-pub async fn run_worker(store: Arc<dyn Store>, embedders: Embedders, queue: EmbeddingQueue) {
-    let mut backoff = Duration::from_millis(500);
+/// Starts one worker per embedder the server offers; each runs until the process ends.
+pub fn spawn_workers(store: Arc<dyn Store>, embedders: &Embedders, queue: &EmbeddingQueue) {
+    for embedder in embedders.all() {
+        tokio::spawn(run_worker(store.clone(), embedder, queue.clone()));
+    }
+}
+
+async fn run_worker(store: Arc<dyn Store>, embedder: Arc<dyn Embedder>, queue: EmbeddingQueue) {
+    let mut wake = queue.wake.subscribe();
+    let mut backoff = FIRST_BACKOFF;
     let mut embedded: u64 = 0;
     loop {
-        let pending = match store.pending_embeddings(BATCH).await {
+        // Marked seen before looking, so an episode queued meanwhile wakes us.
+        wake.borrow_and_update();
+        let pending = match store.pending_embeddings(embedder.id(), BATCH).await {
             Ok(pending) => pending,
             Err(err) => {
                 tracing::warn!(error = %err, "reading the embedding queue failed");
-                tokio::time::sleep(backoff).await;
+                tokio::time::sleep(FIRST_BACKOFF).await;
                 continue;
             }
         };
         if pending.is_empty() {
             if embedded > 0 {
-                tracing::info!(embedded, "embedding queue drained");
+                tracing::info!(
+                    embedder = embedder.id(),
+                    embedded,
+                    "embedding queue drained"
+                );
                 embedded = 0;
             }
-            // New episodes notify; the timeout covers anything queued behind our back.
-            let _ = tokio::time::timeout(Duration::from_secs(5), queue.wake.notified()).await;
+            // The timeout covers anything queued behind our back.
+            let _ = tokio::time::timeout(Duration::from_secs(5), wake.changed()).await;
             continue;
         }
-        // One batch per embedder, oldest episodes first.
-        let embedder_id = pending[0].embedder.clone();
-        let batch: Vec<&PendingEmbedding> = pending
-            .iter()
-            .filter(|p| p.embedder == embedder_id)
-            .collect();
-        let Some(embedder) = embedders.by_id(&embedder_id) else {
-            // The store queues only for the embedders it was given, which are these.
-            tracing::error!(embedder = %embedder_id, "queued for an unknown embedder");
-            tokio::time::sleep(MAX_BACKOFF).await;
-            continue;
-        };
-        match embed_batch(embedder.as_ref(), &batch).await {
-            Ok(vectors) => {
-                let count = vectors.len() as u64;
-                let rows = batch.iter().map(|p| p.episode).zip(vectors).collect();
-                match store.store_embeddings(embedder.id(), rows).await {
-                    Ok(()) => {
-                        embedded += count;
-                        backoff = Duration::from_millis(500);
-                    }
-                    Err(err) => {
-                        tracing::warn!(error = %err, "storing vectors failed; will retry");
-                        tokio::time::sleep(backoff).await;
-                    }
-                }
+        let batch: Vec<&PendingEmbedding> = pending.iter().collect();
+        match embed_pending(store.as_ref(), embedder.as_ref(), &batch).await {
+            Ok(count) => {
+                embedded += count;
+                backoff = FIRST_BACKOFF;
             }
             Err(err) => {
                 // The episodes stay queued (and searchable lexically) until this works.
@@ -102,6 +110,107 @@ pub async fn run_worker(store: Arc<dyn Store>, embedders: Embedders, queue: Embe
     }
 }
 
+/// Embeds `batch` and stores the vectors; returns how many were stored. An error means
+/// the embedder (or the store) failed as a whole: the episodes stay queued.
+async fn embed_pending(
+    store: &dyn Store,
+    embedder: &dyn Embedder,
+    batch: &[&PendingEmbedding],
+) -> Result<u64, String> {
+    let err = match embed_batch(embedder, batch).await {
+        Ok(vectors) => {
+            let rows = batch.iter().map(|p| p.episode).zip(vectors).collect();
+            return store_vectors(store, embedder, rows).await;
+        }
+        Err(err) => err,
+    };
+    if matches!(err, EmbedError::Unavailable(_)) || !works(embedder).await {
+        return Err(err.to_string());
+    }
+    // The embedder works but refuses something in this batch: find what.
+    let (vectors, refused, unavailable) = embed_around_refusals(embedder, batch).await;
+    let stored = store_vectors(store, embedder, vectors).await?;
+    if let Some(err) = unavailable {
+        return Err(err.to_string());
+    }
+    if refused.is_empty() {
+        return Ok(stored);
+    }
+    // Still working (if it embedded none of the batch, ask it again)?
+    if stored == 0 && !works(embedder).await {
+        return Err("the embedder stopped working".into());
+    }
+    for (pending, err) in &refused {
+        tracing::warn!(
+            error = %err,
+            embedder = embedder.id(),
+            episode = pending.episode,
+            "the embedder refuses this episode's text; it stays without a vector \
+             (lexical search still finds it)"
+        );
+    }
+    let episodes = refused.iter().map(|(p, _)| p.episode).collect();
+    store
+        .abandon_embeddings(episodes)
+        .await
+        .map_err(|err| format!("dequeuing refused episodes: {err}"))?;
+    Ok(stored)
+}
+
+async fn store_vectors(
+    store: &dyn Store,
+    embedder: &dyn Embedder,
+    rows: Vec<(i64, Vec<f32>)>,
+) -> Result<u64, String> {
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let count = rows.len() as u64;
+    store
+        .store_embeddings(embedder.id(), rows)
+        .await
+        .map_err(|err| format!("storing vectors: {err}"))?;
+    Ok(count)
+}
+
+/// Whether the embedder embeds a short plain text: tells an embedder that is broken
+/// from a text it refuses.
+async fn works(embedder: &dyn Embedder) -> bool {
+    embed_texts(embedder, &[PROBE.to_string()]).await.is_ok()
+}
+
+/// What embedding a batch gave: vectors by episode; the episodes whose text the
+/// embedder refused (alone), with why; and why it stopped, if it became unavailable
+/// (the episodes not embedded stay queued).
+type Outcome<'a> = (
+    Vec<(i64, Vec<f32>)>,
+    Vec<(&'a PendingEmbedding, EmbedError)>,
+    Option<EmbedError>,
+);
+
+/// Embeds `batch` with an embedder that works, halving any part it refuses until the
+/// refused episodes stand alone (about a dozen calls for one bad text among 64).
+async fn embed_around_refusals<'a>(
+    embedder: &dyn Embedder,
+    batch: &[&'a PendingEmbedding],
+) -> Outcome<'a> {
+    let (mut vectors, mut refused) = (Vec::new(), Vec::new());
+    let mut parts = vec![batch.to_vec()];
+    while let Some(part) = parts.pop() {
+        match embed_batch(embedder, &part).await {
+            Ok(made) => vectors.extend(part.iter().map(|p| p.episode).zip(made)),
+            Err(err @ EmbedError::Unavailable(_)) => return (vectors, refused, Some(err)),
+            Err(err) if part.len() == 1 => refused.push((part[0], err)),
+            Err(_) => {
+                let (left, right) = part.split_at(part.len() / 2);
+                parts.push(right.to_vec());
+                parts.push(left.to_vec());
+            }
+        }
+    }
+    (vectors, refused, None)
+}
+
 /// One vector per episode of `batch`, of the embedder's length.
 async fn embed_batch(
     embedder: &dyn Embedder,
@@ -111,7 +220,15 @@ async fn embed_batch(
         .iter()
         .map(|p| embedding_text(&p.producer_id, &p.content))
         .collect();
-    let vectors = embedder.embed(&texts).await?;
+    embed_texts(embedder, &texts).await
+}
+
+/// One vector per text, of the embedder's length.
+async fn embed_texts(
+    embedder: &dyn Embedder,
+    texts: &[String],
+) -> Result<Vec<Vec<f32>>, EmbedError> {
+    let vectors = embedder.embed(texts).await?;
     // 0: not known yet (an endpoint not probed); it checks consistency itself.
     let expected = embedder.dimensions();
     if let Some(bad) = vectors.iter().find(|v| expected > 0 && v.len() != expected) {

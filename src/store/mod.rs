@@ -127,6 +127,18 @@ impl EmbedderChoice {
             self.named.get(name).map(String::as_str)
         }
     }
+
+    /// The names a project's config may give for the embedder `id` (`""` if it is the
+    /// default).
+    pub fn names_of(&self, id: &str) -> Vec<String> {
+        let default = (self.default.as_deref() == Some(id)).then(String::new);
+        self.named
+            .iter()
+            .filter(|(_, named)| *named == id)
+            .map(|(name, _)| name.clone())
+            .chain(default)
+            .collect()
+    }
 }
 
 #[async_trait]
@@ -137,8 +149,17 @@ pub trait VectorStore: Send + Sync {
     /// queue. Called at start-up before any other call. Returns how many episodes wait.
     async fn use_embedders(&self, choice: EmbedderChoice) -> Result<u64>;
 
-    /// Episodes waiting for a vector, oldest first, across projects.
-    async fn pending_embeddings(&self, limit: usize) -> Result<Vec<PendingEmbedding>>;
+    /// Episodes waiting for a vector from `embedder` (an id), oldest first, across
+    /// projects.
+    async fn pending_embeddings(
+        &self,
+        embedder: &str,
+        limit: usize,
+    ) -> Result<Vec<PendingEmbedding>>;
+
+    /// Takes these episodes off the queue without a vector (their text cannot be
+    /// embedded); they stay stored and lexically searchable. Returns how many were queued.
+    async fn abandon_embeddings(&self, episodes: Vec<i64>) -> Result<u64>;
 
     /// Stores vectors made by `embedder` by the episodes' handles (episodes deleted
     /// meanwhile are skipped) and takes them off the queue; they are searchable once

@@ -355,10 +355,21 @@ impl VectorStore for SqliteStore {
             .await
     }
 
-    async fn pending_embeddings(&self, limit: usize) -> Result<Vec<PendingEmbedding>> {
-        let embedders = self.embedder_choice();
+    async fn pending_embeddings(
+        &self,
+        embedder: &str,
+        limit: usize,
+    ) -> Result<Vec<PendingEmbedding>> {
+        let names = self.embedder_choice().names_of(embedder);
+        let embedder = embedder.to_string();
         self.readers
-            .read(move |tx| vectors::pending(tx, limit, &embedders))
+            .read(move |tx| vectors::pending(tx, &embedder, &names, limit))
+            .await
+    }
+
+    async fn abandon_embeddings(&self, episodes: Vec<i64>) -> Result<u64> {
+        self.writer
+            .write(move |conn| vectors::abandon(conn, &episodes))
             .await
     }
 

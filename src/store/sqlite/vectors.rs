@@ -75,38 +75,50 @@ pub(super) fn enqueue(conn: &Connection, rows: &[i64]) -> Result<()> {
     Ok(())
 }
 
-/// The oldest `limit` queued episodes, with their project's embedder. (Episodes of a
-/// project without one are never queued: `queue_missing` runs whenever that changes.)
+/// The oldest `limit` episodes queued for `embedder`, the embedder of the projects whose
+/// config names one of `names`. (Episodes of a project without one are never queued:
+/// `queue_missing` runs whenever that changes.)
 pub(super) fn pending(
     conn: &Connection,
+    embedder: &str,
+    names: &[String],
     limit: usize,
-    embedders: &EmbedderChoice,
 ) -> Result<Vec<PendingEmbedding>> {
+    let names: Vec<rusqlite::types::Value> = names
+        .iter()
+        .map(|name| rusqlite::types::Value::Text(name.clone()))
+        .collect();
     let mut stmt = conn
         .prepare_cached(
-            "SELECT q.episode, e.content, e.producer_id, p.embedder
+            "SELECT q.episode, e.content, e.producer_id
              FROM embedding_queue q JOIN episodes e ON e.id = q.episode
              JOIN projects p ON p.id = e.project
-             ORDER BY q.episode LIMIT ?1",
+             WHERE p.embedder IN rarray(?1)
+             ORDER BY q.episode LIMIT ?2",
         )
         .map_err(storage_error)?;
-    let rows: Vec<(i64, String, String, String)> = stmt
-        .query_map([limit as i64], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+    stmt.query_map(params![std::rc::Rc::new(names), limit as i64], |row| {
+        Ok(PendingEmbedding {
+            episode: row.get(0)?,
+            content: row.get(1)?,
+            producer_id: row.get(2)?,
+            embedder: embedder.to_string(),
         })
-        .and_then(|rows| rows.collect())
+    })
+    .and_then(|rows| rows.collect())
+    .map_err(storage_error)
+}
+
+/// Dequeues `episodes` without a vector; returns how many were queued.
+pub(super) fn abandon(conn: &Connection, episodes: &[i64]) -> Result<u64> {
+    let mut stmt = conn
+        .prepare_cached("DELETE FROM embedding_queue WHERE episode = ?1")
         .map_err(storage_error)?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|(episode, content, producer_id, name)| {
-            Some(PendingEmbedding {
-                episode,
-                content,
-                producer_id,
-                embedder: embedders.for_project(&name)?.to_string(),
-            })
-        })
-        .collect())
+    let mut removed = 0;
+    for episode in episodes {
+        removed += stmt.execute([episode]).map_err(storage_error)? as u64;
+    }
+    Ok(removed)
 }
 
 /// A vector stored for episode `row` of `project`.

@@ -1,0 +1,206 @@
+//! The embedding workers over real gRPC, against a real local HTTP server that speaks the
+//! OpenAI embeddings protocol: a text the model refuses is set aside without blocking the
+//! queue, and an embeddings endpoint that hangs holds up only its own projects.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Json;
+use common::InProcess;
+use memmachine::config::EmbedderKind;
+use memmachine::pb;
+use memmachine::pb::memory_service_client::MemoryServiceClient;
+use memmachine::pb::project_service_client::ProjectServiceClient;
+use serde_json::{Value, json};
+use tonic::transport::Channel;
+
+/// How the scripted endpoint answers the n-th request (0: the server's start-up probe).
+#[derive(Clone, Copy)]
+enum Script {
+    /// Refuses any input containing "POISON" as too long, as OpenAI does (400).
+    RefusePoison,
+    /// Answers the start-up probe, then never in time.
+    HangAfterStartUp,
+}
+
+async fn endpoint(script: Script) -> (String, Arc<AtomicUsize>) {
+    let requests = Arc::new(AtomicUsize::new(0));
+    let seen = requests.clone();
+    let app = axum::Router::new().route(
+        "/v1/embeddings",
+        axum::routing::post(move |Json(body): Json<Value>| {
+            let n = seen.fetch_add(1, Ordering::SeqCst);
+            async move {
+                let inputs: Vec<String> = body["input"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+                    .unwrap_or_default();
+                match script {
+                    Script::RefusePoison if inputs.iter().any(|t| t.contains("POISON")) => {
+                        return (
+                            axum::http::StatusCode::BAD_REQUEST,
+                            Json(json!({"error": {
+                                "message": "This model's maximum context length is 8192 tokens",
+                                "type": "invalid_request_error"}})),
+                        );
+                    }
+                    Script::HangAfterStartUp if n > 0 => {
+                        tokio::time::sleep(Duration::from_secs(600)).await;
+                    }
+                    _ => {}
+                }
+                let data: Vec<Value> = (0..inputs.len())
+                    .map(|i| json!({"object": "embedding", "index": i, "embedding": [0.6, 0.8, 0.0, 0.0]}))
+                    .collect();
+                let tokens = inputs.len();
+                (
+                    axum::http::StatusCode::OK,
+                    Json(json!({"object": "list", "data": data, "model": body["model"],
+                                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})),
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/v1"), requests)
+}
+
+async fn server(script: Script) -> (InProcess, Arc<AtomicUsize>) {
+    let (url, requests) = endpoint(script).await;
+    let server = InProcess::start_with(|config| {
+        config.embedder.kind = Some(EmbedderKind::Openai);
+        config.embedder.base_url = Some(url);
+        config.embedder.model = Some("scripted".into());
+    })
+    .await;
+    (server, requests)
+}
+
+async fn create(channel: &Channel, project: &str, embedder: &str) {
+    ProjectServiceClient::new(channel.clone())
+        .create_project(pb::CreateProjectRequest {
+            org_id: "acme".into(),
+            project_id: project.into(),
+            config: Some(pb::ProjectConfig {
+                embedder: embedder.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+}
+
+async fn add(channel: &Channel, project: &str, texts: &[&str]) {
+    MemoryServiceClient::new(channel.clone())
+        .add_memories(pb::AddMemoriesRequest {
+            org_id: "acme".into(),
+            project_id: project.into(),
+            messages: texts
+                .iter()
+                .map(|text| pb::MemoryMessage {
+                    content: text.to_string(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+}
+
+/// (episodes with a vector, episodes still queued) of `project`, read from the database.
+fn vectors_and_queue(server: &InProcess, project: &str) -> (i64, i64) {
+    let db = rusqlite::Connection::open(server.data_dir.path().join("memmachine.db")).unwrap();
+    let count = |table: &str| -> i64 {
+        db.query_row(
+            &format!(
+                "SELECT COUNT(*) FROM {table} t JOIN episodes e ON e.id = t.episode
+                 JOIN projects p ON p.id = e.project WHERE p.project_id = ?1"
+            ),
+            [project],
+            |row| row.get(0),
+        )
+        .unwrap()
+    };
+    (count("embeddings"), count("embedding_queue"))
+}
+
+/// Waits up to 20 s for `project` to reach `want`; returns what it last saw.
+async fn wait_for(server: &InProcess, project: &str, want: (i64, i64)) -> (i64, i64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let seen = vectors_and_queue(server, project);
+        if seen == want || tokio::time::Instant::now() > deadline {
+            return seen;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_refused_text_is_set_aside_and_the_queue_goes_on() {
+    let (server, requests) = server(Script::RefusePoison).await;
+    let channel = server.channel().await;
+    create(&channel, "notes", "").await;
+    add(
+        &channel,
+        "notes",
+        &[
+            "alpha note",
+            "POISON far too long",
+            "beta note",
+            "gamma note",
+        ],
+    )
+    .await;
+    assert_eq!(wait_for(&server, "notes", (3, 0)).await, (3, 0));
+    // Found out in a handful of calls, not one per episode: the batch, a check that the
+    // embedder works, then halves.
+    let calls = requests.load(Ordering::SeqCst);
+    assert!(calls <= 8, "{calls} requests");
+
+    // Later episodes are embedded as usual.
+    add(&channel, "notes", &["delta note"]).await;
+    assert_eq!(wait_for(&server, "notes", (4, 0)).await, (4, 0));
+
+    // The refused episode is still stored and found by its words.
+    let found = MemoryServiceClient::new(channel.clone())
+        .search_memories(pb::SearchMemoriesRequest {
+            org_id: "acme".into(),
+            project_id: "notes".into(),
+            query: "POISON".into(),
+            top_k: Some(5),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let text = format!("{found:?}");
+    assert!(text.contains("POISON far too long"), "{text}");
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_hanging_embedder_holds_up_only_its_own_projects() {
+    let (server, requests) = server(Script::HangAfterStartUp).await;
+    let channel = server.channel().await;
+    create(&channel, "remote", "").await;
+    create(&channel, "local", "hash").await;
+    // The remote project's episodes are queued first, and its endpoint never answers.
+    add(&channel, "remote", &["one", "two"]).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        requests.load(Ordering::SeqCst) >= 2,
+        "the remote worker is stuck"
+    );
+    add(&channel, "local", &["three", "four"]).await;
+    assert_eq!(wait_for(&server, "local", (2, 0)).await, (2, 0));
+    assert_eq!(vectors_and_queue(&server, "remote"), (0, 2));
+    server.stop().await.unwrap();
+}

@@ -55,6 +55,7 @@ pub struct Metrics {
     embed_seconds: Histograms<EmbedderLabels>,
     embedded_texts: Family<EmbedderLabels, Counter>,
     embedding_tokens: Family<EmbedderLabels, Counter>,
+    refused_texts: Family<EmbedderLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -118,6 +119,12 @@ impl Metrics {
             "Tokens embedded, as the model counts them (local and OpenAI-compatible embedders)",
             embedding_tokens.clone(),
         );
+        let refused_texts = Family::<EmbedderLabels, Counter>::default();
+        registry.register(
+            "embedding_refused",
+            "Episodes left without a vector because the embedder refused their text, by embedder",
+            refused_texts.clone(),
+        );
         Metrics {
             registry,
             calls,
@@ -129,6 +136,7 @@ impl Metrics {
             embed_seconds,
             embedded_texts,
             embedding_tokens,
+            refused_texts,
         }
     }
 
@@ -168,6 +176,15 @@ impl Metrics {
         if tokens > 0 {
             self.embedding_tokens.get_or_create(&labels).inc_by(tokens);
         }
+    }
+
+    /// Episodes set aside without a vector: `embedder` refused their texts.
+    pub fn record_refused(&self, embedder: &str, episodes: usize) {
+        self.refused_texts
+            .get_or_create(&EmbedderLabels {
+                embedder: embedder.to_string(),
+            })
+            .inc_by(episodes as u64);
     }
 
     /// The exposition text, with the store's figures read now.

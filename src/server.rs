@@ -235,7 +235,7 @@ async fn start(
     let projects = Projects::new(store.clone(), config.limits, embedders.clone());
     let queue = EmbeddingQueue::default();
     let dyn_store: Arc<dyn crate::store::Store> = store.clone();
-    spawn_workers(dyn_store, &embedders, &queue);
+    spawn_workers(dyn_store, &embedders, &queue, metrics);
     let episodic =
         EpisodicMemory::new(store.clone(), config.limits).with_embedders(embedders, queue);
     // Searches work meanwhile: a project not yet loaded loads on its first search.

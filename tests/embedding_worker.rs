@@ -70,15 +70,22 @@ async fn endpoint(script: Script) -> (String, Arc<AtomicUsize>) {
     (format!("http://{addr}/v1"), requests)
 }
 
-async fn server(script: Script) -> (InProcess, Arc<AtomicUsize>) {
+/// A server embedding through the scripted endpoint: the server, the endpoint's request
+/// count and the server's metrics URL.
+async fn server(script: Script) -> (InProcess, Arc<AtomicUsize>, String) {
     let (url, requests) = endpoint(script).await;
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let server = InProcess::start_with(|config| {
         config.embedder.kind = Some(EmbedderKind::Openai);
         config.embedder.base_url = Some(url);
         config.embedder.model = Some("scripted".into());
+        config.metrics_listen = Some(metrics);
     })
     .await;
-    (server, requests)
+    (server, requests, format!("http://{metrics}/metrics"))
 }
 
 async fn create(channel: &Channel, project: &str, embedder: &str) {
@@ -145,7 +152,7 @@ async fn wait_for(server: &InProcess, project: &str, want: (i64, i64)) -> (i64, 
 
 #[tokio::test]
 async fn a_refused_text_is_set_aside_and_the_queue_goes_on() {
-    let (server, requests) = server(Script::RefusePoison).await;
+    let (server, requests, metrics) = server(Script::RefusePoison).await;
     let channel = server.channel().await;
     create(&channel, "notes", "").await;
     add(
@@ -164,6 +171,12 @@ async fn a_refused_text_is_set_aside_and_the_queue_goes_on() {
     // embedder works, then halves.
     let calls = requests.load(Ordering::SeqCst);
     assert!(calls <= 8, "{calls} requests");
+    let scraped = reqwest::get(&metrics).await.unwrap().text().await.unwrap();
+    let refused = scraped
+        .lines()
+        .find(|line| line.starts_with("memmachine_embedding_refused_total{"))
+        .unwrap_or_else(|| panic!("no refusals counted in {scraped}"));
+    assert!(refused.ends_with(" 1"), "{refused}");
 
     // Later episodes are embedded as usual.
     add(&channel, "notes", &["delta note"]).await;
@@ -188,7 +201,7 @@ async fn a_refused_text_is_set_aside_and_the_queue_goes_on() {
 
 #[tokio::test]
 async fn a_hanging_embedder_holds_up_only_its_own_projects() {
-    let (server, requests) = server(Script::HangAfterStartUp).await;
+    let (server, requests, _) = server(Script::HangAfterStartUp).await;
     let channel = server.channel().await;
     create(&channel, "remote", "").await;
     create(&channel, "local", "hash").await;

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::embed::{EmbedError, Embedder, Embedders};
+use crate::metrics::Metrics;
 use crate::store::{PendingEmbedding, Store};
 
 /// Episodes embedded per call to the embedder.
@@ -55,106 +56,124 @@ pub fn embedding_text(producer: &str, content: &str) -> String {
 }
 
 /// Starts one worker per embedder the server offers; each runs until the process ends.
-pub fn spawn_workers(store: Arc<dyn Store>, embedders: &Embedders, queue: &EmbeddingQueue) {
+pub fn spawn_workers(
+    store: Arc<dyn Store>,
+    embedders: &Embedders,
+    queue: &EmbeddingQueue,
+    metrics: Arc<Metrics>,
+) {
     for embedder in embedders.all() {
-        tokio::spawn(run_worker(store.clone(), embedder, queue.clone()));
+        let worker = Worker {
+            store: store.clone(),
+            embedder,
+            metrics: metrics.clone(),
+        };
+        tokio::spawn(worker.run(queue.clone()));
     }
 }
 
-async fn run_worker(store: Arc<dyn Store>, embedder: Arc<dyn Embedder>, queue: EmbeddingQueue) {
-    let mut wake = queue.wake.subscribe();
-    let mut backoff = FIRST_BACKOFF;
-    let mut embedded: u64 = 0;
-    loop {
-        // Marked seen before looking, so an episode queued meanwhile wakes us.
-        wake.borrow_and_update();
-        let pending = match store.pending_embeddings(embedder.id(), BATCH).await {
-            Ok(pending) => pending,
-            Err(err) => {
-                tracing::warn!(error = %err, "reading the embedding queue failed");
-                tokio::time::sleep(FIRST_BACKOFF).await;
+/// Embeds the episodes queued for one embedder.
+struct Worker {
+    store: Arc<dyn Store>,
+    embedder: Arc<dyn Embedder>,
+    metrics: Arc<Metrics>,
+}
+
+impl Worker {
+    async fn run(self, queue: EmbeddingQueue) {
+        let (store, embedder) = (&self.store, &self.embedder);
+        let mut wake = queue.wake.subscribe();
+        let mut backoff = FIRST_BACKOFF;
+        let mut embedded: u64 = 0;
+        loop {
+            // Marked seen before looking, so an episode queued meanwhile wakes us.
+            wake.borrow_and_update();
+            let pending = match store.pending_embeddings(embedder.id(), BATCH).await {
+                Ok(pending) => pending,
+                Err(err) => {
+                    tracing::warn!(error = %err, "reading the embedding queue failed");
+                    tokio::time::sleep(FIRST_BACKOFF).await;
+                    continue;
+                }
+            };
+            if pending.is_empty() {
+                if embedded > 0 {
+                    tracing::info!(
+                        embedder = embedder.id(),
+                        embedded,
+                        "embedding queue drained"
+                    );
+                    embedded = 0;
+                }
+                // The timeout covers anything queued behind our back.
+                let _ = tokio::time::timeout(Duration::from_secs(5), wake.changed()).await;
                 continue;
             }
-        };
-        if pending.is_empty() {
-            if embedded > 0 {
-                tracing::info!(
-                    embedder = embedder.id(),
-                    embedded,
-                    "embedding queue drained"
-                );
-                embedded = 0;
-            }
-            // The timeout covers anything queued behind our back.
-            let _ = tokio::time::timeout(Duration::from_secs(5), wake.changed()).await;
-            continue;
-        }
-        let batch: Vec<&PendingEmbedding> = pending.iter().collect();
-        match embed_pending(store.as_ref(), embedder.as_ref(), &batch).await {
-            Ok(count) => {
-                embedded += count;
-                backoff = FIRST_BACKOFF;
-            }
-            Err(err) => {
-                // The episodes stay queued (and searchable lexically) until this works.
-                tracing::warn!(
-                    error = %err,
-                    embedder = embedder.id(),
-                    retry_in_ms = backoff.as_millis() as u64,
-                    "embedding failed"
-                );
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
+            let batch: Vec<&PendingEmbedding> = pending.iter().collect();
+            match self.embed(&batch).await {
+                Ok(count) => {
+                    embedded += count;
+                    backoff = FIRST_BACKOFF;
+                }
+                Err(err) => {
+                    // The episodes stay queued (and searchable lexically) until this works.
+                    tracing::warn!(
+                        error = %err,
+                        embedder = embedder.id(),
+                        retry_in_ms = backoff.as_millis() as u64,
+                        "embedding failed"
+                    );
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
             }
         }
     }
-}
 
-/// Embeds `batch` and stores the vectors; returns how many were stored. An error means
-/// the embedder (or the store) failed as a whole: the episodes stay queued.
-async fn embed_pending(
-    store: &dyn Store,
-    embedder: &dyn Embedder,
-    batch: &[&PendingEmbedding],
-) -> Result<u64, String> {
-    let err = match embed_batch(embedder, batch).await {
-        Ok(vectors) => {
-            let rows = batch.iter().map(|p| p.episode).zip(vectors).collect();
-            return store_vectors(store, embedder, rows).await;
+    /// Embeds `batch` and stores the vectors; returns how many were stored. An error means
+    /// the embedder (or the store) failed as a whole: the episodes stay queued.
+    async fn embed(&self, batch: &[&PendingEmbedding]) -> Result<u64, String> {
+        let (store, embedder) = (self.store.as_ref(), self.embedder.as_ref());
+        let err = match embed_batch(embedder, batch).await {
+            Ok(vectors) => {
+                let rows = batch.iter().map(|p| p.episode).zip(vectors).collect();
+                return store_vectors(store, embedder, rows).await;
+            }
+            Err(err) => err,
+        };
+        if matches!(err, EmbedError::Unavailable(_)) || !works(embedder).await {
+            return Err(err.to_string());
         }
-        Err(err) => err,
-    };
-    if matches!(err, EmbedError::Unavailable(_)) || !works(embedder).await {
-        return Err(err.to_string());
+        // The embedder works but refuses something in this batch: find what.
+        let (vectors, refused, unavailable) = embed_around_refusals(embedder, batch).await;
+        let stored = store_vectors(store, embedder, vectors).await?;
+        if let Some(err) = unavailable {
+            return Err(err.to_string());
+        }
+        if refused.is_empty() {
+            return Ok(stored);
+        }
+        // Still working (if it embedded none of the batch, ask it again)?
+        if stored == 0 && !works(embedder).await {
+            return Err("the embedder stopped working".into());
+        }
+        for (pending, err) in &refused {
+            tracing::warn!(
+                error = %err,
+                embedder = embedder.id(),
+                episode = pending.episode,
+                "the embedder refuses this episode's text; it stays without a vector \
+                 (lexical search still finds it)"
+            );
+        }
+        let episodes = refused.iter().map(|(p, _)| p.episode).collect();
+        store
+            .abandon_embeddings(episodes)
+            .await
+            .map_err(|err| format!("dequeuing refused episodes: {err}"))?;
+        self.metrics.record_refused(embedder.id(), refused.len());
+        Ok(stored)
     }
-    // The embedder works but refuses something in this batch: find what.
-    let (vectors, refused, unavailable) = embed_around_refusals(embedder, batch).await;
-    let stored = store_vectors(store, embedder, vectors).await?;
-    if let Some(err) = unavailable {
-        return Err(err.to_string());
-    }
-    if refused.is_empty() {
-        return Ok(stored);
-    }
-    // Still working (if it embedded none of the batch, ask it again)?
-    if stored == 0 && !works(embedder).await {
-        return Err("the embedder stopped working".into());
-    }
-    for (pending, err) in &refused {
-        tracing::warn!(
-            error = %err,
-            embedder = embedder.id(),
-            episode = pending.episode,
-            "the embedder refuses this episode's text; it stays without a vector \
-             (lexical search still finds it)"
-        );
-    }
-    let episodes = refused.iter().map(|(p, _)| p.episode).collect();
-    store
-        .abandon_embeddings(episodes)
-        .await
-        .map_err(|err| format!("dequeuing refused episodes: {err}"))?;
-    Ok(stored)
 }
 
 async fn store_vectors(

@@ -6,7 +6,8 @@
 //! others (one too long for the model, say): it is set aside without a vector, logged,
 //! instead of blocking the queue behind it.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -22,24 +23,33 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// Embedded to tell an embedder that is broken from a text it refuses.
 const PROBE: &str = "memmachine embedder check";
 
-/// Wakes the workers when new episodes are queued.
-#[derive(Clone)]
+/// Wakes an embedder's worker when episodes are queued for it.
+#[derive(Clone, Default)]
 pub struct EmbeddingQueue {
-    wake: Arc<watch::Sender<u64>>,
-}
-
-impl Default for EmbeddingQueue {
-    fn default() -> Self {
-        EmbeddingQueue {
-            wake: Arc::new(watch::channel(0).0),
-        }
-    }
+    /// By embedder id.
+    wake: Arc<Mutex<HashMap<String, watch::Sender<u64>>>>,
 }
 
 impl EmbeddingQueue {
-    pub fn notify(&self) {
-        self.wake
-            .send_modify(|version| *version = version.wrapping_add(1));
+    /// Episodes were queued for the embedder `id`.
+    pub fn notify(&self, id: &str) {
+        let wake = self
+            .wake
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(sender) = wake.get(id) {
+            sender.send_modify(|version| *version = version.wrapping_add(1));
+        }
+    }
+
+    fn subscribe(&self, id: &str) -> watch::Receiver<u64> {
+        let mut wake = self
+            .wake
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        wake.entry(id.to_string())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe()
     }
 }
 
@@ -68,7 +78,8 @@ pub fn spawn_workers(
             embedder,
             metrics: metrics.clone(),
         };
-        tokio::spawn(worker.run(queue.clone()));
+        let wake = queue.subscribe(worker.embedder.id());
+        tokio::spawn(worker.run(wake));
     }
 }
 
@@ -80,9 +91,8 @@ struct Worker {
 }
 
 impl Worker {
-    async fn run(self, queue: EmbeddingQueue) {
+    async fn run(self, mut wake: watch::Receiver<u64>) {
         let (store, embedder) = (&self.store, &self.embedder);
-        let mut wake = queue.wake.subscribe();
         let mut backoff = FIRST_BACKOFF;
         let mut embedded: u64 = 0;
         loop {

@@ -79,7 +79,9 @@ impl EpisodicMemory {
         let uids = episodes.iter().map(|e| e.uid).collect();
         let count = episodes.len();
         self.store.add_episodes(&project.key, episodes).await?;
-        self.queue.notify();
+        if let Some(embedder) = self.embedders.for_project(&project.config.embedder) {
+            self.queue.notify(embedder.id());
+        }
         tracing::debug!(project = %project.key, count, "episodes stored");
         Ok(uids)
     }

@@ -217,3 +217,30 @@ async fn a_hanging_embedder_holds_up_only_its_own_projects() {
     assert_eq!(vectors_and_queue(&server, "remote"), (0, 2));
     server.stop().await.unwrap();
 }
+
+/// Workers belong to the server that queues their episodes: once it is gone, they stop
+/// and let go of the store.
+#[tokio::test]
+async fn workers_stop_when_their_queue_is_dropped() {
+    use memmachine::embed::registry::Embedders;
+    use memmachine::episodic::embedding::{EmbeddingQueue, spawn_workers};
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn memmachine::store::Store> =
+        Arc::new(memmachine::store::sqlite::SqliteStore::open(dir.path()).unwrap());
+    let embedders = Embedders::new(None, None);
+    let queue = EmbeddingQueue::default();
+    let metrics = Arc::new(memmachine::metrics::Metrics::new());
+    spawn_workers(store.clone(), &embedders, &queue, metrics);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        Arc::strong_count(&store),
+        2,
+        "the hash worker holds the store"
+    );
+    drop(queue);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while Arc::strong_count(&store) > 1 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(Arc::strong_count(&store), 1, "the worker let go");
+}

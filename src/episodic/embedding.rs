@@ -65,7 +65,8 @@ pub fn embedding_text(producer: &str, content: &str) -> String {
     }
 }
 
-/// Starts one worker per embedder the server offers; each runs until the process ends.
+/// Starts one worker per embedder the server offers; each runs until `queue` and all its
+/// clones are dropped.
 pub fn spawn_workers(
     store: Arc<dyn Store>,
     embedders: &Embedders,
@@ -96,6 +97,10 @@ impl Worker {
         let mut backoff = FIRST_BACKOFF;
         let mut embedded: u64 = 0;
         loop {
+            // The server that queues episodes is gone: so is the work.
+            if wake.has_changed().is_err() {
+                return;
+            }
             // Marked seen before looking, so an episode queued meanwhile wakes us.
             wake.borrow_and_update();
             let pending = match store.pending_embeddings(embedder.id(), BATCH).await {
@@ -116,7 +121,11 @@ impl Worker {
                     embedded = 0;
                 }
                 // The timeout covers anything queued behind our back.
-                let _ = tokio::time::timeout(Duration::from_secs(5), wake.changed()).await;
+                if let Ok(Err(_)) =
+                    tokio::time::timeout(Duration::from_secs(5), wake.changed()).await
+                {
+                    return;
+                }
                 continue;
             }
             let batch: Vec<&PendingEmbedding> = pending.iter().collect();

@@ -398,14 +398,13 @@ impl ServeArgs {
             std::time::Duration::try_from_secs_f64(value.unwrap_or(default))
                 .map_err(|_| format!("--{flag} must be a number of seconds, 0 or more"))
         };
-        let request_timeout = seconds(merged.request_timeout, 60.0, "request-timeout")?;
-        if request_timeout.is_zero() {
-            return Err("--request-timeout must be more than 0 seconds".into());
-        }
-        let keepalive_timeout = seconds(merged.keepalive_timeout, 10.0, "keepalive-timeout")?;
-        if keepalive_timeout.is_zero() {
-            return Err("--keepalive-timeout must be more than 0 seconds".into());
-        }
+        let positive = |value: Option<f64>, default: f64, flag: &str| {
+            nonzero(seconds(value, default, flag)?)
+                .ok_or_else(|| format!("--{flag} must be more than 0 seconds"))
+        };
+        let request_timeout = positive(merged.request_timeout, 60.0, "request-timeout")?;
+        let keepalive_timeout = positive(merged.keepalive_timeout, 10.0, "keepalive-timeout")?;
+        let keepalive_interval = seconds(merged.keepalive_interval, 30.0, "keepalive-interval")?;
         Ok(ServeConfig {
             listen,
             auth,
@@ -416,12 +415,7 @@ impl ServeArgs {
             request_timeout,
             drain_delay: seconds(merged.drain_delay, 0.0, "drain-delay")?,
             keepalive: Keepalive {
-                interval: Some(seconds(
-                    merged.keepalive_interval,
-                    30.0,
-                    "keepalive-interval",
-                )?)
-                .filter(|interval| !interval.is_zero()),
+                interval: nonzero(keepalive_interval),
                 timeout: keepalive_timeout,
             },
             otlp_endpoint: merged.otlp_endpoint,
@@ -491,6 +485,11 @@ impl ServeArgs {
             rest_listen: self.rest_listen.or(other.rest_listen),
         }
     }
+}
+
+/// `None` for a zero duration (a setting turned off, or not allowed).
+fn nonzero(duration: std::time::Duration) -> Option<std::time::Duration> {
+    (!duration.is_zero()).then_some(duration)
 }
 
 /// Where the embedded store lives, from `--data-dir` and `--store`.

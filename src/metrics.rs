@@ -11,7 +11,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 use tokio::net::TcpListener;
 
 use crate::store::StatsStore;
@@ -44,6 +44,12 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 18))
 }
 
+/// `metric`, registered in `registry` under `name` (with the registry's prefix).
+fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 pub struct Metrics {
     registry: Registry,
     calls: Family<CallLabels, Counter>,
@@ -67,76 +73,69 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("memmachine");
-        let calls = Family::<CallLabels, Counter>::default();
-        registry.register(
-            "grpc_requests",
-            "gRPC calls answered, by method and status code",
-            calls.clone(),
-        );
-        let call_seconds: Histograms<MethodLabels> =
-            Family::new_with_constructor(latency_histogram);
-        registry.register(
-            "grpc_request_duration_seconds",
-            "Time to answer a gRPC call, by method",
-            call_seconds.clone(),
-        );
-        let refused = Family::<LimitLabels, Counter>::default();
-        registry.register(
-            "rate_limited",
-            "Calls turned away by a per-caller limit (rate or concurrency)",
-            refused.clone(),
-        );
-        let episodes = Gauge::default();
-        registry.register("episodes_stored", "Episodes in the store", episodes.clone());
-        let queue_depth = Gauge::default();
-        registry.register(
-            "embedding_queue_depth",
-            "Episodes waiting for a vector",
-            queue_depth.clone(),
-        );
-        let queue_lag = Gauge::<f64, AtomicU64>::default();
-        registry.register(
-            "embedding_queue_lag_seconds",
-            "How long the oldest episode waiting for a vector has waited",
-            queue_lag.clone(),
-        );
-        let embed_seconds: Histograms<EmbedderLabels> =
-            Family::new_with_constructor(latency_histogram);
-        registry.register(
-            "embedding_duration_seconds",
-            "Time to embed one batch of texts, by embedder",
-            embed_seconds.clone(),
-        );
-        let embedded_texts = Family::<EmbedderLabels, Counter>::default();
-        registry.register(
-            "embedded_texts",
-            "Texts embedded (episodes and queries), by embedder",
-            embedded_texts.clone(),
-        );
-        let embedding_tokens = Family::<EmbedderLabels, Counter>::default();
-        registry.register(
-            "embedding_tokens",
-            "Tokens embedded, as the model counts them (local and OpenAI-compatible embedders)",
-            embedding_tokens.clone(),
-        );
-        let refused_texts = Family::<EmbedderLabels, Counter>::default();
-        registry.register(
-            "embedding_refused",
-            "Episodes left without a vector because the embedder refused their text, by embedder",
-            refused_texts.clone(),
-        );
         Metrics {
+            calls: registered(
+                &mut registry,
+                "grpc_requests",
+                "gRPC calls answered, by method and status code",
+                Family::default(),
+            ),
+            call_seconds: registered(
+                &mut registry,
+                "grpc_request_duration_seconds",
+                "Time to answer a gRPC call, by method",
+                Family::new_with_constructor(latency_histogram),
+            ),
+            refused: registered(
+                &mut registry,
+                "rate_limited",
+                "Calls turned away by a per-caller limit (rate or concurrency)",
+                Family::default(),
+            ),
+            episodes: registered(
+                &mut registry,
+                "episodes_stored",
+                "Episodes in the store",
+                Gauge::default(),
+            ),
+            queue_depth: registered(
+                &mut registry,
+                "embedding_queue_depth",
+                "Episodes waiting for a vector",
+                Gauge::default(),
+            ),
+            queue_lag: registered(
+                &mut registry,
+                "embedding_queue_lag_seconds",
+                "How long the oldest episode waiting for a vector has waited",
+                Gauge::default(),
+            ),
+            embed_seconds: registered(
+                &mut registry,
+                "embedding_duration_seconds",
+                "Time to embed one batch of texts, by embedder",
+                Family::new_with_constructor(latency_histogram),
+            ),
+            embedded_texts: registered(
+                &mut registry,
+                "embedded_texts",
+                "Texts embedded (episodes and queries), by embedder",
+                Family::default(),
+            ),
+            embedding_tokens: registered(
+                &mut registry,
+                "embedding_tokens",
+                "Tokens embedded, as the model counts them (local and OpenAI-compatible embedders)",
+                Family::default(),
+            ),
+            refused_texts: registered(
+                &mut registry,
+                "embedding_refused",
+                "Episodes left without a vector because the embedder refused their text, by embedder",
+                Family::default(),
+            ),
+            // Last: the fields above borrow it to register themselves.
             registry,
-            calls,
-            call_seconds,
-            refused,
-            episodes,
-            queue_depth,
-            queue_lag,
-            embed_seconds,
-            embedded_texts,
-            embedding_tokens,
-            refused_texts,
         }
     }
 

@@ -36,17 +36,15 @@ pub async fn check(
         .connect_timeout(timeout)
         .timeout(timeout);
     if let Some(tls) = tls {
-        let ca = std::fs::read(&tls.ca)
-            .map_err(|err| format!("cannot read {}: {err}", tls.ca.display()))?;
+        let read = |path: &std::path::Path| {
+            std::fs::read(path).map_err(|err| format!("cannot read {}: {err}", path.display()))
+        };
         let mut config = tonic::transport::ClientTlsConfig::new()
-            .ca_certificate(tonic::transport::Certificate::from_pem(ca));
+            .ca_certificate(tonic::transport::Certificate::from_pem(read(&tls.ca)?));
         if let Some(domain) = &tls.domain {
             config = config.domain_name(domain);
         }
         if let Some((cert, key)) = &tls.identity {
-            let read = |path: &std::path::Path| {
-                std::fs::read(path).map_err(|err| format!("cannot read {}: {err}", path.display()))
-            };
             config = config.identity(tonic::transport::Identity::from_pem(
                 read(cert)?,
                 read(key)?,

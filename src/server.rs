@@ -42,11 +42,7 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let data_dir = config.data_dir.clone();
-    let store = tokio::task::spawn_blocking(move || SqliteStore::open(&data_dir))
-        .await
-        .map_err(|err| Error::Internal(format!("opening the store: {err}")))??;
-    let store = Arc::new(store);
+    let store = Arc::new(SqliteStore::open_async(&config.data_dir).await?);
     let addr = listener
         .local_addr()
         .map_err(|err| Error::Internal(format!("listener address: {err}")))?;
@@ -189,10 +185,7 @@ pub async fn run(
         task.abort();
     }
     // Commit what is queued before leaving.
-    let closing = store.clone();
-    tokio::task::spawn_blocking(move || closing.close())
-        .await
-        .map_err(|err| Error::Internal(format!("closing the store: {err}")))?;
+    store.clone().close_async().await?;
     if let Some(err) = startup_error {
         return Err(err);
     }

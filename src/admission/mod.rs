@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use http::{HeaderValue, Request, Response};
+use tokio::sync::OwnedSemaphorePermit;
 use tonic::body::Body;
 use tracing::Instrument;
 
@@ -110,8 +111,8 @@ const DEADLINE_MARGIN: Duration = Duration::from_millis(2);
 /// client cancelled or reset it).
 struct CallRecord {
     metrics: Arc<Metrics>,
-    label: &'static str,
-    method: String,
+    /// The method's metrics label.
+    label: String,
     started: Instant,
     answered: bool,
 }
@@ -120,16 +121,8 @@ impl CallRecord {
     fn answer(mut self, code: tonic::Code) -> Duration {
         self.answered = true;
         let elapsed = self.started.elapsed();
-        self.metrics.record_call(self.name(), code, elapsed);
+        self.metrics.record_call(&self.label, code, elapsed);
         elapsed
-    }
-
-    fn name(&self) -> &str {
-        if self.label.is_empty() {
-            &self.method
-        } else {
-            self.label
-        }
     }
 }
 
@@ -138,7 +131,7 @@ impl Drop for CallRecord {
         if !self.answered {
             let elapsed = self.started.elapsed();
             self.metrics
-                .record_call(self.name(), tonic::Code::Cancelled, elapsed);
+                .record_call(&self.label, tonic::Code::Cancelled, elapsed);
         }
     }
 }
@@ -160,11 +153,10 @@ impl Admission {
         let record = CallRecord {
             metrics: self.metrics.clone(),
             label: if self.methods.contains(&method) {
-                ""
+                method.clone()
             } else {
-                "unknown"
+                "unknown".to_string()
             },
-            method: method.clone(),
             started: Instant::now(),
             answered: false,
         };
@@ -197,12 +189,7 @@ impl Admission {
                     Err(err) => {
                         // Failed attempts count against the peer's rate, so that
                         // guessing keys is as limited as calling.
-                        self.limiter.admit(&format!("peer:{peer}")).map_err(
-                            |(refusal, limited)| {
-                                self.metrics.record_refusal(refusal.as_str());
-                                limited
-                            },
-                        )?;
+                        self.limit(&format!("peer:{peer}"))?;
                         return Err(err);
                     }
                 }
@@ -215,10 +202,7 @@ impl Admission {
                 Some(key) => format!("key:{key}"),
                 None => format!("peer:{peer}"),
             };
-            let _permit = self.limiter.admit(&limiter_key).map_err(|(refusal, err)| {
-                self.metrics.record_refusal(refusal.as_str());
-                err
-            })?;
+            let _permit = self.limit(&limiter_key)?;
             if let Some(caller) = caller {
                 request.extensions_mut().insert(caller);
             }
@@ -264,6 +248,15 @@ impl Admission {
             response.headers_mut().insert(REQUEST_ID, value);
         }
         Ok(response)
+    }
+
+    /// Admits one call of `caller` under the per-caller limits, counting refusals in the
+    /// metrics. The permit must live as long as the call.
+    fn limit(&self, caller: &str) -> Result<Option<OwnedSemaphorePermit>, Error> {
+        self.limiter.admit(caller).map_err(|(refusal, err)| {
+            self.metrics.record_refusal(refusal.as_str());
+            err
+        })
     }
 
     /// tonic's own answers to a client's mistakes, as the contract's codes: a message

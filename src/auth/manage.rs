@@ -2,6 +2,7 @@
 //! (a running server sees the change on its next call).
 
 use std::path::Path;
+use std::sync::Arc;
 
 use super::keys::{IssuedKey, issue};
 use crate::error::Result;
@@ -12,7 +13,7 @@ use crate::store::sqlite::SqliteStore;
 
 /// Opens the store in `data_dir`; unless `create`, only one that exists (a mistyped
 /// `--data-dir` must not list or revoke in an empty new store).
-async fn open(data_dir: &Path, create: bool) -> Result<SqliteStore> {
+async fn open(data_dir: &Path, create: bool) -> Result<Arc<SqliteStore>> {
     let file = data_dir.join(crate::store::sqlite::DB_FILE);
     if !create && !file.is_file() {
         return Err(crate::error::Error::NotFound(format!(
@@ -20,16 +21,11 @@ async fn open(data_dir: &Path, create: bool) -> Result<SqliteStore> {
             file.display()
         )));
     }
-    let dir = data_dir.to_path_buf();
-    tokio::task::spawn_blocking(move || SqliteStore::open(&dir))
-        .await
-        .map_err(|err| crate::error::Error::Internal(format!("opening the store: {err}")))?
+    Ok(Arc::new(SqliteStore::open_async(data_dir).await?))
 }
 
-async fn closing<T>(store: SqliteStore, result: Result<T>) -> Result<T> {
-    tokio::task::spawn_blocking(move || store.close())
-        .await
-        .map_err(|err| crate::error::Error::Internal(format!("closing the store: {err}")))?;
+async fn closing<T>(store: Arc<SqliteStore>, result: Result<T>) -> Result<T> {
+    store.close_async().await?;
     result
 }
 

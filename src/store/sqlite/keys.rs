@@ -6,6 +6,7 @@ use super::connection::storage_error;
 use crate::error::{Error, Result};
 use crate::model::{ApiKeyRecord, KeyScope};
 
+/// In the order `from_row` reads and `insert` binds them.
 const COLUMNS: &str = "id, org_id, label, salt, hash, created_at, revoked_at";
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<ApiKeyRecord> {
@@ -28,8 +29,9 @@ pub(super) fn insert(conn: &Connection, key: &ApiKeyRecord) -> Result<()> {
     };
     let inserted = conn
         .execute(
-            "INSERT OR IGNORE INTO api_keys (id, org_id, label, salt, hash, created_at, revoked_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            &format!(
+                "INSERT OR IGNORE INTO api_keys ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+            ),
             params![
                 key.id,
                 org,

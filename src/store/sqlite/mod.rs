@@ -66,6 +66,14 @@ impl SqliteStore {
         })
     }
 
+    /// `open` on a blocking thread, for async callers.
+    pub async fn open_async(data_dir: &Path) -> Result<SqliteStore> {
+        let dir = data_dir.to_path_buf();
+        tokio::task::spawn_blocking(move || SqliteStore::open(&dir))
+            .await
+            .map_err(|err| Error::Internal(format!("opening the store: {err}")))?
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -94,6 +102,13 @@ impl SqliteStore {
     /// Commits queued writes and stops the writer; later writes answer `UNAVAILABLE`.
     pub fn close(&self) {
         self.writer.close();
+    }
+
+    /// `close` on a blocking thread, for async callers.
+    pub async fn close_async(self: Arc<Self>) -> Result<()> {
+        tokio::task::spawn_blocking(move || self.close())
+            .await
+            .map_err(|err| Error::Internal(format!("closing the store: {err}")))
     }
 }
 
@@ -369,7 +384,7 @@ impl VectorStore for SqliteStore {
 
     async fn abandon_embeddings(&self, episodes: Vec<i64>) -> Result<u64> {
         self.writer
-            .write(move |conn| vectors::abandon(conn, &episodes))
+            .write(move |conn| vectors::dequeue(conn, &episodes))
             .await
     }
 

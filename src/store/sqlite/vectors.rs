@@ -109,8 +109,9 @@ pub(super) fn pending(
     .map_err(storage_error)
 }
 
-/// Dequeues `episodes` without a vector; returns how many were queued.
-pub(super) fn abandon(conn: &Connection, episodes: &[i64]) -> Result<u64> {
+/// Takes `episodes` off the queue (with or without a vector); returns how many were
+/// queued.
+pub(super) fn dequeue(conn: &Connection, episodes: &[i64]) -> Result<u64> {
     let mut stmt = conn
         .prepare_cached("DELETE FROM embedding_queue WHERE episode = ?1")
         .map_err(storage_error)?;
@@ -142,9 +143,8 @@ pub(super) fn store(
             "INSERT OR REPLACE INTO embeddings (episode, embedder, vector) VALUES (?1, ?2, ?3)",
         )
         .map_err(storage_error)?;
-    let mut dequeue = conn
-        .prepare_cached("DELETE FROM embedding_queue WHERE episode = ?1")
-        .map_err(storage_error)?;
+    let rows: Vec<i64> = vectors.iter().map(|(row, _)| *row).collect();
+    dequeue(conn, &rows)?;
     let mut stored = Vec::with_capacity(vectors.len());
     for (row, vector) in vectors {
         let project: Option<i64> = match project_of.query_row([row], |r| r.get(0)) {
@@ -152,7 +152,6 @@ pub(super) fn store(
             Err(rusqlite::Error::QueryReturnedNoRows) => None,
             Err(err) => return Err(storage_error(err)),
         };
-        dequeue.execute([row]).map_err(storage_error)?;
         let Some(project) = project else { continue };
         insert
             .execute(params![row, embedder, encode(vector)])

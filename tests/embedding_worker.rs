@@ -6,78 +6,22 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
 use std::time::Duration;
 
-use axum::Json;
-use common::InProcess;
+use common::embeddings::{Script, scripted_embeddings};
+use common::{InProcess, free_port};
 use memmachine::config::EmbedderKind;
 use memmachine::pb;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
 use memmachine::pb::project_service_client::ProjectServiceClient;
-use serde_json::{Value, json};
 use tonic::transport::Channel;
-
-/// How the scripted endpoint answers the n-th request (0: the server's start-up probe).
-#[derive(Clone, Copy)]
-enum Script {
-    /// Refuses any input containing "POISON" as too long, as OpenAI does (400).
-    RefusePoison,
-    /// Answers the start-up probe, then never in time.
-    HangAfterStartUp,
-}
-
-async fn endpoint(script: Script) -> (String, Arc<AtomicUsize>) {
-    let requests = Arc::new(AtomicUsize::new(0));
-    let seen = requests.clone();
-    let app = axum::Router::new().route(
-        "/v1/embeddings",
-        axum::routing::post(move |Json(body): Json<Value>| {
-            let n = seen.fetch_add(1, Ordering::SeqCst);
-            async move {
-                let inputs: Vec<String> = body["input"]
-                    .as_array()
-                    .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
-                    .unwrap_or_default();
-                match script {
-                    Script::RefusePoison if inputs.iter().any(|t| t.contains("POISON")) => {
-                        return (
-                            axum::http::StatusCode::BAD_REQUEST,
-                            Json(json!({"error": {
-                                "message": "This model's maximum context length is 8192 tokens",
-                                "type": "invalid_request_error"}})),
-                        );
-                    }
-                    Script::HangAfterStartUp if n > 0 => {
-                        tokio::time::sleep(Duration::from_secs(600)).await;
-                    }
-                    _ => {}
-                }
-                let data: Vec<Value> = (0..inputs.len())
-                    .map(|i| json!({"object": "embedding", "index": i, "embedding": [0.6, 0.8, 0.0, 0.0]}))
-                    .collect();
-                let tokens = inputs.len();
-                (
-                    axum::http::StatusCode::OK,
-                    Json(json!({"object": "list", "data": data, "model": body["model"],
-                                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})),
-                )
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}/v1"), requests)
-}
 
 /// A server embedding through the scripted endpoint: the server, the endpoint's request
 /// count and the server's metrics URL.
 async fn server(script: Script) -> (InProcess, Arc<AtomicUsize>, String) {
-    let (url, requests) = endpoint(script).await;
-    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let (url, requests) = scripted_embeddings(script).await;
+    let metrics = free_port();
     let server = InProcess::start_with(|config| {
         config.embedder.kind = Some(EmbedderKind::Openai);
         config.embedder.base_url = Some(url);

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::InProcess;
 use common::calls::{WriteLock, add, create_project, get_project};
+use common::embeddings::{Script, scripted_embeddings};
 use memmachine::config::EmbedderKind;
 use tonic::Code;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -18,31 +19,9 @@ async fn health(url: &str, service: &str) -> ServingStatus {
         .expect("health answers")
 }
 
-/// An OpenAI-compatible embeddings endpoint that takes `delay` to answer each request.
-async fn slow_embeddings_endpoint(delay: Duration) -> String {
-    use axum::Json;
-    use serde_json::{Value, json};
-    let app = axum::Router::new().route(
-        "/v1/embeddings",
-        axum::routing::post(move |Json(body): Json<Value>| async move {
-            tokio::time::sleep(delay).await;
-            let n = body["input"].as_array().map_or(1, Vec::len);
-            let data: Vec<Value> = (0..n)
-                .map(|i| json!({"object": "embedding", "index": i, "embedding": [0.6, 0.8, 0.0, 0.0]}))
-                .collect();
-            Json(json!({"object": "list", "data": data, "model": body["model"],
-                        "usage": {"prompt_tokens": n, "total_tokens": n}}))
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}/v1")
-}
-
 #[tokio::test]
 async fn not_serving_while_starting() {
-    let endpoint = slow_embeddings_endpoint(Duration::from_millis(1500)).await;
+    let (endpoint, _) = scripted_embeddings(Script::Slow(Duration::from_millis(1500))).await;
     let server = InProcess::launch_with(|config| {
         config.embedder.kind = Some(EmbedderKind::Openai);
         config.embedder.base_url = Some(endpoint);

@@ -6,15 +6,10 @@ mod common;
 use std::time::Duration;
 
 use common::calls::{add, create_project, get_project, search, with_key};
-use common::{InProcess, ServerProcess};
+use common::{InProcess, ServerProcess, free_port};
 use memmachine::config::EmbedderKind;
 use memmachine::pb;
 use memmachine::pb::project_service_client::ProjectServiceClient;
-
-fn free_port() -> std::net::SocketAddr {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    probe.local_addr().unwrap()
-}
 
 /// The value of the sample whose line starts with `series` (name and labels).
 fn sample(text: &str, series: &str) -> Option<f64> {

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod calls;
+pub mod embeddings;
 pub mod pki;
 
 use std::io::{BufRead, BufReader};
@@ -9,6 +10,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
+
+/// A loopback address nothing listens on (as far as anyone can tell).
+pub fn free_port() -> std::net::SocketAddr {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    probe.local_addr().unwrap()
+}
 
 /// A running `memmachine serve` process; killed when dropped.
 pub struct ServerProcess {

@@ -5,17 +5,9 @@
 mod common;
 
 use common::InProcess;
+use common::calls::frame;
 use memmachine::pb;
 use prost::Message;
-
-/// One gRPC-Web data frame holding `message`.
-fn frame(message: &impl Message) -> Vec<u8> {
-    let body = message.encode_to_vec();
-    let mut out = vec![0u8];
-    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    out.extend_from_slice(&body);
-    out
-}
 
 /// Splits a gRPC-Web response body into its data frames and its trailer text.
 fn unframe(mut body: &[u8]) -> (Vec<Vec<u8>>, String) {

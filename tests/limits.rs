@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::InProcess;
-use common::calls::{WriteLock, add, count, create_project, get_project};
+use common::calls::{WriteLock, add, count, create_project, frame, get_project};
 use memmachine::admission::limits::CallerLimits;
 use memmachine::model::KeyScope;
 use memmachine::pb;
@@ -142,8 +142,7 @@ async fn an_oversized_request_is_resource_exhausted() {
 /// An AddMemories call made by hand over HTTP/2 with `grpc-timeout`; the grpc-status the
 /// server answered.
 async fn raw_grpc_add(url: &str, timeout: &str) -> String {
-    use prost::Message;
-    let message = pb::AddMemoriesRequest {
+    let body = frame(&pb::AddMemoriesRequest {
         org_id: "acme".into(),
         project_id: "notes".into(),
         messages: vec![pb::MemoryMessage {
@@ -152,11 +151,7 @@ async fn raw_grpc_add(url: &str, timeout: &str) -> String {
             ..Default::default()
         }],
         ..Default::default()
-    }
-    .encode_to_vec();
-    let mut body = vec![0u8];
-    body.extend_from_slice(&(message.len() as u32).to_be_bytes());
-    body.extend_from_slice(&message);
+    });
     let client = reqwest::Client::builder()
         .http2_prior_knowledge()
         .build()

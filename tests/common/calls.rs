@@ -148,3 +148,13 @@ impl Drop for WriteLock {
         let _ = self.0.execute_batch("ROLLBACK");
     }
 }
+
+/// One length-prefixed gRPC (and gRPC-Web) data frame holding `message`, for calls made
+/// by hand.
+pub fn frame(message: &impl prost::Message) -> Vec<u8> {
+    let body = message.encode_to_vec();
+    let mut out = vec![0u8];
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}

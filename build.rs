@@ -13,6 +13,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/memmachine/v2/common.proto",
         "proto/memmachine/v2/project_service.proto",
         "proto/memmachine/v2/memory_service.proto",
+        "proto/memmachine/v2/semantic_service.proto",
     ];
     tonic_prost_build::configure()
         .file_descriptor_set_path(out_dir.join("memmachine_descriptor.bin"))

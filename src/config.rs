@@ -35,6 +35,9 @@ pub struct ServeArgs {
     /// How many recent episodes short_term_memory returns [default: 20]
     #[arg(long, env = "MEMMACHINE_SHORT_TERM_WINDOW")]
     pub short_term_window: Option<usize>,
+    /// Most characters the short-term window holds; 0 is no bound [default: 0]
+    #[arg(long, env = "MEMMACHINE_SHORT_TERM_MAX_CHARS")]
+    pub short_term_max_chars: Option<usize>,
     /// Most messages in one AddMemories [default: 1000]
     #[arg(long, env = "MEMMACHINE_MAX_MESSAGES_PER_ADD")]
     pub max_messages_per_add: Option<usize>,
@@ -115,7 +118,25 @@ pub struct ServeArgs {
     /// [default: 10]
     #[arg(long, env = "MEMMACHINE_KEEPALIVE_TIMEOUT")]
     pub keepalive_timeout: Option<f64>,
-    /// OpenAI-compatible chat-completions endpoint for semantic memory (not used yet)
+    /// Cap on language-model calls per minute; 0 is no cap [default: 60]
+    #[arg(long, env = "MEMMACHINE_LLM_MAX_CALLS_PER_MINUTE")]
+    pub llm_max_calls_per_minute: Option<u32>,
+    /// Seconds one language-model call may take [default: 60]
+    #[arg(long, env = "MEMMACHINE_LLM_TIMEOUT")]
+    pub llm_timeout: Option<f64>,
+    /// A set's queued messages are ingested once it has this many [default: 5]
+    #[arg(long, env = "MEMMACHINE_SEMANTIC_TRIGGER_MESSAGES")]
+    pub semantic_trigger_messages: Option<usize>,
+    /// ...or once the oldest waited this many seconds [default: 300]
+    #[arg(long, env = "MEMMACHINE_SEMANTIC_TRIGGER_AGE")]
+    pub semantic_trigger_age: Option<f64>,
+    /// Seconds a claimed batch is held before another worker may take it [default: 300]
+    #[arg(long, env = "MEMMACHINE_SEMANTIC_LEASE")]
+    pub semantic_lease: Option<f64>,
+    /// A tag's features are merged by the model once a category has this many [default: 20]
+    #[arg(long, env = "MEMMACHINE_CONSOLIDATION_THRESHOLD")]
+    pub consolidation_threshold: Option<usize>,
+    /// OpenAI-compatible chat-completions endpoint for semantic memory and summaries
     #[arg(long, env = "MEMMACHINE_LLM_BASE_URL")]
     pub llm_base_url: Option<String>,
     /// Chat model name sent to --llm-base-url
@@ -133,12 +154,15 @@ pub struct ServeArgs {
     pub otlp_endpoint: Option<String>,
 }
 
-/// The language model settings (semantic memory will use them).
+/// The language model settings.
 #[derive(Clone, Default)]
 pub struct LlmConfig {
     pub base_url: Option<String>,
     pub model: Option<String>,
     pub api_key: Option<String>,
+    /// `None`: no cap.
+    pub max_calls_per_minute: Option<u32>,
+    pub timeout: std::time::Duration,
 }
 
 impl std::fmt::Debug for LlmConfig {
@@ -148,6 +172,8 @@ impl std::fmt::Debug for LlmConfig {
             .field("base_url", &self.base_url)
             .field("model", &self.model)
             .field("api_key", &self.api_key.as_ref().map(|_| MASKED))
+            .field("max_calls_per_minute", &self.max_calls_per_minute)
+            .field("timeout", &self.timeout)
             .finish()
     }
 }
@@ -236,6 +262,7 @@ pub struct ServeConfig {
     pub keepalive: Keepalive,
     pub otlp_endpoint: Option<String>,
     pub llm: LlmConfig,
+    pub ingest: crate::semantic::ingest::IngestSettings,
 }
 
 impl ServeConfig {
@@ -255,6 +282,28 @@ impl ServeConfig {
                 })
             ),
             format!("short_term_window = {}", self.limits.short_term_window),
+            format!(
+                "short_term_max_chars = {}",
+                self.limits.short_term_max_chars
+            ),
+            format!(
+                "llm_max_calls_per_minute = {}",
+                self.llm.max_calls_per_minute.unwrap_or(0)
+            ),
+            format!("llm_timeout = {:?}", self.llm.timeout.as_secs_f64()),
+            format!(
+                "semantic_trigger_messages = {}",
+                self.ingest.trigger_messages
+            ),
+            format!(
+                "semantic_trigger_age = {:?}",
+                self.ingest.trigger_age.as_secs_f64()
+            ),
+            format!("semantic_lease = {:?}", self.ingest.lease.as_secs_f64()),
+            format!(
+                "consolidation_threshold = {}",
+                self.ingest.consolidation_threshold
+            ),
             format!(
                 "max_messages_per_add = {}",
                 self.limits.max_messages_per_add
@@ -350,6 +399,9 @@ impl ServeArgs {
             short_term_window: merged
                 .short_term_window
                 .unwrap_or(defaults.short_term_window),
+            short_term_max_chars: merged
+                .short_term_max_chars
+                .unwrap_or(defaults.short_term_max_chars),
         };
         if limits.max_messages_per_add == 0
             || limits.max_content_bytes == 0
@@ -405,6 +457,23 @@ impl ServeArgs {
         let request_timeout = positive(merged.request_timeout, 60.0, "request-timeout")?;
         let keepalive_timeout = positive(merged.keepalive_timeout, 10.0, "keepalive-timeout")?;
         let keepalive_interval = seconds(merged.keepalive_interval, 30.0, "keepalive-interval")?;
+        let ingest_defaults = crate::semantic::ingest::IngestSettings::default();
+        if merged.semantic_trigger_messages == Some(0) {
+            return Err("--semantic-trigger-messages must be at least 1".into());
+        }
+        let ingest = crate::semantic::ingest::IngestSettings {
+            trigger_messages: merged
+                .semantic_trigger_messages
+                .unwrap_or(ingest_defaults.trigger_messages),
+            trigger_age: seconds(merged.semantic_trigger_age, 300.0, "semantic-trigger-age")?,
+            lease: positive(merged.semantic_lease, 300.0, "semantic-lease")?,
+            consolidation_threshold: merged
+                .consolidation_threshold
+                .unwrap_or(ingest_defaults.consolidation_threshold)
+                .max(2),
+            ..ingest_defaults
+        };
+        let llm_timeout = positive(merged.llm_timeout, 60.0, "llm-timeout")?;
         Ok(ServeConfig {
             listen,
             auth,
@@ -425,7 +494,11 @@ impl ServeArgs {
                 api_key: std::env::var("MEMMACHINE_LLM_API_KEY")
                     .ok()
                     .or(merged.llm_api_key),
+                max_calls_per_minute: Some(merged.llm_max_calls_per_minute.unwrap_or(60))
+                    .filter(|n| *n > 0),
+                timeout: llm_timeout,
             },
+            ingest,
             data_dir,
             log_format: merged.log_format.unwrap_or_default(),
             limits,
@@ -454,6 +527,19 @@ impl ServeArgs {
             config: self.config,
             log_format: self.log_format.or(other.log_format),
             short_term_window: self.short_term_window.or(other.short_term_window),
+            short_term_max_chars: self.short_term_max_chars.or(other.short_term_max_chars),
+            llm_max_calls_per_minute: self
+                .llm_max_calls_per_minute
+                .or(other.llm_max_calls_per_minute),
+            llm_timeout: self.llm_timeout.or(other.llm_timeout),
+            semantic_trigger_messages: self
+                .semantic_trigger_messages
+                .or(other.semantic_trigger_messages),
+            semantic_trigger_age: self.semantic_trigger_age.or(other.semantic_trigger_age),
+            semantic_lease: self.semantic_lease.or(other.semantic_lease),
+            consolidation_threshold: self
+                .consolidation_threshold
+                .or(other.consolidation_threshold),
             max_messages_per_add: self.max_messages_per_add.or(other.max_messages_per_add),
             max_content_bytes: self.max_content_bytes.or(other.max_content_bytes),
             max_page_size: self.max_page_size.or(other.max_page_size),

@@ -10,6 +10,9 @@ pub struct Limits {
     pub max_page_size: usize,
     /// How many recent episodes `short_term_memory` returns.
     pub short_term_window: usize,
+    /// Most characters those episodes hold together (0: no bound); the newest is
+    /// always returned.
+    pub short_term_max_chars: usize,
 }
 
 impl Default for Limits {
@@ -19,6 +22,7 @@ impl Default for Limits {
             max_content_bytes: 256 * 1024,
             max_page_size: 1000,
             short_term_window: 20,
+            short_term_max_chars: 0,
         }
     }
 }

@@ -1,10 +1,14 @@
 //! The memory domain: routes adds, searches, lists and deletes by memory type to the
 //! episodic and semantic modules, after resolving the project (never creating it).
 
+use std::collections::BTreeMap;
+
 use crate::episodic::{EpisodicMemory, EpisodicSearch, MessageInput, SearchInput};
 use crate::error::{Error, Result};
 use crate::model::{Episode, ProjectKey};
 use crate::projects::Projects;
+use crate::semantic::model::Feature;
+use crate::semantic::{ScoredFeature, SemanticMemory};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MemoryKind {
@@ -12,30 +16,67 @@ pub enum MemoryKind {
     Semantic,
 }
 
-const SEMANTIC_UNIMPLEMENTED: &str =
-    "semantic memory is not available yet in this server; use MEMORY_TYPE_EPISODIC";
+/// Which modules a request naming `types` reaches (empty: every enabled type).
+struct Wanted {
+    episodic: bool,
+    semantic: bool,
+}
 
-/// Whether a request naming `types` (empty = every enabled type) reaches episodic memory.
-/// A request for semantic memory alone is `Unimplemented` until that module lands.
-fn wants_episodic(types: &[MemoryKind]) -> Result<bool> {
-    if types.is_empty() || types.contains(&MemoryKind::Episodic) {
-        Ok(true)
-    } else {
-        Err(Error::Unimplemented(SEMANTIC_UNIMPLEMENTED.into()))
+fn wanted(types: &[MemoryKind]) -> Wanted {
+    Wanted {
+        episodic: types.is_empty() || types.contains(&MemoryKind::Episodic),
+        semantic: types.is_empty() || types.contains(&MemoryKind::Semantic),
     }
+}
+
+/// What a search found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SearchResult {
+    pub episodic: EpisodicSearch,
+    pub semantic: Vec<ScoredFeature>,
+}
+
+/// What to list: a memory type (unset: episodic), a page and a filter.
+#[derive(Debug, Clone, Default)]
+pub struct ListInput {
+    pub kind: Option<MemoryKind>,
+    pub page_size: Option<i32>,
+    pub page_token: String,
+    pub filter: String,
+    /// Selects semantic sets.
+    pub set_metadata: BTreeMap<String, String>,
+}
+
+/// A page of a listing: episodes or features, and the next page's token.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Listed {
+    Episodes(Vec<Episode>, String),
+    Features(Vec<Feature>, String),
 }
 
 #[derive(Clone)]
 pub struct Memories {
     projects: Projects,
     episodic: EpisodicMemory,
+    semantic: SemanticMemory,
 }
 
 impl Memories {
-    pub fn new(projects: Projects, episodic: EpisodicMemory) -> Memories {
-        Memories { projects, episodic }
+    pub fn new(projects: Projects, episodic: EpisodicMemory, semantic: SemanticMemory) -> Memories {
+        Memories {
+            projects,
+            episodic,
+            semantic,
+        }
     }
 
+    pub fn semantic(&self) -> &SemanticMemory {
+        &self.semantic
+    }
+
+    /// Stores the messages as episodes and, when semantic memory is asked for (or
+    /// `types` is empty and a language model is configured), queues them for
+    /// ingestion in the same transaction.
     pub async fn add(
         &self,
         org_id: &str,
@@ -44,9 +85,13 @@ impl Memories {
         messages: Vec<MessageInput>,
     ) -> Result<Vec<uuid::Uuid>> {
         let key = ProjectKey::parse(org_id, project_id)?;
-        wants_episodic(types)?;
+        if types.contains(&MemoryKind::Semantic) {
+            self.semantic.require_model()?;
+        }
         let project = self.projects.get(&key).await?;
-        self.episodic.add(&project, messages).await
+        let semantic =
+            (wanted(types).semantic && self.semantic.has_model()).then_some(&self.semantic);
+        self.episodic.add(&project, messages, semantic).await
     }
 
     pub async fn search(
@@ -55,29 +100,70 @@ impl Memories {
         project_id: &str,
         types: &[MemoryKind],
         input: SearchInput,
-    ) -> Result<EpisodicSearch> {
+        set_metadata: &BTreeMap<String, String>,
+    ) -> Result<SearchResult> {
         let key = ProjectKey::parse(org_id, project_id)?;
-        wants_episodic(types)?;
+        let want = wanted(types);
         let project = self.projects.get(&key).await?;
-        self.episodic.search(&project, input).await
+        let semantic = async {
+            if !want.semantic {
+                return Ok(Vec::new());
+            }
+            let top_k = input.top_k.map_or(10, |k| k.max(1) as usize);
+            // The filter applies to features when it names only their fields.
+            let filter = crate::semantic::parse_filter("filter", &input.filter)
+                .ok()
+                .flatten();
+            self.semantic
+                .rank(
+                    &project,
+                    &input.query,
+                    set_metadata,
+                    filter.as_ref(),
+                    top_k,
+                    input.score_threshold,
+                )
+                .await
+        };
+        let episodic = async {
+            if !want.episodic {
+                return Ok(EpisodicSearch::default());
+            }
+            let mut found = self.episodic.search(&project, input.clone()).await?;
+            if project.episodic.enabled && project.episodic.short_term_memory_enabled {
+                found.summaries = self.semantic.summaries(&project).await?;
+            }
+            Ok::<_, Error>(found)
+        };
+        // Validation errors of the episodic half come first.
+        let (episodic, semantic) = tokio::join!(episodic, semantic);
+        Ok(SearchResult {
+            episodic: episodic?,
+            semantic: semantic?,
+        })
     }
 
-    pub async fn list(
-        &self,
-        org_id: &str,
-        project_id: &str,
-        kind: Option<MemoryKind>,
-        page_size: Option<i32>,
-        page_token: &str,
-        filter: &str,
-    ) -> Result<(Vec<Episode>, String)> {
+    pub async fn list(&self, org_id: &str, project_id: &str, input: ListInput) -> Result<Listed> {
         let key = ProjectKey::parse(org_id, project_id)?;
-        if kind == Some(MemoryKind::Semantic) {
-            return Err(Error::Unimplemented(SEMANTIC_UNIMPLEMENTED.into()));
+        if input.kind == Some(MemoryKind::Semantic) {
+            let project = self.projects.get(&key).await?;
+            let (features, next) = self
+                .semantic
+                .list(
+                    &project,
+                    input.page_size,
+                    &input.page_token,
+                    &input.filter,
+                    &input.set_metadata,
+                )
+                .await?;
+            return Ok(Listed::Features(features, next));
         }
-        self.episodic
-            .list(&key, page_size, page_token, filter)
-            .await
+        let (episodes, next) = self
+            .episodic
+            .list(&key, input.page_size, &input.page_token, &input.filter)
+            .await?;
+        Ok(Listed::Episodes(episodes, next))
     }
 
     pub async fn delete_episodes(
@@ -94,9 +180,10 @@ impl Memories {
         &self,
         org_id: &str,
         project_id: &str,
-        _ids: &[String],
+        ids: &[String],
     ) -> Result<u64> {
-        ProjectKey::parse(org_id, project_id)?;
-        Err(Error::Unimplemented(SEMANTIC_UNIMPLEMENTED.into()))
+        let key = ProjectKey::parse(org_id, project_id)?;
+        let project = self.projects.get(&key).await?;
+        self.semantic.delete_features(&project, ids).await
     }
 }

@@ -1,6 +1,7 @@
 //! Prometheus metrics (`--metrics-listen`): calls by method and status code with their
 //! latency, calls turned away by limits, episodes stored, the embedding queue's depth
-//! and lag, and embedding latency, volume and tokens.
+//! and lag, embedding latency, volume and tokens, language-model calls (by purpose and
+//! outcome, with their tokens and latency) and the semantic worker's events.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -37,11 +38,32 @@ struct EmbedderLabels {
     embedder: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LlmCallLabels {
+    purpose: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PurposeLabels {
+    purpose: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabels {
+    event: String,
+}
+
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
     // 100 µs to ~13 s.
     Histogram::new(exponential_buckets(0.0001, 2.0, 18))
+}
+
+fn llm_histogram() -> Histogram {
+    // 50 ms to ~7 min: a language-model call takes far longer than a gRPC call.
+    Histogram::new(exponential_buckets(0.05, 2.0, 14))
 }
 
 /// `metric`, registered in `registry` under `name` (with the registry's prefix).
@@ -62,6 +84,11 @@ pub struct Metrics {
     embedded_texts: Family<EmbedderLabels, Counter>,
     embedding_tokens: Family<EmbedderLabels, Counter>,
     refused_texts: Family<EmbedderLabels, Counter>,
+    llm_calls: Family<LlmCallLabels, Counter>,
+    llm_prompt_tokens: Family<PurposeLabels, Counter>,
+    llm_completion_tokens: Family<PurposeLabels, Counter>,
+    llm_seconds: Histograms<PurposeLabels>,
+    semantic_events: Family<EventLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -134,6 +161,36 @@ impl Metrics {
                 "Episodes left without a vector because the embedder refused their text, by embedder",
                 Family::default(),
             ),
+            llm_calls: registered(
+                &mut registry,
+                "llm_calls",
+                "Language-model calls, by purpose and outcome (ok, unavailable, failed)",
+                Family::default(),
+            ),
+            llm_prompt_tokens: registered(
+                &mut registry,
+                "llm_prompt_tokens",
+                "Prompt tokens of language-model calls, as the endpoint counts them, by purpose",
+                Family::default(),
+            ),
+            llm_completion_tokens: registered(
+                &mut registry,
+                "llm_completion_tokens",
+                "Completion tokens of language-model calls, as the endpoint counts them, by purpose",
+                Family::default(),
+            ),
+            llm_seconds: registered(
+                &mut registry,
+                "llm_call_seconds",
+                "Time of a language-model call, retries and rate-limit waits included, by purpose",
+                Family::new_with_constructor(llm_histogram),
+            ),
+            semantic_events: registered(
+                &mut registry,
+                "semantic_events",
+                "Semantic-memory work done, by event (batch_applied, batch_failed, messages_failed, features_added, consolidated)",
+                Family::default(),
+            ),
             // Last: the fields above borrow it to register themselves.
             registry,
         }
@@ -186,6 +243,55 @@ impl Metrics {
             .inc_by(episodes as u64);
     }
 
+    /// One language-model call. `purpose` is a [`crate::llm::Purpose`] label, `outcome`
+    /// `ok`, `unavailable` or `failed`; the tokens are 0 when unknown.
+    pub fn record_llm_call(
+        &self,
+        purpose: &str,
+        outcome: &str,
+        seconds: f64,
+        prompt_tokens: u64,
+        completion_tokens: u64,
+    ) {
+        self.llm_calls
+            .get_or_create(&LlmCallLabels {
+                purpose: purpose.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
+        let labels = PurposeLabels {
+            purpose: purpose.to_string(),
+        };
+        self.llm_seconds.get_or_create(&labels).observe(seconds);
+        // Created even at 0, so that a purpose's token series exist from its first call.
+        self.llm_prompt_tokens
+            .get_or_create(&labels)
+            .inc_by(prompt_tokens);
+        self.llm_completion_tokens
+            .get_or_create(&labels)
+            .inc_by(completion_tokens);
+    }
+
+    /// `n` events of the semantic worker: `batch_applied`, `batch_failed`,
+    /// `messages_failed`, `features_added`, `consolidated`…
+    pub fn record_semantic(&self, what: &str, n: u64) {
+        self.semantic_events
+            .get_or_create(&EventLabels {
+                event: what.to_string(),
+            })
+            .inc_by(n);
+    }
+
+    /// The exposition text of what has been recorded, without reading the store (whose
+    /// figures are as [`render`](Self::render) last read them).
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        if let Err(err) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
+            tracing::warn!(error = %err, "encoding metrics");
+        }
+        text
+    }
+
     /// The exposition text, with the store's figures read now.
     pub async fn render(&self, store: &dyn StatsStore) -> String {
         match store.stats().await {
@@ -196,11 +302,7 @@ impl Metrics {
             }
             Err(err) => tracing::warn!(error = %err, "reading store figures for metrics"),
         }
-        let mut text = String::new();
-        if let Err(err) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
-            tracing::warn!(error = %err, "encoding metrics");
-        }
-        text
+        self.encode()
     }
 }
 

@@ -21,12 +21,14 @@ use crate::config::{ServeConfig, TlsFiles};
 use crate::episodic::EpisodicMemory;
 use crate::episodic::embedding::{EmbeddingQueue, spawn_workers};
 use crate::error::{Error, Result};
-use crate::grpc::{Deferred, MemoryGrpc, ProjectGrpc};
+use crate::grpc::{Deferred, MemoryGrpc, ProjectGrpc, SemanticGrpc};
 use crate::memory::Memories;
 use crate::metrics::Metrics;
 use crate::pb::memory_service_server::MemoryServiceServer;
 use crate::pb::project_service_server::ProjectServiceServer;
+use crate::pb::semantic_service_server::SemanticServiceServer;
 use crate::projects::Projects;
+use crate::semantic::SemanticMemory;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{KeyStore, VectorStore};
 
@@ -35,6 +37,7 @@ const STREAM_GRACE: Duration = Duration::from_secs(5);
 
 type ProjectService = Deferred<ProjectServiceServer<ProjectGrpc>>;
 type MemoryService = Deferred<MemoryServiceServer<MemoryGrpc>>;
+type SemanticService = Deferred<SemanticServiceServer<SemanticGrpc>>;
 
 /// Serves on `listener` until `shutdown` resolves, then drains and closes the store.
 pub async fn run(
@@ -74,6 +77,7 @@ pub async fn run(
     };
     let project_service = ProjectService::default();
     let memory_service = MemoryService::default();
+    let semantic_service = SemanticService::default();
     let router = server_builder(&config)?
         .layer(
             tower::ServiceBuilder::new()
@@ -86,7 +90,8 @@ pub async fn run(
         .add_service(reflection_v1()?)
         .add_service(reflection_v1alpha()?)
         .add_service(project_service.clone())
-        .add_service(memory_service.clone());
+        .add_service(memory_service.clone())
+        .add_service(semantic_service.clone());
 
     let metrics_task = match config.metrics_listen {
         None => None,
@@ -149,13 +154,17 @@ pub async fn run(
 
     // A start-up that fails shuts down the way a signal does, then reports its error.
     let startup_error = match start(&config, store.clone(), metrics).await {
-        Ok((projects, memories)) => {
+        Ok((projects, memories, semantic)) => {
             project_service.set(
                 ProjectServiceServer::new(projects)
                     .max_decoding_message_size(config.max_request_bytes),
             );
             memory_service.set(
                 MemoryServiceServer::new(memories)
+                    .max_decoding_message_size(config.max_request_bytes),
+            );
+            semantic_service.set(
+                SemanticServiceServer::new(semantic)
                     .max_decoding_message_size(config.max_request_bytes),
             );
             lifecycle.serving().await;
@@ -200,7 +209,7 @@ async fn start(
     config: &ServeConfig,
     store: Arc<SqliteStore>,
     metrics: Arc<Metrics>,
-) -> Result<(ProjectGrpc, MemoryGrpc)> {
+) -> Result<(ProjectGrpc, MemoryGrpc, SemanticGrpc)> {
     let embedders = crate::embed::build(&config.embedder)
         .await
         .map_err(Error::FailedPrecondition)?
@@ -218,17 +227,21 @@ async fn start(
             "embedder ready; episodes without a vector are being embedded"
         ),
     }
-    if let (Some(url), Some(model)) = (&config.llm.base_url, &config.llm.model) {
-        tracing::info!(
-            endpoint = %url,
-            model = %model,
-            "a language model is configured; nothing uses it yet (semantic memory is not built)"
-        );
-    }
+    let llm = crate::llm::build(&config.llm, &metrics)?;
     let projects = Projects::new(store.clone(), config.limits, embedders.clone());
     let queue = EmbeddingQueue::default();
     let dyn_store: Arc<dyn crate::store::Store> = store.clone();
-    spawn_workers(dyn_store, &embedders, &queue, metrics);
+    spawn_workers(dyn_store.clone(), &embedders, &queue, metrics.clone());
+    let semantic = SemanticMemory::new(dyn_store, config.limits, embedders.clone(), llm);
+    crate::semantic::ingest::spawn_workers(semantic.clone(), config.ingest, metrics.clone());
+    crate::semantic::embedding::spawn(semantic.clone());
+    crate::semantic::summary::spawn(
+        semantic.clone(),
+        crate::semantic::summary::Window {
+            messages: config.limits.short_term_window,
+            chars: config.limits.short_term_max_chars,
+        },
+    );
     let episodic =
         EpisodicMemory::new(store.clone(), config.limits).with_embedders(embedders, queue);
     // Searches work meanwhile: a project not yet loaded loads on its first search.
@@ -237,8 +250,12 @@ async fn start(
             tracing::warn!(error = %err, "preloading lexical indexes failed");
         }
     });
-    let memories = Memories::new(projects.clone(), episodic);
-    Ok((ProjectGrpc::new(projects), MemoryGrpc::new(memories)))
+    let memories = Memories::new(projects.clone(), episodic, semantic.clone());
+    Ok((
+        ProjectGrpc::new(projects.clone()),
+        MemoryGrpc::new(memories),
+        SemanticGrpc::new(projects, semantic),
+    ))
 }
 
 fn server_builder(config: &ServeConfig) -> Result<Server> {

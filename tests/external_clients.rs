@@ -5,6 +5,8 @@
 //!   (`tests/external/python_client.py`).
 //! - `buf_curl_via_reflection`: `buf curl`, which learns the schema from the server's
 //!   reflection service alone, speaking JSON.
+//! - `buf_curl_semantic_service`: the same, over `memmachine.v2.SemanticService` (manual
+//!   features, no language model).
 //!
 //! The clients live under `.tools/` (install them with `scripts/setup-test-tools.sh`);
 //! `MEMMACHINE_TEST_BUF` and `MEMMACHINE_TEST_PYTHON` point elsewhere. A missing client
@@ -247,6 +249,7 @@ fn buf_curl_via_reflection() {
         for want in [
             "memmachine.v2.ProjectService",
             "memmachine.v2.MemoryService",
+            "memmachine.v2.SemanticService",
             "grpc.health.v1.Health",
         ] {
             assert!(
@@ -406,6 +409,158 @@ fn buf_curl_via_reflection() {
         key,
         "not_found",
         5,
+    );
+}
+
+/// `buf curl` over `memmachine.v2.SemanticService`, on a server without a language model:
+/// a project set, a category on it, a manual feature citing an episode, found by
+/// `SearchFeatures` under its proto JSON (camelCase) names; and every id of that project
+/// is NOT_FOUND from another project.
+#[test]
+fn buf_curl_semantic_service() {
+    let buf = tool("MEMMACHINE_TEST_BUF", ".tools/npm/node_modules/.bin/buf");
+    let data = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start(data.path(), &[]);
+    let curl = BufCurl {
+        bin: buf,
+        base: server.url(),
+    };
+
+    let services = curl.list_services("grpc-v1");
+    assert!(
+        services
+            .iter()
+            .any(|s| s == "memmachine.v2.SemanticService"),
+        "reflection does not list memmachine.v2.SemanticService: {services:?}"
+    );
+
+    let org = "curl-sem-org";
+    let (project, other) = ("curl-sem", "curl-sem-other");
+    for p in [project, other] {
+        curl.call(
+            "memmachine.v2.ProjectService/CreateProject",
+            json!({"org_id": org, "project_id": p}),
+        );
+    }
+    let added = curl.call(
+        "memmachine.v2.MemoryService/AddMemories",
+        json!({"org_id": org, "project_id": project,
+               "messages": [{"content": "I could eat spicy ramen every day",
+                             "producer": "alice", "role": "user"}]}),
+    );
+    let results = array(&added, "results");
+    assert_eq!(results.len(), 1, "{added}");
+    let episode = string(&results[0], "uid");
+    assert!(!episode.is_empty(), "{added}");
+
+    // GetSetId with no tags: the project's set.
+    let got = curl.call(
+        "memmachine.v2.SemanticService/GetSetId",
+        json!({"org_id": org, "project_id": project}),
+    );
+    let set_id = string(&got, "set_id");
+    assert!(set_id.starts_with("mem_project_set_"), "{got}");
+    let again = curl.call(
+        "memmachine.v2.SemanticService/GetSetId",
+        json!({"org_id": org, "project_id": project}),
+    );
+    assert_eq!(
+        string(&again, "set_id"),
+        set_id,
+        "GetSetId is not stable: {again}"
+    );
+
+    // AddCategory on it, then a manual feature in that category.
+    let category = curl.call(
+        "memmachine.v2.SemanticService/AddCategory",
+        json!({"org_id": org, "project_id": project, "set_id": set_id,
+               "category_name": "tastes", "prompt": "What the user likes to eat",
+               "description": "food preferences"}),
+    );
+    let category_id = string(&category, "category_id");
+    assert!(!category_id.is_empty(), "{category}");
+    let feature = curl.call(
+        "memmachine.v2.SemanticService/AddFeature",
+        json!({"org_id": org, "project_id": project, "set_id": set_id,
+               "category_name": "tastes", "tag": "food", "feature": "favourite dish",
+               "value": "spicy ramen", "feature_metadata": {"source": "curl"},
+               "citations": [episode]}),
+    );
+    let feature_id = string(&feature, "feature_id");
+    assert!(!feature_id.is_empty(), "{feature}");
+
+    // SearchFeatures finds it, under the proto JSON (lowerCamelCase) names.
+    let found = curl.call(
+        "memmachine.v2.SemanticService/SearchFeatures",
+        json!({"org_id": org, "project_id": project, "query": "favourite dish ramen"}),
+    );
+    let features = array(&found, "features");
+    let hit = features
+        .iter()
+        .find(|f| f["id"] == json!(feature_id))
+        .unwrap_or_else(|| panic!("SearchFeatures does not find {feature_id}: {found}"));
+    assert_eq!(hit["featureName"], json!("favourite dish"), "{found}");
+    assert_eq!(hit["setId"], json!(set_id), "{found}");
+    assert_eq!(hit["categoryId"], json!(category_id), "{found}");
+    assert_eq!(hit["citations"], json!([episode]), "{found}");
+    assert_eq!(hit["category"], json!("tastes"), "{found}");
+    assert_eq!(hit["tag"], json!("food"), "{found}");
+    assert_eq!(hit["value"], json!("spicy ramen"), "{found}");
+    assert_eq!(hit["metadata"], json!({"source": "curl"}), "{found}");
+    assert!(hit["score"].as_f64().unwrap_or(0.0) > 0.0, "{found}");
+    for snake in ["feature_name", "set_id", "category_id"] {
+        assert!(
+            hit.get(snake).is_none(),
+            "{snake} is not camelCase: {found}"
+        );
+    }
+
+    // The other project sees none of it: each id answers NOT_FOUND.
+    let other_key = |extra: Value| {
+        let mut body = json!({"org_id": org, "project_id": other});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        body
+    };
+    for (method, body) in [
+        (
+            "GetFeature",
+            other_key(json!({"feature_id": feature_id, "load_citations": true})),
+        ),
+        (
+            "AddCategory",
+            other_key(json!({"set_id": set_id, "category_name": "x", "prompt": "x"})),
+        ),
+        (
+            "AddFeature",
+            other_key(
+                json!({"set_id": set_id, "category_name": "tastes", "tag": "food",
+                             "feature": "favourite dish", "value": "miso"}),
+            ),
+        ),
+        (
+            "GetCategory",
+            other_key(json!({"category_id": category_id})),
+        ),
+    ] {
+        let err = curl.call_err(
+            &format!("memmachine.v2.SemanticService/{method}"),
+            body,
+            "not_found",
+            5,
+        );
+        assert_eq!(string(&err, "code"), "not_found", "{method}: {err}");
+    }
+    let elsewhere = curl.call(
+        "memmachine.v2.SemanticService/SearchFeatures",
+        other_key(json!({"query": "favourite dish ramen"})),
+    );
+    assert!(
+        array(&elsewhere, "features")
+            .iter()
+            .all(|f| f["id"] != json!(feature_id)),
+        "another project's search finds {feature_id}: {elsewhere}"
     );
 }
 

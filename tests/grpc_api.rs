@@ -749,7 +749,7 @@ async fn unknown_projects_are_not_found_and_never_created() {
 }
 
 #[tokio::test]
-async fn semantic_only_requests_are_unimplemented_for_now() {
+async fn without_a_model_semantic_ingestion_is_a_failed_precondition() {
     let server = InProcess::start().await;
     let mut c = clients(&server).await;
     let add = c
@@ -761,8 +761,23 @@ async fn semantic_only_requests_are_unimplemented_for_now() {
         })
         .await
         .unwrap_err();
-    assert_eq!(add.code(), Code::Unimplemented);
-    assert!(add.message().contains("semantic"));
+    assert_eq!(add.code(), Code::FailedPrecondition);
+    assert!(
+        add.message().contains("--llm-base-url"),
+        "{}",
+        add.message()
+    );
+    // Nothing was stored.
+    let count = c
+        .projects
+        .get_episode_count(pb::GetEpisodeCountRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .count;
+    assert_eq!(count, 0);
+    // Empty types: episodic memory only.
+    c.add("", "", vec![message("x", "u", &[])]).await.unwrap();
     let list = c
         .memory
         .list_memories(pb::ListMemoriesRequest {
@@ -770,9 +785,10 @@ async fn semantic_only_requests_are_unimplemented_for_now() {
             ..Default::default()
         })
         .await
-        .unwrap_err();
-    assert_eq!(list.code(), Code::Unimplemented);
-    // Both types: the episodic half is served.
+        .unwrap()
+        .into_inner();
+    assert!(list.features.is_empty() && list.episodes.is_empty());
+    // Both types: searching needs no model.
     let both = c
         .memory
         .search_memories(pb::SearchMemoriesRequest {

@@ -16,6 +16,7 @@ use crate::error::{Error, Result, Violations};
 use crate::limits::Limits;
 use crate::model::filter::{self, Expr};
 use crate::model::{Episode, Project, ProjectKey, ScoredEpisode};
+use crate::semantic::SemanticMemory;
 use crate::store::Store;
 
 /// Largest `expand_context` accepted.
@@ -68,17 +69,30 @@ impl EpisodicMemory {
         self
     }
 
-    /// Stores the messages atomically; uids in input order.
+    /// Stores the messages atomically; uids in input order. With `semantic`, they are
+    /// queued for its ingestion in the same transaction.
     pub async fn add(
         &self,
         project: &Project,
         messages: Vec<MessageInput>,
+        semantic: Option<&SemanticMemory>,
     ) -> Result<Vec<uuid::Uuid>> {
         ensure_enabled(project)?;
         let episodes = messages::to_episodes(messages, &self.limits)?;
         let uids = episodes.iter().map(|e| e.uid).collect();
         let count = episodes.len();
-        self.store.add_episodes(&project.key, episodes).await?;
+        match semantic {
+            None => {
+                self.store.add_episodes(&project.key, episodes).await?;
+            }
+            Some(semantic) => {
+                let routing = semantic.routing(project, &episodes).await?;
+                self.store
+                    .add_episodes_routed(&project.key, episodes, routing)
+                    .await?;
+                semantic.notify_queued();
+            }
+        }
         if let Some(embedder) = self.embedders.for_project(&project.config.embedder) {
             self.queue.notify(embedder.id());
         }
@@ -144,9 +158,15 @@ impl EpisodicMemory {
             if !config.short_term_memory_enabled || self.limits.short_term_window == 0 {
                 return Ok(Vec::new());
             }
-            self.store
+            let recent = self
+                .store
                 .recent_episodes(&project.key, filter.as_ref(), self.limits.short_term_window)
-                .await
+                .await?;
+            let window = crate::semantic::summary::Window {
+                messages: self.limits.short_term_window,
+                chars: self.limits.short_term_max_chars,
+            };
+            Ok(crate::semantic::summary::kept(window, recent))
         };
         let (long_term, short_term) = tokio::try_join!(long_term, short_term)?;
         Ok(EpisodicSearch {

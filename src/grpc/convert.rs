@@ -109,3 +109,109 @@ pub fn episodic_config(c: model::EpisodicConfig) -> pb::EpisodicMemoryConfig {
         short_term_memory_enabled: c.short_term_memory_enabled,
     }
 }
+
+/// A protobuf `Struct` as a JSON object (absent: an empty one).
+pub fn json_object(s: Option<prost_types::Struct>) -> serde_json::Value {
+    serde_json::Value::Object(
+        s.map(|s| {
+            s.fields
+                .into_iter()
+                .map(|(k, v)| (k, json_value(v)))
+                .collect()
+        })
+        .unwrap_or_default(),
+    )
+}
+
+fn json_value(v: prost_types::Value) -> serde_json::Value {
+    use prost_types::value::Kind;
+    match v.kind {
+        None | Some(Kind::NullValue(_)) => serde_json::Value::Null,
+        Some(Kind::BoolValue(b)) => b.into(),
+        Some(Kind::NumberValue(n)) => serde_json::Number::from_f64(n)
+            .map_or(serde_json::Value::Null, serde_json::Value::Number),
+        Some(Kind::StringValue(s)) => s.into(),
+        Some(Kind::ListValue(l)) => l.values.into_iter().map(json_value).collect(),
+        Some(Kind::StructValue(s)) => json_object(Some(s)),
+    }
+}
+
+/// A JSON object as a protobuf `Struct` (anything else: an empty one).
+pub fn proto_struct(v: &serde_json::Value) -> prost_types::Struct {
+    let fields = match v {
+        serde_json::Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| (k.clone(), proto_value(v)))
+            .collect(),
+        _ => Default::default(),
+    };
+    prost_types::Struct { fields }
+}
+
+fn proto_value(v: &serde_json::Value) -> prost_types::Value {
+    use prost_types::value::Kind;
+    let kind = match v {
+        serde_json::Value::Null => Kind::NullValue(0),
+        serde_json::Value::Bool(b) => Kind::BoolValue(*b),
+        serde_json::Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
+        serde_json::Value::String(s) => Kind::StringValue(s.clone()),
+        serde_json::Value::Array(a) => Kind::ListValue(prost_types::ListValue {
+            values: a.iter().map(proto_value).collect(),
+        }),
+        serde_json::Value::Object(_) => Kind::StructValue(proto_struct(v)),
+    };
+    prost_types::Value { kind: Some(kind) }
+}
+
+pub fn feature(
+    f: crate::semantic::model::Feature,
+    score: f64,
+    citations: bool,
+) -> pb::SemanticFeature {
+    pb::SemanticFeature {
+        metadata: Some(proto_struct(&f.metadata)),
+        id: f.id,
+        set_id: f.set_id,
+        category: f.category,
+        category_id: f.category_id,
+        tag: f.tag,
+        feature_name: f.feature,
+        value: f.value,
+        citations: if citations {
+            f.citations.iter().map(|u| u.to_string()).collect()
+        } else {
+            Vec::new()
+        },
+        score,
+        created_at: Some(timestamp(f.created_at_micros)),
+        updated_at: Some(timestamp(f.updated_at_micros)),
+    }
+}
+
+pub fn category(c: crate::semantic::model::Category) -> pb::Category {
+    pb::Category {
+        id: c.id,
+        name: c.name,
+        prompt: c.prompt,
+        description: c.description,
+        tags: c
+            .tags
+            .into_iter()
+            .map(|t| pb::CategoryTag {
+                id: t.id,
+                name: t.name,
+                description: t.description,
+            })
+            .collect(),
+    }
+}
+
+pub fn set_type(t: crate::semantic::model::SetType) -> pb::SetType {
+    pb::SetType {
+        id: t.id,
+        is_org_level: t.is_org_level,
+        tags: t.tags,
+        name: t.name,
+        description: t.description,
+    }
+}

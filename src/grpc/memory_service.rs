@@ -4,7 +4,7 @@ use tonic::{Request, Response, Status};
 
 use super::convert;
 use crate::episodic::SearchInput;
-use crate::memory::Memories;
+use crate::memory::{ListInput, Listed, Memories};
 use crate::model::ProjectKey;
 use crate::pb;
 use crate::pb::memory_service_server::MemoryService;
@@ -59,14 +59,16 @@ impl MemoryService for MemoryGrpc {
             expand_context: r.expand_context,
             score_threshold: r.score_threshold,
         };
+        let set_metadata = r.set_metadata.into_iter().collect();
         let found = self
             .memories
-            .search(&r.org_id, &r.project_id, &types, input)
+            .search(&r.org_id, &r.project_id, &types, input, &set_metadata)
             .await?;
         let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
+        let episodic = found.episodic;
         Ok(Response::new(pb::SearchMemoriesResponse {
             episodic_memory: Some(pb::EpisodicSearchResult {
-                long_term_memory: found
+                long_term_memory: episodic
                     .long_term
                     .into_iter()
                     .map(|hit| pb::ScoredEpisode {
@@ -74,14 +76,18 @@ impl MemoryService for MemoryGrpc {
                         score: hit.score,
                     })
                     .collect(),
-                short_term_memory: found
+                short_term_memory: episodic
                     .short_term
                     .into_iter()
                     .map(|e| convert::episode(&key, e))
                     .collect(),
-                episode_summary: found.summaries,
+                episode_summary: episodic.summaries,
             }),
-            semantic_memory: Vec::new(),
+            semantic_memory: found
+                .semantic
+                .into_iter()
+                .map(|hit| convert::feature(hit.feature, hit.score, true))
+                .collect(),
         }))
     }
 
@@ -95,25 +101,32 @@ impl MemoryService for MemoryGrpc {
             0 => None,
             t => Some(convert::memory_kind("type", t)?),
         };
-        let (episodes, next_page_token) = self
-            .memories
-            .list(
-                &r.org_id,
-                &r.project_id,
-                kind,
-                r.page_size,
-                &r.page_token,
-                &r.filter,
-            )
-            .await?;
+        let input = ListInput {
+            kind,
+            page_size: r.page_size,
+            page_token: r.page_token,
+            filter: r.filter,
+            set_metadata: r.set_metadata.into_iter().collect(),
+        };
+        let listed = self.memories.list(&r.org_id, &r.project_id, input).await?;
         let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
-        Ok(Response::new(pb::ListMemoriesResponse {
-            episodes: episodes
-                .into_iter()
-                .map(|e| convert::episode(&key, e))
-                .collect(),
-            features: Vec::new(),
-            next_page_token,
+        Ok(Response::new(match listed {
+            Listed::Episodes(episodes, next_page_token) => pb::ListMemoriesResponse {
+                episodes: episodes
+                    .into_iter()
+                    .map(|e| convert::episode(&key, e))
+                    .collect(),
+                features: Vec::new(),
+                next_page_token,
+            },
+            Listed::Features(features, next_page_token) => pb::ListMemoriesResponse {
+                episodes: Vec::new(),
+                features: features
+                    .into_iter()
+                    .map(|f| convert::feature(f, 0.0, true))
+                    .collect(),
+                next_page_token,
+            },
         }))
     }
 

@@ -4,11 +4,13 @@ mod convert;
 mod deferred;
 mod memory_service;
 mod project_service;
+mod semantic_service;
 mod status;
 
 pub use deferred::Deferred;
 pub use memory_service::MemoryGrpc;
 pub use project_service::ProjectGrpc;
+pub use semantic_service::SemanticGrpc;
 
 /// The caller the admission layer recorded, and the request's message.
 fn split<T>(request: tonic::Request<T>) -> Result<(crate::auth::Caller, T), tonic::Status> {

@@ -32,9 +32,17 @@ pub enum SystemField {
     ProducedForId,
     CreatedAt,
     EpisodeType,
+    // Fields of semantic features.
+    SetId,
+    Category,
+    Tag,
+    Feature,
+    Value,
+    UpdatedAt,
 }
 
 impl SystemField {
+    /// The bare fields of episode filters.
     pub const ALL: [(&'static str, SystemField); 5] = [
         ("producer_id", SystemField::ProducerId),
         ("producer_role", SystemField::ProducerRole),
@@ -42,6 +50,22 @@ impl SystemField {
         ("created_at", SystemField::CreatedAt),
         ("episode_type", SystemField::EpisodeType),
     ];
+
+    /// The bare fields of semantic feature filters.
+    pub const FEATURE: [(&'static str, SystemField); 7] = [
+        ("set_id", SystemField::SetId),
+        ("category", SystemField::Category),
+        ("tag", SystemField::Tag),
+        ("feature", SystemField::Feature),
+        ("value", SystemField::Value),
+        ("created_at", SystemField::CreatedAt),
+        ("updated_at", SystemField::UpdatedAt),
+    ];
+
+    /// Whether the field holds a time (compared with RFC 3339 or Unix seconds).
+    pub fn is_time(self) -> bool {
+        matches!(self, SystemField::CreatedAt | SystemField::UpdatedAt)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,6 +148,19 @@ impl FilterError {
 
 /// Parses a filter; an empty or blank filter is `None` (match everything).
 pub fn parse(input: &str) -> Result<Option<Expr>, FilterError> {
+    parse_with(input, &SystemField::ALL)
+}
+
+/// Parses a filter over semantic features (`set_id`, `category`, `tag`, `feature`,
+/// `value`, `created_at`, `updated_at`, `m.*`).
+pub fn parse_features(input: &str) -> Result<Option<Expr>, FilterError> {
+    parse_with(input, &SystemField::FEATURE)
+}
+
+fn parse_with(
+    input: &str,
+    fields: &'static [(&'static str, SystemField)],
+) -> Result<Option<Expr>, FilterError> {
     if input.len() > MAX_FILTER_BYTES {
         return Err(FilterError {
             position: 1,
@@ -136,6 +173,7 @@ pub fn parse(input: &str) -> Result<Option<Expr>, FilterError> {
     }
     let mut parser = Parser {
         tokens,
+        fields,
         pos: 0,
         depth: 0,
         predicates: 0,
@@ -279,6 +317,8 @@ fn lex(input: &str) -> Result<Vec<Token>, FilterError> {
 
 struct Parser {
     tokens: Vec<Token>,
+    /// The bare field names this filter may use.
+    fields: &'static [(&'static str, SystemField)],
     pos: usize,
     depth: usize,
     predicates: usize,
@@ -439,7 +479,7 @@ impl Parser {
             self.advance();
             return Ok(Field::Metadata(key.to_string()));
         }
-        match SystemField::ALL.iter().find(|(n, _)| *n == name.as_str()) {
+        match self.fields.iter().find(|(n, _)| *n == name.as_str()) {
             Some((_, field)) => {
                 self.advance();
                 Ok(Field::System(*field))
@@ -448,7 +488,12 @@ impl Parser {
                 position: token.position,
                 message: format!(
                     "unknown field {name:?}: use m.KEY or metadata.KEY for metadata, or one of \
-                     producer_id, producer_role, produced_for_id, created_at, episode_type"
+                     {}",
+                    self.fields
+                        .iter()
+                        .map(|(n, _)| *n)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             }),
         }
@@ -462,9 +507,10 @@ impl Parser {
             _ => return Err(self.error_here("expected a quoted string or a number")),
         };
         self.advance();
-        if *field != Field::System(SystemField::CreatedAt) {
-            return Ok(literal);
-        }
+        let time_field = match field {
+            Field::System(system) if system.is_time() => *system,
+            _ => return Ok(literal),
+        };
         let micros = match &literal {
             Literal::Str(s) => chrono::DateTime::parse_from_rfc3339(s)
                 .ok()
@@ -474,9 +520,15 @@ impl Parser {
         };
         micros.map(Literal::Time).ok_or_else(|| FilterError {
             position: token.position,
-            message: "created_at compares with an RFC 3339 timestamp, such as \
-                      '2024-05-01T12:00:00Z', or Unix seconds"
-                .into(),
+            message: format!(
+                "{} compares with an RFC 3339 timestamp, such as '2024-05-01T12:00:00Z', \
+                 or Unix seconds",
+                if time_field == SystemField::UpdatedAt {
+                    "updated_at"
+                } else {
+                    "created_at"
+                }
+            ),
         })
     }
 }

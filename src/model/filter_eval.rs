@@ -109,7 +109,7 @@ mod tests {
                 Field::System(SystemField::ProducerRole) => self.role.map(Value::Text),
                 Field::System(SystemField::CreatedAt) => Some(Value::Time(self.created_at)),
                 Field::System(SystemField::EpisodeType) => Some(Value::Text("message")),
-                Field::System(SystemField::ProducedForId) => None,
+                Field::System(_) => None,
             }
         }
     }

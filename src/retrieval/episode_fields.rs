@@ -81,6 +81,8 @@ impl Fields for EpisodeFields {
             Field::System(SystemField::ProducedForId) => text(&self.produced_for_id),
             Field::System(SystemField::EpisodeType) => text(&self.episode_type),
             Field::System(SystemField::CreatedAt) => Some(Value::Time(self.created_at_micros)),
+            // Feature fields: episode filters never parse them.
+            Field::System(_) => None,
         }
     }
 }

@@ -13,6 +13,7 @@ use crate::model::{
     ApiKeyRecord, Episode, EpisodicConfig, EpisodicConfigUpdate, NewEpisode, Project,
     ProjectConfig, ProjectKey, ScoredEpisode,
 };
+use crate::semantic::store::SemanticStore;
 
 #[async_trait]
 pub trait ProjectStore: Send + Sync {
@@ -222,6 +223,12 @@ pub trait StatsStore: Send + Sync {
 }
 
 /// Everything the server needs from a backend.
-pub trait Store: ProjectStore + EpisodeStore + VectorStore + KeyStore + StatsStore {}
+pub trait Store:
+    ProjectStore + EpisodeStore + VectorStore + KeyStore + StatsStore + SemanticStore
+{
+}
 
-impl<T: ProjectStore + EpisodeStore + VectorStore + KeyStore + StatsStore> Store for T {}
+impl<T: ProjectStore + EpisodeStore + VectorStore + KeyStore + StatsStore + SemanticStore> Store
+    for T
+{
+}

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod calls;
+pub mod chat;
 pub mod embeddings;
 pub mod pki;
 

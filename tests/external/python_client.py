@@ -24,6 +24,7 @@ PROTO_FILES = [
     "memmachine/v2/common.proto",
     "memmachine/v2/project_service.proto",
     "memmachine/v2/memory_service.proto",
+    "memmachine/v2/semantic_service.proto",
 ]
 
 
@@ -65,6 +66,8 @@ def generate_stubs(out_dir):
         "project_service_pb2_grpc",
         "memory_service_pb2",
         "memory_service_pb2_grpc",
+        "semantic_service_pb2",
+        "semantic_service_pb2_grpc",
     ):
         modules[name] = importlib.import_module(f"memmachine.v2.{name}")
     return modules
@@ -126,6 +129,8 @@ def run(addr, stubs_dir):
     grpc.channel_ready_future(channel).result(timeout=30)
     projects = m["project_service_pb2_grpc"].ProjectServiceStub(channel)
     memory = m["memory_service_pb2_grpc"].MemoryServiceStub(channel)
+    semantic = m["semantic_service_pb2_grpc"].SemanticServiceStub(channel)
+    ss = m["semantic_service_pb2"]
     timeout = 30
 
     # Empty ids mean "universal"; universal/universal always exists.
@@ -272,6 +277,84 @@ def run(addr, stubs_dir):
         f"after the delete ListMemories has {[e.uid for e in remaining.episodes]}",
     )
     print("deleted one episode; count is 2")
+
+    # --- SemanticService: a manual feature (no language model needed) -----------------
+    set_id = semantic.GetSetId(
+        ss.GetSetIdRequest(org_id=org, project_id=project), timeout=timeout
+    ).set_id
+    check(set_id.startswith("mem_project_set_"), f"GetSetId returned {set_id!r}")
+    category_id = semantic.AddCategory(
+        ss.AddCategoryRequest(
+            org_id=org,
+            project_id=project,
+            set_id=set_id,
+            category_name="tastes",
+            prompt="What the user likes to eat",
+            description="food preferences",
+        ),
+        timeout=timeout,
+    ).category_id
+    check(category_id, "AddCategory returned an empty category_id")
+    from google.protobuf import struct_pb2
+
+    feature_metadata = struct_pb2.Struct()
+    feature_metadata.update({"source": "python"})
+    feature_id = semantic.AddFeature(
+        ss.AddFeatureRequest(
+            org_id=org,
+            project_id=project,
+            set_id=set_id,
+            category_name="tastes",
+            tag="food",
+            feature="favourite dish",
+            value="spicy ramen",
+            feature_metadata=feature_metadata,
+            citations=[uids[1]],
+        ),
+        timeout=timeout,
+    ).feature_id
+    check(feature_id, "AddFeature returned an empty feature_id")
+    got = semantic.GetFeature(
+        ss.GetFeatureRequest(
+            org_id=org, project_id=project, feature_id=feature_id, load_citations=True
+        ),
+        timeout=timeout,
+    ).feature
+    want = {
+        "id": feature_id,
+        "set_id": set_id,
+        "category": "tastes",
+        "category_id": category_id,
+        "tag": "food",
+        "feature_name": "favourite dish",
+        "value": "spicy ramen",
+    }
+    have = {k: getattr(got, k) for k in want}
+    check(have == want, f"GetFeature returned {have}, expected {want}")
+    check(list(got.citations) == [uids[1]], f"GetFeature citations {list(got.citations)}")
+    check(dict(got.metadata) == {"source": "python"}, f"GetFeature metadata {dict(got.metadata)}")
+    check(
+        got.created_at.seconds > 0 and got.updated_at.seconds > 0,
+        f"GetFeature timestamps {got.created_at} / {got.updated_at}",
+    )
+    bare = semantic.GetFeature(
+        ss.GetFeatureRequest(org_id=org, project_id=project, feature_id=feature_id),
+        timeout=timeout,
+    ).feature
+    check(
+        bare.id == feature_id and not bare.citations,
+        f"GetFeature without load_citations returned citations {list(bare.citations)}",
+    )
+    missing_feature = str(uuid.uuid4())
+    expect_rpc_error(
+        lambda: semantic.GetFeature(
+            ss.GetFeatureRequest(org_id=org, project_id=project, feature_id=missing_feature),
+            timeout=timeout,
+        ),
+        grpc.StatusCode.NOT_FOUND,
+        f"GetFeature of unknown feature {missing_feature}",
+    )
+    print(f"semantic feature {feature_id} added to {set_id} and read back; unknown id NOT_FOUND")
 
     # --- INVALID_ARGUMENT with google.rpc.BadRequest -----------------------------------
     err = expect_rpc_error(

@@ -135,6 +135,13 @@ fn column(field: &Field, sql: &mut String, params: &mut Vec<Value>) {
             SystemField::ProducedForId => "e.produced_for_id",
             SystemField::CreatedAt => "e.created_at",
             SystemField::EpisodeType => "e.episode_type",
+            // Feature fields: episode filters never parse them.
+            SystemField::SetId
+            | SystemField::Category
+            | SystemField::Tag
+            | SystemField::Feature
+            | SystemField::Value
+            | SystemField::UpdatedAt => "NULL",
         }),
         Field::Metadata(key) => {
             sql.push_str("json_extract(e.metadata, ?)");

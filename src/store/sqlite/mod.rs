@@ -10,6 +10,11 @@ mod project_index;
 mod projects;
 mod schema;
 mod search;
+mod semantic;
+mod semantic_features;
+mod semantic_queue;
+mod semantic_sets;
+mod semantic_summaries;
 mod stats;
 mod vectors;
 
@@ -206,29 +211,7 @@ impl ProjectStore for SqliteStore {
 #[async_trait]
 impl EpisodeStore for SqliteStore {
     async fn add_episodes(&self, key: &ProjectKey, new: Vec<NewEpisode>) -> Result<Vec<i64>> {
-        let key = key.clone();
-        let new = Arc::new(new);
-        let indexes = self.indexes.clone();
-        let stored = new.clone();
-        let embedders = self.embedder_choice();
-        let added = self
-            .writer
-            .write_then(
-                move |conn| {
-                    let added = episodes::add(conn, &key, &stored)?;
-                    if vectors::embedder_of(conn, added.project, &embedders)?.is_some() {
-                        vectors::enqueue(conn, &added.rows)?;
-                    }
-                    Ok(added)
-                },
-                move |added| {
-                    let docs: Vec<(i64, &NewEpisode)> =
-                        added.rows.iter().copied().zip(new.iter()).collect();
-                    indexes.apply(added.project, IndexChange::Insert(&docs));
-                },
-            )
-            .await?;
-        Ok(added.seqs)
+        self.add_episodes_then(key, new, |_, _| Ok(())).await
     }
 
     async fn count_episodes(&self, key: &ProjectKey) -> Result<i64> {
@@ -318,6 +301,44 @@ impl EpisodeStore for SqliteStore {
 }
 
 impl SqliteStore {
+    /// Stores the episodes (queued for a vector when their project has an embedder) and
+    /// runs `also` in the same transaction; once committed they are in the lexical
+    /// index. Returns their sequence numbers.
+    async fn add_episodes_then<F>(
+        &self,
+        key: &ProjectKey,
+        new: Vec<NewEpisode>,
+        also: F,
+    ) -> Result<Vec<i64>>
+    where
+        F: FnOnce(&rusqlite::Connection, &episodes::Added) -> Result<()> + Send + 'static,
+    {
+        let key = key.clone();
+        let new = Arc::new(new);
+        let indexes = self.indexes.clone();
+        let stored = new.clone();
+        let embedders = self.embedder_choice();
+        let added = self
+            .writer
+            .write_then(
+                move |conn| {
+                    let added = episodes::add(conn, &key, &stored)?;
+                    if vectors::embedder_of(conn, added.project, &embedders)?.is_some() {
+                        vectors::enqueue(conn, &added.rows)?;
+                    }
+                    also(conn, &added)?;
+                    Ok(added)
+                },
+                move |added| {
+                    let docs: Vec<(i64, &NewEpisode)> =
+                        added.rows.iter().copied().zip(new.iter()).collect();
+                    indexes.apply(added.project, IndexChange::Insert(&docs));
+                },
+            )
+            .await?;
+        Ok(added.seqs)
+    }
+
     fn embedder_choice(&self) -> EmbedderChoice {
         self.embedders.read().expect("embedder lock").clone()
     }

@@ -61,6 +61,143 @@ const MIGRATIONS: &[&str] = &[
         revoked_at INTEGER
     );
     ALTER TABLE embedding_queue ADD COLUMN queued_at INTEGER NOT NULL DEFAULT 0;",
+    // 4: semantic memory. Set types (org-level ones are seen by every project of their
+    // org), feature sets (project NULL: org-level), categories owned by a set or a set
+    // type (a template), their tags, the default categories a set disabled, features
+    // with the episodes they cite, the ingestion queue of episodes per set (claimed
+    // under leases), each org's semantic version (bumped by every change of one of its
+    // features), the features waiting for a vector and their vectors, and each
+    // project's short-term summary with the projects that lost episodes since the
+    // summariser last looked (a deleted episode a summary covers deletes the summary; one
+    // it does not cover may be in a summary being written). Every column a cascade follows is indexed, so deleting a large
+    // project stays fast.
+    "CREATE TABLE semantic_set_types (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        public_id TEXT NOT NULL UNIQUE,
+        org_id TEXT NOT NULL,
+        -- The project of a project-level set type; NULL for org-level ones, which the
+        -- org's projects share and which outlive the project that made them.
+        project INTEGER REFERENCES projects (id) ON DELETE CASCADE,
+        is_org_level INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        description TEXT NOT NULL,
+        tags TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX semantic_set_types_by_project ON semantic_set_types (project);
+    CREATE INDEX semantic_set_types_by_org ON semantic_set_types (org_id, is_org_level);
+    CREATE TABLE semantic_sets (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        set_id TEXT NOT NULL UNIQUE,
+        org_id TEXT NOT NULL,
+        project INTEGER REFERENCES projects (id) ON DELETE CASCADE,
+        kind TEXT NOT NULL,
+        set_type INTEGER REFERENCES semantic_set_types (id) ON DELETE SET NULL,
+        tags TEXT NOT NULL,
+        embedder TEXT NOT NULL DEFAULT '',
+        llm TEXT NOT NULL DEFAULT '',
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX semantic_sets_by_project ON semantic_sets (project);
+    CREATE INDEX semantic_sets_by_org ON semantic_sets (org_id, project);
+    CREATE INDEX semantic_sets_by_type ON semantic_sets (set_type);
+    CREATE TABLE semantic_categories (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        public_id TEXT NOT NULL UNIQUE,
+        set_ref INTEGER REFERENCES semantic_sets (id) ON DELETE CASCADE,
+        set_type INTEGER REFERENCES semantic_set_types (id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        prompt TEXT NOT NULL,
+        description TEXT NOT NULL,
+        CHECK ((set_ref IS NULL) != (set_type IS NULL))
+    );
+    CREATE UNIQUE INDEX semantic_categories_of_set
+        ON semantic_categories (set_ref, name COLLATE NOCASE) WHERE set_ref IS NOT NULL;
+    CREATE UNIQUE INDEX semantic_categories_of_type
+        ON semantic_categories (set_type, name COLLATE NOCASE) WHERE set_type IS NOT NULL;
+    CREATE TABLE semantic_tags (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        public_id TEXT NOT NULL UNIQUE,
+        category INTEGER NOT NULL REFERENCES semantic_categories (id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        description TEXT NOT NULL,
+        UNIQUE (category, name COLLATE NOCASE)
+    );
+    CREATE TABLE semantic_disabled (
+        set_ref INTEGER NOT NULL REFERENCES semantic_sets (id) ON DELETE CASCADE,
+        name TEXT NOT NULL COLLATE NOCASE,
+        PRIMARY KEY (set_ref, name)
+    ) WITHOUT ROWID;
+    CREATE TABLE semantic_features (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        public_id TEXT NOT NULL UNIQUE,
+        set_ref INTEGER NOT NULL REFERENCES semantic_sets (id) ON DELETE CASCADE,
+        category TEXT NOT NULL,
+        category_id TEXT NOT NULL,
+        tag TEXT NOT NULL,
+        feature TEXT NOT NULL,
+        value TEXT NOT NULL,
+        metadata TEXT NOT NULL,
+        match_key TEXT NOT NULL,
+        value_key TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE INDEX semantic_features_by_key ON semantic_features (set_ref, match_key, value_key);
+    CREATE TABLE semantic_citations (
+        feature INTEGER NOT NULL REFERENCES semantic_features (id) ON DELETE CASCADE,
+        episode INTEGER NOT NULL REFERENCES episodes (id) ON DELETE CASCADE,
+        PRIMARY KEY (feature, episode)
+    ) WITHOUT ROWID;
+    CREATE INDEX semantic_citations_by_episode ON semantic_citations (episode);
+    CREATE TABLE semantic_queue (
+        set_ref INTEGER NOT NULL REFERENCES semantic_sets (id) ON DELETE CASCADE,
+        episode INTEGER NOT NULL REFERENCES episodes (id) ON DELETE CASCADE,
+        queued_at INTEGER NOT NULL,
+        not_before INTEGER NOT NULL DEFAULT 0,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        lease TEXT,
+        lease_until INTEGER NOT NULL DEFAULT 0,
+        failed TEXT,
+        PRIMARY KEY (set_ref, episode)
+    ) WITHOUT ROWID;
+    CREATE INDEX semantic_queue_by_episode ON semantic_queue (episode);
+    CREATE INDEX semantic_queue_claim ON semantic_queue
+        (set_ref, queued_at, not_before, lease_until, lease) WHERE failed IS NULL;
+    CREATE INDEX semantic_queue_leased ON semantic_queue (set_ref, lease_until)
+        WHERE lease IS NOT NULL;
+    CREATE TABLE semantic_versions (
+        org_id TEXT PRIMARY KEY,
+        version INTEGER NOT NULL
+    );
+    CREATE TRIGGER semantic_sets_deleted AFTER DELETE ON semantic_sets BEGIN
+        INSERT INTO semantic_versions (org_id, version) VALUES (OLD.org_id, 1)
+            ON CONFLICT (org_id) DO UPDATE SET version = version + 1;
+    END;
+    CREATE TABLE feature_embedding_queue (
+        feature INTEGER PRIMARY KEY REFERENCES semantic_features (id) ON DELETE CASCADE,
+        embedder TEXT NOT NULL
+    );
+    CREATE TABLE feature_embeddings (
+        feature INTEGER PRIMARY KEY REFERENCES semantic_features (id) ON DELETE CASCADE,
+        embedder TEXT NOT NULL,
+        vector BLOB NOT NULL
+    );
+    CREATE TABLE episode_summaries (
+        project INTEGER PRIMARY KEY REFERENCES projects (id) ON DELETE CASCADE,
+        text TEXT NOT NULL,
+        first_seq INTEGER NOT NULL,
+        last_seq INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE TABLE summary_dirty (
+        project INTEGER PRIMARY KEY REFERENCES projects (id) ON DELETE CASCADE
+    );
+    CREATE TRIGGER episodes_deleted_from_summary AFTER DELETE ON episodes BEGIN
+        DELETE FROM episode_summaries
+            WHERE project = OLD.project AND OLD.seq BETWEEN first_seq AND last_seq;
+        INSERT OR IGNORE INTO summary_dirty (project) VALUES (OLD.project);
+    END;",
 ];
 
 /// Brings the database to the latest schema, and makes sure universal/universal exists.

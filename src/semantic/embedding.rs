@@ -1,0 +1,81 @@
+//! The feature embedding worker: features added or changed are queued for a vector in
+//! their own transaction; this worker embeds them in batches with the embedder named in
+//! the queue and stores the vectors. Until then a feature is found by its words. It
+//! stops when the store closes.
+
+use std::time::Duration;
+
+use super::SemanticMemory;
+use crate::error::Error;
+
+const BATCH: usize = 64;
+const POLL: Duration = Duration::from_millis(500);
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+pub fn spawn(memory: SemanticMemory) {
+    if memory.embedders().all().is_empty() {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let pending = match memory.store().pending_feature_embeddings(BATCH).await {
+                Ok(pending) => pending,
+                Err(Error::Unavailable(_)) => return,
+                Err(err) => {
+                    tracing::warn!(error = %err, "reading the feature embedding queue failed");
+                    tokio::time::sleep(backoff).await;
+                    continue;
+                }
+            };
+            if pending.is_empty() {
+                tokio::time::sleep(POLL).await;
+                continue;
+            }
+            // One embedder at a time: the first's batch.
+            let embedder_id = pending[0].embedder.clone();
+            let batch: Vec<_> = pending
+                .into_iter()
+                .filter(|p| p.embedder == embedder_id)
+                .collect();
+            let Some(embedder) = memory
+                .embedders()
+                .all()
+                .into_iter()
+                .find(|e| e.id() == embedder_id)
+            else {
+                // An embedder this server no longer runs: its features stay lexical.
+                let ids = batch.iter().map(|p| p.feature).collect();
+                if let Err(err) = memory.store().abandon_feature_embeddings(ids).await {
+                    tracing::warn!(error = %err, "dequeuing features failed");
+                }
+                continue;
+            };
+            let texts: Vec<String> = batch.iter().map(|p| p.text.clone()).collect();
+            match embedder.embed(&texts).await {
+                Ok(vectors) if vectors.len() == batch.len() => {
+                    let rows = batch.iter().map(|p| p.feature).zip(vectors).collect();
+                    match memory
+                        .store()
+                        .store_feature_embeddings(&embedder_id, rows)
+                        .await
+                    {
+                        Ok(()) => backoff = FIRST_BACKOFF,
+                        Err(Error::Unavailable(_)) => return,
+                        Err(err) => tracing::warn!(error = %err, "storing feature vectors failed"),
+                    }
+                }
+                Ok(_) | Err(_) => {
+                    tracing::warn!(
+                        embedder = %embedder_id,
+                        retry_in_ms = backoff.as_millis() as u64,
+                        "embedding features failed; they stay queued"
+                    );
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    });
+}

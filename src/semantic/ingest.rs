@@ -1,0 +1,440 @@
+//! The ingestion workers: each claims one set's queued messages under a lease when the
+//! set has enough of them or its oldest has waited long enough, asks the model once per
+//! category for the whole batch, validates the answers and applies them together with
+//! marking the batch done, in one transaction. A failing model leaves the batch queued
+//! with exponential backoff; an answer still invalid after a few corrections marks the
+//! batch failed (logged without content, counted), so no worker loops on it.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::SemanticMemory;
+use super::categories::Effective;
+use super::features;
+use super::model::{Batch, ClaimRule, Feature, FeatureOp, SetRow};
+use super::prompts::{self, CommandKind};
+use crate::llm::{ChatRequest, LanguageModel, LlmError, Purpose};
+use crate::metrics::Metrics;
+use crate::model::Episode;
+
+/// Settings of semantic ingestion.
+#[derive(Debug, Clone, Copy)]
+pub struct IngestSettings {
+    /// A set is ingested once it has this many queued messages...
+    pub trigger_messages: usize,
+    /// ...or its oldest queued message waited this long.
+    pub trigger_age: Duration,
+    /// Most messages per batch (one model call per category each).
+    pub max_batch: usize,
+    /// How long a claim holds before another worker may take the batch.
+    pub lease: Duration,
+    /// Corrections asked of the model after an invalid answer.
+    pub max_corrections: u32,
+    /// A tag with this many features of a category is consolidated.
+    pub consolidation_threshold: usize,
+    /// Most current features shown to the model per category.
+    pub max_current_features: usize,
+    /// Workers claiming batches at once.
+    pub workers: usize,
+}
+
+impl Default for IngestSettings {
+    fn default() -> Self {
+        IngestSettings {
+            trigger_messages: 5,
+            trigger_age: Duration::from_secs(300),
+            max_batch: 20,
+            lease: Duration::from_secs(300),
+            max_corrections: 2,
+            consolidation_threshold: 20,
+            max_current_features: 50,
+            workers: 4,
+        }
+    }
+}
+
+const FIRST_BACKOFF: Duration = Duration::from_secs(2);
+const MAX_BACKOFF: Duration = Duration::from_secs(900);
+/// How often an idle worker looks for sets that became ready by age.
+const POLL: Duration = Duration::from_millis(500);
+
+fn now_micros() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}
+
+/// The delay before the next try of a batch tried `attempts` times: doubling from 2 s
+/// to 15 min, a random part of up to a quarter taken off; at least what the endpoint
+/// asked for.
+fn backoff(attempts: u32, retry_after: Option<Duration>) -> Duration {
+    let base = FIRST_BACKOFF
+        .saturating_mul(2u32.saturating_pow(attempts.min(16)))
+        .min(MAX_BACKOFF);
+    let mut byte = [0u8; 1];
+    let _ = getrandom::fill(&mut byte);
+    let jittered = base.mul_f64(1.0 - f64::from(byte[0]) / 1024.0);
+    jittered.max(retry_after.unwrap_or_default())
+}
+
+/// Why a batch was not applied.
+enum Outcome {
+    /// The model could not be reached or failed: try again later.
+    Retry(String, Option<Duration>),
+    /// The model's answers stayed invalid: give up on these messages.
+    Invalid(String),
+}
+
+/// Starts the ingestion workers; they stop when `stop` is notified... or run for the
+/// life of the process.
+pub fn spawn_workers(memory: SemanticMemory, settings: IngestSettings, metrics: Arc<Metrics>) {
+    let Some(model) = memory.model().cloned() else {
+        return;
+    };
+    for _ in 0..settings.workers.max(1) {
+        let worker = Worker {
+            memory: memory.clone(),
+            model: model.clone(),
+            settings,
+            metrics: metrics.clone(),
+        };
+        tokio::spawn(worker.run());
+    }
+}
+
+struct Worker {
+    memory: SemanticMemory,
+    model: Arc<dyn LanguageModel>,
+    settings: IngestSettings,
+    metrics: Arc<Metrics>,
+}
+
+impl Worker {
+    fn rule(&self) -> ClaimRule {
+        ClaimRule {
+            min_messages: self.settings.trigger_messages.max(1),
+            max_age_micros: self.settings.trigger_age.as_micros() as i64,
+            max_batch: self.settings.max_batch.max(1),
+            lease_micros: self.settings.lease.as_micros() as i64,
+            now_micros: now_micros(),
+        }
+    }
+
+    async fn run(self) {
+        let wake = self.memory.wake_handle();
+        loop {
+            let notified = wake.notified();
+            let claimed = self.memory.store().claim_batch(self.rule()).await;
+            match claimed {
+                Ok(Some(batch)) => self.ingest(batch).await,
+                Ok(None) => {
+                    let _ = tokio::time::timeout(POLL, notified).await;
+                }
+                // The store closed: the server is gone.
+                Err(crate::error::Error::Unavailable(_)) => return,
+                Err(err) => {
+                    tracing::warn!(error = %err, "claiming a semantic batch failed");
+                    tokio::time::sleep(POLL).await;
+                }
+            }
+        }
+    }
+
+    async fn ingest(&self, batch: Batch) {
+        let store = self.memory.store();
+        let set_id = batch.set.set_id.clone();
+        let count = batch.messages.len();
+        match self.distil(&batch).await {
+            Ok((ops, touched)) => {
+                let embedder = self.embedder_of(&batch.set).await;
+                let added = ops.len();
+                match store.apply_batch(&batch, ops, embedder.clone()).await {
+                    Ok(true) => {
+                        self.metrics.record_semantic("batch_applied", 1);
+                        self.metrics
+                            .record_semantic("messages_ingested", count as u64);
+                        self.metrics
+                            .record_semantic("commands_applied", added as u64);
+                        tracing::debug!(set = %set_id, messages = count, commands = added, "semantic batch applied");
+                        self.consolidate(&batch.set, touched, embedder).await;
+                    }
+                    Ok(false) => {
+                        // The lease expired, or an episode of the batch was deleted
+                        // meanwhile: give back what is still ours, to be claimed afresh.
+                        tracing::info!(set = %set_id, "semantic batch changed under its lease; it runs again");
+                        let _ = store.release_batch(&batch, now_micros()).await;
+                    }
+                    Err(err) => {
+                        tracing::warn!(set = %set_id, error = %err, "applying a semantic batch failed; it stays queued");
+                        let _ = store
+                            .release_batch(
+                                &batch,
+                                now_micros() + backoff(batch.attempts, None).as_micros() as i64,
+                            )
+                            .await;
+                    }
+                }
+            }
+            Err(Outcome::Retry(reason, retry_after)) => {
+                let delay = backoff(batch.attempts, retry_after);
+                tracing::warn!(
+                    set = %set_id,
+                    messages = count,
+                    attempts = batch.attempts + 1,
+                    retry_in_secs = delay.as_secs_f64(),
+                    error = %reason,
+                    "the language model failed; the batch stays queued"
+                );
+                self.metrics.record_semantic("batch_retried", 1);
+                let not_before = now_micros() + delay.as_micros() as i64;
+                if let Err(err) = store.release_batch(&batch, not_before).await {
+                    tracing::warn!(error = %err, "releasing a semantic batch failed");
+                }
+            }
+            Err(Outcome::Invalid(reason)) => {
+                tracing::warn!(
+                    set = %set_id,
+                    messages = count,
+                    reason = %reason,
+                    "the language model's answers stayed invalid; the batch's messages are marked failed"
+                );
+                self.metrics.record_semantic("batch_failed", 1);
+                self.metrics
+                    .record_semantic("messages_failed", count as u64);
+                if let Err(err) = store.fail_batch(&batch, &reason).await {
+                    tracing::warn!(error = %err, "marking a semantic batch failed did not work");
+                }
+            }
+        }
+    }
+
+    /// The embedder id of a set's features (`None`: none).
+    async fn embedder_of(&self, set: &SetRow) -> Option<String> {
+        if !set.config.embedder.is_empty() {
+            return self
+                .memory
+                .embedders()
+                .for_project(&set.config.embedder)
+                .map(|e| e.id().to_string());
+        }
+        // Org-level sets have no project: they use the server's default embedder.
+        let name = match set.project {
+            Some(project) => match self.memory.store().project_config(project).await {
+                Ok(Some(config)) => config.embedder,
+                _ => return None,
+            },
+            None => String::new(),
+        };
+        self.memory
+            .embedders()
+            .for_project(&name)
+            .map(|e| e.id().to_string())
+    }
+
+    /// The commands for a batch, one model call per category, and the (category, tag)
+    /// pairs they touched.
+    async fn distil(
+        &self,
+        batch: &Batch,
+    ) -> Result<(Vec<FeatureOp>, BTreeSet<(String, String)>), Outcome> {
+        let categories = self
+            .memory
+            .effective_categories(&batch.set)
+            .await
+            .map_err(|err| Outcome::Retry(err.to_string(), None))?;
+        let messages: Vec<&Episode> = batch.messages.iter().map(|(_, e)| e).collect();
+        let mut ops = Vec::new();
+        let mut touched = BTreeSet::new();
+        for category in &categories {
+            let current = self
+                .memory
+                .store()
+                .category_features(
+                    batch.set.internal_id,
+                    &features::category_key(&category.name),
+                )
+                .await
+                .map_err(|err| Outcome::Retry(err.to_string(), None))?;
+            let shown = most_relevant(&current, &messages, self.settings.max_current_features);
+            let commands = self.ask(category, &shown, &messages).await?;
+            for command in commands {
+                let citations: Vec<i64> = if command.messages.is_empty() {
+                    batch.messages.iter().map(|(id, _)| *id).collect()
+                } else {
+                    command
+                        .messages
+                        .iter()
+                        .map(|i| batch.messages[*i].0)
+                        .collect()
+                };
+                touched.insert((category.name.clone(), command.tag.clone()));
+                let feature = features::new_feature(
+                    &category.name,
+                    &category.id,
+                    &command.tag,
+                    &command.feature,
+                    &command.value,
+                    serde_json::Value::Object(Default::default()),
+                );
+                ops.push(match command.kind {
+                    CommandKind::Add => FeatureOp::Add { feature, citations },
+                    CommandKind::Update => FeatureOp::Update { feature, citations },
+                    CommandKind::Delete => FeatureOp::Delete {
+                        match_key: feature.match_key,
+                    },
+                });
+            }
+        }
+        Ok((ops, touched))
+    }
+
+    /// One extraction call (with its corrections) for one category.
+    async fn ask(
+        &self,
+        category: &Effective,
+        current: &[&Feature],
+        messages: &[&Episode],
+    ) -> Result<Vec<prompts::Command>, Outcome> {
+        let mut request = ChatRequest {
+            purpose: Purpose::Extraction,
+            messages: prompts::extraction(category, current, messages),
+            json_schema: Some(prompts::extraction_schema()),
+        };
+        let mut last_error = String::new();
+        for _ in 0..=self.settings.max_corrections {
+            let answer = self.complete(&request).await?;
+            match prompts::parse_commands(&answer, &category.tags, messages.len()) {
+                Ok(commands) => return Ok(commands),
+                Err(error) => {
+                    self.metrics.record_semantic("invalid_answers", 1);
+                    request
+                        .messages
+                        .extend(prompts::correction(&answer, &error));
+                    last_error = error;
+                }
+            }
+        }
+        Err(Outcome::Invalid(format!(
+            "category {:?}: {last_error}",
+            category.name
+        )))
+    }
+
+    async fn complete(&self, request: &ChatRequest) -> Result<String, Outcome> {
+        match self.model.complete(request).await {
+            Ok(completion) => Ok(completion.content),
+            Err(LlmError::Unavailable {
+                message,
+                retry_after,
+            }) => Err(Outcome::Retry(message, retry_after)),
+            Err(LlmError::Failed(message)) => Err(Outcome::Retry(message, None)),
+        }
+    }
+
+    /// Merges the features of each touched tag that passed the threshold.
+    async fn consolidate(
+        &self,
+        set: &SetRow,
+        touched: BTreeSet<(String, String)>,
+        embedder: Option<String>,
+    ) {
+        let store = self.memory.store();
+        for (category, tag) in touched {
+            let Ok(all) = store
+                .category_features(set.internal_id, &features::category_key(&category))
+                .await
+            else {
+                continue;
+            };
+            let tag_key = features::normalise(&tag);
+            let group: Vec<Feature> = all
+                .into_iter()
+                .filter(|f| features::normalise(&f.tag) == tag_key)
+                .collect();
+            if group.len() < self.settings.consolidation_threshold.max(2) {
+                continue;
+            }
+            let request = ChatRequest {
+                purpose: Purpose::Consolidation,
+                messages: prompts::consolidation(&category, &tag, &group),
+                json_schema: Some(prompts::consolidation_schema()),
+            };
+            let answer = match self.complete(&request).await {
+                Ok(answer) => answer,
+                Err(Outcome::Retry(reason, _) | Outcome::Invalid(reason)) => {
+                    tracing::warn!(set = %set.set_id, error = %reason, "consolidation skipped: the model failed");
+                    continue;
+                }
+            };
+            let plan = match prompts::parse_consolidation(&answer, &group) {
+                Ok(plan) => plan,
+                Err(error) => {
+                    tracing::warn!(set = %set.set_id, error = %error, "consolidation skipped: invalid answer");
+                    continue;
+                }
+            };
+            let remove: Vec<i64> = group
+                .iter()
+                .filter(|f| !plan.keep.contains(&f.id))
+                .map(|f| f.internal_id)
+                .collect();
+            if remove.is_empty() {
+                continue;
+            }
+            let category_id = group
+                .first()
+                .map(|f| f.category_id.clone())
+                .unwrap_or_default();
+            let add = plan
+                .add
+                .iter()
+                .map(|(t, feature, value)| {
+                    let t = if t.is_empty() { &tag } else { t };
+                    features::new_feature(
+                        &category,
+                        &category_id,
+                        t,
+                        feature,
+                        value,
+                        Default::default(),
+                    )
+                })
+                .collect();
+            match store
+                .consolidate(set.internal_id, remove, add, embedder.clone())
+                .await
+            {
+                Ok(()) => self.metrics.record_semantic("consolidated", 1),
+                Err(err) => tracing::warn!(set = %set.set_id, error = %err, "consolidation failed"),
+            }
+        }
+    }
+}
+
+/// The current features most relevant to the batch first (by words shared with it),
+/// at most `limit`.
+fn most_relevant<'a>(
+    current: &'a [Feature],
+    messages: &[&Episode],
+    limit: usize,
+) -> Vec<&'a Feature> {
+    let words: std::collections::HashSet<String> = messages
+        .iter()
+        .flat_map(|m| crate::retrieval::tokenize::query_terms(&m.content))
+        .collect();
+    let mut scored: Vec<(usize, &Feature)> = current
+        .iter()
+        .map(|f| {
+            let text = format!("{} {} {}", f.tag, f.feature, f.value);
+            let shared = crate::retrieval::tokenize::query_terms(&text)
+                .iter()
+                .filter(|t| words.contains(*t))
+                .count();
+            (shared, f)
+        })
+        .collect();
+    scored.sort_by(|a, b| {
+        b.0.cmp(&a.0)
+            .then(b.1.updated_at_micros.cmp(&a.1.updated_at_micros))
+    });
+    scored.into_iter().take(limit).map(|(_, f)| f).collect()
+}

@@ -1,0 +1,408 @@
+//! What the language model is asked and how its answers are read: extraction commands,
+//! consolidation and summaries, in the JSON shapes the contract fixes. Answers are
+//! validated before anything is applied; a validation error is shown to the model when
+//! it is asked again.
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::categories::Effective;
+use super::model::Feature;
+use crate::llm::{ChatMessage, Role};
+use crate::model::Episode;
+
+/// Longest feature name and value accepted from the model, in characters.
+const MAX_NAME_CHARS: usize = 200;
+const MAX_VALUE_CHARS: usize = 2000;
+/// Most commands one answer may give.
+const MAX_COMMANDS: usize = 200;
+
+fn system(content: String) -> ChatMessage {
+    ChatMessage {
+        role: Role::System,
+        content,
+    }
+}
+
+fn user(content: String) -> ChatMessage {
+    ChatMessage {
+        role: Role::User,
+        content,
+    }
+}
+
+/// The messages of a batch, numbered from 1, each message's text verbatim on its own
+/// line after a header line naming its number and speaker.
+fn numbered(messages: &[&Episode]) -> String {
+    let mut out = String::new();
+    for (i, episode) in messages.iter().enumerate() {
+        let role = if episode.producer_role.is_empty() {
+            "user"
+        } else {
+            &episode.producer_role
+        };
+        out.push_str(&format!("[{}] {} ({role}):\n", i + 1, episode.producer_id));
+        out.push_str(&episode.content);
+        out.push('\n');
+    }
+    out
+}
+
+/// The extraction request for one category over a batch.
+pub fn extraction(
+    category: &Effective,
+    current: &[&Feature],
+    messages: &[&Episode],
+) -> Vec<ChatMessage> {
+    let tags = if category.tags.is_empty() {
+        "Choose short, general tags.".to_string()
+    } else {
+        let list: Vec<String> = category
+            .tags
+            .iter()
+            .map(|(name, description)| format!("- {name}: {description}"))
+            .collect();
+        format!("Use only these tags:\n{}", list.join("\n"))
+    };
+    let system_prompt = format!(
+        "You maintain the \"{name}\" memory of a conversation.\n{prompt}\n\n{tags}\n\n\
+         Compare the new messages with the current features and answer with JSON only:\n\
+         {{\"commands\":[{{\"command\":\"add\"|\"update\"|\"delete\",\"tag\":\"...\",\
+         \"feature\":\"...\",\"value\":\"...\",\"messages\":[1]}}]}}\n\
+         - add: a new fact. update: a current feature (same tag and feature) whose value \
+         changed. delete: a current feature the messages show is no longer true.\n\
+         - messages: the numbers of the new messages that support the command.\n\
+         - Answer {{\"commands\":[]}} when there is nothing to remember.",
+        name = category.name,
+        prompt = category.prompt,
+    );
+    let features: Vec<serde_json::Value> = current
+        .iter()
+        .map(|f| json!({"tag": f.tag, "feature": f.feature, "value": f.value}))
+        .collect();
+    let user_prompt = format!(
+        "## Current features\n{}\n\n## New messages\n{}",
+        serde_json::Value::Array(features),
+        numbered(messages)
+    );
+    vec![system(system_prompt), user(user_prompt)]
+}
+
+/// The JSON schema of an extraction answer.
+pub fn extraction_schema() -> (String, serde_json::Value) {
+    (
+        "semantic_commands".into(),
+        json!({
+            "type": "object",
+            "properties": {"commands": {"type": "array", "items": {
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string", "enum": ["add", "update", "delete"]},
+                    "tag": {"type": "string"},
+                    "feature": {"type": "string"},
+                    "value": {"type": "string"},
+                    "messages": {"type": "array", "items": {"type": "integer"}}
+                },
+                "required": ["command", "tag", "feature"]
+            }}},
+            "required": ["commands"]
+        }),
+    )
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandKind {
+    Add,
+    Update,
+    Delete,
+}
+
+/// One validated command.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Command {
+    pub kind: CommandKind,
+    pub tag: String,
+    pub feature: String,
+    pub value: String,
+    /// 0-based indices into the batch; empty: the whole batch.
+    pub messages: Vec<usize>,
+}
+
+#[derive(Deserialize)]
+struct RawCommands {
+    commands: Vec<serde_json::Value>,
+}
+
+/// The JSON object inside an answer (models like to wrap it in a code fence or prose).
+fn json_part(answer: &str) -> &str {
+    let start = answer.find('{');
+    let end = answer.rfind('}');
+    match (start, end) {
+        (Some(s), Some(e)) if s < e => &answer[s..=e],
+        _ => answer.trim(),
+    }
+}
+
+fn text_field(
+    command: &serde_json::Value,
+    name: &str,
+    max: usize,
+    at: usize,
+    errors: &mut Vec<String>,
+) -> String {
+    match command.get(name) {
+        Some(serde_json::Value::String(s)) if !s.trim().is_empty() => {
+            if s.chars().count() > max {
+                errors.push(format!(
+                    "commands[{at}].{name} is longer than {max} characters"
+                ));
+            }
+            s.trim().to_string()
+        }
+        _ => {
+            errors.push(format!("commands[{at}].{name} must be a non-empty string"));
+            String::new()
+        }
+    }
+}
+
+/// Reads an extraction answer for a batch of `batch_len` messages, for a category with
+/// these tags (empty: any). `Err` says what is wrong, for the model to correct.
+pub fn parse_commands(
+    answer: &str,
+    tags: &[(String, String)],
+    batch_len: usize,
+) -> Result<Vec<Command>, String> {
+    let raw: RawCommands = serde_json::from_str(json_part(answer)).map_err(|err| {
+        format!("the answer is not the JSON object {{\"commands\":[...]}} ({err})")
+    })?;
+    if raw.commands.len() > MAX_COMMANDS {
+        return Err(format!("at most {MAX_COMMANDS} commands per answer"));
+    }
+    let mut errors = Vec::new();
+    let mut commands = Vec::new();
+    for (at, command) in raw.commands.iter().enumerate() {
+        let kind = match command.get("command").and_then(|c| c.as_str()) {
+            Some("add") => CommandKind::Add,
+            Some("update") => CommandKind::Update,
+            Some("delete") => CommandKind::Delete,
+            other => {
+                errors.push(format!(
+                    "commands[{at}].command must be \"add\", \"update\" or \"delete\", got {other:?}"
+                ));
+                continue;
+            }
+        };
+        let tag = text_field(command, "tag", MAX_NAME_CHARS, at, &mut errors);
+        if !tag.is_empty()
+            && !tags.is_empty()
+            && !tags.iter().any(|(t, _)| t.eq_ignore_ascii_case(&tag))
+        {
+            let names: Vec<&str> = tags.iter().map(|(t, _)| t.as_str()).collect();
+            errors.push(format!(
+                "commands[{at}].tag {tag:?} is not one of {}",
+                names.join(", ")
+            ));
+        }
+        let feature = text_field(command, "feature", MAX_NAME_CHARS, at, &mut errors);
+        let value = if kind == CommandKind::Delete {
+            String::new()
+        } else {
+            text_field(command, "value", MAX_VALUE_CHARS, at, &mut errors)
+        };
+        let mut messages = Vec::new();
+        match command.get("messages") {
+            None | Some(serde_json::Value::Null) => {}
+            Some(serde_json::Value::Array(numbers)) => {
+                for n in numbers {
+                    match n.as_u64() {
+                        Some(n) if n >= 1 && (n as usize) <= batch_len => messages.push(n as usize - 1),
+                        _ => errors.push(format!(
+                            "commands[{at}].messages holds {n}, not a message number from 1 to {batch_len}"
+                        )),
+                    }
+                }
+            }
+            Some(_) => errors.push(format!(
+                "commands[{at}].messages must be a list of message numbers"
+            )),
+        }
+        messages.sort_unstable();
+        messages.dedup();
+        // The category's own spelling of the tag.
+        let tag = tags
+            .iter()
+            .find(|(t, _)| t.eq_ignore_ascii_case(&tag))
+            .map_or(tag, |(t, _)| t.clone());
+        commands.push(Command {
+            kind,
+            tag,
+            feature,
+            value,
+            messages,
+        });
+    }
+    if errors.is_empty() {
+        Ok(commands)
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
+/// Asks again after an invalid answer, showing what was wrong.
+pub fn correction(answer: &str, error: &str) -> [ChatMessage; 2] {
+    [
+        ChatMessage {
+            role: Role::Assistant,
+            content: answer.to_string(),
+        },
+        user(format!(
+            "That answer is invalid: {error}. Answer again with the JSON object only."
+        )),
+    ]
+}
+
+/// The consolidation request for the features of one tag.
+pub fn consolidation(category: &str, tag: &str, features: &[Feature]) -> Vec<ChatMessage> {
+    let list: Vec<serde_json::Value> = features
+        .iter()
+        .map(|f| json!({"id": f.id, "feature": f.feature, "value": f.value}))
+        .collect();
+    vec![
+        system(
+            "You tidy a memory of facts. Merge features that say the same thing or that \
+             are better as one, and drop ones that are superseded. Answer with JSON only: \
+             {\"consolidated_memories\":[{\"tag\":\"...\",\"feature\":\"...\",\"value\":\"...\"}],\
+             \"keep_memories\":[\"id\", ...]}: keep_memories lists the ids to keep as they \
+             are; every other listed feature is replaced by consolidated_memories."
+                .into(),
+        ),
+        user(format!(
+            "Category: {category}\nTag: {tag}\nFeatures:\n{}",
+            serde_json::Value::Array(list)
+        )),
+    ]
+}
+
+pub fn consolidation_schema() -> (String, serde_json::Value) {
+    (
+        "semantic_consolidation".into(),
+        json!({
+            "type": "object",
+            "properties": {
+                "consolidated_memories": {"type": "array", "items": {
+                    "type": "object",
+                    "properties": {
+                        "tag": {"type": "string"},
+                        "feature": {"type": "string"},
+                        "value": {"type": "string"}
+                    },
+                    "required": ["tag", "feature", "value"]
+                }},
+                "keep_memories": {"type": "array", "items": {"type": "string"}}
+            },
+            "required": ["consolidated_memories", "keep_memories"]
+        }),
+    )
+}
+
+/// A validated consolidation: the features to add and the ids (of those sent) to keep.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Consolidation {
+    pub add: Vec<(String, String, String)>,
+    pub keep: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct RawConsolidation {
+    consolidated_memories: Vec<RawMemory>,
+    keep_memories: Vec<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct RawMemory {
+    tag: String,
+    feature: String,
+    value: String,
+}
+
+pub fn parse_consolidation(answer: &str, sent: &[Feature]) -> Result<Consolidation, String> {
+    let raw: RawConsolidation = serde_json::from_str(json_part(answer))
+        .map_err(|err| format!("the answer is not the consolidation JSON object ({err})"))?;
+    let mut keep = Vec::new();
+    for id in raw.keep_memories {
+        let id = match id {
+            serde_json::Value::String(s) => s,
+            other => other.to_string(),
+        };
+        if !sent.iter().any(|f| f.id == id) {
+            return Err(format!(
+                "keep_memories names {id:?}, which is not one of the features"
+            ));
+        }
+        keep.push(id);
+    }
+    let mut add = Vec::new();
+    for m in raw.consolidated_memories {
+        if m.feature.trim().is_empty() || m.value.trim().is_empty() {
+            return Err("consolidated memories need a feature and a value".into());
+        }
+        if m.feature.chars().count() > MAX_NAME_CHARS || m.value.chars().count() > MAX_VALUE_CHARS {
+            return Err("a consolidated memory is too long".into());
+        }
+        add.push((
+            m.tag.trim().to_string(),
+            m.feature.trim().to_string(),
+            m.value.trim().to_string(),
+        ));
+    }
+    Ok(Consolidation { add, keep })
+}
+
+/// The summary request: the previous summary (if any) and the episodes leaving the
+/// short-term window.
+pub fn summary(previous: Option<&str>, episodes: &[Episode]) -> Vec<ChatMessage> {
+    let refs: Vec<&Episode> = episodes.iter().collect();
+    vec![
+        system(
+            "You keep a running summary of a conversation. Fold the new messages into the \
+             summary: keep names, facts, decisions and open questions; be concise. Answer \
+             with the new summary as plain text."
+                .into(),
+        ),
+        user(format!(
+            "## Summary so far\n{}\n\n## New messages\n{}",
+            previous.unwrap_or("(none)"),
+            numbered(&refs)
+        )),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_are_validated() {
+        let tags = vec![("preferences".to_string(), String::new())];
+        let ok = parse_commands(
+            "```json\n{\"commands\":[{\"command\":\"add\",\"tag\":\"Preferences\",\"feature\":\"food\",\"value\":\"pizza\",\"messages\":[2]}]}\n```",
+            &tags,
+            2,
+        )
+        .unwrap();
+        assert_eq!(ok[0].tag, "preferences");
+        assert_eq!(ok[0].messages, [1]);
+        let err = parse_commands(
+            "{\"commands\":[{\"command\":\"add\",\"tag\":\"x\",\"feature\":\"\",\"messages\":[3]}]}",
+            &tags,
+            2,
+        )
+        .unwrap_err();
+        assert!(err.contains("tag \"x\""), "{err}");
+        assert!(err.contains("feature must be"), "{err}");
+        assert!(err.contains("value must be"), "{err}");
+        assert!(err.contains("from 1 to 2"), "{err}");
+        assert!(parse_commands("I think the user likes pizza", &tags, 1).is_err());
+    }
+}

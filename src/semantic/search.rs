@@ -1,0 +1,185 @@
+//! Ranking of features: one score across every selected set, from BM25 over a feature's
+//! tag, name and value, fused with embedding similarity when the project has an
+//! embedder. Each project's features live in an in-memory index, a cache of the store
+//! rebuilt when the org's semantic version moves (one cheap read when nothing changed).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use super::model::IndexedFeature;
+use crate::error::Result;
+use crate::model::filter::{Expr, Field, SystemField};
+use crate::model::filter_eval::{self, Fields, Value};
+use crate::retrieval::bm25::Bm25Index;
+use crate::retrieval::tokenize;
+use crate::store::Store;
+
+/// Projects whose feature index is kept in memory.
+const CACHED_PROJECTS: usize = 256;
+
+/// What a filter and the set selection read of a feature.
+#[derive(Debug)]
+pub struct FeatureFields {
+    pub set: i64,
+    set_id: Box<str>,
+    category: Box<str>,
+    tag: Box<str>,
+    feature: Box<str>,
+    value: Box<str>,
+    created_at_micros: i64,
+    updated_at_micros: i64,
+    metadata: BTreeMap<String, String>,
+    /// The embedder id and vector, if it has one.
+    vector: Option<(Box<str>, Box<[f32]>)>,
+}
+
+impl Fields for FeatureFields {
+    fn get(&self, field: &Field) -> Option<Value<'_>> {
+        fn text(s: &str) -> Option<Value<'_>> {
+            (!s.is_empty()).then_some(Value::Text(s))
+        }
+        match field {
+            Field::Metadata(key) => self.metadata.get(key).map(|v| Value::Text(v)),
+            Field::System(SystemField::SetId) => text(&self.set_id),
+            Field::System(SystemField::Category) => text(&self.category),
+            Field::System(SystemField::Tag) => text(&self.tag),
+            Field::System(SystemField::Feature) => text(&self.feature),
+            Field::System(SystemField::Value) => text(&self.value),
+            Field::System(SystemField::CreatedAt) => Some(Value::Time(self.created_at_micros)),
+            Field::System(SystemField::UpdatedAt) => Some(Value::Time(self.updated_at_micros)),
+            Field::System(_) => None,
+        }
+    }
+}
+
+impl FeatureFields {
+    pub fn of(f: IndexedFeature) -> (i64, String, FeatureFields) {
+        let text = format!("{} {} {}", f.tag, f.feature, f.value);
+        (
+            f.internal_id,
+            text,
+            FeatureFields {
+                set: f.set,
+                set_id: f.set_id.into(),
+                category: f.category.into(),
+                tag: f.tag.into(),
+                feature: f.feature.into(),
+                value: f.value.into(),
+                created_at_micros: f.created_at_micros,
+                updated_at_micros: f.updated_at_micros,
+                metadata: f.metadata,
+                vector: f.vector.map(|(e, v)| (e.into(), v.into())),
+            },
+        )
+    }
+}
+
+/// The features of the sets one project sees, indexed.
+pub struct ProjectFeatures {
+    version: i64,
+    index: Bm25Index<FeatureFields>,
+}
+
+impl ProjectFeatures {
+    pub fn build(version: i64, features: Vec<IndexedFeature>) -> ProjectFeatures {
+        // Features are not a conversation: no context field.
+        let mut index = Bm25Index::with_context_window(0);
+        for feature in features {
+            let (id, text, fields) = FeatureFields::of(feature);
+            index.insert(id, &text, fields);
+        }
+        ProjectFeatures { version, index }
+    }
+
+    /// The best features for `query` among those of `sets` (ids; `None`: all) passing
+    /// `filter`, as
+    /// `(internal id, score)`. With `vector` (the query's, by embedder `embedder`) the
+    /// ranking is hybrid; features without a vector of that embedder rank by text.
+    pub fn rank(
+        &self,
+        query: &str,
+        vector: Option<(&str, &[f32])>,
+        sets: Option<&HashSet<String>>,
+        filter: Option<&Expr>,
+        limit: usize,
+    ) -> Vec<(i64, f32)> {
+        let terms = tokenize::query_terms(query);
+        let accept = |f: &FeatureFields| {
+            sets.is_none_or(|s| s.contains(&*f.set_id))
+                && filter.is_none_or(|e| filter_eval::matches(e, f))
+        };
+        match vector {
+            None => self.index.search(&terms, limit, accept),
+            Some((embedder, query_vector)) => self.index.search_hybrid(
+                &terms,
+                |f: &FeatureFields| {
+                    let (id, v) = f.vector.as_ref()?;
+                    (&**id == embedder && v.len() == query_vector.len())
+                        .then(|| crate::retrieval::dense::dot(v, query_vector))
+                },
+                limit,
+                accept,
+                None,
+            ),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+}
+
+/// Indexes by project (internal id), with when each was last used.
+type Cache = HashMap<i64, (u64, Arc<ProjectFeatures>)>;
+
+/// Feature indexes by project (internal id), least recently used dropped first.
+#[derive(Clone, Default)]
+pub struct FeatureIndexes {
+    cache: Arc<Mutex<Cache>>,
+    clock: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl FeatureIndexes {
+    /// The project's index, current with the store: rebuilt when the org's semantic
+    /// version moved since it was built.
+    pub async fn current(
+        &self,
+        store: &Arc<dyn Store>,
+        project: &crate::model::Project,
+    ) -> Result<Arc<ProjectFeatures>> {
+        let version = store.semantic_version(&project.key.org_id).await?;
+        let tick = self
+            .clock
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        {
+            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((used, index)) = cache.get_mut(&project.internal_id)
+                && index.version == version
+            {
+                *used = tick;
+                return Ok(index.clone());
+            }
+        }
+        // The sets the project sees: its own and its org's org-level ones.
+        let sets = store.list_sets(&project.key).await?;
+        let features = store
+            .indexed_features(sets.iter().map(|s| s.internal_id).collect())
+            .await?;
+        let index = Arc::new(ProjectFeatures::build(version, features));
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= CACHED_PROJECTS
+            && let Some(oldest) = cache
+                .iter()
+                .min_by_key(|(_, (used, _))| *used)
+                .map(|(k, _)| *k)
+        {
+            cache.remove(&oldest);
+        }
+        cache.insert(project.internal_id, (tick, index.clone()));
+        Ok(index)
+    }
+}

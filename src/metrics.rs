@@ -80,6 +80,8 @@ pub struct Metrics {
     episodes: Gauge,
     queue_depth: Gauge,
     queue_lag: Gauge<f64, AtomicU64>,
+    semantic_queue: Gauge,
+    semantic_failed: Gauge,
     embed_seconds: Histograms<EmbedderLabels>,
     embedded_texts: Family<EmbedderLabels, Counter>,
     embedding_tokens: Family<EmbedderLabels, Counter>,
@@ -135,6 +137,18 @@ impl Metrics {
                 &mut registry,
                 "embedding_queue_lag_seconds",
                 "How long the oldest episode waiting for a vector has waited",
+                Gauge::default(),
+            ),
+            semantic_queue: registered(
+                &mut registry,
+                "semantic_queue_depth",
+                "Messages waiting for semantic ingestion (one per set they land in)",
+                Gauge::default(),
+            ),
+            semantic_failed: registered(
+                &mut registry,
+                "semantic_queue_failed",
+                "Queued messages whose ingestion failed (the model's answers stayed invalid)",
                 Gauge::default(),
             ),
             embed_seconds: registered(
@@ -299,6 +313,8 @@ impl Metrics {
                 self.episodes.set(stats.episodes);
                 self.queue_depth.set(stats.embedding_queue);
                 self.queue_lag.set(stats.embedding_lag_secs);
+                self.semantic_queue.set(stats.semantic_queue);
+                self.semantic_failed.set(stats.semantic_failed);
             }
             Err(err) => tracing::warn!(error = %err, "reading store figures for metrics"),
         }

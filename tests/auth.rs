@@ -225,6 +225,7 @@ async fn an_org_key_reaches_no_method_of_another_org() {
     use memmachine::pb;
     use memmachine::pb::memory_service_client::MemoryServiceClient;
     use memmachine::pb::project_service_client::ProjectServiceClient;
+    use memmachine::pb::semantic_service_client::SemanticServiceClient;
 
     let server = InProcess::start_with(|config| config.auth = true).await;
     let dir = server.data_dir.path().to_path_buf();
@@ -387,7 +388,48 @@ async fn an_org_key_reaches_no_method_of_another_org() {
         ),
     ];
     assert_eq!(results.len(), 12, "every method of both services");
-    for (method, status) in results {
+    let mut semantic = SemanticServiceClient::new(channel.clone());
+    macro_rules! denied {
+        ($($method:ident($request:ident)),* $(,)?) => {
+            vec![$((
+                stringify!($method),
+                semantic
+                    .$method(with_key(
+                        pb::$request {
+                            org_id: org(),
+                            project_id: project(),
+                            ..Default::default()
+                        },
+                        key,
+                    ))
+                    .await
+                    .unwrap_err(),
+            )),*]
+        };
+    }
+    let semantic_results: Vec<(&str, tonic::Status)> = denied![
+        add_feature(AddFeatureRequest),
+        get_feature(GetFeatureRequest),
+        update_feature(UpdateFeatureRequest),
+        create_set_type(CreateSetTypeRequest),
+        list_set_types(ListSetTypesRequest),
+        delete_set_type(DeleteSetTypeRequest),
+        get_set_id(GetSetIdRequest),
+        list_set_ids(ListSetIdsRequest),
+        configure_set(ConfigureSetRequest),
+        add_category(AddCategoryRequest),
+        get_category(GetCategoryRequest),
+        add_category_template(AddCategoryTemplateRequest),
+        list_category_templates(ListCategoryTemplatesRequest),
+        disable_category(DisableCategoryRequest),
+        get_category_set_ids(GetCategorySetIdsRequest),
+        delete_category(DeleteCategoryRequest),
+        add_tag(AddTagRequest),
+        delete_tag(DeleteTagRequest),
+        search_features(SearchFeaturesRequest),
+    ];
+    assert_eq!(semantic_results.len(), 19, "every SemanticService method");
+    for (method, status) in results.into_iter().chain(semantic_results) {
         assert_eq!(
             status.code(),
             Code::PermissionDenied,

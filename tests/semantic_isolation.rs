@@ -684,9 +684,9 @@ async fn every_semantic_method_answers_not_found_for_other_projects_ids() {
     let region_set = c.set_id(one, true, &[("region", "eu")]).await.unwrap();
     assert!(user_set.starts_with("mem_user_set_"), "{user_set}");
     let category = c.add_category(one, &project_set, "notes").await.unwrap();
-    let org_category = c.add_category(one, &org_set, "org notes").await.unwrap();
-    let template = c.add_template(one, &team_type, "team notes").await;
-    let region_template = c.add_template(one, &region_type, "region notes").await;
+    let org_category = c.add_category(one, &org_set, "org_notes").await.unwrap();
+    let template = c.add_template(one, &team_type, "team_notes").await;
+    let region_template = c.add_template(one, &region_type, "region_notes").await;
     let tag = c.add_tag(one, &category, "process").await;
     let template_tag = c.add_tag(one, &template, "rituals").await;
     let org_tag = c.add_tag(one, &org_category, "policy").await;
@@ -719,7 +719,7 @@ async fn every_semantic_method_answers_not_found_for_other_projects_ids() {
         .add_feature(
             one,
             &team_set,
-            "team notes",
+            "team_notes",
             "rituals",
             "standup",
             "zebra time",
@@ -731,7 +731,7 @@ async fn every_semantic_method_answers_not_found_for_other_projects_ids() {
         .add_feature(
             one,
             &org_set,
-            "org notes",
+            "org_notes",
             "policy",
             "mascot",
             "a zebra",
@@ -743,7 +743,7 @@ async fn every_semantic_method_answers_not_found_for_other_projects_ids() {
         .add_feature(
             one,
             &region_set,
-            "region notes",
+            "region_notes",
             "law",
             "privacy",
             "GDPR zebra",
@@ -809,7 +809,7 @@ async fn every_semantic_method_answers_not_found_for_other_projects_ids() {
         sets: vec![
             (project_set.clone(), "notes".into()),
             (user_set.clone(), "profile".into()),
-            (team_set.clone(), "team notes".into()),
+            (team_set.clone(), "team_notes".into()),
         ],
         features: project_features.iter().map(|f| f.to_string()).collect(),
         categories: vec![category.clone(), template.clone()],
@@ -821,8 +821,8 @@ async fn every_semantic_method_answers_not_found_for_other_projects_ids() {
     // acme's org-level ids, which other/one must not see either.
     let org_level = Foreign {
         sets: vec![
-            (org_set.clone(), "org notes".into()),
-            (region_set.clone(), "region notes".into()),
+            (org_set.clone(), "org_notes".into()),
+            (region_set.clone(), "region_notes".into()),
         ],
         features: org_features.iter().map(|f| f.to_string()).collect(),
         categories: vec![org_category.clone(), region_template.clone()],
@@ -846,7 +846,7 @@ async fn every_semantic_method_answers_not_found_for_other_projects_ids() {
         two,
         &Foreign {
             episodes: vec![episode.clone()],
-            own_set: Some((org_set.clone(), "org notes".into())),
+            own_set: Some((org_set.clone(), "org_notes".into())),
             ..Default::default()
         },
     )

@@ -389,7 +389,8 @@ async fn consolidation_merges_a_tag_and_keeps_every_citation() {
 #[tokio::test]
 async fn invalid_answers_are_retried_a_bounded_number_of_times() {
     let chat = ChatServer::start(|_| ScriptedReply::Content("the user likes pizza".into()));
-    let server = server_with(&chat, |_| {}).await;
+    let metrics = common::free_port();
+    let server = server_with(&chat, |config| config.metrics_listen = Some(metrics)).await;
     let mut c = client(&server).await;
     c.add(
         "",
@@ -413,6 +414,21 @@ async fn invalid_answers_are_retried_a_bounded_number_of_times() {
         3,
         "the worker never loops on a failed batch"
     );
+    // Counted, by purpose and outcome.
+    let text = reqwest::get(format!("http://{metrics}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "memmachine_llm_calls_total{purpose=\"extraction\",outcome=\"ok\"} 3",
+        "memmachine_semantic_events_total{event=\"batch_failed\"} 1",
+        "memmachine_semantic_events_total{event=\"invalid_answers\"} 3",
+        "memmachine_semantic_queue_failed 1",
+    ] {
+        assert!(text.contains(line), "{line} not in\n{text}");
+    }
     // Manual features still work.
     assert!(c.features("", "").await.is_empty());
 }
@@ -740,4 +756,85 @@ async fn features_are_managed_by_hand_without_a_model() {
         .await
         .unwrap_err();
     assert_eq!(gone.code(), Code::NotFound);
+}
+
+#[tokio::test]
+async fn a_project_configures_its_users_profiles_through_the_user_set_type() {
+    let chat = ChatServer::start(scripted);
+    let server = server_with(&chat, |_| {}).await;
+    let mut c = client(&server).await;
+    let set_type = c
+        .semantic
+        .create_set_type(pb::CreateSetTypeRequest {
+            metadata_tags: vec!["producer_id".into()],
+            name: "users".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .set_type_id;
+    for (name, prompt) in [
+        ("profile", "Only remember the user's food preferences."),
+        ("travel", "Remember where the user travels."),
+    ] {
+        c.semantic
+            .add_category_template(pb::AddCategoryTemplateRequest {
+                set_type_id: set_type.clone(),
+                category_name: name.into(),
+                prompt: prompt.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    c.add("", "", vec![message("My favourite food is soup.", "alice")])
+        .await;
+    c.wait_features("", "", |f| f.len() == 2).await;
+    let prompts: Vec<String> = chat
+        .calls()
+        .iter()
+        .map(|call| call.system.clone())
+        .collect();
+    assert_eq!(prompts.len(), 2, "one call per category: {prompts:#?}");
+    assert!(
+        prompts
+            .iter()
+            .any(|p| p.contains("Only remember the user's food"))
+    );
+    assert!(prompts.iter().any(|p| p.contains("where the user travels")));
+    assert!(
+        !prompts
+            .iter()
+            .any(|p| p.contains("how they like to be spoken to")),
+        "the template replaces the default profile prompt"
+    );
+    // The user's set is of that type: its templates are inherited, and disabling is per set.
+    let user_set = c
+        .semantic
+        .get_set_id(pb::GetSetIdRequest {
+            metadata_tags: vec!["producer_id".into()],
+            set_metadata: [("producer_id".to_string(), "alice".to_string())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .set_id;
+    let sets = c
+        .semantic
+        .list_set_ids(pb::ListSetIdsRequest {
+            set_metadata: [("producer_id".to_string(), "alice".to_string())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .sets;
+    let alice = sets
+        .iter()
+        .find(|s| s.id == user_set)
+        .expect("alice's set is listed");
+    assert_eq!(alice.name, "users");
+    assert_eq!(alice.metadata["producer_id"], "alice");
 }

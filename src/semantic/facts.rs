@@ -7,8 +7,8 @@ use super::categories::Effective;
 use super::model::{Feature, FeatureUpdate, SetRow};
 use super::{
     FeatureChange, FeatureInput, FeatureSearch, MAX_VALUE_BYTES, ScoredFeature, SemanticMemory,
-    check_id, check_name, check_text, features, indexed_of, not_found, parse_filter, parse_uids,
-    search, sets, visible_set,
+    check_id, check_metadata, check_name, check_text, features, indexed_of, not_found,
+    parse_filter, parse_uids, search, sets, visible_set,
 };
 use crate::error::{Error, Result, Violations};
 use crate::model::Project;
@@ -49,6 +49,7 @@ impl SemanticMemory {
             violations.add("value", "must not be empty");
         }
         check_text(&mut violations, "value", &input.value, MAX_VALUE_BYTES);
+        check_metadata(&mut violations, "feature_metadata", &input.metadata);
         if input.citations.len() > self.limits.max_page_size {
             violations.add(
                 "citations",
@@ -111,6 +112,9 @@ impl SemanticMemory {
                 violations.add("value", "must not be empty");
             }
             check_text(&mut violations, "value", value, MAX_VALUE_BYTES);
+        }
+        if let Some(metadata) = &change.metadata {
+            check_metadata(&mut violations, "metadata", metadata);
         }
         violations.into_result()?;
         let current = self.get_feature(project, id).await?;

@@ -122,6 +122,19 @@ fn check_text(violations: &mut Violations, field: &str, value: &str, max: usize)
     }
 }
 
+/// Largest feature metadata, as JSON, in bytes.
+const MAX_METADATA_BYTES: usize = 64 * 1024;
+
+fn check_metadata(violations: &mut Violations, field: &str, metadata: &serde_json::Value) {
+    let bytes = serde_json::to_string(metadata).map_or(usize::MAX, |json| json.len());
+    if bytes > MAX_METADATA_BYTES {
+        violations.add(
+            field,
+            format!("must be at most {MAX_METADATA_BYTES} bytes as JSON"),
+        );
+    }
+}
+
 fn check_id(violations: &mut Violations, field: &str, value: &str) {
     violations.check(validate_id(field, value));
 }

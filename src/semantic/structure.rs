@@ -97,8 +97,11 @@ impl SemanticMemory {
         set_metadata: &BTreeMap<String, String>,
     ) -> Result<String> {
         let mut violations = Violations::default();
+        if metadata_tags.len() > MAX_SET_TYPE_TAGS {
+            violations.add("metadata_tags", format!("at most {MAX_SET_TYPE_TAGS} keys"));
+        }
         let mut tags = BTreeMap::new();
-        for (i, tag) in metadata_tags.iter().enumerate() {
+        for (i, tag) in metadata_tags.iter().enumerate().take(MAX_SET_TYPE_TAGS + 1) {
             check_id(&mut violations, &format!("metadata_tags[{i}]"), tag);
             match set_metadata.get(tag) {
                 Some(value) => {
@@ -218,7 +221,8 @@ impl SemanticMemory {
 
     pub(super) fn check_category(name: &str, prompt: &str, description: &str) -> Result<()> {
         let mut violations = Violations::default();
-        check_name(&mut violations, "category_name", name);
+        // Category names follow the contract's id rule (they name things in requests).
+        check_id(&mut violations, "category_name", name);
         if prompt.trim().is_empty() {
             violations.add("prompt", "must not be empty");
         }

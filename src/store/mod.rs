@@ -215,6 +215,9 @@ pub struct StoreStats {
     pub embedding_queue: i64,
     /// Age in seconds of the oldest of them (0 when none waits).
     pub embedding_lag_secs: f64,
+    /// Messages queued for semantic ingestion, and those whose ingestion failed.
+    pub semantic_queue: i64,
+    pub semantic_failed: i64,
 }
 
 #[async_trait]

@@ -19,9 +19,12 @@ pub(super) fn stats(conn: &Connection) -> Result<StoreStats> {
         .map_err(storage_error)?;
     let now = chrono::Utc::now().timestamp_micros();
     let lag = oldest.map_or(0.0, |at| (now - at).max(0) as f64 / 1e6);
+    let (semantic_queue, semantic_failed) = super::semantic_queue::counts(conn)?;
     Ok(StoreStats {
         episodes,
         embedding_queue: queue,
         embedding_lag_secs: if queue == 0 { 0.0 } else { lag },
+        semantic_queue: semantic_queue as i64,
+        semantic_failed: semantic_failed as i64,
     })
 }

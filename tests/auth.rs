@@ -220,6 +220,8 @@ fn keys_need_a_valid_org_or_admin() {
 /// Every method, called with one org's key on another org's project: PERMISSION_DENIED,
 /// and nothing of that org changes.
 #[tokio::test]
+// Some requests (ListSetTypes) have no field but the ids: the macro's update is empty.
+#[allow(clippy::needless_update)]
 async fn an_org_key_reaches_no_method_of_another_org() {
     use common::calls::{count, with_key};
     use memmachine::pb;

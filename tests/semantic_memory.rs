@@ -838,3 +838,73 @@ async fn a_project_configures_its_users_profiles_through_the_user_set_type() {
     assert_eq!(alice.name, "users");
     assert_eq!(alice.metadata["producer_id"], "alice");
 }
+
+#[tokio::test]
+async fn features_are_embedded_in_the_background_and_ranked_with_their_vectors() {
+    let metrics = common::free_port();
+    let server = InProcess::start_with(|config| {
+        config.embedder.kind = Some(memmachine::config::EmbedderKind::Hash);
+        config.metrics_listen = Some(metrics);
+    })
+    .await;
+    let mut c = client(&server).await;
+    let set_id = c
+        .semantic
+        .get_set_id(pb::GetSetIdRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .set_id;
+    c.semantic
+        .add_category(pb::AddCategoryRequest {
+            set_id: set_id.clone(),
+            category_name: "notes".into(),
+            prompt: "notes".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    for (feature, value) in [("release day", "Friday"), ("office", "Oslo harbour")] {
+        c.semantic
+            .add_feature(pb::AddFeatureRequest {
+                set_id: set_id.clone(),
+                category_name: "notes".into(),
+                tag: "process".into(),
+                feature: feature.into(),
+                value: value.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    // Nothing else was embedded yet: the two texts are the features'.
+    let embedded = "memmachine_embedded_texts_total{embedder=\"hash:256\"} 2";
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = reqwest::get(format!("http://{metrics}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if text.contains(embedded) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(text.contains(embedded), "{text}");
+    // Hybrid ranking: the feature sharing the query's words first, both scored.
+    let found = c
+        .semantic
+        .search_features(pb::SearchFeaturesRequest {
+            query: "which day is the release".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .features;
+    assert_eq!(found.len(), 2, "every feature is a candidate by its vector");
+    assert_eq!(found[0].feature_name, "release day");
+    assert!(found[0].score > found[1].score);
+}

@@ -331,19 +331,7 @@ pub fn parse_filter(field: &str, text: &str) -> Result<Option<crate::model::filt
 
 /// A feature's searchable fields (to filter a listed page as search filters).
 fn indexed_of(feature: &Feature) -> model::IndexedFeature {
-    let metadata = match &feature.metadata {
-        serde_json::Value::Object(map) => map
-            .iter()
-            .map(|(k, v)| {
-                let text = match v {
-                    serde_json::Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                (k.clone(), text)
-            })
-            .collect(),
-        _ => BTreeMap::new(),
-    };
+    let metadata = model::flatten_metadata(&feature.metadata);
     model::IndexedFeature {
         internal_id: feature.internal_id,
         set: feature.set,

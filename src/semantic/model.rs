@@ -263,3 +263,21 @@ pub struct PendingFeatureEmbedding {
     pub text: String,
     pub embedder: String,
 }
+
+/// Feature metadata as strings, as filters compare them: JSON strings as they are,
+/// other values as JSON.
+pub fn flatten_metadata(metadata: &serde_json::Value) -> BTreeMap<String, String> {
+    let Some(object) = metadata.as_object() else {
+        return BTreeMap::new();
+    };
+    object
+        .iter()
+        .map(|(k, v)| {
+            let text = match v {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            (k.clone(), text)
+        })
+        .collect()
+}

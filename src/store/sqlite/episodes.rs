@@ -140,11 +140,13 @@ pub(super) fn scan(
         .map_err(storage_error)
 }
 
-/// Deletes the episodes; returns the project's row id and the deleted rows.
-pub(super) fn delete(
+/// The project's row id and the row ids of these episodes of it, in order; `NotFound`
+/// naming those that are not in it (`consequence` says what that means for the call).
+pub(super) fn rows_of(
     conn: &Connection,
     key: &ProjectKey,
     uids: &[uuid::Uuid],
+    consequence: &str,
 ) -> Result<(i64, Vec<i64>)> {
     let project = projects::require(conn, key)?;
     let mut find = conn
@@ -161,10 +163,20 @@ pub(super) fn delete(
     }
     if !missing.is_empty() {
         return Err(Error::NotFound(format!(
-            "no episode {} in project {key}; nothing was deleted",
+            "no episode {} in project {key}; {consequence}",
             missing.join(", ")
         )));
     }
+    Ok((project, rows))
+}
+
+/// Deletes the episodes; returns the project's row id and the deleted rows.
+pub(super) fn delete(
+    conn: &Connection,
+    key: &ProjectKey,
+    uids: &[uuid::Uuid],
+) -> Result<(i64, Vec<i64>)> {
+    let (project, mut rows) = rows_of(conn, key, uids, "nothing was deleted")?;
     rows.sort_unstable();
     rows.dedup();
     let mut delete_episode = conn

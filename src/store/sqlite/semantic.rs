@@ -7,15 +7,15 @@
 use std::rc::Rc;
 
 use async_trait::async_trait;
+use rusqlite::Connection;
 use rusqlite::types::Value;
-use rusqlite::{Connection, params};
 
 use super::connection::storage_error;
 use super::{
-    SqliteStore, projects, semantic_features as features, semantic_queue as queue,
-    semantic_sets as sets, semantic_summaries as summaries,
+    SqliteStore, semantic_features as features, semantic_queue as queue, semantic_sets as sets,
+    semantic_summaries as summaries,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::{Episode, NewEpisode, ProjectConfig, ProjectKey};
 use crate::semantic::model::{
     Batch, Category, CategoryOwner, ClaimRule, Feature, FeatureOp, FeatureUpdate, IndexedFeature,
@@ -70,26 +70,13 @@ pub(super) fn bump_sets(conn: &Connection, sets: &[i64]) -> Result<()> {
 }
 
 fn resolve_episodes(conn: &Connection, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<Vec<i64>> {
-    let project = projects::require(conn, key)?;
-    let mut find = conn
-        .prepare_cached("SELECT id FROM episodes WHERE project = ?1 AND uid = ?2")
-        .map_err(storage_error)?;
-    let mut rows = Vec::with_capacity(uids.len());
-    let mut missing = Vec::new();
-    for uid in uids {
-        match find.query_row(params![project, uid.as_bytes()], |row| row.get::<_, i64>(0)) {
-            Ok(id) => rows.push(id),
-            Err(rusqlite::Error::QueryReturnedNoRows) => missing.push(uid.to_string()),
-            Err(err) => return Err(storage_error(err)),
-        }
-    }
-    if !missing.is_empty() {
-        return Err(Error::NotFound(format!(
-            "episode(s) {} not in project {key}",
-            missing.join(", ")
-        )));
-    }
-    Ok(rows)
+    super::episodes::rows_of(
+        conn,
+        key,
+        uids,
+        "a feature cites episodes of its project only",
+    )
+    .map(|(_, rows)| rows)
 }
 
 fn semantic_version(conn: &Connection, org_id: &str) -> Result<i64> {

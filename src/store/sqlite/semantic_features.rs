@@ -113,23 +113,6 @@ pub(super) fn of_category(conn: &Connection, set: i64, category_key: &str) -> Re
     )
 }
 
-/// Feature metadata as strings: JSON strings as they are, other values as JSON.
-fn flatten(metadata: &serde_json::Value) -> BTreeMap<String, String> {
-    let Some(object) = metadata.as_object() else {
-        return BTreeMap::new();
-    };
-    object
-        .iter()
-        .map(|(k, v)| {
-            let text = match v {
-                serde_json::Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            (k.clone(), text)
-        })
-        .collect()
-}
-
 pub(super) fn indexed(conn: &Connection, sets: &[i64]) -> Result<Vec<IndexedFeature>> {
     let mut stmt = conn
         .prepare_cached(
@@ -154,7 +137,7 @@ pub(super) fn indexed(conn: &Connection, sets: &[i64]) -> Result<Vec<IndexedFeat
             tag: row.get(4)?,
             feature: row.get(5)?,
             value: row.get(6)?,
-            metadata: flatten(&metadata),
+            metadata: crate::semantic::model::flatten_metadata(&metadata),
             created_at_micros: row.get(8)?,
             updated_at_micros: row.get(9)?,
             vector: embedder

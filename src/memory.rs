@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::model::{Episode, ProjectKey};
 use crate::projects::Projects;
 use crate::semantic::model::Feature;
-use crate::semantic::{ScoredFeature, SemanticMemory};
+use crate::semantic::{FeatureSearch, ScoredFeature, SemanticMemory};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MemoryKind {
@@ -109,6 +109,18 @@ impl Memories {
             if !want.semantic {
                 return Ok(Vec::new());
             }
+            if !want.episodic {
+                // Semantic memory alone: the request is validated as a feature search.
+                let search = FeatureSearch {
+                    query: input.query.clone(),
+                    top_k: input.top_k,
+                    filter: input.filter.clone(),
+                    score_threshold: input.score_threshold,
+                    set_metadata: set_metadata.clone(),
+                };
+                return self.semantic.search(&project, search).await;
+            }
+            // The episodic half validates the request (and its error wins).
             let top_k = input.top_k.map_or(10, |k| k.max(1) as usize);
             // The filter applies to features when it names only their fields.
             let filter = crate::semantic::parse_filter("filter", &input.filter)

@@ -799,6 +799,46 @@ async fn without_a_model_semantic_ingestion_is_a_failed_precondition() {
         .await
         .unwrap();
     assert!(both.into_inner().semantic_memory.is_empty());
+    // Semantic alone: validated as a feature search.
+    for (request, field) in [
+        (
+            pb::SearchMemoriesRequest {
+                query: " ".into(),
+                types: vec![MemoryType::Semantic as i32],
+                ..Default::default()
+            },
+            "query",
+        ),
+        (
+            pb::SearchMemoriesRequest {
+                query: "x".into(),
+                top_k: Some(5000),
+                types: vec![MemoryType::Semantic as i32],
+                ..Default::default()
+            },
+            "top_k",
+        ),
+        (
+            pb::SearchMemoriesRequest {
+                query: "x".into(),
+                filter: "producer_id = 'a'".into(),
+                types: vec![MemoryType::Semantic as i32],
+                ..Default::default()
+            },
+            "filter",
+        ),
+    ] {
+        let err = c.memory.search_memories(request).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{field}: {err:?}");
+        let fields: Vec<String> = err
+            .get_details_bad_request()
+            .unwrap()
+            .field_violations
+            .into_iter()
+            .map(|v| v.field)
+            .collect();
+        assert_eq!(fields, [field]);
+    }
 }
 
 #[tokio::test]

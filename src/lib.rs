@@ -16,6 +16,7 @@ pub mod llm;
 pub mod memory;
 pub mod metrics;
 pub mod model;
+pub(crate) mod openai_http;
 pub mod probe;
 pub mod projects;
 pub mod retrieval;

@@ -26,11 +26,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, RETRY_AFTER};
-use reqwest::{StatusCode, Url};
 use serde::{Deserialize, Serialize};
 
 use super::{EmbedError, Embedder, normalize};
+use crate::openai_http::{Api, Endpoint, Failed, Retries, Retrying};
 
 /// The longest `Retry-After` that is honoured; a longer one is cut to this.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
@@ -38,8 +37,16 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
 /// The text [`OpenAiEmbedder::probe`] embeds.
 const PROBE_TEXT: &str = "dimension probe";
 
-/// How much of an unexpected response body goes into an error message.
-const BODY_SNIPPET: usize = 300;
+/// The embeddings API, as [`crate::openai_http`] sends to it and names it in messages.
+const API: Api = Api {
+    name: "openai embedder",
+    endpoint: "embeddings endpoint",
+    path: "embeddings",
+    response: "OpenAI embeddings response",
+    max_retry_after: MAX_RETRY_AFTER,
+    // The server's message is kept as sent, as this client always has.
+    tidy_errors: false,
+};
 
 /// Settings of an [`OpenAiEmbedder`]. Build with [`OpenAiConfig::new`] and change the
 /// public fields as needed.
@@ -106,11 +113,8 @@ impl fmt::Debug for OpenAiConfig {
 pub struct OpenAiEmbedder {
     id: String,
     config: OpenAiConfig,
-    client: reqwest::Client,
-    endpoint: Url,
-    /// `endpoint` without any user info, for messages and logs.
-    endpoint_display: String,
-    authorization: Option<HeaderValue>,
+    http: Endpoint,
+    retries: Retries,
     /// The known vector length; 0 while unknown.
     dimensions: AtomicUsize,
     /// Prompt tokens the endpoint reported so far.
@@ -121,7 +125,7 @@ impl fmt::Debug for OpenAiEmbedder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenAiEmbedder")
             .field("id", &self.id)
-            .field("endpoint", &self.endpoint_display)
+            .field("endpoint", &self.http.display())
             .field("dimensions", &self.dimensions())
             .field("config", &self.config)
             .finish_non_exhaustive()
@@ -153,34 +157,13 @@ impl OpenAiEmbedder {
                 "openai embedder: timeout must be above zero".into(),
             ));
         }
-        let endpoint = endpoint(&config.base_url)?;
-        let endpoint_display = redacted(&endpoint);
-
-        let authorization = match config.api_key.as_deref().map(str::trim) {
-            Some(key) if !key.is_empty() => {
-                let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
-                    EmbedError::Failed(
-                        "openai embedder: the API key has characters not allowed in an HTTP header"
-                            .into(),
-                    )
-                })?;
-                value.set_sensitive(true);
-                Some(value)
-            }
-            _ => None,
-        };
-
-        let client = reqwest::Client::builder()
-            .timeout(config.timeout)
-            .connect_timeout(config.timeout)
-            .user_agent(concat!("memmachine/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| {
-                EmbedError::Failed(format!(
-                    "openai embedder: cannot build the HTTP client: {}",
-                    chain(&e)
-                ))
-            })?;
+        let http = Endpoint::new(
+            &API,
+            &config.base_url,
+            config.api_key.as_deref(),
+            config.timeout,
+        )
+        .map_err(EmbedError::Failed)?;
 
         let id = match config.dimensions {
             Some(d) => format!("openai:{model}:{d}"),
@@ -189,18 +172,20 @@ impl OpenAiEmbedder {
         Ok(OpenAiEmbedder {
             id,
             dimensions: AtomicUsize::new(config.dimensions.unwrap_or(0)),
+            retries: Retries {
+                max_retries: config.max_retries,
+                backoff: config.backoff,
+                max_backoff: config.max_backoff,
+            },
             config,
-            client,
-            endpoint,
-            endpoint_display,
-            authorization,
+            http,
             tokens: Default::default(),
         })
     }
 
     /// The URL requests go to (user info, if any, redacted).
     pub fn endpoint(&self) -> &str {
-        &self.endpoint_display
+        self.http.display()
     }
 
     /// Embeds one short text to check the endpoint and record the vector length, which it
@@ -224,7 +209,7 @@ impl OpenAiEmbedder {
                     .fetch_add(tokens, std::sync::atomic::Ordering::Relaxed);
             }
             tracing::debug!(
-                endpoint = %self.endpoint_display,
+                endpoint = %self.http.display(),
                 texts = input.len(),
                 prompt_tokens = usage.prompt_tokens,
                 total_tokens = usage.total_tokens,
@@ -243,103 +228,25 @@ impl OpenAiEmbedder {
         &self,
         request: &EmbeddingRequest<'_>,
     ) -> Result<EmbeddingResponse, EmbedError> {
-        let attempts = self.config.max_retries.saturating_add(1);
-        let mut attempt = 0u32;
-        loop {
-            attempt += 1;
-            let (message, retry_after) = match self.send_once(request).await {
-                Ok(response) => return Ok(response),
-                Err(Attempt::Fatal(message)) => return Err(EmbedError::Failed(message)),
-                Err(Attempt::Retry {
-                    message,
-                    retry_after,
-                }) => (message, retry_after),
-            };
-            if attempt >= attempts {
-                return Err(EmbedError::Unavailable(format!(
-                    "{message} (gave up after {attempt} attempts)"
-                )));
-            }
-            let delay = match retry_after {
-                Some(d) => d.min(MAX_RETRY_AFTER),
-                None => self.backoff(attempt - 1),
-            };
+        let on_retry = |r: &Retrying<'_>| {
             tracing::warn!(
-                endpoint = %self.endpoint_display,
-                attempt,
-                of = attempts,
-                delay_ms = delay.as_millis() as u64,
-                error = %message,
+                endpoint = %self.http.display(),
+                attempt = r.attempt,
+                of = r.of,
+                delay_ms = r.delay.as_millis() as u64,
+                error = %r.message,
                 "embedding request failed; retrying"
             );
-            tokio::time::sleep(delay).await;
-        }
-    }
-
-    async fn send_once(
-        &self,
-        request: &EmbeddingRequest<'_>,
-    ) -> Result<EmbeddingResponse, Attempt> {
-        let mut builder = self.client.post(self.endpoint.clone()).json(request);
-        if let Some(auth) = &self.authorization {
-            builder = builder.header(AUTHORIZATION, auth.clone());
-        }
-        let response = builder.send().await.map_err(|e| self.transport_error(e))?;
-        let status = response.status();
-        let retry_after = retry_after(response.headers());
-        let body = match response.bytes().await {
-            Ok(body) => body,
-            Err(e) if status.is_success() => return Err(self.transport_error(e)),
-            Err(_) => Default::default(),
         };
-
-        if status.is_success() {
-            return serde_json::from_slice::<EmbeddingResponse>(&body).map_err(|e| {
-                Attempt::Fatal(format!(
-                    "embeddings endpoint {} returned a response that is not an OpenAI embeddings \
-                     response ({e}); body starts: {}",
-                    self.endpoint_display,
-                    snippet(&body)
-                ))
-            });
-        }
-        let message = format!(
-            "embeddings endpoint {} returned {status}: {}",
-            self.endpoint_display,
-            error_message(&body)
-        );
-        if retryable(status) {
-            Err(Attempt::Retry {
-                message,
-                retry_after,
+        self.http
+            .post_with_retries(request, &self.retries, None, on_retry)
+            .await
+            .map_err(|failed| match failed {
+                Failed::Refused { message, .. } | Failed::Fatal(message) => {
+                    EmbedError::Failed(message)
+                }
+                Failed::GaveUp { message, .. } => EmbedError::Unavailable(message),
             })
-        } else {
-            Err(Attempt::Fatal(message))
-        }
-    }
-
-    fn transport_error(&self, e: reqwest::Error) -> Attempt {
-        let what = if e.is_timeout() {
-            format!("timed out after {:?}", self.config.timeout)
-        } else if e.is_connect() {
-            "cannot connect".to_string()
-        } else {
-            "request failed".to_string()
-        };
-        let fatal = e.is_builder() || e.is_redirect();
-        let message = format!(
-            "embeddings endpoint {}: {what}: {}",
-            self.endpoint_display,
-            chain(&e.without_url())
-        );
-        if fatal {
-            Attempt::Fatal(message)
-        } else {
-            Attempt::Retry {
-                message,
-                retry_after: None,
-            }
-        }
     }
 
     /// Puts the response's items in input order (by `index`, or as listed when the
@@ -352,7 +259,7 @@ impl OpenAiEmbedder {
         let bad = |what: String| {
             EmbedError::Failed(format!(
                 "embeddings endpoint {} returned {what}",
-                self.endpoint_display
+                self.http.display()
             ))
         };
         if data.len() != n {
@@ -381,7 +288,8 @@ impl OpenAiEmbedder {
         if len == 0 {
             return Err(EmbedError::Failed(format!(
                 "model {} at {} returned an empty embedding",
-                self.config.model, self.endpoint_display
+                self.config.model,
+                self.http.display()
             )));
         }
         let expected =
@@ -391,7 +299,7 @@ impl OpenAiEmbedder {
             {
                 Ok(_) => {
                     tracing::info!(
-                        endpoint = %self.endpoint_display,
+                        endpoint = %self.http.display(),
                         model = %self.config.model,
                         dimensions = len,
                         "embedding dimensions learnt from the endpoint"
@@ -411,20 +319,9 @@ impl OpenAiEmbedder {
         Err(EmbedError::Failed(format!(
             "model {} at {} returned {len} dimensions, expected {expected} ({source}); \
              vectors of different lengths cannot be mixed",
-            self.config.model, self.endpoint_display
+            self.config.model,
+            self.http.display()
         )))
-    }
-
-    /// The delay before retry number `retry` (0 = the first retry): `backoff * 2^retry`,
-    /// at most `max_backoff`, then a uniformly random part of up to half of it removed.
-    fn backoff(&self, retry: u32) -> Duration {
-        let factor = 1u32.checked_shl(retry).unwrap_or(u32::MAX);
-        let base = self
-            .config
-            .backoff
-            .saturating_mul(factor)
-            .min(self.config.max_backoff);
-        base.mul_f64(0.5 + 0.5 * random_unit())
     }
 }
 
@@ -474,15 +371,6 @@ impl Embedder for OpenAiEmbedder {
     }
 }
 
-/// What one attempt came to, when not a response.
-enum Attempt {
-    Retry {
-        message: String,
-        retry_after: Option<Duration>,
-    },
-    Fatal(String),
-}
-
 #[derive(Serialize)]
 struct EmbeddingRequest<'a> {
     model: &'a str,
@@ -513,182 +401,21 @@ struct Usage {
     total_tokens: Option<u64>,
 }
 
-/// `{base}/v1/embeddings`, or `{base}/embeddings` when `base` already ends in `/v1`.
-fn endpoint(base_url: &str) -> Result<Url, EmbedError> {
-    let base = base_url.trim().trim_end_matches('/');
-    let full = if base.ends_with("/v1") {
-        format!("{base}/embeddings")
-    } else {
-        format!("{base}/v1/embeddings")
-    };
-    let url = Url::parse(&full).map_err(|e| {
-        EmbedError::Failed(format!(
-            "openai embedder: invalid base_url {base_url:?}: {e}"
-        ))
-    })?;
-    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err(EmbedError::Failed(format!(
-            "openai embedder: base_url {base_url:?} is not an http(s) URL"
-        )));
-    }
-    Ok(url)
-}
-
-/// `url` with any password replaced, for messages and logs.
-fn redacted(url: &Url) -> String {
-    let mut url = url.clone();
-    if url.password().is_some() {
-        let _ = url.set_password(Some("redacted"));
-    }
-    url.to_string()
-}
-
-fn retryable(status: StatusCode) -> bool {
-    status == StatusCode::TOO_MANY_REQUESTS
-        || status == StatusCode::REQUEST_TIMEOUT
-        || status.is_server_error()
-}
-
-/// A `Retry-After` given in seconds (the HTTP-date form is ignored: backoff applies).
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
-    if let Ok(secs) = value.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let secs = value.parse::<f64>().ok()?;
-    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(3600.0)))
-}
-
-/// The message of an error body: OpenAI's `{"error":{"message":..}}`, the
-/// `{"error":".."}` or `{"message":".."}` of other servers, else the start of the body.
-fn error_message(body: &[u8]) -> String {
-    if let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) {
-        let message = value
-            .pointer("/error/message")
-            .or_else(|| value.get("error").filter(|e| e.is_string()))
-            .or_else(|| value.get("message"))
-            .or_else(|| value.get("detail"))
-            .and_then(|m| m.as_str());
-        if let Some(message) = message {
-            return message.to_string();
-        }
-    }
-    if body.is_empty() {
-        "(empty body)".to_string()
-    } else {
-        snippet(body)
-    }
-}
-
-/// The start of `body`, lossily decoded, on one line.
-fn snippet(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let mut out: String = text.chars().take(BODY_SNIPPET).collect();
-    if text.chars().count() > BODY_SNIPPET {
-        out.push('…');
-    }
-    out.replace(['\n', '\r'], " ")
-}
-
-/// An error with its sources ("a: b: c"); reqwest's own message alone says little.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
-}
-
-/// A uniformly random number in `[0, 1)`, from the standard library's randomly keyed
-/// hasher (jitter needs no better).
-fn random_unit() -> f64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn endpoint_accepts_base_with_or_without_v1() {
-        for base in [
-            "http://h:1",
-            "http://h:1/",
-            "http://h:1/v1",
-            "http://h:1/v1/",
-            " http://h:1/v1/ ",
-        ] {
-            assert_eq!(
-                endpoint(base).unwrap().as_str(),
-                "http://h:1/v1/embeddings",
-                "{base}"
-            );
+    fn endpoint_appends_embeddings_to_the_base() {
+        for base in ["http://h:1", "http://h:1/v1/"] {
+            let e = OpenAiEmbedder::new(OpenAiConfig::new(base, "m")).unwrap();
+            assert_eq!(e.endpoint(), "http://h:1/v1/embeddings", "{base}");
         }
-        assert_eq!(
-            endpoint("https://gw.example/openai").unwrap().as_str(),
-            "https://gw.example/openai/v1/embeddings"
+        let bad = OpenAiEmbedder::new(OpenAiConfig::new("ftp://h/", "m")).unwrap_err();
+        assert!(
+            bad.to_string().contains("openai embedder: base_url"),
+            "{bad}"
         );
-        assert!(endpoint("not a url").is_err());
-        assert!(endpoint("ftp://h/").is_err());
-    }
-
-    #[test]
-    fn redacts_password_in_endpoint() {
-        let url = endpoint("https://user:secret@h/").unwrap();
-        assert!(!redacted(&url).contains("secret"));
-    }
-
-    #[test]
-    fn parses_retry_after_seconds() {
-        let mut headers = HeaderMap::new();
-        assert_eq!(retry_after(&headers), None);
-        headers.insert(RETRY_AFTER, HeaderValue::from_static("3"));
-        assert_eq!(retry_after(&headers), Some(Duration::from_secs(3)));
-        headers.insert(RETRY_AFTER, HeaderValue::from_static("0.5"));
-        assert_eq!(retry_after(&headers), Some(Duration::from_millis(500)));
-        headers.insert(
-            RETRY_AFTER,
-            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
-        );
-        assert_eq!(retry_after(&headers), None);
-    }
-
-    #[test]
-    fn extracts_error_messages() {
-        assert_eq!(
-            error_message(br#"{"error":{"message":"bad model","type":"x"}}"#),
-            "bad model"
-        );
-        assert_eq!(error_message(br#"{"error":"nope"}"#), "nope");
-        assert_eq!(error_message(br#"{"message":"m"}"#), "m");
-        assert_eq!(error_message(b"<html>oops</html>"), "<html>oops</html>");
-        assert_eq!(error_message(b""), "(empty body)");
-    }
-
-    #[test]
-    fn backoff_doubles_with_jitter_and_is_capped() {
-        let mut config = OpenAiConfig::new("http://h", "m");
-        config.backoff = Duration::from_millis(200);
-        config.max_backoff = Duration::from_secs(5);
-        let e = OpenAiEmbedder::new(config).unwrap();
-        for (retry, full) in [(0, 200), (1, 400), (2, 800), (5, 5000), (40, 5000)] {
-            let d = e.backoff(retry);
-            let full = Duration::from_millis(full);
-            assert!(d >= full / 2 && d <= full, "retry {retry}: {d:?}");
-        }
     }
 
     #[test]

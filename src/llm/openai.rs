@@ -34,18 +34,25 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
-use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, RETRY_AFTER};
-use reqwest::{StatusCode, Url};
+use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
 
 use super::{ChatRequest, Completion, LanguageModel, LlmError, Purpose};
+use crate::openai_http::{Api, Endpoint, Failed, Retries, Retrying, one_line};
 
 /// The longest `Retry-After` that is waited for between attempts; a longer one is cut to
 /// this (and still handed to the caller in [`LlmError::Unavailable`]).
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
-/// How much of an unexpected response body goes into an error message.
-const BODY_SNIPPET: usize = 300;
+/// The chat-completions API, as [`crate::openai_http`] sends to it and names it in messages.
+const API: Api = Api {
+    name: "openai chat",
+    endpoint: "chat endpoint",
+    path: "chat/completions",
+    response: "OpenAI chat completion",
+    max_retry_after: MAX_RETRY_AFTER,
+    tidy_errors: true,
+};
 
 /// Settings of an [`OpenAiChat`]. Build with [`OpenAiChatConfig::new`] and change the
 /// public fields as needed.
@@ -166,11 +173,8 @@ impl Format {
 pub struct OpenAiChat {
     id: String,
     config: OpenAiChatConfig,
-    client: reqwest::Client,
-    endpoint: Url,
-    /// `endpoint` without any user info, for messages and logs.
-    endpoint_display: String,
-    authorization: Option<HeaderValue>,
+    http: Endpoint,
+    retries: Retries,
     /// The most constrained [`Format`] the endpoint is known to take; it only ever moves
     /// to a less constrained one.
     format: AtomicU8,
@@ -184,7 +188,7 @@ impl fmt::Debug for OpenAiChat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenAiChat")
             .field("id", &self.id)
-            .field("endpoint", &self.endpoint_display)
+            .field("endpoint", &self.http.display())
             .field("format", &self.current_format().as_str())
             .field("temperature", &self.temperature.load(Ordering::Relaxed))
             .field("config", &self.config)
@@ -218,42 +222,23 @@ impl OpenAiChat {
                 ))
             }
         };
-        let endpoint = endpoint(&config.base_url)?;
-        let endpoint_display = redacted(&endpoint);
-
-        let authorization = match config.api_key.as_deref().map(str::trim) {
-            Some(key) if !key.is_empty() => {
-                let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
-                    LlmError::Failed(
-                        "openai chat: the API key has characters not allowed in an HTTP header"
-                            .into(),
-                    )
-                })?;
-                value.set_sensitive(true);
-                Some(value)
-            }
-            _ => None,
-        };
-
-        let client = reqwest::Client::builder()
-            .timeout(config.timeout)
-            .connect_timeout(config.timeout)
-            .user_agent(concat!("memmachine/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| {
-                LlmError::Failed(format!(
-                    "openai chat: cannot build the HTTP client: {}",
-                    chain(&e)
-                ))
-            })?;
+        let http = Endpoint::new(
+            &API,
+            &config.base_url,
+            config.api_key.as_deref(),
+            config.timeout,
+        )
+        .map_err(LlmError::Failed)?;
 
         Ok(OpenAiChat {
             id: format!("openai:{model}"),
+            retries: Retries {
+                max_retries: config.max_retries,
+                backoff: config.backoff,
+                max_backoff: config.max_backoff,
+            },
             config,
-            client,
-            endpoint,
-            endpoint_display,
-            authorization,
+            http,
             format: AtomicU8::new(Format::JsonSchema as u8),
             temperature: AtomicBool::new(true),
             limiter,
@@ -262,7 +247,7 @@ impl OpenAiChat {
 
     /// The URL requests go to (user info, if any, redacted).
     pub fn endpoint(&self) -> &str {
-        &self.endpoint_display
+        self.http.display()
     }
 
     fn current_format(&self) -> Format {
@@ -275,7 +260,7 @@ impl OpenAiChat {
             let before = Format::from_u8(self.format.fetch_max(format as u8, Ordering::Relaxed));
             if before < format {
                 tracing::info!(
-                    endpoint = %self.endpoint_display,
+                    endpoint = %self.http.display(),
                     model = %self.config.model,
                     response_format = format.as_str(),
                     "the chat endpoint does not take a stricter response_format; using this one from now on"
@@ -284,7 +269,7 @@ impl OpenAiChat {
         }
         if !temperature && self.temperature.swap(false, Ordering::Relaxed) {
             tracing::info!(
-                endpoint = %self.endpoint_display,
+                endpoint = %self.http.display(),
                 model = %self.config.model,
                 "the chat endpoint does not take temperature 0; leaving it out from now on"
             );
@@ -297,113 +282,40 @@ impl OpenAiChat {
         body: &ChatBody<'_>,
         purpose: Purpose,
     ) -> Result<ChatResponse, Failure> {
-        let attempts = self.config.max_retries.saturating_add(1);
-        let mut attempt = 0u32;
-        let mut last_retry_after = None;
-        loop {
-            attempt += 1;
-            if let Some(limiter) = &self.limiter {
-                limiter.until_ready().await;
-            }
-            let (message, retry_after) = match self.send_once(body).await {
-                Ok(response) => return Ok(response),
-                Err(Attempt::Fatal(message)) => {
-                    return Err(Failure::Error(LlmError::Failed(message)));
-                }
-                Err(Attempt::Rejected(message)) => return Err(Failure::Rejected(message)),
-                Err(Attempt::Retry {
-                    message,
-                    retry_after,
-                }) => (message, retry_after),
-            };
-            last_retry_after = retry_after.or(last_retry_after);
-            if attempt >= attempts {
-                return Err(Failure::Error(LlmError::Unavailable {
-                    message: format!("{message} (gave up after {attempt} attempts)"),
-                    retry_after: last_retry_after,
-                }));
-            }
-            let delay = match retry_after {
-                Some(d) => d.min(MAX_RETRY_AFTER),
-                None => self.backoff(attempt - 1),
-            };
+        let on_retry = |r: &Retrying<'_>| {
             tracing::warn!(
-                endpoint = %self.endpoint_display,
+                endpoint = %self.http.display(),
                 purpose = purpose.as_str(),
-                attempt,
-                of = attempts,
-                delay_ms = delay.as_millis() as u64,
-                error = %message,
+                attempt = r.attempt,
+                of = r.of,
+                delay_ms = r.delay.as_millis() as u64,
+                error = %r.message,
                 "chat completion request failed; retrying"
             );
-            tokio::time::sleep(delay).await;
-        }
-    }
-
-    async fn send_once(&self, body: &ChatBody<'_>) -> Result<ChatResponse, Attempt> {
-        let mut builder = self.client.post(self.endpoint.clone()).json(body);
-        if let Some(auth) = &self.authorization {
-            builder = builder.header(AUTHORIZATION, auth.clone());
-        }
-        let response = builder.send().await.map_err(|e| self.transport_error(e))?;
-        let status = response.status();
-        let retry_after = retry_after(response.headers());
-        let bytes = match response.bytes().await {
-            Ok(bytes) => bytes,
-            Err(e) if status.is_success() => return Err(self.transport_error(e)),
-            Err(_) => Default::default(),
         };
-
-        if status.is_success() {
-            return serde_json::from_slice::<ChatResponse>(&bytes).map_err(|e| {
-                Attempt::Fatal(format!(
-                    "chat endpoint {} returned a response that is not an OpenAI chat \
-                     completion ({e}); body starts: {}",
-                    self.endpoint_display,
-                    snippet(&bytes)
-                ))
-            });
-        }
-        let message = format!(
-            "chat endpoint {} returned {status}: {}",
-            self.endpoint_display,
-            error_message(&bytes)
-        );
-        if retryable(status) {
-            Err(Attempt::Retry {
-                message,
-                retry_after,
+        let limiter = self.limiter.as_ref();
+        self.http
+            .post_with_retries(body, &self.retries, limiter, on_retry)
+            .await
+            .map_err(|failed| match failed {
+                // 422: what FastAPI-based servers answer to a field they do not know.
+                Failed::Refused { status, message }
+                    if status == StatusCode::BAD_REQUEST
+                        || status == StatusCode::UNPROCESSABLE_ENTITY =>
+                {
+                    Failure::Rejected(message)
+                }
+                Failed::Refused { message, .. } | Failed::Fatal(message) => {
+                    Failure::Error(LlmError::Failed(message))
+                }
+                Failed::GaveUp {
+                    message,
+                    retry_after,
+                } => Failure::Error(LlmError::Unavailable {
+                    message,
+                    retry_after,
+                }),
             })
-        } else if status == StatusCode::BAD_REQUEST || status == StatusCode::UNPROCESSABLE_ENTITY {
-            // 422: what FastAPI-based servers answer to a field they do not know.
-            Err(Attempt::Rejected(message))
-        } else {
-            Err(Attempt::Fatal(message))
-        }
-    }
-
-    fn transport_error(&self, e: reqwest::Error) -> Attempt {
-        let what = if e.is_timeout() {
-            format!("timed out after {:?}", self.config.timeout)
-        } else if e.is_connect() {
-            "cannot connect".to_string()
-        } else {
-            "request failed".to_string()
-        };
-        let fatal = e.is_builder() || e.is_redirect();
-        let message = format!(
-            "chat endpoint {}: {what}: {}",
-            self.endpoint_display,
-            chain(&e.without_url())
-        );
-        if fatal {
-            Attempt::Fatal(message)
-        } else {
-            Attempt::Retry {
-                message,
-                retry_after: None,
-            }
-        }
     }
 
     /// The first choice's content and the token counts of a parsed response.
@@ -411,7 +323,7 @@ impl OpenAiChat {
         let bad = |what: &str| {
             LlmError::Failed(format!(
                 "chat endpoint {} returned {what}",
-                self.endpoint_display
+                self.http.display()
             ))
         };
         let Some(choice) = response.choices.into_iter().next() else {
@@ -427,7 +339,7 @@ impl OpenAiChat {
         if choice.finish_reason.as_deref() == Some("length") {
             // Kept: the caller's parsing decides whether a cut-off answer is of use.
             tracing::warn!(
-                endpoint = %self.endpoint_display,
+                endpoint = %self.http.display(),
                 purpose = purpose.as_str(),
                 "the chat completion was cut off at the model's token limit"
             );
@@ -438,18 +350,6 @@ impl OpenAiChat {
             prompt_tokens: usage.prompt_tokens.unwrap_or(0),
             completion_tokens: usage.completion_tokens.unwrap_or(0),
         })
-    }
-
-    /// The delay before retry number `retry` (0 = the first retry): `backoff * 2^retry`,
-    /// at most `max_backoff`, then a uniformly random part of up to half of it removed.
-    fn backoff(&self, retry: u32) -> Duration {
-        let factor = 1u32.checked_shl(retry).unwrap_or(u32::MAX);
-        let base = self
-            .config
-            .backoff
-            .saturating_mul(factor)
-            .min(self.config.max_backoff);
-        base.mul_f64(0.5 + 0.5 * random_unit())
     }
 }
 
@@ -504,7 +404,7 @@ impl LanguageModel for OpenAiChat {
                 return Err(LlmError::Failed(message));
             }
             tracing::warn!(
-                endpoint = %self.endpoint_display,
+                endpoint = %self.http.display(),
                 purpose = request.purpose.as_str(),
                 response_format = format.map_or("none", Format::as_str),
                 temperature,
@@ -515,20 +415,10 @@ impl LanguageModel for OpenAiChat {
     }
 }
 
-/// What one attempt came to, when not a response.
-enum Attempt {
-    Retry {
-        message: String,
-        retry_after: Option<Duration>,
-    },
-    /// `400`/`422`: refused as sent; without `response_format` or `temperature` it may
-    /// pass.
-    Rejected(String),
-    Fatal(String),
-}
-
 /// What one request body (with its retries) came to, when not a response.
 enum Failure {
+    /// `400`/`422`: refused as sent; without `response_format` or `temperature` it may
+    /// pass.
     Rejected(String),
     Error(LlmError),
 }
@@ -580,187 +470,18 @@ struct Usage {
     completion_tokens: Option<u64>,
 }
 
-/// `{base}/v1/chat/completions`, or `{base}/chat/completions` when `base` already ends
-/// in `/v1`.
-fn endpoint(base_url: &str) -> Result<Url, LlmError> {
-    let base = base_url.trim().trim_end_matches('/');
-    let full = if base.ends_with("/v1") {
-        format!("{base}/chat/completions")
-    } else {
-        format!("{base}/v1/chat/completions")
-    };
-    let url = Url::parse(&full).map_err(|e| {
-        LlmError::Failed(format!("openai chat: invalid base_url {base_url:?}: {e}"))
-    })?;
-    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err(LlmError::Failed(format!(
-            "openai chat: base_url {base_url:?} is not an http(s) URL"
-        )));
-    }
-    Ok(url)
-}
-
-/// `url` with any password replaced, for messages and logs.
-fn redacted(url: &Url) -> String {
-    let mut url = url.clone();
-    if url.password().is_some() {
-        let _ = url.set_password(Some("redacted"));
-    }
-    url.to_string()
-}
-
-fn retryable(status: StatusCode) -> bool {
-    status == StatusCode::TOO_MANY_REQUESTS
-        || status == StatusCode::REQUEST_TIMEOUT
-        || status.is_server_error()
-}
-
-/// A `Retry-After` given in seconds, at most an hour (the HTTP-date form is ignored:
-/// backoff applies).
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
-    if let Ok(secs) = value.parse::<u64>() {
-        return Some(Duration::from_secs(secs.min(3600)));
-    }
-    let secs = value.parse::<f64>().ok()?;
-    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(3600.0)))
-}
-
-/// The message of an error body: OpenAI's `{"error":{"message":..}}`, the
-/// `{"error":".."}` or `{"message":".."}` of other servers, else the start of the body.
-fn error_message(body: &[u8]) -> String {
-    if let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) {
-        let message = value
-            .pointer("/error/message")
-            .or_else(|| value.get("error").filter(|e| e.is_string()))
-            .or_else(|| value.get("message"))
-            .or_else(|| value.get("detail").filter(|d| d.is_string()))
-            .and_then(|m| m.as_str());
-        if let Some(message) = message {
-            return one_line(message);
-        }
-        // FastAPI's 422: {"detail": [{"loc": [..], "msg": ..}, ..]}.
-        if let Some(detail) = value.get("detail") {
-            return snippet(detail.to_string().as_bytes());
-        }
-    }
-    if body.is_empty() {
-        "(empty body)".to_string()
-    } else {
-        snippet(body)
-    }
-}
-
-/// The start of `body`, lossily decoded, on one line.
-fn snippet(body: &[u8]) -> String {
-    one_line(&String::from_utf8_lossy(body))
-}
-
-/// The start of `text` on one line.
-fn one_line(text: &str) -> String {
-    let mut out: String = text.chars().take(BODY_SNIPPET).collect();
-    if text.chars().count() > BODY_SNIPPET {
-        out.push('…');
-    }
-    out.replace(['\n', '\r'], " ")
-}
-
-/// An error with its sources ("a: b: c"); reqwest's own message alone says little.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
-}
-
-/// A uniformly random number in `[0, 1)` from the operating system (0 in the unheard-of
-/// case that it has none to give: the jitter is then fixed, not the delay unbounded).
-fn random_unit() -> f64 {
-    (getrandom::u64().unwrap_or(0) >> 11) as f64 / (1u64 << 53) as f64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn endpoint_accepts_base_with_or_without_v1() {
-        for base in [
-            "http://h:1",
-            "http://h:1/",
-            "http://h:1/v1",
-            "http://h:1/v1/",
-            " http://h:1/v1/ ",
-        ] {
-            assert_eq!(
-                endpoint(base).unwrap().as_str(),
-                "http://h:1/v1/chat/completions",
-                "{base}"
-            );
+    fn endpoint_appends_chat_completions_to_the_base() {
+        for base in ["http://h:1", "http://h:1/v1/"] {
+            let c = OpenAiChat::new(OpenAiChatConfig::new(base, "m")).unwrap();
+            assert_eq!(c.endpoint(), "http://h:1/v1/chat/completions", "{base}");
         }
-        assert_eq!(
-            endpoint("https://gw.example/openai").unwrap().as_str(),
-            "https://gw.example/openai/v1/chat/completions"
-        );
-        assert!(endpoint("not a url").is_err());
-        assert!(endpoint("ftp://h/").is_err());
-    }
-
-    #[test]
-    fn redacts_password_in_endpoint() {
-        let url = endpoint("https://user:secret@h/").unwrap();
-        assert!(!redacted(&url).contains("secret"));
-    }
-
-    #[test]
-    fn parses_retry_after_seconds() {
-        let mut headers = HeaderMap::new();
-        assert_eq!(retry_after(&headers), None);
-        headers.insert(RETRY_AFTER, HeaderValue::from_static("3"));
-        assert_eq!(retry_after(&headers), Some(Duration::from_secs(3)));
-        headers.insert(RETRY_AFTER, HeaderValue::from_static("0.5"));
-        assert_eq!(retry_after(&headers), Some(Duration::from_millis(500)));
-        headers.insert(RETRY_AFTER, HeaderValue::from_static("999999"));
-        assert_eq!(retry_after(&headers), Some(Duration::from_secs(3600)));
-        headers.insert(
-            RETRY_AFTER,
-            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
-        );
-        assert_eq!(retry_after(&headers), None);
-    }
-
-    #[test]
-    fn extracts_error_messages() {
-        assert_eq!(
-            error_message(br#"{"error":{"message":"bad model","type":"x"}}"#),
-            "bad model"
-        );
-        assert_eq!(error_message(br#"{"error":"nope"}"#), "nope");
-        assert_eq!(error_message(br#"{"message":"m"}"#), "m");
-        assert_eq!(error_message(br#"{"detail":"d"}"#), "d");
-        assert!(error_message(br#"{"detail":[{"msg":"extra field"}]}"#).contains("extra field"));
-        assert_eq!(error_message(b"<html>oops</html>"), "<html>oops</html>");
-        assert_eq!(error_message(b""), "(empty body)");
-    }
-
-    #[test]
-    fn backoff_doubles_with_jitter_and_is_capped() {
-        let mut config = OpenAiChatConfig::new("http://h", "m");
-        config.backoff = Duration::from_millis(200);
-        config.max_backoff = Duration::from_secs(5);
-        let c = OpenAiChat::new(config).unwrap();
-        for (retry, full) in [(0, 200), (1, 400), (2, 800), (5, 5000), (40, 5000)] {
-            let d = c.backoff(retry);
-            let full = Duration::from_millis(full);
-            assert!(d >= full / 2 && d <= full, "retry {retry}: {d:?}");
-        }
+        let bad = OpenAiChat::new(OpenAiChatConfig::new("ftp://h/", "m")).unwrap_err();
+        assert!(bad.to_string().contains("openai chat: base_url"), "{bad}");
     }
 
     #[test]

@@ -1,0 +1,542 @@
+//! The HTTP side of the OpenAI-compatible clients ([`crate::embed::openai`] and
+//! [`crate::llm::openai`]): the endpoint URL, the `reqwest` client and its `Authorization`
+//! header, POSTs retried with backoff and jitter (or `Retry-After`), and error messages
+//! from an OpenAI error body. Both clients talk to the same kind of server, so they are
+//! meant to build, redact, retry and report alike; this keeps them so.
+//!
+//! What stays in each client is what differs: the request and response bodies, the retry
+//! settings and log lines, the error types, and which refusals it answers by asking
+//! differently.
+
+use std::time::Duration;
+
+use governor::DefaultDirectRateLimiter;
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, RETRY_AFTER};
+use reqwest::{StatusCode, Url};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// How much of an unexpected response body goes into an error message.
+const BODY_SNIPPET: usize = 300;
+
+/// What one kind of OpenAI-compatible endpoint is called in URLs and messages.
+pub(crate) struct Api {
+    /// Who reports a bad configuration, e.g. `openai embedder`.
+    pub name: &'static str,
+    /// What the endpoint is called in request errors, e.g. `embeddings endpoint`.
+    pub endpoint: &'static str,
+    /// The path after `{base}/v1/`, e.g. `embeddings`.
+    pub path: &'static str,
+    /// What a successful body should be, e.g. `OpenAI embeddings response`.
+    pub response: &'static str,
+    /// The longest `Retry-After` waited for between attempts; a longer one is cut to this.
+    pub max_retry_after: Duration,
+    /// Whether the server's error message is put on one line (and cut to a snippet) and
+    /// FastAPI's `{"detail": [..]}` shown; when false the message is kept as sent.
+    pub tidy_errors: bool,
+}
+
+/// One endpoint of an [`Api`]: where requests go and how they are sent.
+pub(crate) struct Endpoint {
+    api: &'static Api,
+    client: reqwest::Client,
+    url: Url,
+    /// `url` without any password, for messages and logs.
+    display: String,
+    /// `Bearer <key>`, marked sensitive; none without a key.
+    authorization: Option<HeaderValue>,
+    timeout: Duration,
+}
+
+/// How a request is sent again after a failure worth retrying (see [`Attempt::Retry`]).
+pub(crate) struct Retries {
+    /// Attempts after the first.
+    pub max_retries: u32,
+    /// Delay before the first retry (see [`backoff`]).
+    pub backoff: Duration,
+    /// Ceiling of the backoff delay.
+    pub max_backoff: Duration,
+}
+
+/// A retry about to be waited for, for the caller's log line.
+pub(crate) struct Retrying<'a> {
+    /// The attempt that failed (1 = the first) and how many may be made.
+    pub attempt: u32,
+    pub of: u32,
+    pub delay: Duration,
+    /// What went wrong.
+    pub message: &'a str,
+}
+
+/// What a request (with its retries) came to, when not a response.
+pub(crate) enum Failed {
+    /// A non-success status not worth retrying: refused as sent.
+    Refused { status: StatusCode, message: String },
+    /// Not worth sending again (see [`Attempt::Fatal`]).
+    Fatal(String),
+    /// Every attempt failed in a way worth retrying: the last one's message, saying how
+    /// many were made, and the last `Retry-After` the endpoint gave.
+    GaveUp {
+        message: String,
+        retry_after: Option<Duration>,
+    },
+}
+
+/// What one POST came to, when not a response.
+enum Attempt {
+    /// Worth sending again: a transport error, `408`, `429` or `5xx`.
+    Retry {
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    /// Any other non-success status: the server refused the request as sent.
+    Refused { status: StatusCode, message: String },
+    /// Not worth sending again: the request cannot be built or was redirected, or a
+    /// success body is not what the API answers (a wrong `base_url`).
+    Fatal(String),
+}
+
+impl Endpoint {
+    /// Checks `base_url` and `api_key` and builds the HTTP client (no request is made);
+    /// an error is a message starting with `api.name`.
+    pub(crate) fn new(
+        api: &'static Api,
+        base_url: &str,
+        api_key: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Endpoint, String> {
+        let url = endpoint_url(api, base_url)?;
+        let display = redacted(&url);
+
+        let authorization = match api_key.map(str::trim) {
+            Some(key) if !key.is_empty() => {
+                let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+                    format!(
+                        "{}: the API key has characters not allowed in an HTTP header",
+                        api.name
+                    )
+                })?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+            _ => None,
+        };
+
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .user_agent(concat!("memmachine/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| format!("{}: cannot build the HTTP client: {}", api.name, chain(&e)))?;
+
+        Ok(Endpoint {
+            api,
+            client,
+            url,
+            display,
+            authorization,
+            timeout,
+        })
+    }
+
+    /// The URL requests go to (user info, if any, redacted).
+    pub(crate) fn display(&self) -> &str {
+        &self.display
+    }
+
+    /// Sends `body` until a success (parsed as `T`), a failure not worth retrying, or
+    /// `retries` running out. Each attempt first waits for its turn at `limiter`, if any;
+    /// `on_retry` is told of each retry before it is waited for.
+    pub(crate) async fn post_with_retries<T: DeserializeOwned>(
+        &self,
+        body: &impl Serialize,
+        retries: &Retries,
+        limiter: Option<&DefaultDirectRateLimiter>,
+        on_retry: impl Fn(&Retrying<'_>),
+    ) -> Result<T, Failed> {
+        let attempts = retries.max_retries.saturating_add(1);
+        let mut attempt = 0u32;
+        let mut last_retry_after = None;
+        loop {
+            attempt += 1;
+            if let Some(limiter) = limiter {
+                limiter.until_ready().await;
+            }
+            let (message, retry_after) = match self.post(body).await {
+                Ok(response) => return Ok(response),
+                Err(Attempt::Fatal(message)) => return Err(Failed::Fatal(message)),
+                Err(Attempt::Refused { status, message }) => {
+                    return Err(Failed::Refused { status, message });
+                }
+                Err(Attempt::Retry {
+                    message,
+                    retry_after,
+                }) => (message, retry_after),
+            };
+            last_retry_after = retry_after.or(last_retry_after);
+            if attempt >= attempts {
+                return Err(Failed::GaveUp {
+                    message: format!("{message} (gave up after {attempt} attempts)"),
+                    retry_after: last_retry_after,
+                });
+            }
+            let delay = match retry_after {
+                Some(d) => d.min(self.api.max_retry_after),
+                None => backoff(retries.backoff, retries.max_backoff, attempt - 1),
+            };
+            on_retry(&Retrying {
+                attempt,
+                of: attempts,
+                delay,
+                message: &message,
+            });
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// Sends `body` once and parses a success as `T`. A success body cut off in transit
+    /// is [`Attempt::Retry`]; one that is not a `T` is [`Attempt::Fatal`].
+    async fn post<T: DeserializeOwned>(&self, body: &impl Serialize) -> Result<T, Attempt> {
+        let mut builder = self.client.post(self.url.clone()).json(body);
+        if let Some(auth) = &self.authorization {
+            builder = builder.header(AUTHORIZATION, auth.clone());
+        }
+        let response = builder.send().await.map_err(|e| self.transport_error(e))?;
+        let status = response.status();
+        let retry_after = retry_after(response.headers());
+        let bytes = match response.bytes().await {
+            Ok(bytes) => bytes,
+            Err(e) if status.is_success() => return Err(self.transport_error(e)),
+            Err(_) => Default::default(),
+        };
+
+        if status.is_success() {
+            return serde_json::from_slice::<T>(&bytes).map_err(|e| {
+                Attempt::Fatal(format!(
+                    "{} {} returned a response that is not an {} ({e}); body starts: {}",
+                    self.api.endpoint,
+                    self.display,
+                    self.api.response,
+                    snippet(&bytes)
+                ))
+            });
+        }
+        let message = format!(
+            "{} {} returned {status}: {}",
+            self.api.endpoint,
+            self.display,
+            error_message(&bytes, self.api.tidy_errors)
+        );
+        if retryable(status) {
+            Err(Attempt::Retry {
+                message,
+                retry_after,
+            })
+        } else {
+            Err(Attempt::Refused { status, message })
+        }
+    }
+
+    fn transport_error(&self, e: reqwest::Error) -> Attempt {
+        let what = if e.is_timeout() {
+            format!("timed out after {:?}", self.timeout)
+        } else if e.is_connect() {
+            "cannot connect".to_string()
+        } else {
+            "request failed".to_string()
+        };
+        let fatal = e.is_builder() || e.is_redirect();
+        let message = format!(
+            "{} {}: {what}: {}",
+            self.api.endpoint,
+            self.display,
+            chain(&e.without_url())
+        );
+        if fatal {
+            Attempt::Fatal(message)
+        } else {
+            Attempt::Retry {
+                message,
+                retry_after: None,
+            }
+        }
+    }
+}
+
+/// `{base}/v1/{path}`, or `{base}/{path}` when `base` already ends in `/v1`.
+fn endpoint_url(api: &Api, base_url: &str) -> Result<Url, String> {
+    let base = base_url.trim().trim_end_matches('/');
+    let full = if base.ends_with("/v1") {
+        format!("{base}/{}", api.path)
+    } else {
+        format!("{base}/v1/{}", api.path)
+    };
+    let url = Url::parse(&full)
+        .map_err(|e| format!("{}: invalid base_url {base_url:?}: {e}", api.name))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(format!(
+            "{}: base_url {base_url:?} is not an http(s) URL",
+            api.name
+        ));
+    }
+    Ok(url)
+}
+
+/// `url` with any password replaced, for messages and logs.
+fn redacted(url: &Url) -> String {
+    let mut url = url.clone();
+    if url.password().is_some() {
+        let _ = url.set_password(Some("redacted"));
+    }
+    url.to_string()
+}
+
+fn retryable(status: StatusCode) -> bool {
+    status == StatusCode::TOO_MANY_REQUESTS
+        || status == StatusCode::REQUEST_TIMEOUT
+        || status.is_server_error()
+}
+
+/// A `Retry-After` given in seconds, at most an hour (the HTTP-date form is ignored:
+/// backoff applies).
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs.min(3600)));
+    }
+    let secs = value.parse::<f64>().ok()?;
+    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(3600.0)))
+}
+
+/// The delay before retry number `retry` (0 = the first retry): `first * 2^retry`, at
+/// most `max`, then a uniformly random part of up to half of it removed.
+fn backoff(first: Duration, max: Duration, retry: u32) -> Duration {
+    let factor = 1u32.checked_shl(retry).unwrap_or(u32::MAX);
+    let base = first.saturating_mul(factor).min(max);
+    base.mul_f64(0.5 + 0.5 * random_unit())
+}
+
+/// The message of an error body: OpenAI's `{"error":{"message":..}}`, the
+/// `{"error":".."}`, `{"message":".."}` or `{"detail":".."}` of other servers, else the
+/// start of the body. See [`Api::tidy_errors`].
+fn error_message(body: &[u8], tidy: bool) -> String {
+    if let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) {
+        let message = value
+            .pointer("/error/message")
+            .or_else(|| value.get("error").filter(|e| e.is_string()))
+            .or_else(|| value.get("message"))
+            .or_else(|| value.get("detail").filter(|d| d.is_string()))
+            .and_then(|m| m.as_str());
+        if let Some(message) = message {
+            return if tidy {
+                one_line(message)
+            } else {
+                message.to_string()
+            };
+        }
+        // FastAPI's 422: {"detail": [{"loc": [..], "msg": ..}, ..]}.
+        if let Some(detail) = value.get("detail").filter(|_| tidy) {
+            return snippet(detail.to_string().as_bytes());
+        }
+    }
+    if body.is_empty() {
+        "(empty body)".to_string()
+    } else {
+        snippet(body)
+    }
+}
+
+/// The start of `body`, lossily decoded, on one line.
+fn snippet(body: &[u8]) -> String {
+    one_line(&String::from_utf8_lossy(body))
+}
+
+/// The start of `text` (what fits in an error message) on one line.
+pub(crate) fn one_line(text: &str) -> String {
+    let mut out: String = text.chars().take(BODY_SNIPPET).collect();
+    if text.chars().count() > BODY_SNIPPET {
+        out.push('…');
+    }
+    out.replace(['\n', '\r'], " ")
+}
+
+/// An error with its sources ("a: b: c"); reqwest's own message alone says little.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// A uniformly random number in `[0, 1)` from the operating system (0 in the unheard-of
+/// case that it has none to give: the jitter is then fixed, not the delay unbounded).
+fn random_unit() -> f64 {
+    (getrandom::u64().unwrap_or(0) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEST_API: Api = Api {
+        name: "test client",
+        endpoint: "test endpoint",
+        path: "things/make",
+        response: "OpenAI thing",
+        max_retry_after: Duration::from_secs(1),
+        tidy_errors: true,
+    };
+
+    #[test]
+    fn endpoint_accepts_base_with_or_without_v1() {
+        for base in [
+            "http://h:1",
+            "http://h:1/",
+            "http://h:1/v1",
+            "http://h:1/v1/",
+            " http://h:1/v1/ ",
+        ] {
+            assert_eq!(
+                endpoint_url(&TEST_API, base).unwrap().as_str(),
+                "http://h:1/v1/things/make",
+                "{base}"
+            );
+        }
+        assert_eq!(
+            endpoint_url(&TEST_API, "https://gw.example/openai")
+                .unwrap()
+                .as_str(),
+            "https://gw.example/openai/v1/things/make"
+        );
+        let bad = endpoint_url(&TEST_API, "not a url").unwrap_err();
+        assert!(bad.starts_with("test client: invalid base_url"), "{bad}");
+        let bad = endpoint_url(&TEST_API, "ftp://h/").unwrap_err();
+        assert!(bad.ends_with("is not an http(s) URL"), "{bad}");
+    }
+
+    #[test]
+    fn redacts_password_in_endpoint() {
+        let url = endpoint_url(&TEST_API, "https://user:secret@h/").unwrap();
+        assert!(!redacted(&url).contains("secret"));
+        let e = Endpoint::new(
+            &TEST_API,
+            "https://user:secret@h/",
+            None,
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        assert!(!e.display().contains("secret"));
+    }
+
+    #[test]
+    fn authorization_only_with_a_usable_key() {
+        let timeout = Duration::from_secs(1);
+        for key in [None, Some(""), Some("  ")] {
+            let e = Endpoint::new(&TEST_API, "http://h", key, timeout).unwrap();
+            assert!(e.authorization.is_none(), "{key:?}");
+        }
+        let e = Endpoint::new(&TEST_API, "http://h", Some(" sk-1 "), timeout).unwrap();
+        let auth = e.authorization.unwrap();
+        assert_eq!(auth.to_str().unwrap(), "Bearer sk-1");
+        assert!(auth.is_sensitive());
+        let bad = Endpoint::new(&TEST_API, "http://h", Some("a\nb"), timeout)
+            .err()
+            .unwrap();
+        assert!(bad.starts_with("test client: the API key"), "{bad}");
+    }
+
+    #[test]
+    fn retries_only_what_may_pass_later() {
+        for s in [408, 429, 500, 502, 503] {
+            assert!(retryable(StatusCode::from_u16(s).unwrap()), "{s}");
+        }
+        for s in [400, 401, 403, 404, 422] {
+            assert!(!retryable(StatusCode::from_u16(s).unwrap()), "{s}");
+        }
+    }
+
+    #[test]
+    fn parses_retry_after_seconds() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(retry_after(&headers), None);
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("3"));
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(3)));
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("0.5"));
+        assert_eq!(retry_after(&headers), Some(Duration::from_millis(500)));
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("999999"));
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(3600)));
+        headers.insert(
+            RETRY_AFTER,
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
+        );
+        assert_eq!(retry_after(&headers), None);
+    }
+
+    #[test]
+    fn extracts_error_messages() {
+        for tidy in [true, false] {
+            assert_eq!(
+                error_message(br#"{"error":{"message":"bad model","type":"x"}}"#, tidy),
+                "bad model"
+            );
+            assert_eq!(error_message(br#"{"error":"nope"}"#, tidy), "nope");
+            assert_eq!(error_message(br#"{"message":"m"}"#, tidy), "m");
+            assert_eq!(error_message(br#"{"detail":"d"}"#, tidy), "d");
+            assert_eq!(
+                error_message(b"<html>oops</html>", tidy),
+                "<html>oops</html>"
+            );
+            assert_eq!(error_message(b"", tidy), "(empty body)");
+        }
+        let fastapi = br#"{"detail":[{"msg":"extra field"}]}"#;
+        assert!(error_message(fastapi, true).contains("extra field"));
+        assert_eq!(
+            error_message(fastapi, false),
+            String::from_utf8_lossy(fastapi)
+        );
+        let long = format!(r#"{{"message":"a\nb{}"}}"#, "c".repeat(400));
+        let tidied = error_message(long.as_bytes(), true);
+        assert!(
+            tidied.starts_with("a b") && tidied.ends_with('…'),
+            "{tidied}"
+        );
+        assert_eq!(tidied.chars().count(), BODY_SNIPPET + 1);
+        let kept = error_message(long.as_bytes(), false);
+        assert!(kept.starts_with("a\nb") && kept.len() == 403, "{kept}");
+    }
+
+    #[test]
+    fn snippets_are_short_and_on_one_line() {
+        assert_eq!(snippet(b"a\r\nb"), "a  b");
+        let long = "é".repeat(BODY_SNIPPET + 5);
+        let s = snippet(long.as_bytes());
+        assert_eq!(s.chars().count(), BODY_SNIPPET + 1);
+        assert!(s.ends_with('…'));
+        assert_eq!(one_line("short"), "short");
+    }
+
+    #[test]
+    fn backoff_doubles_with_jitter_and_is_capped() {
+        let (first, max) = (Duration::from_millis(200), Duration::from_secs(5));
+        for (retry, full) in [(0, 200), (1, 400), (2, 800), (5, 5000), (40, 5000)] {
+            let d = backoff(first, max, retry);
+            let full = Duration::from_millis(full);
+            assert!(d >= full / 2 && d <= full, "retry {retry}: {d:?}");
+        }
+    }
+
+    #[test]
+    fn random_unit_is_in_range() {
+        for _ in 0..1000 {
+            let x = random_unit();
+            assert!((0.0..1.0).contains(&x), "{x}");
+        }
+    }
+}

@@ -302,8 +302,17 @@ impl SemanticStore for SqliteStore {
     // Ingestion.
 
     async fn claim_batch(&self, rule: ClaimRule) -> Result<Option<Batch>> {
+        // Finding a ready set scans the queue: done on a reader, so a backlog does not
+        // hold up the writer; the claim re-checks that set under the write lock.
+        let Some(set) = self
+            .readers
+            .read(move |tx| queue::ready_set(tx, &rule))
+            .await?
+        else {
+            return Ok(None);
+        };
         self.writer
-            .write(move |conn| queue::claim(conn, &rule))
+            .write(move |conn| queue::claim(conn, set, &rule))
             .await
     }
 

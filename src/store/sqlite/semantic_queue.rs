@@ -51,29 +51,39 @@ pub(super) fn route(
     Ok(())
 }
 
-/// Claims the ready rows of the ready set queued longest ago, up to `max_batch` in
-/// episode order, under a new lease.
-pub(super) fn claim(conn: &Connection, rule: &ClaimRule) -> Result<Option<Batch>> {
+/// The ready set queued longest ago, if any.
+pub(super) fn ready_set(conn: &Connection, rule: &ClaimRule) -> Result<Option<i64>> {
+    ready(conn, rule, None)
+}
+
+/// `set` (or any set, for `None`) if it is ready by `rule`.
+fn ready(conn: &Connection, rule: &ClaimRule, set: Option<i64>) -> Result<Option<i64>> {
     let now = rule.now_micros;
-    let set: Option<i64> = conn
-        .prepare_cached(
-            "SELECT set_ref FROM semantic_queue
+    conn.prepare_cached(
+        "SELECT set_ref FROM semantic_queue
              WHERE failed IS NULL AND not_before <= ?1 AND (lease IS NULL OR lease_until < ?1)
+                 AND (?4 IS NULL OR set_ref = ?4)
              GROUP BY set_ref
              HAVING (COUNT(*) >= ?2 OR MIN(queued_at) <= ?1 - ?3)
                 AND set_ref NOT IN (SELECT set_ref FROM semantic_queue
                     WHERE failed IS NULL AND lease IS NOT NULL AND lease_until >= ?1)
              ORDER BY MIN(queued_at), set_ref LIMIT 1",
+    )
+    .and_then(|mut stmt| {
+        stmt.query_row(
+            params![now, rule.min_messages as i64, rule.max_age_micros, set],
+            |row| row.get(0),
         )
-        .and_then(|mut stmt| {
-            stmt.query_row(
-                params![now, rule.min_messages as i64, rule.max_age_micros],
-                |row| row.get(0),
-            )
-            .optional()
-        })
-        .map_err(storage_error)?;
-    let Some(set) = set else {
+        .optional()
+    })
+    .map_err(storage_error)
+}
+
+/// Claims the ready rows of `set`, if it is still ready by `rule`, up to `max_batch` in
+/// episode order, under a new lease.
+pub(super) fn claim(conn: &Connection, set: i64, rule: &ClaimRule) -> Result<Option<Batch>> {
+    let now = rule.now_micros;
+    let Some(set) = ready(conn, rule, Some(set))? else {
         return Ok(None);
     };
     let claimed: Vec<(i64, u32)> = conn

@@ -10,7 +10,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,6 +22,7 @@ use tonic::transport::{Channel, Endpoint};
 
 mod support;
 
+use support::cpu::{CpuMeter, opt_secs};
 use support::latencies::Latencies;
 use support::locomo;
 use support::server::Server;
@@ -236,55 +236,6 @@ fn add_requests(corpus: &Corpus, size: usize, batch: usize) -> Vec<pb::AddMemori
 // The server process
 
 /// A running `memmachine serve` with its own data directory; both go away on drop.
-/// CPU seconds (user + system) a process has used so far, from /proc (Linux only).
-fn cpu_seconds(pid: &str) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / clock_ticks())
-}
-
-fn clock_ticks() -> f64 {
-    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-    *TICKS.get_or_init(|| {
-        Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .ok()
-            .and_then(|out| String::from_utf8(out.stdout).ok())
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(100.0)
-    })
-}
-
-/// CPU used by the server and by this process over a phase.
-struct CpuMeter {
-    server_pid: String,
-    server: Option<f64>,
-    client: Option<f64>,
-}
-
-impl CpuMeter {
-    fn start(server_pid: u32) -> CpuMeter {
-        let server_pid = server_pid.to_string();
-        CpuMeter {
-            server: cpu_seconds(&server_pid),
-            client: cpu_seconds("self"),
-            server_pid,
-        }
-    }
-
-    /// (server, client) CPU seconds since `start`.
-    fn stop(&self) -> (Option<f64>, Option<f64>) {
-        let diff = |before: Option<f64>, pid: &str| Some(cpu_seconds(pid)? - before?);
-        (
-            diff(self.server, &self.server_pid),
-            diff(self.client, "self"),
-        )
-    }
-}
-
 fn dir_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
         .map(|entries| {
@@ -412,7 +363,8 @@ async fn ingest(
         }
     }
     let wall = started.elapsed();
-    let (server_cpu, client_cpu) = cpu.stop();
+    let used = cpu.stop();
+    let (server_cpu, client_cpu) = (used.server, used.client);
     Ok(IngestResult {
         messages,
         wall,
@@ -466,7 +418,7 @@ async fn search(
         empty += usize::from(found == 0);
     }
     let wall = started.elapsed();
-    let (server_cpu, _) = cpu.stop();
+    let server_cpu = cpu.stop().server;
     Ok(SearchResult {
         wall,
         calls: Latencies::new(latencies),
@@ -576,10 +528,6 @@ async fn run_size(
         filtered,
         db_bytes,
     })
-}
-
-fn opt_secs(v: Option<f64>) -> String {
-    v.map_or_else(|| "n/a".into(), |s| format!("{s:.2}"))
 }
 
 fn print_report(args: &Args, corpus: &Corpus, filter: &str, results: &[SizeResult]) {

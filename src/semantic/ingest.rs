@@ -90,12 +90,14 @@ pub fn spawn_workers(memory: SemanticMemory, settings: IngestSettings, metrics: 
     let Some(model) = memory.model().cloned() else {
         return;
     };
+    let consolidated = Consolidated::default();
     for _ in 0..settings.workers.max(1) {
         let worker = Worker {
             memory: memory.clone(),
             model: model.clone(),
             settings,
             metrics: metrics.clone(),
+            consolidated: consolidated.clone(),
         };
         tokio::spawn(worker.run());
     }
@@ -106,7 +108,12 @@ struct Worker {
     model: Arc<dyn LanguageModel>,
     settings: IngestSettings,
     metrics: Arc<Metrics>,
+    consolidated: Consolidated,
 }
+
+/// How many features each (set, category and tag) had after its last consolidation, so a
+/// tag the model chose to keep as it is is not sent again on every batch.
+type Consolidated = Arc<std::sync::Mutex<std::collections::HashMap<(i64, String), usize>>>;
 
 impl Worker {
     fn rule(&self) -> ClaimRule {
@@ -350,9 +357,14 @@ impl Worker {
                 .into_iter()
                 .filter(|f| features::normalise(&f.tag) == tag_key)
                 .collect();
-            if group.len() < self.settings.consolidation_threshold.max(2) {
+            let threshold = self.settings.consolidation_threshold.max(2);
+            let key = (set.internal_id, features::match_key(&category, &tag, ""));
+            let last = self.consolidated_count(&key);
+            // Again only once the tag has grown by half the threshold since last time.
+            if group.len() < threshold || last.is_some_and(|n| group.len() < n + threshold / 2) {
                 continue;
             }
+            self.record_consolidated(key.clone(), group.len());
             let request = ChatRequest {
                 purpose: Purpose::Consolidation,
                 messages: prompts::consolidation(&category, &tag, &group),
@@ -372,14 +384,17 @@ impl Worker {
                     continue;
                 }
             };
+            let keep: std::collections::HashSet<&str> =
+                plan.keep.iter().map(String::as_str).collect();
             let remove: Vec<i64> = group
                 .iter()
-                .filter(|f| !plan.keep.contains(&f.id))
+                .filter(|f| !keep.contains(f.id.as_str()))
                 .map(|f| f.internal_id)
                 .collect();
             if remove.is_empty() {
                 continue;
             }
+            self.record_consolidated(key, group.len() - remove.len() + plan.add.len());
             let category_id = group
                 .first()
                 .map(|f| f.category_id.clone())
@@ -410,6 +425,18 @@ impl Worker {
     }
 }
 
+impl Worker {
+    fn consolidated_count(&self, key: &(i64, String)) -> Option<usize> {
+        let map = self.consolidated.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(key).copied()
+    }
+
+    fn record_consolidated(&self, key: (i64, String), count: usize) {
+        let mut map = self.consolidated.lock().unwrap_or_else(|p| p.into_inner());
+        map.insert(key, count);
+    }
+}
+
 /// The current features most relevant to the batch first (by words shared with it),
 /// at most `limit`.
 fn most_relevant<'a>(
@@ -417,6 +444,9 @@ fn most_relevant<'a>(
     messages: &[&Episode],
     limit: usize,
 ) -> Vec<&'a Feature> {
+    if current.len() <= limit {
+        return current.iter().collect();
+    }
     let words: std::collections::HashSet<String> = messages
         .iter()
         .flat_map(|m| crate::retrieval::tokenize::query_terms(&m.content))

@@ -329,13 +329,14 @@ struct RawMemory {
 pub fn parse_consolidation(answer: &str, sent: &[Feature]) -> Result<Consolidation, String> {
     let raw: RawConsolidation = serde_json::from_str(json_part(answer))
         .map_err(|err| format!("the answer is not the consolidation JSON object ({err})"))?;
+    let sent_ids: std::collections::HashSet<&str> = sent.iter().map(|f| f.id.as_str()).collect();
     let mut keep = Vec::new();
     for id in raw.keep_memories {
         let id = match id {
             serde_json::Value::String(s) => s,
             other => other.to_string(),
         };
-        if !sent.iter().any(|f| f.id == id) {
+        if !sent_ids.contains(id.as_str()) {
             return Err(format!(
                 "keep_memories names {id:?}, which is not one of the features"
             ));

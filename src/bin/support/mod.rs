@@ -1,9 +1,14 @@
-//! What the two benchmark binaries (`memmachine-bench`, `memmachine-locomo`) share: the
-//! server process they measure and latency percentiles. Each uses only part of it.
+//! What the benchmark binaries (`memmachine-bench`, `memmachine-locomo`,
+//! `memmachine-semantic-bench`) share: the server process they measure, latency
+//! percentiles, CPU use, Prometheus readings and a scripted chat model. Each uses only
+//! part of it.
 #![allow(dead_code)]
 
+pub mod chat;
+pub mod cpu;
 pub mod latencies;
 pub mod locomo;
+pub mod metrics;
 pub mod server;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

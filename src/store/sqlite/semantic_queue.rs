@@ -51,18 +51,11 @@ pub(super) fn route(
     Ok(())
 }
 
-/// The ready set queued longest ago, if any.
+/// The ready set queued longest ago, if any (a scan of the queue).
 pub(super) fn ready_set(conn: &Connection, rule: &ClaimRule) -> Result<Option<i64>> {
-    ready(conn, rule, None)
-}
-
-/// `set` (or any set, for `None`) if it is ready by `rule`.
-fn ready(conn: &Connection, rule: &ClaimRule, set: Option<i64>) -> Result<Option<i64>> {
-    let now = rule.now_micros;
     conn.prepare_cached(
         "SELECT set_ref FROM semantic_queue
              WHERE failed IS NULL AND not_before <= ?1 AND (lease IS NULL OR lease_until < ?1)
-                 AND (?4 IS NULL OR set_ref = ?4)
              GROUP BY set_ref
              HAVING (COUNT(*) >= ?2 OR MIN(queued_at) <= ?1 - ?3)
                 AND set_ref NOT IN (SELECT set_ref FROM semantic_queue
@@ -71,7 +64,11 @@ fn ready(conn: &Connection, rule: &ClaimRule, set: Option<i64>) -> Result<Option
     )
     .and_then(|mut stmt| {
         stmt.query_row(
-            params![now, rule.min_messages as i64, rule.max_age_micros, set],
+            params![
+                rule.now_micros,
+                rule.min_messages as i64,
+                rule.max_age_micros
+            ],
             |row| row.get(0),
         )
         .optional()
@@ -79,12 +76,38 @@ fn ready(conn: &Connection, rule: &ClaimRule, set: Option<i64>) -> Result<Option
     .map_err(storage_error)
 }
 
-/// Claims the ready rows of `set`, if it is still ready by `rule`, up to `max_batch` in
-/// episode order, under a new lease.
+/// Whether `set` is ready by `rule` (its rows only, by the queue's key).
+fn is_ready(conn: &Connection, rule: &ClaimRule, set: i64) -> Result<bool> {
+    let (ready, oldest, leased): (i64, Option<i64>, i64) = conn
+        .prepare_cached(
+            "SELECT
+                 COUNT(*) FILTER (WHERE not_before <= ?2 AND (lease IS NULL OR lease_until < ?2)),
+                 MIN(queued_at) FILTER (WHERE not_before <= ?2 AND (lease IS NULL OR lease_until < ?2)),
+                 COUNT(*) FILTER (WHERE lease IS NOT NULL AND lease_until >= ?2)
+             FROM semantic_queue WHERE set_ref = ?1 AND failed IS NULL",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_row(params![set, rule.now_micros], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+            })
+        })
+        .map_err(storage_error)?;
+    let old_enough = oldest.is_some_and(|at| at <= rule.now_micros - rule.max_age_micros);
+    Ok(leased == 0 && ready > 0 && (ready >= rule.min_messages as i64 || old_enough))
+}
+
+/// Claims the ready rows of `set` if it is still ready by `rule` (else of the ready set
+/// queued longest ago), up to `max_batch` in episode order, under a new lease.
 pub(super) fn claim(conn: &Connection, set: i64, rule: &ClaimRule) -> Result<Option<Batch>> {
     let now = rule.now_micros;
-    let Some(set) = ready(conn, rule, Some(set))? else {
-        return Ok(None);
+    // Another worker may have taken it since it was found: then look again, here.
+    let set = if is_ready(conn, rule, set)? {
+        set
+    } else {
+        match ready_set(conn, rule)? {
+            Some(set) => set,
+            None => return Ok(None),
+        }
     };
     let claimed: Vec<(i64, u32)> = conn
         .prepare_cached(

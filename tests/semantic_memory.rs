@@ -908,3 +908,36 @@ async fn features_are_embedded_in_the_background_and_ranked_with_their_vectors()
     assert_eq!(found[0].feature_name, "release day");
     assert!(found[0].score > found[1].score);
 }
+
+#[tokio::test]
+async fn the_model_sees_what_a_message_answers_as_context() {
+    let chat = ChatServer::start(scripted);
+    let server = server_with(&chat, |_| {}).await;
+    let mut c = client(&server).await;
+    c.add(
+        "",
+        "",
+        vec![
+            pb::MemoryMessage {
+                role: "assistant".into(),
+                ..message("My favourite assistant is me. What is yours?", "bot")
+            },
+            message("My favourite assistant is Ada.", "alice"),
+        ],
+    )
+    .await;
+    let features = c.wait_features("", "", |f| !f.is_empty()).await;
+    // Only alice's message is distilled; the assistant's question is context.
+    assert_eq!(
+        values(&features),
+        [("favourite assistant".into(), "Ada".into())]
+    );
+    let user = &chat.calls()[0].user;
+    let (earlier, new) = user.split_once("## New messages").unwrap();
+    assert!(
+        earlier.contains("## Earlier messages")
+            && earlier.contains("- bot (assistant): My favourite assistant is me."),
+        "{user}"
+    );
+    assert!(!new.contains("What is yours?"), "{user}");
+}

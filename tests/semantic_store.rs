@@ -1247,6 +1247,25 @@ pub async fn episodes_resolve_within_their_project_only(store: Arc<dyn Store>) {
 }
 
 /// Instantiates every test of the suite for one backend.
+pub async fn each_message_knows_what_came_before_it_in_its_project(store: Arc<dyn Store>) {
+    let a = project(&store, "acme", "one").await;
+    let b = project(&store, "acme", "two").await;
+    let set = user_set(&a, "u");
+    add_routed(&store, &a, &["question", "answer"], &[&set]).await;
+    add_routed(&store, &b, &["elsewhere"], &[&user_set(&b, "u")]).await;
+    add_routed(&store, &a, &["follow-up"], &[&set]).await;
+    let batch = claim_any(&store).await;
+    let rows = message_ids(&batch);
+    let before = store.preceding_episodes(rows.clone()).await.unwrap();
+    let contents: Vec<Option<&str>> = before
+        .iter()
+        .map(|b| b.as_ref().map(|(_, e)| e.content.as_str()))
+        .collect();
+    // The first has nothing before it; another project's episode never counts.
+    assert_eq!(contents, [None, Some("question"), Some("answer")]);
+    assert_eq!(before[1].as_ref().unwrap().0, rows[0]);
+}
+
 macro_rules! semantic_conformance {
     ($backend:ident, $make:expr) => {
         mod $backend {
@@ -1269,6 +1288,7 @@ macro_rules! semantic_conformance {
                 set_types_are_unique_per_level_and_tags_and_seen_by_their_org,
                 categories_and_tags_are_named_once_per_owner,
                 episodes_resolve_within_their_project_only,
+                each_message_knows_what_came_before_it_in_its_project,
             );
         }
     };

@@ -249,6 +249,11 @@ impl Worker {
             .await
             .map_err(|err| Outcome::Retry(err.to_string(), None))?;
         let messages: Vec<&Episode> = batch.messages.iter().map(|(_, e)| e).collect();
+        if categories.is_empty() {
+            return Ok((Vec::new(), BTreeSet::new()));
+        }
+        let context = self.context(batch).await?;
+        let context: Vec<&Episode> = context.iter().collect();
         let mut ops = Vec::new();
         let mut touched = BTreeSet::new();
         for category in &categories {
@@ -262,7 +267,7 @@ impl Worker {
                 .await
                 .map_err(|err| Outcome::Retry(err.to_string(), None))?;
             let shown = most_relevant(&current, &messages, self.settings.max_current_features);
-            let commands = self.ask(category, &shown, &messages).await?;
+            let commands = self.ask(category, &shown, &context, &messages).await?;
             for command in commands {
                 let citations: Vec<i64> = if command.messages.is_empty() {
                     batch.messages.iter().map(|(id, _)| *id).collect()
@@ -294,16 +299,39 @@ impl Worker {
         Ok((ops, touched))
     }
 
+    /// What the batch's messages answer: for each, the message just before it when
+    /// someone else said it (an assistant's question, say) and it is not in the batch.
+    async fn context(&self, batch: &Batch) -> Result<Vec<Episode>, Outcome> {
+        let rows: Vec<i64> = batch.messages.iter().map(|(row, _)| *row).collect();
+        let preceding = self
+            .memory
+            .store()
+            .preceding_episodes(rows.clone())
+            .await
+            .map_err(|err| Outcome::Retry(err.to_string(), None))?;
+        let mut seen = std::collections::HashSet::new();
+        Ok(preceding
+            .into_iter()
+            .zip(&batch.messages)
+            .filter_map(|(before, (_, message))| {
+                let (row, episode) = before?;
+                let other = episode.producer_id != message.producer_id;
+                (other && !rows.contains(&row) && seen.insert(row)).then_some(episode)
+            })
+            .collect())
+    }
+
     /// One extraction call (with its corrections) for one category.
     async fn ask(
         &self,
         category: &Effective,
         current: &[&Feature],
+        context: &[&Episode],
         messages: &[&Episode],
     ) -> Result<Vec<prompts::Command>, Outcome> {
         let mut request = ChatRequest {
             purpose: Purpose::Extraction,
-            messages: prompts::extraction(category, current, messages),
+            messages: prompts::extraction(category, current, context, messages),
             json_schema: Some(prompts::extraction_schema()),
         };
         let mut last_error = String::new();

@@ -36,22 +36,42 @@ fn user(content: String) -> ChatMessage {
 fn numbered(messages: &[&Episode]) -> String {
     let mut out = String::new();
     for (i, episode) in messages.iter().enumerate() {
-        let role = if episode.producer_role.is_empty() {
-            "user"
-        } else {
-            &episode.producer_role
-        };
-        out.push_str(&format!("[{}] {} ({role}):\n", i + 1, episode.producer_id));
+        out.push_str(&format!(
+            "[{}] {} ({}):\n",
+            i + 1,
+            episode.producer_id,
+            role(episode)
+        ));
         out.push_str(&episode.content);
         out.push('\n');
     }
     out
 }
 
-/// The extraction request for one category over a batch.
+fn role(episode: &Episode) -> &str {
+    if episode.producer_role.is_empty() {
+        "user"
+    } else {
+        &episode.producer_role
+    }
+}
+
+/// A context message on one line, cut to a few hundred characters.
+fn one_line(text: &str) -> String {
+    const MAX_CONTEXT_CHARS: usize = 500;
+    let joined = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match joined.char_indices().nth(MAX_CONTEXT_CHARS) {
+        Some((at, _)) => format!("{}…", &joined[..at]),
+        None => joined,
+    }
+}
+
+/// The extraction request for one category over a batch; `context` holds earlier
+/// messages the batch answers, shown in a section of their own before it.
 pub fn extraction(
     category: &Effective,
     current: &[&Feature],
+    context: &[&Episode],
     messages: &[&Episode],
 ) -> Vec<ChatMessage> {
     let tags = if category.tags.is_empty() {
@@ -80,8 +100,27 @@ pub fn extraction(
         .iter()
         .map(|f| json!({"tag": f.tag, "feature": f.feature, "value": f.value}))
         .collect();
+    let earlier = if context.is_empty() {
+        String::new()
+    } else {
+        let lines: Vec<String> = context
+            .iter()
+            .map(|e| {
+                format!(
+                    "- {} ({}): {}",
+                    e.producer_id,
+                    role(e),
+                    one_line(&e.content)
+                )
+            })
+            .collect();
+        format!(
+            "## Earlier messages (context only: remember nothing from them)\n{}\n\n",
+            lines.join("\n")
+        )
+    };
     let user_prompt = format!(
-        "## Current features\n{}\n\n## New messages\n{}",
+        "## Current features\n{}\n\n{earlier}## New messages\n{}",
         serde_json::Value::Array(features),
         numbered(messages)
     );

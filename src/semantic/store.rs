@@ -119,6 +119,9 @@ pub trait SemanticStore: Send + Sync {
         ops: Vec<FeatureOp>,
         embedder: Option<String>,
     ) -> Result<bool>;
+    /// For each episode (internal id), the one just before it in its project, if any:
+    /// what a message answers, shown to the model as context.
+    async fn preceding_episodes(&self, episodes: Vec<i64>) -> Result<Vec<Option<(i64, Episode)>>>;
     /// Gives the batch back, to be tried again no sooner than `not_before_micros`.
     async fn release_batch(&self, batch: &Batch, not_before_micros: i64) -> Result<()>;
     /// Marks the batch's messages failed with `reason`; they are not tried again.

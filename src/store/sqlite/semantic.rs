@@ -413,6 +413,12 @@ impl SemanticStore for SqliteStore {
             .await
     }
 
+    async fn preceding_episodes(&self, episodes: Vec<i64>) -> Result<Vec<Option<(i64, Episode)>>> {
+        self.readers
+            .read(move |tx| queue::preceding(tx, &episodes))
+            .await
+    }
+
     async fn episodes_between(
         &self,
         key: &ProjectKey,

@@ -14,6 +14,7 @@ use super::semantic::{bump_sets, id_array, now_micros};
 use super::semantic_features as features;
 use super::semantic_sets::{self as sets, set_by_id};
 use crate::error::{Error, Result};
+use crate::model::Episode;
 use crate::semantic::model::{Batch, ClaimRule, FeatureOp};
 use crate::semantic::store::Routing;
 
@@ -244,4 +245,22 @@ pub(super) fn counts(conn: &Connection) -> Result<(u64, u64)> {
     )
     .and_then(|mut stmt| stmt.query_row([], |row| Ok((row.get(0)?, row.get(1)?))))
     .map_err(storage_error)
+}
+
+/// For each episode row, the episode just before it (by sequence) in its project.
+pub(super) fn preceding(conn: &Connection, rows: &[i64]) -> Result<Vec<Option<(i64, Episode)>>> {
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT e.id, {COLUMNS} FROM episodes o JOIN episodes e
+                 ON e.project = o.project AND e.seq < o.seq
+             WHERE o.id = ?1 ORDER BY e.seq DESC LIMIT 1"
+        ))
+        .map_err(storage_error)?;
+    rows.iter()
+        .map(|row| {
+            stmt.query_row([row], |r| Ok((r.get(0)?, episodes::from_row(r, 1)?)))
+                .optional()
+                .map_err(storage_error)
+        })
+        .collect()
 }

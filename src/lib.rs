@@ -1,8 +1,8 @@
 //! MemMachine in Rust: a memory server for AI agents, served over gRPC.
 //!
 //! Layers (data flows one way): `grpc` adapters decode and validate requests and call
-//! the domain (`projects`, `episodic`), which talks to storage through the traits in
-//! `store`.
+//! the domain (`projects`, `memory`, `episodic`, `semantic`), which talks to storage
+//! through the traits in `store` and to models through `embed` and `llm`.
 
 pub mod admission;
 pub mod auth;

@@ -84,8 +84,7 @@ enum Outcome {
     Invalid(String),
 }
 
-/// Starts the ingestion workers; they stop when `stop` is notified... or run for the
-/// life of the process.
+/// Starts the ingestion workers (only with a model); they stop once the store closes.
 pub fn spawn_workers(memory: SemanticMemory, settings: IngestSettings, metrics: Arc<Metrics>) {
     let Some(model) = memory.model().cloned() else {
         return;

@@ -20,7 +20,6 @@ const CACHED_PROJECTS: usize = 256;
 /// What a filter and the set selection read of a feature.
 #[derive(Debug)]
 pub struct FeatureFields {
-    pub set: i64,
     set_id: Box<str>,
     category: Box<str>,
     tag: Box<str>,
@@ -59,7 +58,6 @@ impl FeatureFields {
             f.internal_id,
             text,
             FeatureFields {
-                set: f.set,
                 set_id: f.set_id.into(),
                 category: f.category.into(),
                 tag: f.tag.into(),

@@ -135,8 +135,6 @@ pub trait SemanticStore: Send + Sync {
         add: Vec<NewFeature>,
         embedder: Option<String>,
     ) -> Result<()>;
-    /// Queued messages by state: (pending, failed).
-    async fn ingestion_counts(&self) -> Result<(u64, u64)>;
 
     // Feature vectors.
 

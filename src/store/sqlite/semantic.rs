@@ -354,10 +354,6 @@ impl SemanticStore for SqliteStore {
             .await
     }
 
-    async fn ingestion_counts(&self) -> Result<(u64, u64)> {
-        self.readers.read(|tx| queue::counts(tx)).await
-    }
-
     // Feature vectors.
 
     async fn pending_feature_embeddings(

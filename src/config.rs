@@ -22,7 +22,8 @@ pub struct ServeArgs {
     /// Embedded store location [default: ./memmachine-data]
     #[arg(long, env = "MEMMACHINE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Store URL: "sqlite" (default, under --data-dir) or sqlite:///path/to/file-dir
+    /// Store URL: "sqlite" (default, under --data-dir), sqlite:///path/to/dir, or
+    /// postgres://USER@HOST:PORT/DB (PostgreSQL with pgvector, shared by replicas)
     #[arg(long, env = "MEMMACHINE_STORE")]
     pub store: Option<String>,
     /// TOML file with the same keys as these flags
@@ -133,6 +134,14 @@ pub struct ServeArgs {
     /// Seconds a claimed batch is held before another worker may take it [default: 300]
     #[arg(long, env = "MEMMACHINE_SEMANTIC_LEASE")]
     pub semantic_lease: Option<f64>,
+    /// Most memory the in-memory project indexes may hold; the least recently used
+    /// projects are dropped (and loaded again on use) beyond it [default: 2GiB]
+    #[arg(long, env = "MEMMACHINE_INDEX_MEMORY")]
+    pub index_memory: Option<String>,
+    /// Seconds an embedding worker holds the batch it claimed before another replica
+    /// may take it over [default: 120]
+    #[arg(long, env = "MEMMACHINE_EMBEDDING_LEASE")]
+    pub embedding_lease: Option<f64>,
     /// A tag's features are merged by the model once a category has this many [default: 20]
     #[arg(long, env = "MEMMACHINE_CONSOLIDATION_THRESHOLD")]
     pub consolidation_threshold: Option<usize>,
@@ -246,7 +255,11 @@ pub struct Keepalive {
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub listen: SocketAddr,
-    pub data_dir: PathBuf,
+    pub store: crate::store::StoreLocation,
+    /// Most memory the project indexes may hold (estimated bytes).
+    pub index_memory: usize,
+    /// How long an embedding worker holds the batch it claimed.
+    pub embedding_lease: std::time::Duration,
     pub log_format: LogFormat,
     pub limits: Limits,
     pub max_request_bytes: usize,
@@ -273,7 +286,17 @@ impl ServeConfig {
         let path = |p: &Path| text(&p.display().to_string());
         let mut lines = vec![
             format!("listen = {}", text(&self.listen.to_string())),
-            format!("data_dir = {}", path(&self.data_dir)),
+            match &self.store {
+                crate::store::StoreLocation::Sqlite(dir) => format!("data_dir = {}", path(dir)),
+                crate::store::StoreLocation::Postgres(url) => {
+                    format!(
+                        "store = {}",
+                        text(&crate::store::open::without_password(url))
+                    )
+                }
+            },
+            format!("index_memory = {}", text(&self.index_memory.to_string())),
+            format!("embedding_lease = {:?}", self.embedding_lease.as_secs_f64()),
             format!(
                 "log_format = {}",
                 text(match self.log_format {
@@ -387,7 +410,8 @@ impl ServeArgs {
         };
         let merged = self.or(file);
         let defaults = Limits::default();
-        let data_dir = store_dir(merged.data_dir.clone(), merged.store.as_deref())?;
+        let store =
+            crate::store::StoreLocation::parse(merged.data_dir.clone(), merged.store.as_deref())?;
         let limits = Limits {
             max_messages_per_add: merged
                 .max_messages_per_add
@@ -499,7 +523,12 @@ impl ServeArgs {
                 timeout: llm_timeout,
             },
             ingest,
-            data_dir,
+            store,
+            index_memory: match &merged.index_memory {
+                None => DEFAULT_INDEX_MEMORY,
+                Some(size) => parse_size(size).map_err(|err| format!("--index-memory: {err}"))?,
+            },
+            embedding_lease: seconds(merged.embedding_lease, 120.0, "embedding-lease")?,
             log_format: merged.log_format.unwrap_or_default(),
             limits,
             max_request_bytes: merged.max_request_bytes.unwrap_or(64 * 1024 * 1024),
@@ -537,6 +566,8 @@ impl ServeArgs {
                 .or(other.semantic_trigger_messages),
             semantic_trigger_age: self.semantic_trigger_age.or(other.semantic_trigger_age),
             semantic_lease: self.semantic_lease.or(other.semantic_lease),
+            index_memory: self.index_memory.or(other.index_memory),
+            embedding_lease: self.embedding_lease.or(other.embedding_lease),
             consolidation_threshold: self
                 .consolidation_threshold
                 .or(other.consolidation_threshold),
@@ -578,17 +609,34 @@ fn nonzero(duration: std::time::Duration) -> Option<std::time::Duration> {
     (!duration.is_zero()).then_some(duration)
 }
 
-/// Where the embedded store lives, from `--data-dir` and `--store`.
-fn store_dir(data_dir: Option<PathBuf>, store: Option<&str>) -> Result<PathBuf, String> {
-    let data_dir = data_dir.unwrap_or_else(|| PathBuf::from("./memmachine-data"));
-    match store {
-        None | Some("sqlite") => Ok(data_dir),
-        Some(url) if url.starts_with("sqlite://") => Ok(PathBuf::from(&url["sqlite://".len()..])),
-        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-            Err("the PostgreSQL store is not available yet; use --store sqlite".into())
+/// What the project indexes may hold when `--index-memory` is not given.
+const DEFAULT_INDEX_MEMORY: usize = 2 << 30;
+
+/// A size in bytes: a number with an optional unit (`512MiB`, `2GiB`, `64MB`, `1000`).
+fn parse_size(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size (e.g. 512MiB, 2GiB)"))?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "kib" => 1024.0,
+        "m" | "mb" => 1e6,
+        "mib" => 1024.0 * 1024.0,
+        "g" | "gb" => 1e9,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} (use B, KiB, MiB, GiB, KB, MB, GB)"
+            ));
         }
-        Some(other) => Err(format!("unknown --store {other:?}: use sqlite")),
-    }
+    };
+    Ok((number * scale) as usize)
 }
 
 /// The store options of operator commands that open the store themselves (`memmachine
@@ -598,7 +646,8 @@ pub struct StoreArgs {
     /// Embedded store location [default: ./memmachine-data]
     #[arg(long, env = "MEMMACHINE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Store URL: "sqlite" (default, under --data-dir) or sqlite:///path/to/file-dir
+    /// Store URL: "sqlite" (default, under --data-dir), sqlite:///path/to/dir, or
+    /// postgres://USER@HOST:PORT/DB (PostgreSQL with pgvector, shared by replicas)
     #[arg(long, env = "MEMMACHINE_STORE")]
     pub store: Option<String>,
     /// TOML file with the same keys as the flags of `serve`
@@ -607,12 +656,12 @@ pub struct StoreArgs {
 }
 
 impl StoreArgs {
-    pub fn resolve(self) -> Result<PathBuf, String> {
+    pub fn resolve(self) -> Result<crate::store::StoreLocation, String> {
         let file = match &self.config {
             Some(path) => read_file(path)?,
             None => ServeArgs::default(),
         };
-        store_dir(
+        crate::store::StoreLocation::parse(
             self.data_dir.or(file.data_dir),
             self.store.or(file.store).as_deref(),
         )
@@ -681,7 +730,10 @@ mod tests {
         };
         let config = args.resolve().unwrap();
         assert_eq!(config.listen.to_string(), "127.0.0.1:7000");
-        assert_eq!(config.data_dir, PathBuf::from("/from/flag"));
+        assert_eq!(
+            config.store,
+            crate::store::StoreLocation::Sqlite(PathBuf::from("/from/flag"))
+        );
         assert_eq!(config.limits.short_term_window, 5);
         assert_eq!(config.limits.max_messages_per_add, 1000);
     }

@@ -23,6 +23,9 @@ pub enum Error {
     Unimplemented(String),
     #[error("{0}")]
     Unavailable(String),
+    /// The store was closed (the server is stopping): background work ends.
+    #[error("the store is closed")]
+    Closed,
     /// No credentials, or credentials that are not valid.
     #[error("{0}")]
     Unauthenticated(String),

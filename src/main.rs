@@ -129,7 +129,7 @@ fn keys(command: KeysCommand) -> ExitCode {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
-    let data_dir = |store: StoreArgs| store.resolve();
+    let location = |store: StoreArgs| store.resolve();
     let result = runtime.block_on(async {
         match command {
             KeysCommand::Create {
@@ -143,21 +143,21 @@ fn keys(command: KeysCommand) -> ExitCode {
                     (false, Some(org)) => KeyScope::Org(org),
                     (false, None) => return Err("give --org ORG or --admin".to_string()),
                 };
-                let dir = data_dir(store)?;
-                let issued = manage::create(&dir, scope, &label)
+                let location = location(store)?;
+                let issued = manage::create(&location, scope, &label)
                     .await
                     .map_err(|err| err.to_string())?;
                 eprintln!(
                     "created key {} ({}) in {}; it is shown only now:",
                     issued.record.id,
                     issued.record.scope,
-                    dir.join(memmachine::store::sqlite::DB_FILE).display()
+                    location.describe()
                 );
                 println!("{}", issued.token);
                 Ok(())
             }
             KeysCommand::List { store } => {
-                let keys = manage::list(&data_dir(store)?)
+                let keys = manage::list(&location(store)?)
                     .await
                     .map_err(|err| err.to_string())?;
                 println!(
@@ -177,7 +177,7 @@ fn keys(command: KeysCommand) -> ExitCode {
                 Ok(())
             }
             KeysCommand::Revoke { id, store } => {
-                if manage::revoke(&data_dir(store)?, &id)
+                if manage::revoke(&location(store)?, &id)
                     .await
                     .map_err(|err| err.to_string())?
                 {

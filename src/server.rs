@@ -28,9 +28,8 @@ use crate::pb::memory_service_server::MemoryServiceServer;
 use crate::pb::project_service_server::ProjectServiceServer;
 use crate::pb::semantic_service_server::SemanticServiceServer;
 use crate::projects::Projects;
+use crate::retrieval::index_cache::IndexCache;
 use crate::semantic::SemanticMemory;
-use crate::store::sqlite::SqliteStore;
-use crate::store::{KeyStore, VectorStore};
 
 /// How long streams other than memory calls may outlive the drain.
 const STREAM_GRACE: Duration = Duration::from_secs(5);
@@ -45,7 +44,7 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let store = Arc::new(SqliteStore::open_async(&config.data_dir).await?);
+    let store = crate::store::open(&config.store, true).await?;
     let addr = listener
         .local_addr()
         .map_err(|err| Error::Internal(format!("listener address: {err}")))?;
@@ -147,8 +146,7 @@ pub async fn run(
         addr = %addr,
         tls = config.tls.is_some(),
         auth = config.auth,
-        data_dir = %config.data_dir.display(),
-        database = %store.path().display(),
+        store = %store.describe(),
         "gRPC server listening (gRPC-Web too); starting"
     );
 
@@ -194,7 +192,7 @@ pub async fn run(
         task.abort();
     }
     // Commit what is queued before leaving.
-    store.clone().close_async().await?;
+    store.close().await?;
     if let Some(err) = startup_error {
         return Err(err);
     }
@@ -207,14 +205,14 @@ pub async fn run(
 /// endpoint to reach) and queueing what it must embed. Returns the adapters.
 async fn start(
     config: &ServeConfig,
-    store: Arc<SqliteStore>,
+    store: Arc<dyn crate::store::Store>,
     metrics: Arc<Metrics>,
 ) -> Result<(ProjectGrpc, MemoryGrpc, SemanticGrpc)> {
     let embedders = crate::embed::build(&config.embedder)
         .await
         .map_err(Error::FailedPrecondition)?
         .measured(&metrics);
-    let waiting = store.use_embedders(embedders.choice()).await?;
+    let waiting = crate::episodic::embedding::queue_missing(store.as_ref(), &embedders).await?;
     match embedders.default_embedder() {
         None => tracing::info!(
             model_dir = %config.embedder.model_dir.display(),
@@ -230,9 +228,14 @@ async fn start(
     let llm = crate::llm::build(&config.llm, &metrics)?;
     let projects = Projects::new(store.clone(), config.limits, embedders.clone());
     let queue = EmbeddingQueue::default();
-    let dyn_store: Arc<dyn crate::store::Store> = store.clone();
-    spawn_workers(dyn_store.clone(), &embedders, &queue, metrics.clone());
-    let semantic = SemanticMemory::new(dyn_store, config.limits, embedders.clone(), llm);
+    spawn_workers(
+        store.clone(),
+        &embedders,
+        &queue,
+        metrics.clone(),
+        config.embedding_lease,
+    );
+    let semantic = SemanticMemory::new(store.clone(), config.limits, embedders.clone(), llm);
     crate::semantic::ingest::spawn_workers(semantic.clone(), config.ingest, metrics.clone());
     crate::semantic::embedding::spawn(semantic.clone());
     crate::semantic::summary::spawn(
@@ -242,12 +245,20 @@ async fn start(
             chars: config.limits.short_term_max_chars,
         },
     );
-    let episodic =
-        EpisodicMemory::new(store.clone(), config.limits).with_embedders(embedders, queue);
+    let index = Arc::new(IndexCache::new(store.clone(), config.index_memory));
+    crate::retrieval::index_cache::spawn_feed_pruner(&store);
+    let episodic = EpisodicMemory::new(store.clone(), index.clone(), config.limits)
+        .with_embedders(embedders.clone(), queue);
     // Searches work meanwhile: a project not yet loaded loads on its first search.
     tokio::spawn(async move {
-        if let Err(err) = store.preload_indexes().await {
-            tracing::warn!(error = %err, "preloading lexical indexes failed");
+        let embedder_of = |p: &crate::model::Project| {
+            embedders
+                .for_project(&p.config.embedder)
+                .map(|e| e.id().to_string())
+        };
+        match index.warm_up(embedder_of).await {
+            Ok(projects) => tracing::info!(projects, "project indexes loaded"),
+            Err(err) => tracing::warn!(error = %err, "loading project indexes failed"),
         }
     });
     let memories = Memories::new(projects.clone(), episodic, semantic.clone());

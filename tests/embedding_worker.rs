@@ -174,7 +174,13 @@ async fn workers_stop_when_their_queue_is_dropped() {
     let embedders = Embedders::new(None, None);
     let queue = EmbeddingQueue::default();
     let metrics = Arc::new(memmachine::metrics::Metrics::new());
-    spawn_workers(store.clone(), &embedders, &queue, metrics);
+    spawn_workers(
+        store.clone(),
+        &embedders,
+        &queue,
+        metrics,
+        Duration::from_secs(120),
+    );
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
         Arc::strong_count(&store),

@@ -30,7 +30,7 @@ fn unframe(mut body: &[u8]) -> (Vec<Vec<u8>>, String) {
 async fn server_and_key() -> (InProcess, String) {
     let server = InProcess::start_with(|config| config.auth = true).await;
     let key = memmachine::auth::manage::create(
-        server.data_dir.path(),
+        &server.store,
         memmachine::model::KeyScope::Org("acme".into()),
         "browser",
     )

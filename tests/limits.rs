@@ -17,7 +17,7 @@ use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
 async fn key(server: &InProcess, org: &str) -> String {
-    memmachine::auth::manage::create(server.data_dir.path(), KeyScope::Org(org.into()), "")
+    memmachine::auth::manage::create(&server.store, KeyScope::Org(org.into()), "")
         .await
         .unwrap()
         .token

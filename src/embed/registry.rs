@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use super::Embedder;
 use super::hash::HashEmbedder;
-use crate::store::EmbedderChoice;
 
 /// The name of "no embedder" in `ProjectConfig.embedder`.
 pub const NONE: &str = "none";
@@ -100,18 +99,6 @@ impl Embedders {
             default: self.default,
         }
     }
-
-    /// What the store needs to know: embedder ids by name, and the default's.
-    pub fn choice(&self) -> EmbedderChoice {
-        EmbedderChoice {
-            named: self
-                .named
-                .iter()
-                .map(|(name, e)| (name.clone(), e.id().to_string()))
-                .collect(),
-            default: self.default_embedder().map(|e| e.id().to_string()),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -132,12 +119,6 @@ mod tests {
         assert!(embedders.validate("").is_ok() && embedders.validate("none").is_ok());
         let err = embedders.validate("openai").unwrap_err();
         assert!(err.contains("hash, local, none"), "{err}");
-        let choice = embedders.choice();
-        assert_eq!(choice.default.as_deref(), Some("hash:8"));
-        assert_eq!(choice.for_project("hash"), Some("hash:4"));
-        assert_eq!(choice.for_project("none"), None);
-        assert_eq!(choice.names_of("hash:8"), ["local", ""]);
-        assert_eq!(choice.names_of("hash:4"), ["hash"]);
     }
 
     #[test]
@@ -146,6 +127,5 @@ mod tests {
         assert!(embedders.default_embedder().is_none());
         assert!(embedders.for_project("").is_none());
         assert_eq!(embedders.for_project("hash").unwrap().dimensions(), 256);
-        assert_eq!(embedders.choice().for_project(""), None);
     }
 }

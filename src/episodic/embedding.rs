@@ -1,5 +1,6 @@
-//! The embedding workers, one per embedder: each takes its episodes off the store's
-//! durable queue, embeds them in batches and stores their vectors, so an embedder that
+//! The embedding workers, one per embedder: each claims its episodes off the store's
+//! durable queue under a lease (so replicas never embed the same batch), embeds them in
+//! batches and stores their vectors, so an embedder that
 //! is down or slow holds up only its own projects. Failures never lose an episode: it
 //! stays queued and is retried with backoff (a crash before embedding leaves it queued
 //! for the restart). The one exception is a text the embedder refuses while it embeds
@@ -65,19 +66,44 @@ pub fn embedding_text(producer: &str, content: &str) -> String {
     }
 }
 
+/// Makes the store's queue match which embedder each project uses now (after a change
+/// of embedder, or episodes added while there was none). Returns how many episodes wait.
+pub async fn queue_missing(store: &dyn Store, embedders: &Embedders) -> crate::error::Result<u64> {
+    const PAGE: usize = 500;
+    let mut after = None;
+    loop {
+        let projects = store.list_projects(None, after.as_ref(), PAGE).await?;
+        let choice = projects
+            .iter()
+            .map(|p| {
+                let embedder = embedders.for_project(&p.config.embedder);
+                (p.key.clone(), embedder.map(|e| e.id().to_string()))
+            })
+            .collect();
+        let waiting = store.queue_missing(choice).await?;
+        match projects.last() {
+            Some(last) if projects.len() == PAGE => after = Some(last.key.clone()),
+            _ => return Ok(waiting),
+        }
+    }
+}
+
 /// Starts one worker per embedder the server offers; each runs until `queue` and all its
-/// clones are dropped.
+/// clones are dropped. A worker holds what it claims for `lease`: a replica that dies
+/// mid-batch leaves the batch to another once that has passed.
 pub fn spawn_workers(
     store: Arc<dyn Store>,
     embedders: &Embedders,
     queue: &EmbeddingQueue,
     metrics: Arc<Metrics>,
+    lease: Duration,
 ) {
     for embedder in embedders.all() {
         let worker = Worker {
             store: store.clone(),
             embedder,
             metrics: metrics.clone(),
+            lease,
         };
         let wake = queue.subscribe(worker.embedder.id());
         tokio::spawn(worker.run(wake));
@@ -89,6 +115,7 @@ struct Worker {
     store: Arc<dyn Store>,
     embedder: Arc<dyn Embedder>,
     metrics: Arc<Metrics>,
+    lease: Duration,
 }
 
 impl Worker {
@@ -103,8 +130,12 @@ impl Worker {
             }
             // Marked seen before looking, so an episode queued meanwhile wakes us.
             wake.borrow_and_update();
-            let pending = match store.pending_embeddings(embedder.id(), BATCH).await {
+            let pending = match store
+                .claim_embeddings(embedder.id(), BATCH, self.lease)
+                .await
+            {
                 Ok(pending) => pending,
+                Err(crate::error::Error::Closed) => return,
                 Err(err) => {
                     tracing::warn!(error = %err, "reading the embedding queue failed");
                     tokio::time::sleep(FIRST_BACKOFF).await;
@@ -120,7 +151,8 @@ impl Worker {
                     );
                     embedded = 0;
                 }
-                // The timeout covers anything queued behind our back.
+                // The timeout covers anything queued behind our back (by another
+                // replica, or left by one that died).
                 if let Ok(Err(_)) =
                     tokio::time::timeout(Duration::from_secs(5), wake.changed()).await
                 {
@@ -135,7 +167,12 @@ impl Worker {
                     backoff = FIRST_BACKOFF;
                 }
                 Err(err) => {
-                    // The episodes stay queued (and searchable lexically) until this works.
+                    // The episodes stay queued (and searchable lexically) until this works;
+                    // freed, so that another replica may try meanwhile.
+                    let episodes = pending.iter().map(|p| p.episode).collect();
+                    if let Err(err) = store.release_embeddings(episodes).await {
+                        tracing::warn!(error = %err, "releasing embedding leases failed");
+                    }
                     tracing::warn!(
                         error = %err,
                         embedder = embedder.id(),

@@ -16,6 +16,7 @@ use crate::error::{Error, Result, Violations};
 use crate::limits::Limits;
 use crate::model::filter::{self, Expr};
 use crate::model::{Episode, Project, ProjectKey, ScoredEpisode};
+use crate::retrieval::index_cache::IndexCache;
 use crate::semantic::SemanticMemory;
 use crate::store::Store;
 
@@ -41,6 +42,7 @@ pub struct EpisodicSearch {
 #[derive(Clone)]
 pub struct EpisodicMemory {
     store: Arc<dyn Store>,
+    index: Arc<IndexCache>,
     limits: Limits,
     embedders: Embedders,
     queue: EmbeddingQueue,
@@ -52,9 +54,11 @@ pub fn parse_filter(field: &str, text: &str) -> Result<Option<Expr>> {
 }
 
 impl EpisodicMemory {
-    pub fn new(store: Arc<dyn Store>, limits: Limits) -> EpisodicMemory {
+    /// Over `store`, ranking with the project indexes in `index`.
+    pub fn new(store: Arc<dyn Store>, index: Arc<IndexCache>, limits: Limits) -> EpisodicMemory {
         EpisodicMemory {
             store,
+            index,
             limits,
             embedders: Embedders::default(),
             queue: EmbeddingQueue::default(),
@@ -81,20 +85,24 @@ impl EpisodicMemory {
         let episodes = messages::to_episodes(messages, &self.limits)?;
         let uids = episodes.iter().map(|e| e.uid).collect();
         let count = episodes.len();
+        let embedder = self.embedders.for_project(&project.config.embedder);
+        let vectors = embedder.map(|e| e.id());
         match semantic {
             None => {
-                self.store.add_episodes(&project.key, episodes).await?;
+                self.store
+                    .add_episodes(&project.key, episodes, vectors)
+                    .await?;
             }
             Some(semantic) => {
                 let routing = semantic.routing(project, &episodes).await?;
                 self.store
-                    .add_episodes_routed(&project.key, episodes, routing)
+                    .add_episodes_routed(&project.key, episodes, routing, vectors)
                     .await?;
                 semantic.notify_queued();
             }
         }
-        if let Some(embedder) = self.embedders.for_project(&project.config.embedder) {
-            self.queue.notify(embedder.id());
+        if let Some(embedder) = vectors {
+            self.queue.notify(embedder);
         }
         tracing::debug!(project = %project.key, count, "episodes stored");
         Ok(uids)
@@ -132,6 +140,7 @@ impl EpisodicMemory {
             }
             let mut hits = ranking::rank(
                 &self.store,
+                &self.index,
                 embedder,
                 mode,
                 &project.key,
@@ -149,8 +158,7 @@ impl EpisodicMemory {
             let (before, after) = expand::split(input.expand_context as usize);
             let uids: Vec<uuid::Uuid> = hits.iter().map(|h| h.episode.uid).collect();
             let contexts = self
-                .store
-                .episode_contexts(&project.key, &uids, before, after, filter.as_ref())
+                .contexts(project, &uids, before, after, filter.as_ref())
                 .await?;
             Ok(expand::expand(hits, contexts, top_k))
         };
@@ -159,8 +167,7 @@ impl EpisodicMemory {
                 return Ok(Vec::new());
             }
             let recent = self
-                .store
-                .recent_episodes(&project.key, filter.as_ref(), self.limits.short_term_window)
+                .recent(project, filter.as_ref(), self.limits.short_term_window)
                 .await?;
             let window = crate::semantic::summary::Window {
                 messages: self.limits.short_term_window,
@@ -174,6 +181,76 @@ impl EpisodicMemory {
             short_term,
             summaries: Vec::new(),
         })
+    }
+
+    /// For each uid (an episode of this project), the episode with up to `before` and
+    /// `after` neighbours passing `filter`, oldest first; an unknown uid gets none.
+    async fn contexts(
+        &self,
+        project: &Project,
+        uids: &[uuid::Uuid],
+        before: usize,
+        after: usize,
+        filter: Option<&Expr>,
+    ) -> Result<Vec<Vec<Episode>>> {
+        let key = &project.key;
+        let handles = self.store.episode_handles(key, uids).await?;
+        let filter = filter.cloned();
+        let windows: Vec<Vec<i64>> = self
+            .index
+            .read(key, self.vectors_of(project), move |index| {
+                let neighbours = |h: i64| index.neighbours(h, before, after, filter.as_ref());
+                handles
+                    .iter()
+                    .map(|h| h.map_or_else(Vec::new, neighbours))
+                    .collect()
+            })
+            .await?;
+        let all: Vec<i64> = windows.iter().flatten().copied().collect();
+        let rows: std::collections::HashMap<i64, Episode> = self
+            .store
+            .episodes_by_handle(key, &all)
+            .await?
+            .into_iter()
+            .collect();
+        Ok(windows
+            .iter()
+            .map(|ids| ids.iter().filter_map(|id| rows.get(id).cloned()).collect())
+            .collect())
+    }
+
+    /// The `limit` most recent episodes passing `filter`, oldest first. With a filter,
+    /// SQL may walk far back through rows that fail it; the index walks back through
+    /// episodes' fields in memory instead.
+    async fn recent(
+        &self,
+        project: &Project,
+        filter: Option<&Expr>,
+        limit: usize,
+    ) -> Result<Vec<Episode>> {
+        let Some(filter) = filter.cloned() else {
+            return self.store.recent_episodes(&project.key, None, limit).await;
+        };
+        let ids = self
+            .index
+            .read(&project.key, self.vectors_of(project), move |index| {
+                index.newest(&filter, limit)
+            })
+            .await?;
+        let mut rows: std::collections::HashMap<i64, Episode> = self
+            .store
+            .episodes_by_handle(&project.key, &ids)
+            .await?
+            .into_iter()
+            .collect();
+        Ok(ids.iter().filter_map(|id| rows.remove(id)).collect())
+    }
+
+    /// The id of the embedder whose vectors the project's index holds.
+    fn vectors_of(&self, project: &Project) -> Option<&str> {
+        self.embedders
+            .for_project(&project.config.embedder)
+            .map(|e| e.id())
     }
 
     /// One page of episodes in sequence order, and the next page's token.

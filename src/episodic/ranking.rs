@@ -8,6 +8,7 @@ use crate::embed::{EmbedError, Embedder};
 use crate::error::{Error, Result};
 use crate::model::filter::Expr;
 use crate::model::{ProjectKey, ScoredEpisode};
+use crate::retrieval::index_cache::IndexCache;
 use crate::store::Store;
 
 /// The ranking modes a project can name in `config.reranker`.
@@ -38,9 +39,12 @@ impl Mode {
     }
 }
 
-/// Ranks the project's episodes for `query`, best first, at most `top_k`.
+/// Ranks the project's episodes for `query`, best first, at most `top_k`: the project's
+/// index (in `index`, with the vectors of `embedder`) ranks, the store gives the rows.
+#[allow(clippy::too_many_arguments)]
 pub async fn rank(
     store: &Arc<dyn Store>,
+    index: &IndexCache,
     embedder: Option<&Arc<dyn Embedder>>,
     mode: Mode,
     key: &ProjectKey,
@@ -48,33 +52,53 @@ pub async fn rank(
     filter: Option<&Expr>,
     top_k: usize,
 ) -> Result<Vec<ScoredEpisode>> {
-    let embedder = match (mode, embedder) {
-        (Mode::Lexical, _) | (Mode::Hybrid, None) => {
-            return store.search_lexical(key, query, filter, top_k).await;
-        }
+    let terms = crate::retrieval::tokenize::query_terms(query);
+    let filter = filter.cloned();
+    let vectors = embedder.map(|e| e.id().to_string());
+    let vector = match (mode, embedder) {
+        (Mode::Lexical, _) | (Mode::Hybrid, None) => None,
         (Mode::Dense, None) => {
             return Err(Error::FailedPrecondition(format!(
                 "project {key} ranks by embeddings, but the server runs without an \
                  embedder (--embedder)"
             )));
         }
-        (_, Some(embedder)) => embedder,
+        (_, Some(embedder)) => match embedder.embed(&[query.to_string()]).await {
+            Ok(mut vectors) if vectors.len() == 1 => Some(vectors.remove(0)),
+            Ok(_) => return Err(Error::Internal("the embedder returned no vector".into())),
+            Err(err) if mode == Mode::Hybrid => {
+                // Lexical results beat none: answer with them and say why in the log.
+                tracing::warn!(error = %err, "query embedding failed; answering lexically");
+                None
+            }
+            Err(EmbedError::Unavailable(m)) => return Err(Error::Unavailable(m)),
+            Err(EmbedError::Failed(m)) => return Err(Error::Internal(m)),
+        },
     };
-    let query_vector = match embedder.embed(&[query.to_string()]).await {
-        Ok(mut vectors) if vectors.len() == 1 => vectors.remove(0),
-        Ok(_) => return Err(Error::Internal("the embedder returned no vector".into())),
-        Err(err) if mode == Mode::Hybrid => {
-            // Lexical results beat none: answer with them and say why in the log.
-            tracing::warn!(error = %err, "query embedding failed; answering lexically");
-            return store.search_lexical(key, query, filter, top_k).await;
-        }
-        Err(EmbedError::Unavailable(m)) => return Err(Error::Unavailable(m)),
-        Err(EmbedError::Failed(m)) => return Err(Error::Internal(m)),
-    };
-    if mode == Mode::Dense {
-        return store.search_dense(key, &query_vector, filter, top_k).await;
-    }
-    store
-        .search_hybrid(key, query, &query_vector, filter, top_k)
-        .await
+    let hits = index
+        .read(key, vectors.as_deref(), move |index| {
+            let filter = filter.as_ref();
+            match (mode, vector) {
+                (Mode::Dense, Some(vector)) => index.dense(&vector, filter, top_k),
+                (_, Some(vector)) => index.hybrid(&terms, &vector, filter, top_k),
+                (_, None) => index.lexical(&terms, filter, top_k),
+            }
+        })
+        .await?;
+    let handles: Vec<i64> = hits.iter().map(|(handle, _)| *handle).collect();
+    let mut rows: std::collections::HashMap<i64, _> = store
+        .episodes_by_handle(key, &handles)
+        .await?
+        .into_iter()
+        .collect();
+    // A hit deleted since it was ranked is simply left out.
+    Ok(hits
+        .into_iter()
+        .filter_map(|(handle, score)| {
+            Some(ScoredEpisode {
+                episode: rows.remove(&handle)?,
+                score: f64::from(score),
+            })
+        })
+        .collect())
 }

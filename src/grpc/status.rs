@@ -20,7 +20,13 @@ impl From<Error> for Status {
             Error::AlreadyExists(m) => Status::already_exists(m),
             Error::FailedPrecondition(m) => Status::failed_precondition(m),
             Error::Unimplemented(m) => Status::unimplemented(m),
-            Error::Unavailable(m) => Status::unavailable(m),
+            // Worth retrying: say when (a store busy, restarting or briefly unreachable).
+            Error::Unavailable(m) => {
+                let mut details = ErrorDetails::new();
+                details.set_retry_info(Some(std::time::Duration::from_secs(1)));
+                Status::with_error_details(Code::Unavailable, m, details)
+            }
+            Error::Closed => Status::unavailable("the server is stopping"),
             Error::Unauthenticated(m) => Status::unauthenticated(m),
             Error::PermissionDenied(m) => Status::permission_denied(m),
             Error::ResourceExhausted {

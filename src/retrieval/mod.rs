@@ -1,8 +1,12 @@
-//! Ranking: text analysis and the BM25 index, independent of any store.
+//! Ranking: text analysis, the BM25 and vector indexes of a project, and the cache that
+//! keeps them current from the store's change feed.
 
 pub mod ann;
 pub mod bm25;
 pub mod dense;
 pub mod episode_fields;
 pub mod fusion;
+pub mod index_cache;
+pub mod project_index;
+pub mod project_search;
 pub mod tokenize;

@@ -1,7 +1,7 @@
 //! The feature embedding worker: features added or changed are queued for a vector in
 //! their own transaction; this worker embeds them in batches with the embedder named in
-//! the queue and stores the vectors. Until then a feature is found by its words. It
-//! stops when the store closes.
+//! the queue and stores the vectors (claimed under a lease, so replicas share the work).
+//! Until then a feature is found by its words. It stops when the store closes.
 
 use std::time::Duration;
 
@@ -12,6 +12,8 @@ const BATCH: usize = 64;
 const POLL: Duration = Duration::from_millis(500);
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// How long a claimed batch is ours: another replica takes it over after that.
+const LEASE: Duration = Duration::from_secs(120);
 
 pub fn spawn(memory: SemanticMemory) {
     if memory.embedders().all().is_empty() {
@@ -20,9 +22,9 @@ pub fn spawn(memory: SemanticMemory) {
     tokio::spawn(async move {
         let mut backoff = FIRST_BACKOFF;
         loop {
-            let pending = match memory.store().pending_feature_embeddings(BATCH).await {
+            let pending = match memory.store().claim_feature_embeddings(BATCH, LEASE).await {
                 Ok(pending) => pending,
-                Err(Error::Unavailable(_)) => return,
+                Err(Error::Closed) => return,
                 Err(err) => {
                     tracing::warn!(error = %err, "reading the feature embedding queue failed");
                     tokio::time::sleep(backoff).await;
@@ -35,10 +37,14 @@ pub fn spawn(memory: SemanticMemory) {
             }
             // One embedder at a time: the first's batch.
             let embedder_id = pending[0].embedder.clone();
-            let batch: Vec<_> = pending
-                .into_iter()
-                .filter(|p| p.embedder == embedder_id)
-                .collect();
+            let (batch, others): (Vec<_>, Vec<_>) =
+                pending.into_iter().partition(|p| p.embedder == embedder_id);
+            if !others.is_empty() {
+                let ids = others.iter().map(|p| p.feature).collect();
+                if let Err(err) = memory.store().release_feature_embeddings(ids).await {
+                    tracing::warn!(error = %err, "releasing feature leases failed");
+                }
+            }
             let Some(embedder) = memory
                 .embedders()
                 .all()
@@ -62,11 +68,15 @@ pub fn spawn(memory: SemanticMemory) {
                         .await
                     {
                         Ok(()) => backoff = FIRST_BACKOFF,
-                        Err(Error::Unavailable(_)) => return,
+                        Err(Error::Closed) => return,
                         Err(err) => tracing::warn!(error = %err, "storing feature vectors failed"),
                     }
                 }
                 Ok(_) | Err(_) => {
+                    let ids = batch.iter().map(|p| p.feature).collect();
+                    if let Err(err) = memory.store().release_feature_embeddings(ids).await {
+                        tracing::warn!(error = %err, "releasing feature leases failed");
+                    }
                     tracing::warn!(
                         embedder = %embedder_id,
                         retry_in_ms = backoff.as_millis() as u64,

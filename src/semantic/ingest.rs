@@ -136,7 +136,7 @@ impl Worker {
                     let _ = tokio::time::timeout(POLL, notified).await;
                 }
                 // The store closed: the server is gone.
-                Err(crate::error::Error::Unavailable(_)) => return,
+                Err(crate::error::Error::Closed) => return,
                 Err(err) => {
                     tracing::warn!(error = %err, "claiming a semantic batch failed");
                     tokio::time::sleep(POLL).await;

@@ -23,14 +23,16 @@ pub struct Routing {
 
 #[async_trait]
 pub trait SemanticStore: Send + Sync {
-    /// Stores the episodes as `EpisodeStore::add_episodes` does and, in the same
-    /// transaction, creates the sets of `routing` that do not exist and queues the
-    /// episodes for them. Returns the episodes' sequence numbers.
+    /// Stores the episodes as `EpisodeStore::add_episodes` does (queued for a vector
+    /// from `embedder`, logged in the change feed) and, in the same transaction, creates
+    /// the sets of `routing` that do not exist and queues the episodes for them. Returns
+    /// the episodes' sequence numbers.
     async fn add_episodes_routed(
         &self,
         key: &ProjectKey,
         episodes: Vec<NewEpisode>,
         routing: Vec<Routing>,
+        embedder: Option<&str>,
     ) -> Result<Vec<i64>>;
 
     // Set types.
@@ -138,10 +140,15 @@ pub trait SemanticStore: Send + Sync {
 
     // Feature vectors.
 
-    async fn pending_feature_embeddings(
+    /// Claims up to `limit` features waiting for a vector whose lease is free or
+    /// expired, oldest first, leasing them for `lease`.
+    async fn claim_feature_embeddings(
         &self,
         limit: usize,
+        lease: std::time::Duration,
     ) -> Result<Vec<PendingFeatureEmbedding>>;
+    /// Frees the leases of these queued features (a failed attempt).
+    async fn release_feature_embeddings(&self, features: Vec<i64>) -> Result<()>;
     async fn store_feature_embeddings(
         &self,
         embedder: &str,

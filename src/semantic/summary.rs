@@ -73,7 +73,7 @@ pub fn spawn(memory: SemanticMemory, window: Window) {
                         cursor = next;
                     }
                 }
-                Err(crate::error::Error::Unavailable(_)) => return,
+                Err(crate::error::Error::Closed) => return,
                 Err(err) => {
                     tracing::warn!(error = %err, "looking for projects to summarise failed")
                 }

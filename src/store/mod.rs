@@ -1,9 +1,14 @@
-//! Storage traits. Every backend implements them and passes the one conformance suite
-//! in `tests/store_conformance.rs`. Methods take the project's public key and resolve it
+//! Storage traits: rows only (ranking is the domain's, `retrieval::index_cache`). Every
+//! backend implements them and passes the one conformance suite in `tests/conformance/`. Methods take the project's public key and resolve it
 //! inside their own transaction, so a project deleted concurrently is `NotFound`, never
 //! a half-finished operation.
 
+pub mod open;
 pub mod sqlite;
+
+pub use open::{StoreLocation, open};
+
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -11,7 +16,7 @@ use crate::error::Result;
 use crate::model::filter::Expr;
 use crate::model::{
     ApiKeyRecord, Episode, EpisodicConfig, EpisodicConfigUpdate, NewEpisode, Project,
-    ProjectConfig, ProjectKey, ScoredEpisode,
+    ProjectConfig, ProjectKey,
 };
 use crate::semantic::store::SemanticStore;
 
@@ -46,15 +51,67 @@ pub trait ProjectStore: Send + Sync {
     ) -> Result<Option<EpisodicConfig>>;
 }
 
+/// A project as the change feed sees it: the store's handle of it (never reused, so a
+/// project deleted and created again has another) and the id of its latest change
+/// (0 when none yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeedHead {
+    pub project: i64,
+    pub change: i64,
+}
+
+/// An episode with its store handle and its vector from the asked embedder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexedEpisode {
+    pub handle: i64,
+    pub episode: Episode,
+    pub vector: Option<Vec<f32>>,
+}
+
+/// One entry of a project's change log, as a reader needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// An episode added (left out when it has been deleted since).
+    Added(IndexedEpisode),
+    /// An episode deleted (its handle).
+    Removed(i64),
+    /// An episode's vector from the asked embedder was set (left out when the episode
+    /// is gone or its vector is from another embedder).
+    Vector { handle: i64, vector: Vec<f32> },
+}
+
+/// Changes read from a project's log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Changes {
+    pub changes: Vec<Change>,
+    /// The id of the last log entry read (the next read starts after it); equal to
+    /// `after` when nothing was read.
+    pub through: i64,
+}
+
+/// An episode waiting for its vector (claimed under a lease).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingEmbedding {
+    pub episode: i64, // the store's handle of the episode
+    pub content: String,
+    pub producer_id: String,
+    pub embedder: String, // the embedder id it was queued for
+}
+
 #[async_trait]
 pub trait EpisodeStore: Send + Sync {
-    /// Stores all episodes or none, assigning consecutive sequence numbers in input
-    /// order, and returns them. `NotFound` when the project does not exist.
-    async fn add_episodes(&self, key: &ProjectKey, episodes: Vec<NewEpisode>) -> Result<Vec<i64>>;
-
+    /// Stores all episodes or none, with consecutive sequence numbers in input order,
+    /// queues them for a vector from `embedder` when given, and appends one `Added`
+    /// change per episode to the project's log, all in one transaction. Returns the
+    /// sequence numbers. `NotFound` when the project does not exist.
+    async fn add_episodes(
+        &self,
+        key: &ProjectKey,
+        episodes: Vec<NewEpisode>,
+        embedder: Option<&str>,
+    ) -> Result<Vec<i64>>;
     async fn count_episodes(&self, key: &ProjectKey) -> Result<i64>;
-
-    /// Episodes with `sequence_num > after_seq` matching `filter`, in sequence order.
+    /// Episodes with `sequence_num > after_seq` matching `filter` (translated to SQL), in sequence order.
     async fn list_episodes(
         &self,
         key: &ProjectKey,
@@ -62,7 +119,6 @@ pub trait EpisodeStore: Send + Sync {
         after_seq: i64,
         limit: usize,
     ) -> Result<Vec<Episode>>;
-
     /// The `limit` most recent episodes matching `filter`, oldest first.
     async fn recent_episodes(
         &self,
@@ -70,124 +126,88 @@ pub trait EpisodeStore: Send + Sync {
         filter: Option<&Expr>,
         limit: usize,
     ) -> Result<Vec<Episode>>;
-
-    /// Deletes the episodes with these uids, all or none: `NotFound` naming the uids
-    /// that are not in this project.
+    /// Deletes the episodes with these uids, all or none (`NotFound` naming the uids not
+    /// in this project), appending one `Removed` change each. Returns how many.
     async fn delete_episodes(&self, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<u64>;
-
-    /// For each uid, that episode with up to `before` episodes before it and `after`
-    /// after it (in sequence order, passing `filter`), oldest first; a uid that is not
-    /// in this project gets an empty list.
-    async fn episode_contexts(
+    /// The episodes of this project with these handles, in the order asked; handles
+    /// not in the project (or deleted) are left out.
+    async fn episodes_by_handle(
+        &self,
+        key: &ProjectKey,
+        handles: &[i64],
+    ) -> Result<Vec<(i64, Episode)>>;
+    /// The handle of each uid, `None` for a uid not in this project.
+    async fn episode_handles(
         &self,
         key: &ProjectKey,
         uids: &[uuid::Uuid],
-        before: usize,
-        after: usize,
-        filter: Option<&Expr>,
-    ) -> Result<Vec<Vec<Episode>>>;
+    ) -> Result<Vec<Option<i64>>>;
+}
 
-    /// Lexical (BM25) search, best first, filtered before the cut to `limit`.
-    async fn search_lexical(
+/// The per-project change log that keeps every replica's in-memory index current.
+/// Change ids are per project, strictly increasing, and assigned in commit order (the
+/// counter lives on the project's row, so writers of one project serialise on it):
+/// a reader that has seen change N has seen every change before N.
+#[async_trait]
+pub trait ChangeFeed: Send + Sync {
+    /// `NotFound` when the project does not exist. One cheap query.
+    async fn feed_head(&self, key: &ProjectKey) -> Result<FeedHead>;
+    /// Episodes of project `project` (a handle) with `seq > after_seq`, in sequence
+    /// order, at most `limit`, each with its vector from `embedder` if any.
+    async fn index_page(
         &self,
-        key: &ProjectKey,
-        query: &str,
-        filter: Option<&Expr>,
+        project: i64,
+        embedder: Option<&str>,
+        after_seq: i64,
         limit: usize,
-    ) -> Result<Vec<ScoredEpisode>>;
-}
-
-/// An episode waiting for its vector.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PendingEmbedding {
-    /// The store's handle of the episode.
-    pub episode: i64,
-    pub content: String,
-    pub producer_id: String,
-    /// The id of the embedder its project uses.
-    pub embedder: String,
-}
-
-/// Which embedder makes each project's vectors (and whose vectors its searches use):
-/// the one its `config.embedder` names, else the server's default.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct EmbedderChoice {
-    /// Embedder ids by the names projects may give.
-    pub named: std::collections::BTreeMap<String, String>,
-    /// The embedder id of projects that name none (`None`: they have no vectors).
-    pub default: Option<String>,
-}
-
-impl EmbedderChoice {
-    /// The embedder id for a project whose config names `name` (`None`: no vectors,
-    /// for `none` or a name this server does not offer).
-    pub fn for_project(&self, name: &str) -> Option<&str> {
-        if name.is_empty() {
-            self.default.as_deref()
-        } else {
-            self.named.get(name).map(String::as_str)
-        }
-    }
-
-    /// The names a project's config may give for the embedder `id` (`""` if it is the
-    /// default).
-    pub fn names_of(&self, id: &str) -> Vec<String> {
-        let default = (self.default.as_deref() == Some(id)).then(String::new);
-        self.named
-            .iter()
-            .filter(|(_, named)| *named == id)
-            .map(|(name, _)| name.clone())
-            .chain(default)
-            .collect()
-    }
+    ) -> Result<Vec<IndexedEpisode>>;
+    /// Log entries of `project` after change `after`, in id order, at most `limit`
+    /// entries read. `None` when the log no longer reaches back to `after` (pruned:
+    /// the reader reloads the whole project), or the project is gone.
+    async fn changes_since(
+        &self,
+        project: i64,
+        after: i64,
+        embedder: Option<&str>,
+        limit: usize,
+    ) -> Result<Option<Changes>>;
+    /// Drops log entries older than `before_micros` (keeping each project's newest
+    /// entry), remembering per project how far the log was pruned. Returns how many.
+    async fn prune_changes(&self, before_micros: i64) -> Result<u64>;
 }
 
 #[async_trait]
 pub trait VectorStore: Send + Sync {
-    /// Sets which embedder serves each project, and queues every episode without a
-    /// vector from its project's embedder (after a change of embedder, or episodes
-    /// added while there was none); episodes of projects left without one leave the
-    /// queue. Called at start-up before any other call. Returns how many episodes wait.
-    async fn use_embedders(&self, choice: EmbedderChoice) -> Result<u64>;
-
-    /// Episodes waiting for a vector from `embedder` (an id), oldest first, across
-    /// projects.
-    async fn pending_embeddings(
+    /// For each project (by key), queues every episode without a vector from its
+    /// embedder (`None`: it keeps no vectors, and its queued episodes leave the queue).
+    /// Projects not listed are untouched. Returns how many episodes wait in all.
+    async fn queue_missing(&self, projects: Vec<(ProjectKey, Option<String>)>) -> Result<u64>;
+    /// Claims up to `limit` episodes queued for `embedder` whose lease is free or
+    /// expired, oldest first, leasing them for `lease` (PostgreSQL: FOR UPDATE SKIP
+    /// LOCKED). Two claimers never get the same episode while its lease holds.
+    async fn claim_embeddings(
         &self,
         embedder: &str,
         limit: usize,
+        lease: Duration,
     ) -> Result<Vec<PendingEmbedding>>;
-
-    /// Takes these episodes off the queue without a vector (their text cannot be
-    /// embedded); they stay stored and lexically searchable. Returns how many were queued.
+    /// Frees the leases of these queued episodes (a failed attempt: anyone may retry).
+    async fn release_embeddings(&self, episodes: Vec<i64>) -> Result<()>;
+    /// Takes these episodes off the queue without a vector. Returns how many were queued.
     async fn abandon_embeddings(&self, episodes: Vec<i64>) -> Result<u64>;
-
-    /// Stores vectors made by `embedder` by the episodes' handles (episodes deleted
-    /// meanwhile are skipped) and takes them off the queue; they are searchable once
-    /// this returns.
+    /// Stores vectors made by `embedder` (episodes deleted meanwhile are skipped), takes
+    /// them off the queue, and appends a `Vector` change to each one's project log.
     async fn store_embeddings(&self, embedder: &str, vectors: Vec<(i64, Vec<f32>)>) -> Result<()>;
+}
 
-    /// Episodes most similar to `query` (a unit vector), best first, filtered before the
-    /// cut to `limit`; episodes without a vector are left out.
-    async fn search_dense(
-        &self,
-        key: &ProjectKey,
-        query: &[f32],
-        filter: Option<&Expr>,
-        limit: usize,
-    ) -> Result<Vec<ScoredEpisode>>;
-
-    /// Lexical and vector evidence fused (`query` is the text, `vector` its unit
-    /// embedding), best first, filtered before the cut to `limit`. Episodes without a
-    /// vector yet still rank by their text.
-    async fn search_hybrid(
-        &self,
-        key: &ProjectKey,
-        query: &str,
-        vector: &[f32],
-        filter: Option<&Expr>,
-        limit: usize,
-    ) -> Result<Vec<ScoredEpisode>>;
+#[async_trait]
+pub trait StoreLifecycle: Send + Sync {
+    /// Ok when the backend answers (a trivial query).
+    async fn health(&self) -> Result<()>;
+    /// Commits what is queued and stops; later calls answer `Unavailable`.
+    async fn close(&self) -> Result<()>;
+    /// What it is, for logs ("sqlite /path/memmachine.db", "postgres host:port/db"; never a password).
+    fn describe(&self) -> String;
 }
 
 /// API keys, stored as salted hashes.
@@ -227,11 +247,25 @@ pub trait StatsStore: Send + Sync {
 
 /// Everything the server needs from a backend.
 pub trait Store:
-    ProjectStore + EpisodeStore + VectorStore + KeyStore + StatsStore + SemanticStore
+    ProjectStore
+    + EpisodeStore
+    + ChangeFeed
+    + VectorStore
+    + KeyStore
+    + StatsStore
+    + SemanticStore
+    + StoreLifecycle
 {
 }
 
-impl<T: ProjectStore + EpisodeStore + VectorStore + KeyStore + StatsStore + SemanticStore> Store
-    for T
+impl<T> Store for T where
+    T: ProjectStore
+        + EpisodeStore
+        + ChangeFeed
+        + VectorStore
+        + KeyStore
+        + StatsStore
+        + SemanticStore
+        + StoreLifecycle
 {
 }

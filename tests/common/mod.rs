@@ -140,6 +140,8 @@ fn listen_addr(line: &str) -> Option<String> {
 pub struct InProcess {
     pub url: String,
     pub data_dir: tempfile::TempDir,
+    /// Where its store is (what `memmachine keys` would be given).
+    pub store: memmachine::store::StoreLocation,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     pub task: tokio::task::JoinHandle<memmachine::error::Result<()>>,
 }
@@ -172,6 +174,7 @@ impl InProcess {
         .resolve()
         .expect("config");
         configure(&mut config);
+        let store = config.store.clone();
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .expect("bind");
@@ -183,6 +186,7 @@ impl InProcess {
         InProcess {
             url,
             data_dir,
+            store,
             stop: Some(stop),
             task,
         }

@@ -15,9 +15,7 @@ use crate::error::{Error, Result};
 /// Most writes committed in one transaction.
 const MAX_GROUP: usize = 512;
 
-pub(super) fn storage_error(err: rusqlite::Error) -> Error {
-    Error::Internal(format!("storage: {err}"))
-}
+use super::error::storage_error;
 
 /// Opens a connection with the durability settings every connection shares.
 pub(super) fn open_connection(path: &Path) -> Result<Connection> {
@@ -87,17 +85,6 @@ impl Writer {
         R: Send + 'static,
         F: FnOnce(&Connection) -> Result<R> + Send + 'static,
     {
-        self.write_then(f, |_| ()).await
-    }
-
-    /// Like `write`, and runs `after` on the writer thread once the write has committed,
-    /// before answering (to update what derives from the database).
-    pub(super) async fn write_then<R, F, A>(&self, f: F, after: A) -> Result<R>
-    where
-        R: Send + 'static,
-        F: FnOnce(&Connection) -> Result<R> + Send + 'static,
-        A: FnOnce(&R) + Send + 'static,
-    {
         let (tx, rx) = oneshot::channel();
         let job: Job = Box::new(move |conn| {
             if tx.is_closed() {
@@ -109,17 +96,13 @@ impl Writer {
             let result = conn.and_then(f);
             let ok = result.is_ok();
             let finish: Finish = Box::new(move |commit| {
-                let result = commit.and(result);
-                if let Ok(value) = &result {
-                    after(value);
-                }
-                let _ = tx.send(result);
+                let _ = tx.send(commit.and(result));
             });
             (ok, finish)
         });
         {
             let sender = self.sender.lock().expect("writer sender lock");
-            let closed = || Error::Unavailable("the store is closed".into());
+            let closed = || Error::Closed;
             sender
                 .as_ref()
                 .ok_or_else(closed)?
@@ -128,6 +111,15 @@ impl Writer {
         }
         rx.await
             .map_err(|_| Error::Internal("the storage writer stopped".into()))?
+    }
+
+    /// `close` without blocking the async caller's thread.
+    pub(super) async fn close_async(&self) {
+        self.sender.lock().expect("writer sender lock").take();
+        let thread = self.thread.lock().expect("writer thread lock").take();
+        if let Some(thread) = thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
     }
 
     /// Finishes queued writes and stops the writer thread.
@@ -163,7 +155,7 @@ fn run_group(conn: &Connection, group: Vec<Job>) {
     if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
         tracing::error!(error = %err, "cannot begin a write transaction");
         for job in group {
-            let (_, finish) = job(Err(Error::Internal(format!("storage: {err}"))));
+            let (_, finish) = job(Err(super::error::classify(&err)));
             finish(Ok(()));
         }
         return;
@@ -197,14 +189,10 @@ fn run_group(conn: &Connection, group: Vec<Job>) {
     let commit = conn.execute_batch("COMMIT").map_err(|err| {
         tracing::error!(error = %err, "write transaction failed to commit");
         let _ = conn.execute_batch("ROLLBACK");
-        err.to_string()
+        err
     });
     for finish in finishes {
-        finish(
-            commit
-                .clone()
-                .map_err(|err| Error::Internal(format!("storage: {err}"))),
-        );
+        finish(commit.as_ref().map(|_| ()).map_err(super::error::classify));
     }
 }
 
@@ -237,7 +225,7 @@ impl ReadPool {
             .clone()
             .acquire_owned()
             .await
-            .map_err(|_| Error::Unavailable("the store is closed".into()))?;
+            .map_err(|_| Error::Closed)?;
         let idle = self.idle.clone();
         let path = self.path.clone();
         tokio::task::spawn_blocking(move || {

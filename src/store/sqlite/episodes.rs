@@ -3,9 +3,9 @@
 use std::collections::BTreeMap;
 
 use rusqlite::types::Value;
-use rusqlite::{Connection, Row, params, params_from_iter};
+use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 
-use super::connection::storage_error;
+use super::error::storage_error;
 use super::filter_sql;
 use super::projects;
 use crate::error::{Error, Result};
@@ -97,6 +97,7 @@ pub(super) fn add(conn: &Connection, key: &ProjectKey, episodes: &[NewEpisode]) 
         rows.push(conn.last_insert_rowid());
         seqs.push(seq);
     }
+    super::feed::append(conn, project, super::feed::ADDED, &rows)?;
     Ok(Added {
         project,
         seqs,
@@ -185,5 +186,55 @@ pub(super) fn delete(
     for id in &rows {
         delete_episode.execute([id]).map_err(storage_error)?;
     }
+    super::feed::append(conn, project, super::feed::REMOVED, &rows)?;
     Ok((project, rows))
+}
+
+/// The project's episodes with these handles, in the order asked (others left out).
+pub(super) fn by_handle(
+    conn: &Connection,
+    key: &ProjectKey,
+    handles: &[i64],
+) -> Result<Vec<(i64, Episode)>> {
+    let project = projects::require(conn, key)?;
+    let ids: Vec<Value> = handles.iter().copied().map(Value::Integer).collect();
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    // CROSS JOIN keeps the id list as the outer loop: one row-id lookup each.
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT e.id, {COLUMNS} FROM rarray(?1) r CROSS JOIN episodes e ON e.id = r.value \
+             WHERE e.project = ?2"
+        ))
+        .map_err(storage_error)?;
+    let mut found: std::collections::HashMap<i64, Episode> = stmt
+        .query_map(params![std::rc::Rc::new(ids), project], |row| {
+            Ok((row.get::<_, i64>(0)?, from_row(row, 1)?))
+        })
+        .and_then(|rows| rows.collect())
+        .map_err(storage_error)?;
+    Ok(handles
+        .iter()
+        .filter_map(|id| Some((*id, found.remove(id)?)))
+        .collect())
+}
+
+/// The handle of each uid in the project (`None`: not in it).
+pub(super) fn handles(
+    conn: &Connection,
+    key: &ProjectKey,
+    uids: &[uuid::Uuid],
+) -> Result<Vec<Option<i64>>> {
+    let project = projects::require(conn, key)?;
+    let mut find = conn
+        .prepare_cached("SELECT id FROM episodes WHERE project = ?1 AND uid = ?2")
+        .map_err(storage_error)?;
+    uids.iter()
+        .map(|uid| {
+            find.query_row(params![project, uid.as_bytes()], |row| row.get(0))
+                .optional()
+                .map_err(storage_error)
+        })
+        .collect()
 }

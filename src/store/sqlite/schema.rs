@@ -2,7 +2,7 @@
 
 use rusqlite::Connection;
 
-use super::connection::storage_error;
+use super::error::storage_error;
 use crate::error::Result;
 
 /// Each entry migrates from version `index` to `index + 1`.
@@ -198,6 +198,24 @@ const MIGRATIONS: &[&str] = &[
             WHERE project = OLD.project AND OLD.seq BETWEEN first_seq AND last_seq;
         INSERT OR IGNORE INTO summary_dirty (project) VALUES (OLD.project);
     END;",
+    // 5: the change feed that keeps every in-memory index current (ids per project,
+    // from `last_change`; `feed_floor`: the log was pruned through it), and leases on
+    // the vector queues, whose rows now name the embedder the domain chose.
+    "ALTER TABLE projects ADD COLUMN last_change INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE projects ADD COLUMN feed_floor INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE episode_changes (
+        project INTEGER NOT NULL REFERENCES projects (id) ON DELETE CASCADE,
+        id INTEGER NOT NULL,
+        kind INTEGER NOT NULL,
+        episode INTEGER NOT NULL,
+        at INTEGER NOT NULL,
+        PRIMARY KEY (project, id)
+    ) WITHOUT ROWID;
+    CREATE INDEX episode_changes_by_age ON episode_changes (at);
+    ALTER TABLE embedding_queue ADD COLUMN embedder TEXT NOT NULL DEFAULT '';
+    ALTER TABLE embedding_queue ADD COLUMN lease_until INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX embedding_queue_claim ON embedding_queue (embedder, episode);
+    ALTER TABLE feature_embedding_queue ADD COLUMN lease_until INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /// Brings the database to the latest schema, and makes sure universal/universal exists.

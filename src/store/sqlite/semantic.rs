@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use rusqlite::Connection;
 use rusqlite::types::Value;
 
-use super::connection::storage_error;
+use super::error::storage_error;
 use super::{
     SqliteStore, semantic_features as features, semantic_queue as queue, semantic_sets as sets,
     semantic_summaries as summaries,
@@ -92,9 +92,10 @@ impl SemanticStore for SqliteStore {
         key: &ProjectKey,
         episodes: Vec<NewEpisode>,
         routing: Vec<Routing>,
+        embedder: Option<&str>,
     ) -> Result<Vec<i64>> {
         let org_id = key.org_id.clone();
-        self.add_episodes_then(key, episodes, move |conn, added| {
+        self.add_episodes_then(key, episodes, embedder, move |conn, added| {
             queue::route(conn, added.project, &org_id, &added.rows, &routing)
         })
         .await
@@ -356,12 +357,19 @@ impl SemanticStore for SqliteStore {
 
     // Feature vectors.
 
-    async fn pending_feature_embeddings(
+    async fn claim_feature_embeddings(
         &self,
         limit: usize,
+        lease: std::time::Duration,
     ) -> Result<Vec<PendingFeatureEmbedding>> {
-        self.readers
-            .read(move |tx| features::pending_vectors(tx, limit))
+        self.writer
+            .write(move |conn| features::claim_vectors(conn, limit, lease))
+            .await
+    }
+
+    async fn release_feature_embeddings(&self, ids: Vec<i64>) -> Result<()> {
+        self.writer
+            .write(move |conn| features::release_vectors(conn, &ids))
             .await
     }
 

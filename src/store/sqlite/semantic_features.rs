@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
-use super::connection::storage_error;
+use super::error::storage_error;
 use super::semantic::{
     bad_column, bump_sets, feature_embedding_text, id_array, is_constraint, now_micros,
 };
@@ -426,27 +426,48 @@ pub(super) fn consolidate(
 // Feature vectors.
 
 /// The oldest `limit` features waiting for a vector, with the text to embed.
-pub(super) fn pending_vectors(
+/// Leases the oldest `limit` features waiting for a vector that nobody holds.
+pub(super) fn claim_vectors(
     conn: &Connection,
     limit: usize,
+    lease: std::time::Duration,
 ) -> Result<Vec<PendingFeatureEmbedding>> {
+    let now = chrono::Utc::now().timestamp_micros();
+    let pending: Vec<PendingFeatureEmbedding> = conn
+        .prepare_cached(
+            "SELECT q.feature, q.embedder, f.feature, f.value
+             FROM feature_embedding_queue q JOIN semantic_features f ON f.id = q.feature
+             WHERE q.lease_until <= ?1 ORDER BY q.feature LIMIT ?2",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_map(params![now, limit as i64], |row| {
+                let (feature, value): (String, String) = (row.get(2)?, row.get(3)?);
+                Ok(PendingFeatureEmbedding {
+                    feature: row.get(0)?,
+                    embedder: row.get(1)?,
+                    text: feature_embedding_text(&feature, &value),
+                })
+            })?
+            .collect()
+        })
+        .map_err(storage_error)?;
+    let until = now.saturating_add(lease.as_micros() as i64);
+    let ids: Vec<i64> = pending.iter().map(|p| p.feature).collect();
     conn.prepare_cached(
-        "SELECT q.feature, q.embedder, f.feature, f.value
-         FROM feature_embedding_queue q JOIN semantic_features f ON f.id = q.feature
-         ORDER BY q.feature LIMIT ?1",
+        "UPDATE feature_embedding_queue SET lease_until = ?2 WHERE feature IN rarray(?1)",
     )
-    .and_then(|mut stmt| {
-        stmt.query_map([limit as i64], |row| {
-            let (feature, value): (String, String) = (row.get(2)?, row.get(3)?);
-            Ok(PendingFeatureEmbedding {
-                feature: row.get(0)?,
-                embedder: row.get(1)?,
-                text: feature_embedding_text(&feature, &value),
-            })
-        })?
-        .collect()
-    })
-    .map_err(storage_error)
+    .and_then(|mut stmt| stmt.execute(params![id_array(&ids), until]))
+    .map_err(storage_error)?;
+    Ok(pending)
+}
+
+pub(super) fn release_vectors(conn: &Connection, features: &[i64]) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE feature_embedding_queue SET lease_until = 0 WHERE feature IN rarray(?1)",
+    )
+    .and_then(|mut stmt| stmt.execute([id_array(features)]))
+    .map_err(storage_error)?;
+    Ok(())
 }
 
 /// Stores vectors made by `embedder` (replacing earlier ones) and takes their features

@@ -8,8 +8,8 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::connection::storage_error;
 use super::episodes::{self, COLUMNS};
+use super::error::storage_error;
 use super::semantic::{bump_sets, id_array, now_micros};
 use super::semantic_features as features;
 use super::semantic_sets::{self as sets, set_by_id};

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
-use super::connection::storage_error;
+use super::error::storage_error;
 use super::projects;
 use super::semantic::{bad_column, bump_sets, id_array, is_constraint, now_micros};
 use crate::error::{Error, Result};

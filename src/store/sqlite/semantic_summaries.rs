@@ -6,8 +6,8 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::connection::storage_error;
 use super::episodes::{COLUMNS, from_row};
+use super::error::storage_error;
 use super::projects;
 use crate::error::Result;
 use crate::model::{Episode, ProjectKey};

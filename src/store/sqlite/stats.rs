@@ -2,7 +2,7 @@
 
 use rusqlite::Connection;
 
-use super::connection::storage_error;
+use super::error::storage_error;
 use crate::error::Result;
 use crate::store::StoreStats;
 

@@ -1,10 +1,13 @@
 //! SQL for embeddings and the queue of episodes waiting for one.
 
+use std::time::Duration;
+
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::connection::storage_error;
+use super::error::storage_error;
 use crate::error::Result;
-use crate::store::{EmbedderChoice, PendingEmbedding};
+use crate::model::ProjectKey;
+use crate::store::PendingEmbedding;
 
 /// Vectors are stored as little-endian f32.
 pub(super) fn encode(vector: &[f32]) -> Vec<u8> {
@@ -18,95 +21,99 @@ pub(super) fn decode(bytes: &[u8]) -> Box<[f32]> {
         .collect()
 }
 
-/// The id of the embedder that serves project `project` (`None`: it keeps no vectors).
-pub(super) fn embedder_of(
+/// For each project, queues every episode without a vector from its embedder, after
+/// dropping queue entries for any other (a change of embedder); a project with none
+/// leaves the queue. Returns how many are queued in all.
+pub(super) fn queue_missing(
     conn: &Connection,
-    project: i64,
-    embedders: &EmbedderChoice,
-) -> Result<Option<String>> {
-    let name: Option<String> = conn
-        .prepare_cached("SELECT embedder FROM projects WHERE id = ?1")
-        .and_then(|mut stmt| stmt.query_row([project], |row| row.get(0)).optional())
+    projects: &[(ProjectKey, Option<String>)],
+) -> Result<u64> {
+    let now = chrono::Utc::now().timestamp_micros();
+    for (key, embedder) in projects {
+        let Some(project) = super::projects::find(conn, key)?.map(|p| p.internal_id) else {
+            continue;
+        };
+        conn.execute(
+            "DELETE FROM embedding_queue WHERE embedder IS NOT ?2
+             AND episode IN (SELECT id FROM episodes WHERE project = ?1)",
+            params![project, embedder],
+        )
         .map_err(storage_error)?;
-    Ok(name.and_then(|name| embedders.for_project(&name).map(str::to_string)))
-}
-
-/// Queues every episode without a vector from its project's embedder (after a change
-/// of embedder, or episodes added while there was none), and dequeues the episodes of
-/// projects left without one. Returns how many are queued in all.
-pub(super) fn queue_missing(conn: &Connection, embedders: &EmbedderChoice) -> Result<u64> {
-    let projects: Vec<(i64, String)> = conn
-        .prepare("SELECT id, embedder FROM projects")
-        .and_then(|mut stmt| {
-            stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
-                .collect()
-        })
-        .map_err(storage_error)?;
-    for (project, name) in projects {
-        match embedders.for_project(&name) {
-            Some(embedder) => conn.execute(
-                "INSERT OR IGNORE INTO embedding_queue (episode, queued_at)
-                 SELECT e.id, ?3 FROM episodes e LEFT JOIN embeddings v ON v.episode = e.id
+        if let Some(embedder) = embedder {
+            conn.execute(
+                "INSERT OR IGNORE INTO embedding_queue (episode, queued_at, embedder)
+                 SELECT e.id, ?3, ?2 FROM episodes e LEFT JOIN embeddings v ON v.episode = e.id
                  WHERE e.project = ?1 AND (v.episode IS NULL OR v.embedder != ?2)",
-                params![project, embedder, chrono::Utc::now().timestamp_micros()],
-            ),
-            None => conn.execute(
-                "DELETE FROM embedding_queue
-                 WHERE episode IN (SELECT id FROM episodes WHERE project = ?1)",
-                [project],
-            ),
+                params![project, embedder, now],
+            )
+            .map_err(storage_error)?;
         }
-        .map_err(storage_error)?;
     }
     conn.query_row("SELECT COUNT(*) FROM embedding_queue", [], |r| r.get(0))
         .map_err(storage_error)
 }
 
-pub(super) fn enqueue(conn: &Connection, rows: &[i64]) -> Result<()> {
+pub(super) fn enqueue(conn: &Connection, embedder: &str, rows: &[i64]) -> Result<()> {
     let mut stmt = conn
         .prepare_cached(
-            "INSERT OR IGNORE INTO embedding_queue (episode, queued_at) VALUES (?1, ?2)",
+            "INSERT OR IGNORE INTO embedding_queue (episode, queued_at, embedder)
+             VALUES (?1, ?2, ?3)",
         )
         .map_err(storage_error)?;
     let now = chrono::Utc::now().timestamp_micros();
     for row in rows {
-        stmt.execute(params![row, now]).map_err(storage_error)?;
+        stmt.execute(params![row, now, embedder])
+            .map_err(storage_error)?;
     }
     Ok(())
 }
 
-/// The oldest `limit` episodes queued for `embedder`, the embedder of the projects whose
-/// config names one of `names`. (Episodes of a project without one are never queued:
-/// `queue_missing` runs whenever that changes.)
-pub(super) fn pending(
+/// Leases the oldest `limit` episodes queued for `embedder` that nobody holds.
+pub(super) fn claim(
     conn: &Connection,
     embedder: &str,
-    names: &[String],
     limit: usize,
+    lease: Duration,
 ) -> Result<Vec<PendingEmbedding>> {
-    let names: Vec<rusqlite::types::Value> = names
-        .iter()
-        .map(|name| rusqlite::types::Value::Text(name.clone()))
-        .collect();
-    let mut stmt = conn
+    let now = chrono::Utc::now().timestamp_micros();
+    let pending: Vec<PendingEmbedding> = conn
         .prepare_cached(
             "SELECT q.episode, e.content, e.producer_id
              FROM embedding_queue q JOIN episodes e ON e.id = q.episode
-             JOIN projects p ON p.id = e.project
-             WHERE p.embedder IN rarray(?1)
-             ORDER BY q.episode LIMIT ?2",
+             WHERE q.embedder = ?1 AND q.lease_until <= ?2
+             ORDER BY q.episode LIMIT ?3",
         )
-        .map_err(storage_error)?;
-    stmt.query_map(params![std::rc::Rc::new(names), limit as i64], |row| {
-        Ok(PendingEmbedding {
-            episode: row.get(0)?,
-            content: row.get(1)?,
-            producer_id: row.get(2)?,
-            embedder: embedder.to_string(),
+        .and_then(|mut stmt| {
+            stmt.query_map(params![embedder, now, limit as i64], |row| {
+                Ok(PendingEmbedding {
+                    episode: row.get(0)?,
+                    content: row.get(1)?,
+                    producer_id: row.get(2)?,
+                    embedder: embedder.to_string(),
+                })
+            })?
+            .collect()
         })
-    })
-    .and_then(|rows| rows.collect())
-    .map_err(storage_error)
+        .map_err(storage_error)?;
+    let until = now.saturating_add(lease.as_micros() as i64);
+    let mut hold = conn
+        .prepare_cached("UPDATE embedding_queue SET lease_until = ?2 WHERE episode = ?1")
+        .map_err(storage_error)?;
+    for p in &pending {
+        hold.execute(params![p.episode, until])
+            .map_err(storage_error)?;
+    }
+    Ok(pending)
+}
+
+pub(super) fn release(conn: &Connection, episodes: &[i64]) -> Result<()> {
+    let mut stmt = conn
+        .prepare_cached("UPDATE embedding_queue SET lease_until = 0 WHERE episode = ?1")
+        .map_err(storage_error)?;
+    for episode in episodes {
+        stmt.execute([episode]).map_err(storage_error)?;
+    }
+    Ok(())
 }
 
 /// Takes `episodes` off the queue (with or without a vector); returns how many were
@@ -122,19 +129,9 @@ pub(super) fn dequeue(conn: &Connection, episodes: &[i64]) -> Result<u64> {
     Ok(removed)
 }
 
-/// A vector stored for episode `row` of `project`.
-pub(super) struct Stored {
-    pub project: i64,
-    pub row: i64,
-    pub vector: Box<[f32]>,
-}
-
-/// Stores vectors and dequeues their episodes; episodes deleted meanwhile are skipped.
-pub(super) fn store(
-    conn: &Connection,
-    embedder: &str,
-    vectors: &[(i64, Vec<f32>)],
-) -> Result<Vec<Stored>> {
+/// Stores vectors, dequeues their episodes and logs the change in each one's project;
+/// episodes deleted meanwhile are skipped.
+pub(super) fn store(conn: &Connection, embedder: &str, vectors: &[(i64, Vec<f32>)]) -> Result<()> {
     let mut project_of = conn
         .prepare_cached("SELECT project FROM episodes WHERE id = ?1")
         .map_err(storage_error)?;
@@ -145,22 +142,22 @@ pub(super) fn store(
         .map_err(storage_error)?;
     let rows: Vec<i64> = vectors.iter().map(|(row, _)| *row).collect();
     dequeue(conn, &rows)?;
-    let mut stored = Vec::with_capacity(vectors.len());
+    let mut by_project: std::collections::BTreeMap<i64, Vec<i64>> = Default::default();
     for (row, vector) in vectors {
-        let project: Option<i64> = match project_of.query_row([row], |r| r.get(0)) {
-            Ok(project) => Some(project),
-            Err(rusqlite::Error::QueryReturnedNoRows) => None,
-            Err(err) => return Err(storage_error(err)),
+        let Some(project) = project_of
+            .query_row([row], |r| r.get::<_, i64>(0))
+            .optional()
+            .map_err(storage_error)?
+        else {
+            continue;
         };
-        let Some(project) = project else { continue };
         insert
             .execute(params![row, embedder, encode(vector)])
             .map_err(storage_error)?;
-        stored.push(Stored {
-            project,
-            row: *row,
-            vector: vector.clone().into_boxed_slice(),
-        });
+        by_project.entry(project).or_default().push(*row);
     }
-    Ok(stored)
+    for (project, rows) in by_project {
+        super::feed::append(conn, project, super::feed::VECTOR, &rows)?;
+    }
+    Ok(())
 }

@@ -1,19 +1,21 @@
-//! What a project keeps in memory beside its SQLite rows: the BM25 index over its
-//! episodes (with each episode's filterable fields and vector), and, once it holds
-//! `ANN_MIN_VECTORS` vectors, the HNSW graph over those vectors.
+//! What the domain keeps in memory of a project, derived from its stored rows: the BM25
+//! index over its episodes (with each episode's filterable fields and vector), and, once
+//! it holds `ANN_MIN_VECTORS` vectors, the HNSW graph over those vectors. Ranking over it
+//! is in `project_search.rs`; keeping it current is `index_cache.rs`.
 
-use crate::model::NewEpisode;
+use crate::model::Episode;
 use crate::model::filter::Field;
 use crate::model::filter_eval::{Fields, Value as FieldValue};
 use crate::retrieval::ann::{ANN_MIN_VECTORS, AnnIndex};
 use crate::retrieval::bm25::Bm25Index;
 use crate::retrieval::episode_fields::EpisodeFields;
+use crate::store::IndexedEpisode;
 
 /// What the index keeps of each episode: its filterable fields and its vector.
 #[derive(Debug)]
-pub(super) struct Entry {
-    pub fields: EpisodeFields,
-    pub vector: Option<Box<[f32]>>,
+pub struct Entry {
+    pub(super) fields: EpisodeFields,
+    pub(super) vector: Option<Box<[f32]>>,
 }
 
 impl Fields for Entry {
@@ -23,17 +25,33 @@ impl Fields for Entry {
 }
 
 #[derive(Debug, Default)]
-pub(super) struct ProjectIndex {
-    pub text: Bm25Index<Entry>,
+pub struct ProjectIndex {
+    pub(super) text: Bm25Index<Entry>,
     /// The vector graph of a large project (`None` below `ANN_MIN_VECTORS` vectors,
     /// or if building it failed: then searches scan, as for a small project).
-    pub ann: Option<AnnIndex>,
+    pub(super) ann: Option<AnnIndex>,
     /// Live episodes holding a vector.
     vectors: usize,
     /// Minimum vectors for a graph (`ANN_MIN_VECTORS`; smaller in tests).
     ann_min: usize,
     /// Building or updating the graph failed once: scan from then on, not retry.
     ann_failed: bool,
+    /// Estimated memory held (grows with inserts; removals are not subtracted, so it
+    /// errs high until the project is loaded again).
+    bytes: usize,
+}
+
+/// Per-episode memory of the index: postings of its text and of its context field,
+/// its fields, its vector (and its share of the graph), and fixed overheads.
+fn estimated_bytes(episode: &Episode, vector: Option<&[f32]>) -> usize {
+    let text = episode.content.len() + episode.producer_id.len();
+    let metadata: usize = episode
+        .metadata
+        .iter()
+        .map(|(k, v)| k.len() + v.len() + 32)
+        .sum();
+    let vector = vector.map_or(0, |v| v.len() * 4 + 160);
+    256 + text * 3 + metadata + vector
 }
 
 /// What BM25 indexes of an episode: who said it as well as what was said, so that
@@ -55,8 +73,8 @@ impl ProjectIndex {
         }
     }
 
-    /// Indexes an episode (a stored one with its vector, or a new one without).
-    pub fn insert(&mut self, id: i64, producer: &str, content: &str, entry: Entry) {
+    /// Indexes an episode.
+    fn insert(&mut self, id: i64, producer: &str, content: &str, entry: Entry) {
         if self.text.payload(id).is_some() {
             return;
         }
@@ -69,12 +87,34 @@ impl ProjectIndex {
         }
     }
 
-    pub fn insert_new(&mut self, id: i64, episode: &NewEpisode) {
+    /// Indexes a stored episode with its vector (once: an episode already indexed is
+    /// left as it is).
+    pub fn insert_stored(&mut self, stored: IndexedEpisode) {
+        let IndexedEpisode {
+            handle,
+            episode,
+            vector,
+        } = stored;
+        self.bytes += estimated_bytes(&episode, vector.as_deref());
         let entry = Entry {
-            fields: EpisodeFields::of_new(episode),
-            vector: None,
+            fields: EpisodeFields::of(&episode),
+            vector: vector.map(Vec::into_boxed_slice),
         };
-        self.insert(id, &episode.producer_id, &episode.content, entry);
+        self.insert(handle, &episode.producer_id, &episode.content, entry);
+    }
+
+    /// Episodes indexed.
+    pub fn len(&self) -> usize {
+        self.text.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.text.is_empty()
+    }
+
+    /// An estimate of the memory the index holds, for the cache's budget.
+    pub fn estimated_bytes(&self) -> usize {
+        self.bytes
     }
 
     pub fn remove(&mut self, id: i64) {
@@ -98,6 +138,7 @@ impl ProjectIndex {
         };
         if entry.vector.is_none() {
             self.vectors += 1;
+            self.bytes += vector.len() * 4 + 160;
         }
         entry.vector = Some(vector);
         self.add_to_graph(id);
@@ -151,7 +192,6 @@ impl ProjectIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Episode;
 
     fn entry(vector: Option<Vec<f32>>) -> Entry {
         let episode = Episode {

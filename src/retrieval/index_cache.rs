@@ -1,0 +1,285 @@
+//! The in-memory indexes of the projects, a cache the domain owns over the store's rows.
+//! A project's index is loaded on demand (paged from the store) and, before every read,
+//! brought up to the store's latest change of that project through its change feed (one
+//! cheap query when nothing changed). So every replica over one database answers the
+//! same, and a write acknowledged anywhere is seen by any read that starts after it.
+//! The cache holds at most `budget` estimated bytes, evicting the least recently used
+//! projects first (the project being read always stays).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use super::project_index::ProjectIndex;
+use crate::error::{Error, Result};
+use crate::model::ProjectKey;
+use crate::store::{Change, FeedHead, Store};
+
+/// Episodes read per page when loading a project, and log entries per catch-up read.
+const PAGE: usize = 2048;
+/// How long the change log keeps an entry: a cached index further behind reloads.
+pub const FEED_RETENTION: Duration = Duration::from_secs(600);
+
+pub struct IndexCache {
+    store: Arc<dyn Store>,
+    budget: usize,
+    slots: Mutex<HashMap<ProjectKey, Arc<Slot>>>,
+    clock: AtomicU64,
+}
+
+#[derive(Default)]
+struct Slot {
+    /// Serialises loading and catching up; held only briefly when the index is current.
+    state: tokio::sync::Mutex<Option<Loaded>>,
+    last_used: AtomicU64,
+    bytes: AtomicUsize,
+}
+
+struct Loaded {
+    head: FeedHead,
+    embedder: Option<String>,
+    index: Arc<RwLock<ProjectIndex>>,
+}
+
+impl IndexCache {
+    pub fn new(store: Arc<dyn Store>, budget: usize) -> IndexCache {
+        IndexCache {
+            store,
+            budget,
+            slots: Mutex::default(),
+            clock: AtomicU64::new(0),
+        }
+    }
+
+    /// Runs `f` on the project's index, current as of the store's latest change, with
+    /// the vectors of `embedder` (an id). `NotFound` when the project does not exist.
+    pub async fn read<T, F>(&self, key: &ProjectKey, embedder: Option<&str>, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&ProjectIndex) -> T + Send + 'static,
+    {
+        let head = self.store.feed_head(key).await?;
+        let index = self.current(key, head, embedder).await?;
+        tokio::task::spawn_blocking(move || f(&index.read().expect("index lock")))
+            .await
+            .map_err(|err| Error::Internal(format!("index read failed: {err}")))
+    }
+
+    /// Estimated bytes held, and projects loaded.
+    pub fn usage(&self) -> (usize, usize) {
+        let slots = self.slots.lock().expect("index slots");
+        let bytes = slots
+            .values()
+            .map(|s| s.bytes.load(Ordering::Relaxed))
+            .sum();
+        (bytes, slots.len())
+    }
+
+    /// Loads projects (in key order) while the budget lasts, so first reads need not
+    /// wait. Returns how many were loaded.
+    pub async fn warm_up(
+        &self,
+        embedder_of: impl Fn(&crate::model::Project) -> Option<String>,
+    ) -> Result<usize> {
+        let (mut after, mut loaded) = (None, 0);
+        loop {
+            let page = self.store.list_projects(None, after.as_ref(), 500).await?;
+            for project in &page {
+                if self.usage().0 >= self.budget {
+                    return Ok(loaded);
+                }
+                let embedder = embedder_of(project);
+                match self.read(&project.key, embedder.as_deref(), |_| ()).await {
+                    Ok(()) => loaded += 1,
+                    // Deleted meanwhile.
+                    Err(Error::NotFound(_)) => {}
+                    Err(err) => return Err(err),
+                }
+            }
+            match page.last() {
+                Some(last) if page.len() == 500 => after = Some(last.key.clone()),
+                _ => return Ok(loaded),
+            }
+        }
+    }
+
+    async fn current(
+        &self,
+        key: &ProjectKey,
+        head: FeedHead,
+        embedder: Option<&str>,
+    ) -> Result<Arc<RwLock<ProjectIndex>>> {
+        let slot = self.slot(key);
+        let mut state = slot.state.lock().await;
+        if let Some(loaded) = state.as_mut() {
+            let same =
+                loaded.head.project == head.project && loaded.embedder.as_deref() == embedder;
+            if !same || !self.catch_up(loaded, head.change).await? {
+                *state = None;
+            }
+        }
+        if state.is_none() {
+            *state = Some(self.load(key, head, embedder).await?);
+        }
+        let loaded = state.as_ref().expect("loaded above");
+        let bytes = loaded.index.read().expect("index lock").estimated_bytes();
+        slot.bytes.store(bytes, Ordering::Relaxed);
+        let index = loaded.index.clone();
+        drop(state);
+        self.evict(key);
+        Ok(index)
+    }
+
+    fn slot(&self, key: &ProjectKey) -> Arc<Slot> {
+        let tick = self.clock.fetch_add(1, Ordering::Relaxed);
+        let slot = self
+            .slots
+            .lock()
+            .expect("index slots")
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        slot.last_used.store(tick, Ordering::Relaxed);
+        slot
+    }
+
+    /// Applies the project's changes up to `target`; false when the log no longer
+    /// reaches back to what the index holds (it must be loaded afresh).
+    async fn catch_up(&self, loaded: &mut Loaded, target: i64) -> Result<bool> {
+        while loaded.head.change < target {
+            let Some(read) = self
+                .store
+                .changes_since(
+                    loaded.head.project,
+                    loaded.head.change,
+                    loaded.embedder.as_deref(),
+                    PAGE,
+                )
+                .await?
+            else {
+                return Ok(false);
+            };
+            if read.through <= loaded.head.change {
+                break;
+            }
+            loaded.head.change = read.through;
+            let index = loaded.index.clone();
+            tokio::task::spawn_blocking(move || {
+                let mut index = index.write().expect("index lock");
+                for change in read.changes {
+                    match change {
+                        Change::Added(stored) => index.insert_stored(stored),
+                        Change::Removed(handle) => index.remove(handle),
+                        Change::Vector { handle, vector } => {
+                            index.set_vector(handle, vector.into_boxed_slice())
+                        }
+                    }
+                }
+            })
+            .await
+            .map_err(|err| Error::Internal(format!("index update failed: {err}")))?;
+        }
+        Ok(true)
+    }
+
+    /// Builds the project's index from its stored episodes, then catches up with what
+    /// was written while it read (applying a change twice is harmless).
+    async fn load(
+        &self,
+        key: &ProjectKey,
+        head: FeedHead,
+        embedder: Option<&str>,
+    ) -> Result<Loaded> {
+        let started = std::time::Instant::now();
+        let index = Arc::new(RwLock::new(ProjectIndex::new()));
+        let mut after_seq = i64::MIN;
+        loop {
+            let page = self
+                .store
+                .index_page(head.project, embedder, after_seq, PAGE)
+                .await?;
+            let Some(last) = page.last() else { break };
+            after_seq = last.episode.sequence_num;
+            let full = page.len() == PAGE;
+            let index = index.clone();
+            tokio::task::spawn_blocking(move || {
+                let mut index = index.write().expect("index lock");
+                for stored in page {
+                    index.insert_stored(stored);
+                }
+            })
+            .await
+            .map_err(|err| Error::Internal(format!("index load failed: {err}")))?;
+            if !full {
+                break;
+            }
+        }
+        let mut loaded = Loaded {
+            head,
+            embedder: embedder.map(str::to_string),
+            index,
+        };
+        let latest = self.store.feed_head(key).await?;
+        if latest.project == head.project {
+            self.catch_up(&mut loaded, latest.change).await?;
+        }
+        tracing::info!(
+            project = %key,
+            episodes = loaded.index.read().expect("index lock").len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "project index loaded"
+        );
+        Ok(loaded)
+    }
+
+    /// Forgets the least recently used projects (never `keep`) while over budget.
+    fn evict(&self, keep: &ProjectKey) {
+        let mut slots = self.slots.lock().expect("index slots");
+        let mut total: usize = slots
+            .values()
+            .map(|s| s.bytes.load(Ordering::Relaxed))
+            .sum();
+        if total <= self.budget {
+            return;
+        }
+        let mut by_age: Vec<(u64, ProjectKey, usize)> = slots
+            .iter()
+            .filter(|(key, _)| *key != keep)
+            .map(|(key, s)| {
+                (
+                    s.last_used.load(Ordering::Relaxed),
+                    key.clone(),
+                    s.bytes.load(Ordering::Relaxed),
+                )
+            })
+            .collect();
+        by_age.sort_unstable_by_key(|(tick, ..)| *tick);
+        for (_, key, bytes) in by_age {
+            if total <= self.budget {
+                break;
+            }
+            slots.remove(&key);
+            total -= bytes;
+            tracing::debug!(project = %key, bytes, "project index evicted");
+        }
+    }
+}
+
+/// Prunes the change log now and then, keeping `FEED_RETENTION` of it; runs until the
+/// store is dropped by everyone else.
+pub fn spawn_feed_pruner(store: &Arc<dyn Store>) {
+    let weak = Arc::downgrade(store);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            let Some(store) = weak.upgrade() else { return };
+            let before = chrono::Utc::now().timestamp_micros() - FEED_RETENTION.as_micros() as i64;
+            match store.prune_changes(before).await {
+                Ok(0) => {}
+                Ok(dropped) => tracing::debug!(dropped, "change log pruned"),
+                Err(err) => tracing::warn!(error = %err, "pruning the change log failed"),
+            }
+        }
+    });
+}

@@ -1,0 +1,126 @@
+//! Ranking over a project's in-memory index: BM25, vector similarity (the HNSW graph or
+//! an exact scan, whichever suits the filter), both fused, and the filtered walks
+//! (neighbours of a hit, the newest episodes). Each answers store handles, best first;
+//! the rows are then read from the store.
+
+use super::ann::ANN_MIN_VECTORS;
+use super::project_index::{Entry, ProjectIndex};
+use crate::model::filter::Expr;
+use crate::model::filter_eval::matches;
+
+/// Documents the vector graph proposes to hybrid ranking of a large project, at least.
+const GRAPH_CANDIDATES: usize = 64;
+/// Episodes sampled to judge how selective a filter is.
+const FILTER_SAMPLE: usize = 512;
+
+/// Whether an index entry passes the optional filter.
+fn passes(filter: Option<&Expr>) -> impl Fn(&Entry) -> bool + '_ {
+    move |entry| filter.is_none_or(|filter| matches(filter, entry))
+}
+
+impl ProjectIndex {
+    /// BM25 ranking for `terms` (already analysed), filtered before the cut to `limit`.
+    pub fn lexical(
+        &self,
+        terms: &[String],
+        filter: Option<&Expr>,
+        limit: usize,
+    ) -> Vec<(i64, f32)> {
+        if terms.is_empty() {
+            return Vec::new();
+        }
+        self.text.search(terms, limit, passes(filter))
+    }
+
+    /// The `limit` episodes whose vectors are most similar to `query`, filtered first.
+    pub fn dense(&self, query: &[f32], filter: Option<&Expr>, limit: usize) -> Vec<(i64, f32)> {
+        let accept = passes(filter);
+        let graph = if self.few_pass(filter, &accept) {
+            None
+        } else {
+            self.nearest(query, limit, limit, &accept)
+        };
+        graph.unwrap_or_else(|| {
+            let candidates = self.text.live().filter_map(|(id, entry)| {
+                let vector = entry.vector.as_deref()?;
+                accept(entry).then_some((id, vector))
+            });
+            super::dense::top_k(candidates, query, limit)
+        })
+    }
+
+    /// BM25 fused with vector similarity, filtered before the cut. Episodes without a
+    /// vector yet still rank by their text.
+    pub fn hybrid(
+        &self,
+        terms: &[String],
+        query: &[f32],
+        filter: Option<&Expr>,
+        limit: usize,
+    ) -> Vec<(i64, f32)> {
+        let accept = passes(filter);
+        let similarity = |entry: &Entry| {
+            let vector = entry.vector.as_deref()?;
+            (vector.len() == query.len()).then(|| super::dense::dot(vector, query))
+        };
+        let proposed = if self.few_pass(filter, &accept) {
+            None
+        } else {
+            self.nearest(query, GRAPH_CANDIDATES.max(limit * 4), limit, &accept)
+                .map(|hits| hits.into_iter().map(|(id, _)| id).collect::<Vec<i64>>())
+        };
+        self.text
+            .search_hybrid(terms, similarity, limit, &accept, proposed.as_deref())
+    }
+
+    /// Episode `handle` with up to `before` and `after` neighbours passing `filter`,
+    /// oldest first (none when it is not indexed).
+    pub fn neighbours(
+        &self,
+        handle: i64,
+        before: usize,
+        after: usize,
+        filter: Option<&Expr>,
+    ) -> Vec<i64> {
+        self.text.neighbours(handle, before, after, passes(filter))
+    }
+
+    /// The `limit` most recent episodes passing `filter`, oldest first.
+    pub fn newest(&self, filter: &Expr, limit: usize) -> Vec<i64> {
+        let mut ids = self.text.newest(limit, |fields| matches(filter, fields));
+        ids.reverse();
+        ids
+    }
+
+    /// Whether the filter is selective enough to rank every episode it passes exactly
+    /// (cheaper than walking the graph past the many it rejects); a broad filter, in a
+    /// large project, is served by the graph.
+    fn few_pass(&self, filter: Option<&Expr>, accept: &impl Fn(&Entry) -> bool) -> bool {
+        // Without a graph there is nothing to choose (and no sample to pay for).
+        self.ann.is_some()
+            && filter.is_some()
+            && self.text.estimate_accepted(FILTER_SAMPLE, accept) <= ANN_MIN_VECTORS
+    }
+
+    /// Up to `want` nearest accepted episodes by the vector graph; `None` when there is
+    /// no graph, or it found fewer than `needed` (a selective filter: the exact scan
+    /// then answers).
+    fn nearest(
+        &self,
+        query: &[f32],
+        want: usize,
+        needed: usize,
+        accept: &impl Fn(&Entry) -> bool,
+    ) -> Option<Vec<(i64, f32)>> {
+        let ann = self.ann.as_ref()?;
+        let accepted = |id: i64| self.text.payload(id).is_some_and(accept);
+        match ann.search(query, want, accepted) {
+            Ok(hits) if hits.len() >= needed => Some(hits),
+            Ok(_) => None,
+            Err(err) => {
+                tracing::warn!(error = %err, "vector graph search failed; scanning");
+                None
+            }
+        }
+    }
+}

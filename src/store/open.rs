@@ -1,0 +1,97 @@
+//! The one place a backend is chosen: from the store URL (`--store`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::Store;
+use super::sqlite::{DB_FILE, SqliteStore};
+use crate::error::{Error, Result};
+
+/// Where the store is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// The embedded default: a SQLite file in this directory.
+    Sqlite(PathBuf),
+    /// A PostgreSQL server (with pgvector), shared by every replica.
+    Postgres(String),
+}
+
+impl StoreLocation {
+    /// From `--store` (`sqlite`, `sqlite:///dir`, `postgres://...`) and `--data-dir`.
+    pub fn parse(data_dir: Option<PathBuf>, store: Option<&str>) -> Result<StoreLocation, String> {
+        let data_dir = data_dir.unwrap_or_else(|| PathBuf::from("./memmachine-data"));
+        match store {
+            None | Some("sqlite") => Ok(StoreLocation::Sqlite(data_dir)),
+            Some(url) if url.starts_with("sqlite://") => Ok(StoreLocation::Sqlite(PathBuf::from(
+                &url["sqlite://".len()..],
+            ))),
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Ok(StoreLocation::Postgres(url.to_string()))
+            }
+            Some(other) => Err(format!(
+                "unknown --store {other:?}: use sqlite, sqlite:///DIR or postgres://USER@HOST:PORT/DB"
+            )),
+        }
+    }
+
+    /// For logs and messages: never a password.
+    pub fn describe(&self) -> String {
+        match self {
+            StoreLocation::Sqlite(dir) => format!("sqlite {}", dir.join(DB_FILE).display()),
+            StoreLocation::Postgres(url) => format!("postgres {}", without_password(url)),
+        }
+    }
+}
+
+/// `postgres://user:secret@host/db` as `postgres://user@host/db`.
+pub fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((userinfo, host)) = rest.split_once('@') else {
+        return url.to_string();
+    };
+    let user = userinfo.split(':').next().unwrap_or_default();
+    format!("{scheme}://{user}@{host}")
+}
+
+/// Opens (and migrates) the store. Unless `create`, an embedded store must exist
+/// already: a mistyped `--data-dir` must not list or change an empty new one.
+pub async fn open(location: &StoreLocation, create: bool) -> Result<Arc<dyn Store>> {
+    match location {
+        StoreLocation::Sqlite(dir) => {
+            let file = dir.join(DB_FILE);
+            if !create && !file.is_file() {
+                return Err(Error::NotFound(format!(
+                    "no store at {} (check --data-dir)",
+                    file.display()
+                )));
+            }
+            Ok(Arc::new(SqliteStore::open_async(dir).await?))
+        }
+        StoreLocation::Postgres(url) => open_postgres(url).await,
+    }
+}
+
+async fn open_postgres(url: &str) -> Result<Arc<dyn Store>> {
+    Err(Error::FailedPrecondition(format!(
+        "the PostgreSQL store ({}) is not built yet",
+        without_password(url)
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_are_read_from_the_url_and_passwords_never_shown() {
+        let sqlite = StoreLocation::parse(Some("/d".into()), None).unwrap();
+        assert_eq!(sqlite, StoreLocation::Sqlite("/d".into()));
+        let file = StoreLocation::parse(None, Some("sqlite:///x/y")).unwrap();
+        assert_eq!(file, StoreLocation::Sqlite("/x/y".into()));
+        let pg = StoreLocation::parse(None, Some("postgres://u:pw@h:5432/db")).unwrap();
+        assert_eq!(pg.describe(), "postgres postgres://u@h:5432/db");
+        assert!(StoreLocation::parse(None, Some("mysql://h")).is_err());
+    }
+}

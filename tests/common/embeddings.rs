@@ -23,12 +23,23 @@ pub enum Script {
 /// Serves `script` on a loopback port: the base URL (`http://ADDR/v1`) and a count of
 /// the requests so far.
 pub async fn scripted_embeddings(script: Script) -> (String, Arc<AtomicUsize>) {
+    let (url, requests, _) = recording_embeddings(script).await;
+    (url, requests)
+}
+
+/// Every text the scripted endpoint was asked to embed, in order.
+pub type Texts = Arc<std::sync::Mutex<Vec<String>>>;
+
+/// As `scripted_embeddings`, also recording every text it is asked to embed.
+pub async fn recording_embeddings(script: Script) -> (String, Arc<AtomicUsize>, Texts) {
     let requests = Arc::new(AtomicUsize::new(0));
-    let seen = requests.clone();
+    let texts: Texts = Arc::default();
+    let (seen, recorded) = (requests.clone(), texts.clone());
     let app = axum::Router::new().route(
         "/v1/embeddings",
         axum::routing::post(move |Json(body): Json<Value>| {
             let n = seen.fetch_add(1, Ordering::SeqCst);
+            let recorded = recorded.clone();
             async move {
                 let inputs: Vec<String> = body["input"]
                     .as_array()
@@ -49,6 +60,8 @@ pub async fn scripted_embeddings(script: Script) -> (String, Arc<AtomicUsize>) {
                     Script::Slow(delay) => tokio::time::sleep(delay).await,
                     _ => {}
                 }
+                // Recorded once answered: a request cut short embedded nothing.
+                recorded.lock().unwrap().extend(inputs.iter().cloned());
                 let data: Vec<Value> = (0..inputs.len())
                     .map(|i| json!({"object": "embedding", "index": i, "embedding": [0.6, 0.8, 0.0, 0.0]}))
                     .collect();
@@ -64,5 +77,5 @@ pub async fn scripted_embeddings(script: Script) -> (String, Arc<AtomicUsize>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}/v1"), requests)
+    (format!("http://{addr}/v1"), requests, texts)
 }

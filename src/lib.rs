@@ -24,6 +24,7 @@ pub mod semantic;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod transfer;
 
 /// Generated protobuf and gRPC code.
 pub mod pb {

@@ -29,6 +29,35 @@ enum Command {
     /// Show the configuration `serve` would run with
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Write projects, episodes, semantic memory (and --vectors) as JSON Lines; never
+    /// API keys
+    Export {
+        /// Only this org's projects
+        #[arg(long)]
+        org: Option<String>,
+        /// Only this project of --org (the org-level sets are exported with whole orgs)
+        #[arg(long, requires = "org")]
+        project: Option<String>,
+        /// Episode and feature vectors too
+        #[arg(long)]
+        vectors: bool,
+        /// File to write, or - for standard output
+        #[arg(long, default_value = "-")]
+        output: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Read an export into the store (either backend); refuses projects the store has
+    Import {
+        /// File to read, or - for standard input
+        #[arg(long, default_value = "-")]
+        input: String,
+        /// Delete the file's projects that the store has first, and write them again
+        #[arg(long)]
+        replace: bool,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
     /// Ask a running server whether it is serving (exit 0) or not (exit 1), e.g. for a
     /// container health check
     Health {
@@ -198,6 +227,58 @@ fn keys(command: KeysCommand) -> ExitCode {
     }
 }
 
+fn transfer(command: Command) -> ExitCode {
+    use memmachine::transfer;
+    let runtime = match runtime() {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    let result = runtime.block_on(async {
+        match command {
+            Command::Export {
+                org,
+                project,
+                vectors,
+                output,
+                store,
+            } => {
+                let location = store.resolve()?;
+                let options = transfer::ExportOptions {
+                    org,
+                    project,
+                    vectors,
+                };
+                let counts = transfer::export_to(&location, &options, &output)
+                    .await
+                    .map_err(|err| err.to_string())?;
+                eprintln!("exported {counts} from {}", location.describe());
+                Ok(())
+            }
+            Command::Import {
+                input,
+                replace,
+                store,
+            } => {
+                let location = store.resolve()?;
+                let options = transfer::ImportOptions { replace };
+                let counts = transfer::import_from(&location, &input, &options)
+                    .await
+                    .map_err(|err| err.to_string())?;
+                eprintln!("imported {counts} into {}", location.describe());
+                Ok(())
+            }
+            _ => Err("not a transfer command".to_string()),
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("memmachine: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -212,6 +293,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Keys(command) => keys(command),
+        command @ (Command::Export { .. } | Command::Import { .. }) => transfer(command),
         Command::Health {
             addr,
             service,

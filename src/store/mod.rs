@@ -5,8 +5,10 @@
 
 pub mod open;
 pub mod sqlite;
+pub mod transfer;
 
 pub use open::{StoreLocation, open};
+pub use transfer::{EpisodeVector, RestoredFeature, TransferStore};
 
 use std::time::Duration;
 
@@ -254,6 +256,7 @@ pub trait Store:
     + KeyStore
     + StatsStore
     + SemanticStore
+    + TransferStore
     + StoreLifecycle
 {
 }
@@ -266,6 +269,7 @@ impl<T> Store for T where
         + KeyStore
         + StatsStore
         + SemanticStore
+        + TransferStore
         + StoreLifecycle
 {
 }

@@ -16,6 +16,7 @@ mod semantic_queue;
 mod semantic_sets;
 mod semantic_summaries;
 mod stats;
+mod transfer;
 mod vectors;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,196 @@
+//! Moving data between stores (`memmachine export` / `memmachine import`): a store's
+//! projects, episodes, vectors and semantic rows as JSON Lines (`format`), written
+//! (`export`) and read back into any backend (`import`) through the store traits only.
+//! API keys are never exported.
+
+pub mod export;
+pub mod format;
+pub mod import;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub use export::{ExportOptions, export};
+pub use format::Line;
+pub use import::{ImportOptions, import};
+
+use crate::error::{Error, Result};
+use crate::store::{Store, StoreLocation};
+
+/// Progress is reported every this many rows.
+pub const PROGRESS_EVERY: u64 = 10_000;
+
+/// Rows written or read, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub projects: u64,
+    pub episodes: u64,
+    pub vectors: u64,
+    pub summaries: u64,
+    pub set_types: u64,
+    pub sets: u64,
+    pub categories: u64,
+    pub tags: u64,
+    pub disabled_categories: u64,
+    pub features: u64,
+    pub feature_vectors: u64,
+}
+
+impl Counts {
+    pub fn count(&mut self, line: &Line) {
+        let n = match line {
+            Line::Format(_) => return,
+            Line::Project(_) => &mut self.projects,
+            Line::Episode(_) => &mut self.episodes,
+            Line::Vector(_) => &mut self.vectors,
+            Line::Summary(_) => &mut self.summaries,
+            Line::SetType(_) => &mut self.set_types,
+            Line::Set(_) => &mut self.sets,
+            Line::Category(_) => &mut self.categories,
+            Line::Tag(_) => &mut self.tags,
+            Line::DisabledCategory(_) => &mut self.disabled_categories,
+            Line::Feature(_) => &mut self.features,
+            Line::FeatureVector(_) => &mut self.feature_vectors,
+        };
+        *n += 1;
+    }
+
+    /// Every row counted.
+    pub fn rows(&self) -> u64 {
+        self.projects
+            + self.episodes
+            + self.vectors
+            + self.summaries
+            + self.set_types
+            + self.sets
+            + self.categories
+            + self.tags
+            + self.disabled_categories
+            + self.features
+            + self.feature_vectors
+    }
+}
+
+impl std::fmt::Display for Counts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} rows: {} projects, {} episodes, {} vectors, {} summaries, {} set types, \
+             {} sets, {} categories, {} tags, {} disabled categories, {} features, \
+             {} feature vectors",
+            self.rows(),
+            self.projects,
+            self.episodes,
+            self.vectors,
+            self.summaries,
+            self.set_types,
+            self.sets,
+            self.categories,
+            self.tags,
+            self.disabled_categories,
+            self.features,
+            self.feature_vectors
+        )
+    }
+}
+
+async fn closing<T>(store: std::sync::Arc<dyn Store>, result: Result<T>) -> Result<T> {
+    let closed = store.close().await;
+    let value = result?;
+    closed?;
+    Ok(value)
+}
+
+fn io_error(what: &str, path: &Path, err: std::io::Error) -> Error {
+    Error::Unavailable(format!("{what} {}: {err}", path.display()))
+}
+
+/// `memmachine export`: the store at `location` to `output` (`-`: standard output;
+/// a file is written whole or not at all), with progress on standard error.
+pub async fn export_to(
+    location: &StoreLocation,
+    options: &ExportOptions,
+    output: &str,
+) -> Result<Counts> {
+    let store = crate::store::open(location, false).await?;
+    let mut progress = |counts: &Counts| eprintln!("exported {counts}");
+    let result = if output == "-" {
+        let mut out = std::io::BufWriter::new(std::io::stdout());
+        export(store.as_ref(), options, &mut out, &mut progress).await
+    } else {
+        let path = PathBuf::from(output);
+        let partial = PathBuf::from(format!("{output}.partial"));
+        let written = async {
+            let file = std::fs::File::create(&partial)
+                .map_err(|err| io_error("cannot create", &partial, err))?;
+            let mut out = std::io::BufWriter::new(file);
+            let counts = export(store.as_ref(), options, &mut out, &mut progress).await?;
+            out.into_inner()
+                .map_err(|err| io_error("cannot write", &partial, err.into_error()))?
+                .sync_all()
+                .map_err(|err| io_error("cannot write", &partial, err))?;
+            std::fs::rename(&partial, &path)
+                .map_err(|err| io_error("cannot rename to", &path, err))?;
+            Ok(counts)
+        }
+        .await;
+        if written.is_err() {
+            let _ = std::fs::remove_file(&partial);
+        }
+        written
+    };
+    closing(store, result).await
+}
+
+/// A copy of standard input in a file of its own (import reads its input twice),
+/// removed when dropped.
+struct Spooled(PathBuf);
+
+impl Spooled {
+    fn stdin() -> Result<Spooled> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let path = std::env::temp_dir().join(format!(
+            "memmachine-import-{}-{nanos}.jsonl",
+            std::process::id()
+        ));
+        let spooled = Spooled(path);
+        let mut file = std::fs::File::create(&spooled.0)
+            .map_err(|err| io_error("cannot create", &spooled.0, err))?;
+        std::io::copy(&mut std::io::stdin().lock(), &mut file)
+            .and_then(|_| file.flush())
+            .map_err(|err| io_error("cannot copy standard input to", &spooled.0, err))?;
+        Ok(spooled)
+    }
+}
+
+impl Drop for Spooled {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// `memmachine import`: `input` (`-`: standard input) into the store at `location`
+/// (created when there is none), with progress on standard error.
+pub async fn import_from(
+    location: &StoreLocation,
+    input: &str,
+    options: &ImportOptions,
+) -> Result<Counts> {
+    let spooled = if input == "-" {
+        Some(Spooled::stdin()?)
+    } else {
+        None
+    };
+    let path = spooled
+        .as_ref()
+        .map_or_else(|| PathBuf::from(input), |s| s.0.clone());
+    if !path.is_file() {
+        return Err(Error::NotFound(format!("no file {}", path.display())));
+    }
+    let store = crate::store::open(location, true).await?;
+    let mut progress = |counts: &Counts| eprintln!("imported {counts}");
+    let result = import(store.as_ref(), &path, options, &mut progress).await;
+    closing(store, result).await
+}

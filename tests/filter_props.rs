@@ -1,10 +1,13 @@
 //! Property tests: the filter parser never panics, reports positions inside the input,
-//! and every filter it accepts runs against the store without an internal error.
+//! every filter it accepts runs against the store (SQL) and the in-memory index without
+//! an internal error, and both select the same episodes.
 
 use std::sync::Arc;
 
-use memmachine::model::filter::parse;
+use memmachine::model::filter::{Expr, parse};
 use memmachine::model::{NewEpisode, ProjectConfig, ProjectKey};
+use memmachine::retrieval::index_cache::IndexCache;
+use memmachine::retrieval::tokenize::query_terms;
 use memmachine::store::Store;
 use proptest::prelude::*;
 
@@ -170,26 +173,41 @@ fn varied_episodes() -> Vec<NewEpisode> {
         .collect()
 }
 
-/// The SQL the store runs and the in-memory evaluation search uses agree on every
-/// filter: the same episodes pass both.
+/// The handles the project's in-memory index (kept by an `IndexCache` over `store`, as
+/// the server keeps it) ranks first for "talking", filtered by `filter`.
+fn ranked(
+    runtime: &tokio::runtime::Runtime,
+    cache: &IndexCache,
+    key: &ProjectKey,
+    filter: Option<&Expr>,
+    limit: usize,
+) -> memmachine::error::Result<Vec<i64>> {
+    let (terms, filter) = (query_terms("talking"), filter.cloned());
+    let hits = runtime.block_on(cache.read(key, None, move |index| {
+        index.lexical(&terms, filter.as_ref(), limit)
+    }))?;
+    Ok(hits.into_iter().map(|(handle, _)| handle).collect())
+}
+
+/// The SQL the store runs (`list_episodes`) and the in-memory evaluation the index
+/// applies agree on every filter: the same episodes pass both.
 #[test]
 fn sql_and_in_memory_filters_agree() {
     use memmachine::model::filter_eval::matches;
     use memmachine::retrieval::episode_fields::EpisodeFields;
 
-    let dir = tempfile::tempdir().unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let store: Arc<dyn Store> =
-        Arc::new(memmachine::store::sqlite::SqliteStore::open(dir.path()).unwrap());
-    let key = ProjectKey::parse("props", "agree").unwrap();
-    let all = runtime.block_on(async {
-        store
-            .create_project(&key, "", &ProjectConfig::default())
-            .await
-            .unwrap();
-        store.add_episodes(&key, varied_episodes()).await.unwrap();
-        store.list_episodes(&key, None, 0, 1000).await.unwrap()
-    });
+    let (store, key, _dir, runtime) = seeded_store("agree", varied_episodes());
+    let cache = IndexCache::new(store.clone(), 64 << 20);
+    let all = runtime
+        .block_on(store.list_episodes(&key, None, 0, 1000))
+        .unwrap();
+    let uids: Vec<uuid::Uuid> = all.iter().map(|e| e.uid).collect();
+    let handles: Vec<i64> = runtime
+        .block_on(store.episode_handles(&key, &uids))
+        .unwrap()
+        .into_iter()
+        .map(|h| h.expect("stored"))
+        .collect();
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(2000));
     let distinct = std::cell::RefCell::new(std::collections::HashSet::new());
     runner
@@ -210,14 +228,20 @@ fn sql_and_in_memory_filters_agree() {
                 .collect();
             prop_assert_eq!(&by_sql, &in_memory, "filter {:?}", input);
             distinct.borrow_mut().insert(by_sql.len());
-            let mut searched: Vec<uuid::Uuid> = runtime
-                .block_on(store.search_lexical(&key, "talking", Some(&filter), 1000))
+            // The index, loaded from the store, filters before ranking: every episode
+            // says "talking", so exactly those passing the filter are ranked.
+            let mut indexed: Vec<uuid::Uuid> = ranked(&runtime, &cache, &key, Some(&filter), 1000)
                 .unwrap()
                 .into_iter()
-                .map(|hit| hit.episode.uid)
+                .map(|h| {
+                    uids[handles
+                        .iter()
+                        .position(|x| *x == h)
+                        .expect("a handle of the project")]
+                })
                 .collect();
-            searched.sort_by_key(|uid| in_memory.iter().position(|u| u == uid));
-            prop_assert_eq!(&searched, &in_memory, "search with filter {:?}", input);
+            indexed.sort_by_key(|uid| in_memory.iter().position(|u| u == uid));
+            prop_assert_eq!(&indexed, &in_memory, "index with filter {:?}", input);
             let recent: Vec<uuid::Uuid> = runtime
                 .block_on(store.recent_episodes(&key, Some(&filter), 5))
                 .unwrap()
@@ -236,7 +260,11 @@ fn sql_and_in_memory_filters_agree() {
     );
 }
 
-fn seeded_store() -> (
+/// A store holding one project with these episodes.
+fn seeded_store(
+    name: &str,
+    episodes: Vec<NewEpisode>,
+) -> (
     Arc<dyn Store>,
     ProjectKey,
     tempfile::TempDir,
@@ -246,35 +274,39 @@ fn seeded_store() -> (
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let store: Arc<dyn Store> =
         Arc::new(memmachine::store::sqlite::SqliteStore::open(dir.path()).unwrap());
-    let key = ProjectKey::parse("props", "filters").unwrap();
+    let key = ProjectKey::parse("props", name).unwrap();
     runtime.block_on(async {
         store
             .create_project(&key, "", &ProjectConfig::default())
             .await
             .unwrap();
-        let episodes = ["food", "travel", "42"]
-            .iter()
-            .enumerate()
-            .map(|(i, topic)| NewEpisode {
-                uid: uuid::Uuid::new_v4(),
-                content: format!("talking about {topic}"),
-                producer_id: "alice".into(),
-                producer_role: String::new(),
-                produced_for_id: String::new(),
-                episode_type: "message".into(),
-                content_type: "string".into(),
-                created_at_micros: i as i64 * 1_000_000,
-                metadata: [("topic".to_string(), topic.to_string())].into(),
-            })
-            .collect();
-        store.add_episodes(&key, episodes).await.unwrap();
+        store.add_episodes(&key, episodes, None).await.unwrap();
     });
     (store, key, dir, runtime)
 }
 
+fn topical_episodes() -> Vec<NewEpisode> {
+    ["food", "travel", "42"]
+        .iter()
+        .enumerate()
+        .map(|(i, topic)| NewEpisode {
+            uid: uuid::Uuid::new_v4(),
+            content: format!("talking about {topic}"),
+            producer_id: "alice".into(),
+            producer_role: String::new(),
+            produced_for_id: String::new(),
+            episode_type: "message".into(),
+            content_type: "string".into(),
+            created_at_micros: i as i64 * 1_000_000,
+            metadata: [("topic".to_string(), topic.to_string())].into(),
+        })
+        .collect()
+}
+
 #[test]
 fn every_accepted_filter_runs_against_the_store() {
-    let (store, key, _dir, runtime) = seeded_store();
+    let (store, key, _dir, runtime) = seeded_store("filters", topical_episodes());
+    let cache = IndexCache::new(store.clone(), 64 << 20);
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(3000));
     let accepted = std::cell::Cell::new(0);
     runner
@@ -283,9 +315,14 @@ fn every_accepted_filter_runs_against_the_store() {
                 accepted.set(accepted.get() + 1);
                 let listed = runtime.block_on(store.list_episodes(&key, filter.as_ref(), 0, 10));
                 prop_assert!(listed.is_ok(), "filter {input:?}: {listed:?}");
-                let searched =
-                    runtime.block_on(store.search_lexical(&key, "talking", filter.as_ref(), 10));
-                prop_assert!(searched.is_ok(), "filter {input:?}: {searched:?}");
+                let indexed = ranked(&runtime, &cache, &key, filter.as_ref(), 10);
+                prop_assert!(indexed.is_ok(), "filter {input:?}: {indexed:?}");
+                prop_assert_eq!(
+                    indexed.unwrap().len(),
+                    listed.unwrap().len(),
+                    "filter {:?}: the index and the store disagree",
+                    input
+                );
             }
             Ok(())
         })

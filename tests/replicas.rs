@@ -150,7 +150,6 @@ async fn writes_through_one_are_served_by_the_other(shared: Shared) {
             org_id: "acme".into(),
             project_id: "notes".into(),
             episode_ids: uids,
-            ..Default::default()
         })
         .await
         .unwrap();

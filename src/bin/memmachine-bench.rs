@@ -84,6 +84,20 @@ struct Args {
     /// Server executable [default: `memmachine` next to this executable]
     #[arg(long)]
     server: Option<PathBuf>,
+    /// The server's `--store` (e.g. postgres://postgres@127.0.0.1:5432/bench); the
+    /// project is deleted and made again for each size [default: SQLite in a fresh
+    /// data dir]
+    #[arg(long)]
+    store: Option<String>,
+    /// After the searches, start a second server over the same store and measure how
+    /// soon it serves what the first acknowledges (catch-up), and what loading the
+    /// project's index costs it (time, memory)
+    #[arg(long)]
+    replica: bool,
+    /// Writes (each followed by searches on the replica until it is found) in the
+    /// catch-up measurement
+    #[arg(long, default_value_t = 200)]
+    catch_up_rounds: usize,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -275,6 +289,7 @@ struct SizeResult {
     search: SearchResult,
     filtered: SearchResult,
     db_bytes: u64,
+    replica: Option<ReplicaResult>,
 }
 
 /// Sends the API key, if there is one, with every call.
@@ -444,6 +459,9 @@ async fn run_size(
     if args.auth {
         extra_args.push("--auth".into());
     }
+    if let Some(store) = &args.store {
+        extra_args.extend(["--store".to_string(), store.clone()]);
+    }
     let server = Server::start(
         executable,
         &format!("memmachine-bench-{size}"),
@@ -467,8 +485,20 @@ async fn run_size(
     } else {
         ApiKey(None)
     };
-    let channel = InterceptedService::new(channel, key);
+    let channel = InterceptedService::new(channel, key.clone());
     let mut projects = ProjectServiceClient::new(channel.clone());
+    // A shared store may hold an earlier run's project.
+    match projects
+        .delete_project(pb::DeleteProjectRequest {
+            org_id: ORG.into(),
+            project_id: PROJECT.into(),
+        })
+        .await
+    {
+        Ok(_) => eprintln!("   deleted an earlier run's project"),
+        Err(status) if status.code() == tonic::Code::NotFound => {}
+        Err(err) => return Err(server.error("DeleteProject failed", err)),
+    }
     projects
         .create_project(pb::CreateProjectRequest {
             org_id: ORG.into(),
@@ -514,12 +544,30 @@ async fn run_size(
         unfiltered.calls.percentile(50.0),
         unfiltered.calls.percentile(99.0)
     );
-    let filtered = search(channel, &corpus.questions, args, filter, &server).await?;
+    let filtered = search(channel.clone(), &corpus.questions, args, filter, &server).await?;
     eprintln!(
         "   filtered search: p50 {:.2} ms p99 {:.2} ms",
         filtered.calls.percentile(50.0),
         filtered.calls.percentile(99.0)
     );
+    let replica = if args.replica {
+        let replica = Server::start(
+            executable,
+            "memmachine-bench-replica",
+            Some(&server.data_dir),
+            &extra_args,
+            STARTUP_TIMEOUT,
+        )?;
+        let replica_channel = Endpoint::from_shared(format!("http://{}", replica.addr))?
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .map_err(|err| replica.error("cannot connect", err))?;
+        let replica_channel = InterceptedService::new(replica_channel, key.clone());
+        Some(measure_replica(args, channel, replica_channel, &replica).await?)
+    } else {
+        None
+    };
     drop(server);
     Ok(SizeResult {
         size,
@@ -527,8 +575,105 @@ async fn run_size(
         search: unfiltered,
         filtered,
         db_bytes,
+        replica,
     })
 }
+
+/// What a second replica costs and how soon it sees the first's writes.
+struct ReplicaResult {
+    /// The first search, which loads the project's index from the store.
+    cold_search: Duration,
+    /// Resident memory the loaded index added, and the server's own estimate of it.
+    rss_added: Option<u64>,
+    index_estimate: u64,
+    /// From a write's acknowledgement by the first server to the first search of the
+    /// replica that finds it.
+    catch_up: Latencies,
+}
+
+async fn measure_replica(
+    args: &Args,
+    primary: Link,
+    replica: Link,
+    server: &Server,
+) -> Result<ReplicaResult> {
+    let mut primary_memories = MemoryServiceClient::new(primary);
+    let mut memories = MemoryServiceClient::new(replica);
+    let search = |query: String| pb::SearchMemoriesRequest {
+        org_id: ORG.into(),
+        project_id: PROJECT.into(),
+        query,
+        top_k: Some(args.top_k),
+        ..Default::default()
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_before = server.rss_bytes();
+    let started = Instant::now();
+    memories
+        .search_memories(search("what did they talk about".into()))
+        .await
+        .map_err(|err| server.error("replica search failed", err))?;
+    let cold_search = started.elapsed();
+    let rss_added = rss_before
+        .zip(server.rss_bytes())
+        .map(|(before, after)| after.saturating_sub(before));
+    let mut catch_up = Vec::with_capacity(args.catch_up_rounds);
+    for round in 0..args.catch_up_rounds {
+        let token = format!("replicatoken{round}x");
+        primary_memories
+            .add_memories(pb::AddMemoriesRequest {
+                org_id: ORG.into(),
+                project_id: PROJECT.into(),
+                messages: vec![pb::MemoryMessage {
+                    content: format!("a note carrying {token}"),
+                    producer: "bench".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+            .await?;
+        let acknowledged = Instant::now();
+        loop {
+            let found = memories
+                .search_memories(search(token.clone()))
+                .await?
+                .into_inner()
+                .episodic_memory
+                .is_some_and(|m| {
+                    m.long_term_memory.iter().any(|hit| {
+                        hit.episode
+                            .as_ref()
+                            .is_some_and(|e| e.content.contains(&token))
+                    })
+                });
+            if found {
+                break;
+            }
+            if acknowledged.elapsed() > Duration::from_secs(10) {
+                return Err(format!("the replica did not find write {round} within 10 s").into());
+            }
+        }
+        catch_up.push(acknowledged.elapsed());
+    }
+    let catch_up = Latencies::new(catch_up);
+    eprintln!(
+        "   replica: cold search {:.1} ms, index {:.1} MiB RSS ({:.1} MiB estimated), \
+         catch-up p50 {:.2} ms p99 {:.2} ms",
+        cold_search.as_secs_f64() * 1e3,
+        rss_added.unwrap_or(0) as f64 / MIB,
+        server.index_bytes() as f64 / MIB,
+        catch_up.percentile(50.0),
+        catch_up.percentile(99.0)
+    );
+    Ok(ReplicaResult {
+        cold_search,
+        rss_added,
+        index_estimate: server.index_bytes(),
+        catch_up,
+    })
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
 
 fn print_report(args: &Args, corpus: &Corpus, filter: &str, results: &[SizeResult]) {
     println!();
@@ -590,6 +735,21 @@ fn print_report(args: &Args, corpus: &Corpus, filter: &str, results: &[SizeResul
             opt_secs(i.client_cpu),
             r.db_bytes as f64 / (1024.0 * 1024.0)
         );
+        if let Some(replica) = &r.replica {
+            println!(
+                "  {}: replica: first search (loads the index) {:.1} ms; index {:.1} MiB \
+                 resident ({:.1} MiB estimated); catch-up p50 {:.2} ms, p99 {:.2} ms, max \
+                 {:.2} ms over {} writes",
+                r.size,
+                replica.cold_search.as_secs_f64() * 1e3,
+                replica.rss_added.unwrap_or(0) as f64 / MIB,
+                replica.index_estimate as f64 / MIB,
+                replica.catch_up.percentile(50.0),
+                replica.catch_up.percentile(99.0),
+                replica.catch_up.max(),
+                replica.catch_up.len()
+            );
+        }
         for (name, s) in [("search", &r.search), ("filtered", &r.filtered)] {
             println!(
                 "  {}: {name:>8} {} calls in {:.2} s, max {:.2} ms, {:.1} hits/query, {} empty; \

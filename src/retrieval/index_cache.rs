@@ -224,9 +224,14 @@ impl IndexCache {
         if latest.project == head.project {
             self.catch_up(&mut loaded, latest.change).await?;
         }
+        let (episodes, bytes) = {
+            let index = loaded.index.read().expect("index lock");
+            (index.len(), index.estimated_bytes())
+        };
         tracing::info!(
             project = %key,
-            episodes = loaded.index.read().expect("index lock").len(),
+            episodes,
+            bytes,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "project index loaded"
         );

@@ -21,6 +21,8 @@ pub struct Server {
     kept: bool,
     /// Episodes the server has reported embedded ("embedding queue drained").
     embedded: Arc<AtomicU64>,
+    /// Estimated bytes of the last project index it loaded ("project index loaded").
+    index_bytes: Arc<AtomicU64>,
 }
 
 impl Server {
@@ -65,12 +67,17 @@ impl Server {
         let stderr = child.stderr.take().expect("stderr is piped");
         let log_tail = Arc::new(Mutex::new(Vec::new()));
         let embedded = Arc::new(AtomicU64::new(0));
+        let index_bytes = Arc::new(AtomicU64::new(0));
         let (found, addr_rx) = mpsc::channel();
         {
-            let (log_tail, embedded) = (log_tail.clone(), embedded.clone());
+            let counters = Counters {
+                embedded: embedded.clone(),
+                index_bytes: index_bytes.clone(),
+            };
+            let log_tail = log_tail.clone();
             std::thread::Builder::new()
                 .name("server-stderr".into())
-                .spawn(move || drain_stderr(stderr, found, log_tail, embedded))?;
+                .spawn(move || drain_stderr(stderr, found, log_tail, counters))?;
         }
         let mut server = Server {
             child,
@@ -79,6 +86,7 @@ impl Server {
             kept: keep.is_some(),
             log_tail,
             embedded,
+            index_bytes,
         };
         match addr_rx.recv_timeout(startup) {
             Ok(addr) => server.addr = addr,
@@ -96,6 +104,19 @@ impl Server {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The process's resident memory now (Linux).
+    pub fn rss_bytes(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    }
+
+    /// The estimated size of the last project index the server reported loading.
+    pub fn index_bytes(&self) -> u64 {
+        self.index_bytes.load(Ordering::Relaxed)
     }
 
     /// Waits until the server has reported `expected` episodes embedded, at most
@@ -155,13 +176,19 @@ impl Drop for Server {
     }
 }
 
+/// What the server's log tells the bench.
+struct Counters {
+    embedded: Arc<AtomicU64>,
+    index_bytes: Arc<AtomicU64>,
+}
+
 /// Reads the server's stderr to the end: sends the listening address once it serves,
 /// counts embedded episodes, keeps the last lines, and echoes warnings and errors.
 fn drain_stderr(
     stderr: std::process::ChildStderr,
     found: mpsc::Sender<SocketAddr>,
     tail: Arc<Mutex<Vec<String>>>,
-    embedded: Arc<AtomicU64>,
+    counters: Counters,
 ) {
     let mut found = Some(found);
     let mut listening = None;
@@ -180,7 +207,12 @@ fn drain_stderr(
         if line.contains("embedding queue drained")
             && let Some(n) = parse_field(&line, "embedded").and_then(|n| n.parse::<u64>().ok())
         {
-            embedded.fetch_add(n, Ordering::Relaxed);
+            counters.embedded.fetch_add(n, Ordering::Relaxed);
+        }
+        if line.contains("project index loaded")
+            && let Some(n) = parse_field(&line, "bytes").and_then(|n| n.parse::<u64>().ok())
+        {
+            counters.index_bytes.store(n, Ordering::Relaxed);
         }
         if line.contains(" WARN ") || line.contains(" ERROR ") {
             eprintln!("[server] {line}");

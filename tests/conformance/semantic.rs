@@ -1,24 +1,26 @@
-//! The conformance suite of `SemanticStore`, written against the trait.
-//! `semantic_conformance!(module, async { make a fresh Arc<dyn Store> })` instantiates it
-//! for a backend.
+//! `SemanticStore` (the semantic memory's rows). Its queues and claims are
+//! database-wide (`claim_batch`, `claim_feature_embeddings`, the stats' queue figures,
+//! `projects_changed`): each test needs a database of its own, and names its orgs,
+//! sets and tags uniquely all the same.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use memmachine::error::Error;
-use memmachine::model::{NewEpisode, ProjectConfig, ProjectKey};
+use memmachine::model::{NewEpisode, ProjectKey};
 use memmachine::semantic::features::{category_key, new_feature};
 use memmachine::semantic::model::{
     Batch, CategoryOwner, ClaimRule, FeatureOp, FeatureUpdate, NewCategory, NewFeature, NewSet,
-    NewSetType, SetConfig, SetKind, SetRow, Summary,
+    NewSetType, PendingFeatureEmbedding, SetConfig, SetKind, SetRow, Summary,
 };
 use memmachine::semantic::sets::{org_set, project_set, user_set};
 use memmachine::semantic::store::Routing;
 use memmachine::store::Store;
 
-fn key(org: &str, project: &str) -> ProjectKey {
-    ProjectKey::parse(org, project).unwrap()
-}
+use crate::support::{
+    LONG, PAST_SHORT, SHORT, TestEmbedder, key, org, project_in as project, unique,
+};
 
 fn episode(content: &str) -> NewEpisode {
     NewEpisode {
@@ -34,13 +36,13 @@ fn episode(content: &str) -> NewEpisode {
     }
 }
 
-async fn project(store: &Arc<dyn Store>, org: &str, name: &str) -> ProjectKey {
-    let k = key(org, name);
-    store
-        .create_project(&k, "", &ProjectConfig::default())
-        .await
-        .unwrap();
-    k
+/// The features waiting for a vector, oldest first, claimed and at once released (a
+/// look that leaves the queue as it was).
+async fn pending_features(store: &Arc<dyn Store>, limit: usize) -> Vec<PendingFeatureEmbedding> {
+    let pending = store.claim_feature_embeddings(limit, LONG).await.unwrap();
+    let ids = pending.iter().map(|p| p.feature).collect();
+    store.release_feature_embeddings(ids).await.unwrap();
+    pending
 }
 
 fn now() -> i64 {
@@ -80,7 +82,7 @@ async fn add_routed(
         })
         .collect();
     store
-        .add_episodes_routed(k, episodes, routing)
+        .add_episodes_routed(k, episodes, routing, None)
         .await
         .unwrap();
     uids
@@ -114,8 +116,10 @@ fn values(features: &[memmachine::semantic::model::Feature]) -> Vec<&str> {
 }
 
 pub async fn routed_episodes_are_stored_queued_and_claimed_by_count(store: Arc<dyn Store>) {
-    let k = project(&store, "o", "p").await;
+    let o = org();
+    let k = project(&store, &o, "p").await;
     let (pset, uset) = (project_set(&k), user_set(&k, "alice"));
+    let embedder = TestEmbedder::new(8);
     let seqs = store
         .add_episodes_routed(
             &k,
@@ -130,14 +134,28 @@ pub async fn routed_episodes_are_stored_queued_and_claimed_by_count(store: Arc<d
                     episodes: vec![1],
                 },
             ],
+            Some(embedder.id()),
         )
         .await
         .unwrap();
     assert_eq!(seqs, [1, 2, 3]);
     assert_eq!(store.count_episodes(&k).await.unwrap(), 3);
-    // Stored as add_episodes stores them: searchable at once.
-    let hits = store.search_lexical(&k, "banana", None, 10).await.unwrap();
-    assert_eq!(hits[0].episode.content, "banana");
+    // Stored as add_episodes stores them: logged in the change feed (what indexes
+    // read) and queued for a vector from the embedder.
+    let head = store.feed_head(&k).await.unwrap();
+    assert_eq!(head.change, 3);
+    let logged = store
+        .changes_since(head.project, 0, None, 10)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(logged.changes.len(), 3);
+    let waiting = store
+        .claim_embeddings(embedder.id(), 10, LONG)
+        .await
+        .unwrap();
+    let waiting: Vec<&str> = waiting.iter().map(|p| p.content.as_str()).collect();
+    assert_eq!(waiting, ["apple", "banana", "cherry"]);
     assert_eq!(queued(&store).await, (4, 0));
     let listed: Vec<String> = store
         .list_sets(&k)
@@ -171,7 +189,7 @@ pub async fn routed_episodes_are_stored_queued_and_claimed_by_count(store: Arc<d
     assert_eq!(user.messages.len(), 1);
     assert_eq!(user.messages[0].1.content, "banana");
     // A batch is at most max_batch messages, oldest first.
-    let k2 = project(&store, "o", "q").await;
+    let k2 = project(&store, &o, "q").await;
     add_routed(&store, &k2, &["a", "b", "c"], &[&project_set(&k2)]).await;
     let rule = ClaimRule {
         max_batch: 2,
@@ -187,7 +205,8 @@ pub async fn routed_episodes_are_stored_queued_and_claimed_by_count(store: Arc<d
 }
 
 pub async fn an_old_enough_message_makes_a_set_ready(store: Arc<dyn Store>) {
-    let k = project(&store, "o", "p").await;
+    let o = org();
+    let k = project(&store, &o, "p").await;
     add_routed(&store, &k, &["only"], &[&project_set(&k)]).await;
     let rule = |now_micros, max_age_micros| ClaimRule {
         min_messages: 10,
@@ -214,7 +233,8 @@ pub async fn an_old_enough_message_makes_a_set_ready(store: Arc<dyn Store>) {
 }
 
 pub async fn a_lease_holds_until_it_expires_and_only_its_holder_applies(store: Arc<dyn Store>) {
-    let k = project(&store, "o", "p").await;
+    let o = org();
+    let k = project(&store, &o, "p").await;
     let set = project_set(&k);
     add_routed(&store, &k, &["m1", "m2"], &[&set]).await;
     let rule = |now_micros| ClaimRule {
@@ -302,7 +322,8 @@ pub async fn a_lease_holds_until_it_expires_and_only_its_holder_applies(store: A
 }
 
 pub async fn released_batches_wait_and_failed_ones_stop(store: Arc<dyn Store>) {
-    let k = project(&store, "o", "p").await;
+    let o = org();
+    let k = project(&store, &o, "p").await;
     add_routed(&store, &k, &["m1", "m2"], &[&project_set(&k)]).await;
     let t = now();
     let batch = store.claim_batch(by_count(1, t)).await.unwrap().unwrap();
@@ -334,7 +355,8 @@ pub async fn released_batches_wait_and_failed_ones_stop(store: Arc<dyn Store>) {
 }
 
 pub async fn the_same_fact_again_cites_instead_of_copying(store: Arc<dyn Store>) {
-    let k = project(&store, "o", "p").await;
+    let o = org();
+    let k = project(&store, &o, "p").await;
     let set = project_set(&k);
     let uids = add_routed(&store, &k, &["I love pizza", "pizza again"], &[&set]).await;
     let batch = claim_any(&store).await;
@@ -374,7 +396,8 @@ pub async fn the_same_fact_again_cites_instead_of_copying(store: Arc<dyn Store>)
 }
 
 pub async fn updates_set_values_and_deletes_remove_by_key(store: Arc<dyn Store>) {
-    let k = project(&store, "o", "p").await;
+    let o = org();
+    let k = project(&store, &o, "p").await;
     let set = project_set(&k);
     let uids = add_routed(&store, &k, &["a", "b"], &[&set]).await;
     let row = set_row(&store, &set).await;
@@ -432,7 +455,8 @@ pub async fn updates_set_values_and_deletes_remove_by_key(store: Arc<dyn Store>)
 }
 
 pub async fn manual_feature_changes(store: Arc<dyn Store>) {
-    let k = project(&store, "o", "p").await;
+    let o = org();
+    let k = project(&store, &o, "p").await;
     let row = store.ensure_sets(&k, vec![project_set(&k)]).await.unwrap()[0].clone();
     let a = store
         .add_feature(row.internal_id, fact("t", "a", "1"), vec![], None)
@@ -471,7 +495,7 @@ pub async fn manual_feature_changes(store: Arc<dyn Store>) {
         Err(Error::NotFound(_))
     ));
     let by_ids = store
-        .features(vec![b.internal_id, 999_999, a.internal_id])
+        .features(vec![b.internal_id, i64::MAX, a.internal_id])
         .await
         .unwrap();
     let ids: Vec<&str> = by_ids.iter().map(|f| f.id.as_str()).collect();
@@ -483,7 +507,7 @@ pub async fn manual_feature_changes(store: Arc<dyn Store>) {
     assert_eq!(values(&page), ["2"]);
     assert_eq!(
         store
-            .delete_features(vec![a.internal_id, 999_999])
+            .delete_features(vec![a.internal_id, i64::MAX])
             .await
             .unwrap(),
         1
@@ -498,7 +522,8 @@ pub async fn manual_feature_changes(store: Arc<dyn Store>) {
 }
 
 pub async fn category_features_match_the_category_key_exactly(store: Arc<dyn Store>) {
-    let k = project(&store, "o", "p").await;
+    let o = org();
+    let k = project(&store, &o, "p").await;
     let row = store.ensure_sets(&k, vec![project_set(&k)]).await.unwrap()[0].clone();
     for category in ["Food", "food court", "foodie", "Fo", "drinks"] {
         let feature = new_feature(category, "", "t", "f", category, serde_json::json!({}));
@@ -532,7 +557,8 @@ pub async fn category_features_match_the_category_key_exactly(store: Arc<dyn Sto
 }
 
 pub async fn deleting_an_episode_drops_its_citations_and_keeps_the_feature(store: Arc<dyn Store>) {
-    let k = project(&store, "o", "p").await;
+    let o = org();
+    let k = project(&store, &o, "p").await;
     let set = project_set(&k);
     let uids = add_routed(&store, &k, &["a", "b"], &[&set]).await;
     let batch = claim_any(&store).await;
@@ -568,8 +594,9 @@ pub async fn deleting_an_episode_drops_its_citations_and_keeps_the_feature(store
 pub async fn deleting_a_project_keeps_only_org_level_sets_and_others_citations(
     store: Arc<dyn Store>,
 ) {
-    let a = project(&store, "o", "a").await;
-    let b = project(&store, "o", "b").await;
+    let o = org();
+    let a = project(&store, &o, "a").await;
+    let b = project(&store, &o, "b").await;
     let org = org_set(&a);
     assert_eq!(org.set_id, org_set(&b).set_id, "one org set");
     let a_uids = add_routed(&store, &a, &["a1"], &[&org, &project_set(&a)]).await;
@@ -578,7 +605,7 @@ pub async fn deleting_a_project_keeps_only_org_level_sets_and_others_citations(
     let b_cited = store.resolve_episodes(&b, b_uids.clone()).await.unwrap();
     let org_row = set_row(&store, &org).await;
     assert_eq!(org_row.project, None);
-    assert_eq!(org_row.org_id, "o");
+    assert_eq!(org_row.org_id, o);
     let a_row = set_row(&store, &project_set(&a)).await;
     assert!(a_row.project.is_some());
     let shared = store
@@ -612,7 +639,7 @@ pub async fn deleting_a_project_keeps_only_org_level_sets_and_others_citations(
         .await
         .unwrap();
     assert_eq!(queued(&store).await, (3, 0));
-    let version = store.semantic_version("o").await.unwrap();
+    let version = store.semantic_version(&o).await.unwrap();
 
     assert!(store.delete_project(&a).await.unwrap());
     assert!(
@@ -631,13 +658,7 @@ pub async fn deleting_a_project_keeps_only_org_level_sets_and_others_citations(
             .unwrap()
             .is_empty()
     );
-    assert!(
-        store
-            .pending_feature_embeddings(10)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(pending_features(&store, 10).await.is_empty());
     let kept = store.find_feature(&shared.id).await.unwrap().unwrap();
     assert_eq!(kept.citations, b_uids, "only the other project's citations");
     assert_eq!(queued(&store).await, (1, 0), "b's message");
@@ -649,9 +670,9 @@ pub async fn deleting_a_project_keeps_only_org_level_sets_and_others_citations(
         .map(|s| s.set_id)
         .collect();
     assert_eq!(sets, [org.set_id.as_str()]);
-    assert!(store.semantic_version("o").await.unwrap() > version);
+    assert!(store.semantic_version(&o).await.unwrap() > version);
     // A new project of the same name starts without semantic memory.
-    let again = project(&store, "o", "a").await;
+    let again = project(&store, &o, "a").await;
     assert!(store.summary(&again).await.unwrap().is_none());
     let sets = store.list_sets(&again).await.unwrap();
     assert_eq!(sets.len(), 1);
@@ -677,7 +698,8 @@ fn summary(first_seq: i64, last_seq: i64, text: &str) -> Summary {
 }
 
 pub async fn consolidation_replaces_features_citing_the_union(store: Arc<dyn Store>) {
-    let k = project(&store, "o", "p").await;
+    let o = org();
+    let k = project(&store, &o, "p").await;
     let set = project_set(&k);
     let uids = add_routed(&store, &k, &["a", "b", "c"], &[&set]).await;
     let ids = store.resolve_episodes(&k, uids.clone()).await.unwrap();
@@ -695,7 +717,7 @@ pub async fn consolidation_replaces_features_citing_the_union(store: Arc<dyn Sto
     let x = add("x", vec![ids[0], ids[1]]).await;
     let y = add("y", vec![ids[1], ids[2]]).await;
     add("z", vec![ids[2]]).await;
-    let version = store.semantic_version("o").await.unwrap();
+    let version = store.semantic_version(&o).await.unwrap();
     store
         .consolidate(
             row.internal_id,
@@ -716,14 +738,15 @@ pub async fn consolidation_replaces_features_citing_the_union(store: Arc<dyn Sto
     );
     assert_eq!(features[0].citations, [uids[2]], "z untouched");
     assert!(store.find_feature(&x.id).await.unwrap().is_none());
-    assert!(store.semantic_version("o").await.unwrap() > version);
-    let pending = store.pending_feature_embeddings(10).await.unwrap();
+    assert!(store.semantic_version(&o).await.unwrap() > version);
+    let pending = pending_features(&store, 10).await;
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].feature, features[1].internal_id);
 }
 
 pub async fn summaries_compare_and_set_and_deleted_episodes_invalidate_them(store: Arc<dyn Store>) {
-    let k = project(&store, "o", "p").await;
+    let o = org();
+    let k = project(&store, &o, "p").await;
     let uids = add_routed(&store, &k, &["1", "2", "3", "4", "5"], &[]).await;
     assert!(store.summary(&k).await.unwrap().is_none());
     let (_, cursor) = store.projects_changed(0).await.unwrap();
@@ -805,33 +828,34 @@ pub async fn summaries_compare_and_set_and_deleted_episodes_invalidate_them(stor
             .unwrap()
     );
     // New episodes change their project.
-    let other = project(&store, "o", "other").await;
+    let other = project(&store, &o, "other").await;
     add_routed(&store, &other, &["x"], &[]).await;
     let (changed, newer) = store.projects_changed(next).await.unwrap();
     assert_eq!(changed, std::slice::from_ref(&other));
     assert!(newer > next);
     assert!(matches!(
-        store.summary(&key("o", "ghost")).await,
+        store.summary(&key(&o, "ghost")).await,
         Err(Error::NotFound(_))
     ));
 }
 
 /// The org's version, asserting it moved past `before`.
-async fn moved(store: &Arc<dyn Store>, before: i64, what: &str) -> i64 {
-    let now = store.semantic_version("o").await.unwrap();
+async fn moved(store: &Arc<dyn Store>, o: &str, before: i64, what: &str) -> i64 {
+    let now = store.semantic_version(o).await.unwrap();
     assert!(now > before, "{what} moves the version ({before} -> {now})");
     now
 }
 
 pub async fn the_semantic_version_moves_with_every_feature_change(store: Arc<dyn Store>) {
-    let k = project(&store, "o", "p").await;
-    project(&store, "elsewhere", "p").await;
-    assert_eq!(store.semantic_version("o").await.unwrap(), 0);
+    let (o, elsewhere) = (org(), org());
+    let k = project(&store, &o, "p").await;
+    project(&store, &elsewhere, "p").await;
+    assert_eq!(store.semantic_version(&o).await.unwrap(), 0);
     let set = project_set(&k);
     add_routed(&store, &k, &["a"], &[&set]).await;
     let row = set_row(&store, &set).await;
     assert_eq!(
-        store.semantic_version("o").await.unwrap(),
+        store.semantic_version(&o).await.unwrap(),
         0,
         "queueing messages changes no feature"
     );
@@ -839,7 +863,7 @@ pub async fn the_semantic_version_moves_with_every_feature_change(store: Arc<dyn
         .add_feature(row.internal_id, fact("t", "f", "1"), vec![], None)
         .await
         .unwrap();
-    let last = moved(&store, 0, "add_feature").await;
+    let last = moved(&store, &o, 0, "add_feature").await;
     let update = FeatureUpdate {
         value: Some("2".into()),
         value_key: Some("2".into()),
@@ -849,14 +873,14 @@ pub async fn the_semantic_version_moves_with_every_feature_change(store: Arc<dyn
         .update_feature(f.internal_id, update, None)
         .await
         .unwrap();
-    let last = moved(&store, last, "update_feature").await;
+    let last = moved(&store, &o, last, "update_feature").await;
     let batch = claim_any(&store).await;
     let ops = vec![FeatureOp::Add {
         feature: fact("t", "g", "3"),
         citations: message_ids(&batch),
     }];
     assert!(store.apply_batch(&batch, ops, None).await.unwrap());
-    let last = moved(&store, last, "apply_batch").await;
+    let last = moved(&store, &o, last, "apply_batch").await;
     let g = store
         .list_features(vec![row.internal_id], f.internal_id, 10)
         .await
@@ -872,7 +896,7 @@ pub async fn the_semantic_version_moves_with_every_feature_change(store: Arc<dyn
         )
         .await
         .unwrap();
-    let last = moved(&store, last, "consolidate").await;
+    let last = moved(&store, &o, last, "consolidate").await;
     let category = store
         .add_category(CategoryOwner::Set(row.internal_id), new_category("t"))
         .await
@@ -881,25 +905,26 @@ pub async fn the_semantic_version_moves_with_every_feature_change(store: Arc<dyn
         .delete_category(category.internal_id, vec![row.internal_id])
         .await
         .unwrap();
-    let last = moved(&store, last, "delete_category").await;
+    let last = moved(&store, &o, last, "delete_category").await;
     let h = store
         .add_feature(row.internal_id, fact("t", "i", "5"), vec![], None)
         .await
         .unwrap();
-    let last = moved(&store, last, "add_feature").await;
+    let last = moved(&store, &o, last, "add_feature").await;
     assert_eq!(store.delete_features(vec![h.internal_id]).await.unwrap(), 1);
-    let last = moved(&store, last, "delete_features").await;
+    let last = moved(&store, &o, last, "delete_features").await;
     assert_eq!(
-        store.semantic_version("elsewhere").await.unwrap(),
+        store.semantic_version(&elsewhere).await.unwrap(),
         0,
         "other orgs' versions stay"
     );
     store.delete_project(&k).await.unwrap();
-    moved(&store, last, "deleting the project").await;
+    moved(&store, &o, last, "deleting the project").await;
 }
 
 pub async fn feature_vectors_are_queued_stored_and_abandoned(store: Arc<dyn Store>) {
-    let k = project(&store, "o", "p").await;
+    let o = org();
+    let k = project(&store, &o, "p").await;
     let row = store.ensure_sets(&k, vec![project_set(&k)]).await.unwrap()[0].clone();
     let lexical = store
         .add_feature(row.internal_id, fact("t", "colour", "blue"), vec![], None)
@@ -930,7 +955,7 @@ pub async fn feature_vectors_are_queued_stored_and_abandoned(store: Arc<dyn Stor
         )
         .await
         .unwrap();
-    let pending = store.pending_feature_embeddings(10).await.unwrap();
+    let pending = pending_features(&store, 10).await;
     let got: Vec<(i64, &str, &str)> = pending
         .iter()
         .map(|p| (p.feature, p.text.as_str(), p.embedder.as_str()))
@@ -942,27 +967,21 @@ pub async fn feature_vectors_are_queued_stored_and_abandoned(store: Arc<dyn Stor
             (b.internal_id, "drink: tea", "e2")
         ]
     );
-    assert_eq!(store.pending_feature_embeddings(1).await.unwrap().len(), 1);
-    let version = store.semantic_version("o").await.unwrap();
+    assert_eq!(pending_features(&store, 1).await.len(), 1);
+    let version = store.semantic_version(&o).await.unwrap();
     store
         .store_feature_embeddings("e1", vec![(a.internal_id, vec![0.5, -1.0])])
         .await
         .unwrap();
     assert!(
-        store.semantic_version("o").await.unwrap() > version,
+        store.semantic_version(&o).await.unwrap() > version,
         "the index is rebuilt with the vector"
     );
     store
         .abandon_feature_embeddings(vec![b.internal_id])
         .await
         .unwrap();
-    assert!(
-        store
-            .pending_feature_embeddings(10)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(pending_features(&store, 10).await.is_empty());
     let indexed = store.indexed_features(vec![row.internal_id]).await.unwrap();
     assert_eq!(indexed.len(), 3);
     let of = |id: i64| indexed.iter().find(|f| f.internal_id == id).unwrap();
@@ -990,23 +1009,17 @@ pub async fn feature_vectors_are_queued_stored_and_abandoned(store: Arc<dyn Stor
         .update_feature(a.internal_id, update, Some("e1".into()))
         .await
         .unwrap();
-    let pending = store.pending_feature_embeddings(10).await.unwrap();
+    let pending = pending_features(&store, 10).await;
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].text, "food: pasta");
     store
         .store_feature_embeddings(
             "e1",
-            vec![(a.internal_id, vec![1.0, 0.0]), (999_999, vec![1.0])],
+            vec![(a.internal_id, vec![1.0, 0.0]), (i64::MAX, vec![1.0])],
         )
         .await
         .unwrap();
-    assert!(
-        store
-            .pending_feature_embeddings(10)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(pending_features(&store, 10).await.is_empty());
     let indexed = store.indexed_features(vec![row.internal_id]).await.unwrap();
     let a_now = indexed
         .iter()
@@ -1016,9 +1029,10 @@ pub async fn feature_vectors_are_queued_stored_and_abandoned(store: Arc<dyn Stor
 }
 
 pub async fn set_types_are_unique_per_level_and_tags_and_seen_by_their_org(store: Arc<dyn Store>) {
-    let a = project(&store, "o", "a").await;
-    let b = project(&store, "o", "b").await;
-    let x = project(&store, "x", "a").await;
+    let (o, x) = (org(), org());
+    let a = project(&store, &o, "a").await;
+    let b = project(&store, &o, "b").await;
+    let x = project(&store, &x, "a").await;
     let new = |org_level: bool, tags: &[&str]| NewSetType {
         id: uuid::Uuid::new_v4().to_string(),
         is_org_level: org_level,
@@ -1032,7 +1046,7 @@ pub async fn set_types_are_unique_per_level_and_tags_and_seen_by_their_org(store
         .unwrap();
     assert_eq!(team.tags, ["team"]);
     assert!(team.is_org_level);
-    assert_eq!(team.org_id, "o");
+    assert_eq!(team.org_id, o);
     let local = store
         .create_set_type(&a, new(false, &["team"]))
         .await
@@ -1066,7 +1080,7 @@ pub async fn set_types_are_unique_per_level_and_tags_and_seen_by_their_org(store
     // Sets of a type, with templates; deleting the type keeps its sets.
     let tags = BTreeMap::from([("team".to_string(), "red".to_string())]);
     let custom = NewSet {
-        set_id: "mem_other_set_red".into(),
+        set_id: format!("mem_{}_set_red", unique()),
         kind: SetKind::Custom,
         org_level: true,
         set_type: Some(team.internal_id),
@@ -1127,14 +1141,16 @@ pub async fn set_types_are_unique_per_level_and_tags_and_seen_by_their_org(store
     assert_eq!(store.project_config(i64::MAX).await.unwrap(), None);
     assert!(matches!(
         store
-            .create_set_type(&key("o", "ghost"), new(true, &["q"]))
+            .create_set_type(&key(&o, "ghost"), new(true, &["q"]))
             .await,
         Err(Error::NotFound(_))
     ));
 }
 
 pub async fn categories_and_tags_are_named_once_per_owner(store: Arc<dyn Store>) {
-    let k = project(&store, "o", "p").await;
+    let o = org();
+    let k = project(&store, &o, "p").await;
+    let (tag1, tag2, tag3) = (unique(), unique(), unique());
     let sets = store
         .ensure_sets(&k, vec![project_set(&k), user_set(&k, "alice")])
         .await
@@ -1156,26 +1172,24 @@ pub async fn categories_and_tags_are_named_once_per_owner(store: Arc<dyn Store>)
         .await
         .unwrap();
     let tag = store
-        .add_tag(work.internal_id, "tag-1", "projects", "what they work on")
+        .add_tag(work.internal_id, &tag1, "projects", "what they work on")
         .await
         .unwrap();
     assert!(matches!(
-        store
-            .add_tag(work.internal_id, "tag-2", "Projects", "")
-            .await,
+        store.add_tag(work.internal_id, &tag2, "Projects", "").await,
         Err(Error::AlreadyExists(_))
     ));
     store
-        .add_tag(work.internal_id, "tag-3", "tools", "")
+        .add_tag(work.internal_id, &tag3, "tools", "")
         .await
         .unwrap();
     let found = store.find_category(&work.id).await.unwrap().unwrap();
     let names: Vec<&str> = found.tags.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, ["projects", "tools"]);
     assert_eq!(found.prompt, "extract Work");
-    assert_eq!(store.find_tag("tag-1").await.unwrap(), Some(tag.clone()));
+    assert_eq!(store.find_tag(&tag1).await.unwrap(), Some(tag.clone()));
     store.delete_tag(tag.internal_id).await.unwrap();
-    assert!(store.find_tag("tag-1").await.unwrap().is_none());
+    assert!(store.find_tag(&tag1).await.unwrap().is_none());
     let of = store
         .categories_of(vec![CategoryOwner::Set(set), CategoryOwner::Set(other)])
         .await
@@ -1205,7 +1219,7 @@ pub async fn categories_and_tags_are_named_once_per_owner(store: Arc<dyn Store>)
         .unwrap();
     assert!(store.find_category(&work.id).await.unwrap().is_none());
     assert!(
-        store.find_tag("tag-3").await.unwrap().is_none(),
+        store.find_tag(&tag3).await.unwrap().is_none(),
         "tags go too"
     );
     assert!(store.find_feature(&in_work.id).await.unwrap().is_none());
@@ -1223,8 +1237,9 @@ pub async fn categories_and_tags_are_named_once_per_owner(store: Arc<dyn Store>)
 }
 
 pub async fn episodes_resolve_within_their_project_only(store: Arc<dyn Store>) {
-    let a = project(&store, "o", "a").await;
-    let b = project(&store, "o", "b").await;
+    let o = org();
+    let a = project(&store, &o, "a").await;
+    let b = project(&store, &o, "b").await;
     let a_uids = add_routed(&store, &a, &["1", "2"], &[]).await;
     let b_uids = add_routed(&store, &b, &["3"], &[]).await;
     let ids = store
@@ -1242,16 +1257,16 @@ pub async fn episodes_resolve_within_their_project_only(store: Arc<dyn Store>) {
     }
     assert!(matches!(
         store
-            .add_episodes_routed(&key("o", "ghost"), vec![episode("x")], vec![])
+            .add_episodes_routed(&key(&o, "ghost"), vec![episode("x")], vec![], None)
             .await,
         Err(Error::NotFound(_))
     ));
 }
 
-/// Instantiates every test of the suite for one backend.
 pub async fn each_message_knows_what_came_before_it_in_its_project(store: Arc<dyn Store>) {
-    let a = project(&store, "acme", "one").await;
-    let b = project(&store, "acme", "two").await;
+    let o = org();
+    let a = project(&store, &o, "one").await;
+    let b = project(&store, &o, "two").await;
     let set = user_set(&a, "u");
     add_routed(&store, &a, &["question", "answer"], &[&set]).await;
     add_routed(&store, &b, &["elsewhere"], &[&user_set(&b, "u")]).await;
@@ -1268,47 +1283,43 @@ pub async fn each_message_knows_what_came_before_it_in_its_project(store: Arc<dy
     assert_eq!(before[1].as_ref().unwrap().0, rows[0]);
 }
 
-macro_rules! semantic_conformance {
-    ($backend:ident, $make:expr) => {
-        mod $backend {
-            use super::*;
-            semantic_conformance!(@tests $make;
-                routed_episodes_are_stored_queued_and_claimed_by_count,
-                an_old_enough_message_makes_a_set_ready,
-                a_lease_holds_until_it_expires_and_only_its_holder_applies,
-                released_batches_wait_and_failed_ones_stop,
-                the_same_fact_again_cites_instead_of_copying,
-                updates_set_values_and_deletes_remove_by_key,
-                manual_feature_changes,
-                category_features_match_the_category_key_exactly,
-                deleting_an_episode_drops_its_citations_and_keeps_the_feature,
-                deleting_a_project_keeps_only_org_level_sets_and_others_citations,
-                consolidation_replaces_features_citing_the_union,
-                summaries_compare_and_set_and_deleted_episodes_invalidate_them,
-                the_semantic_version_moves_with_every_feature_change,
-                feature_vectors_are_queued_stored_and_abandoned,
-                set_types_are_unique_per_level_and_tags_and_seen_by_their_org,
-                categories_and_tags_are_named_once_per_owner,
-                episodes_resolve_within_their_project_only,
-                each_message_knows_what_came_before_it_in_its_project,
-            );
+pub async fn feature_vector_leases_hold_until_released_or_expired(store: Arc<dyn Store>) {
+    let o = org();
+    let k = project(&store, &o, "p").await;
+    let row = store.ensure_sets(&k, vec![project_set(&k)]).await.unwrap()[0].clone();
+    let mut features = Vec::new();
+    for name in ["a", "b"] {
+        let f = store
+            .add_feature(
+                row.internal_id,
+                fact("t", name, name),
+                vec![],
+                Some("e1".into()),
+            )
+            .await
+            .unwrap();
+        features.push(f.internal_id);
+    }
+    let (a, b) = (features[0], features[1]);
+    let claim = |limit: usize, lease: Duration| {
+        let store = store.clone();
+        async move {
+            let claimed = store.claim_feature_embeddings(limit, lease).await.unwrap();
+            claimed.into_iter().map(|p| p.feature).collect::<Vec<i64>>()
         }
     };
-    (@tests $make:expr; $($test:ident),* $(,)?) => {
-        $(
-            #[tokio::test]
-            async fn $test() {
-                let (store, _guard) = $make;
-                super::$test(store).await;
-            }
-        )*
-    };
+    assert_eq!(claim(1, LONG).await, [a], "oldest first");
+    assert_eq!(claim(10, LONG).await, [b], "not the leased one");
+    assert!(claim(10, LONG).await.is_empty());
+    store.release_feature_embeddings(vec![a]).await.unwrap();
+    assert_eq!(claim(10, SHORT).await, [a], "released: at once");
+    assert!(claim(10, LONG).await.is_empty());
+    tokio::time::sleep(PAST_SHORT).await;
+    assert_eq!(claim(10, LONG).await, [a], "an expired lease is taken over");
+    store
+        .store_feature_embeddings("e1", vec![(a, vec![1.0, 0.0])])
+        .await
+        .unwrap();
+    store.release_feature_embeddings(vec![a, b]).await.unwrap();
+    assert_eq!(claim(10, LONG).await, [b], "a's vector came: off the queue");
 }
-
-fn sqlite_store() -> (Arc<dyn Store>, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = memmachine::store::sqlite::SqliteStore::open(dir.path()).unwrap();
-    (Arc::new(store), dir)
-}
-
-semantic_conformance!(sqlite, sqlite_store());

@@ -153,6 +153,7 @@ macro_rules! conformance {
                     fresh released_episodes_are_claimable_at_once,
                     fresh abandoned_episodes_leave_the_queue,
                     fresh stored_vectors_dequeue_and_deleted_episodes_are_skipped,
+                    fresh a_vector_for_the_old_embedder_leaves_the_new_queue_alone,
                 }
                 keys {
                     fresh api_keys_are_kept_listed_and_revoked,

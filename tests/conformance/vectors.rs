@@ -331,3 +331,32 @@ pub async fn stored_vectors_dequeue_and_deleted_episodes_are_skipped(store: Arc<
     assert!(queued_for(&store, embedder.id()).await.is_empty());
     store.store_embeddings(embedder.id(), vec![]).await.unwrap();
 }
+
+pub async fn a_vector_for_the_old_embedder_leaves_the_new_queue_alone(store: Arc<dyn Store>) {
+    let (old, new) = (TestEmbedder::new(8), TestEmbedder::new(8));
+    let a = project(&store).await;
+    let episodes = numbered("switch", 2);
+    add(&store, &a, episodes.clone()).await;
+    store
+        .queue_missing(vec![(a.clone(), Some(old.id().to_string()))])
+        .await
+        .unwrap();
+    let claimed = store.claim_embeddings(old.id(), 10, LONG).await.unwrap();
+    assert_eq!(claimed.len(), 2);
+    // The project moves to another embedder while the old one's worker is embedding.
+    store
+        .queue_missing(vec![(a.clone(), Some(new.id().to_string()))])
+        .await
+        .unwrap();
+    let late = claimed
+        .iter()
+        .map(|p| (p.episode, old.embed_one(&p.content)))
+        .collect();
+    store.store_embeddings(old.id(), late).await.unwrap();
+    let waiting = sorted(queued_for(&store, new.id()).await);
+    assert_eq!(
+        waiting,
+        sorted(handles(&store, &a, &episodes).await),
+        "still queued for the embedder the project uses now"
+    );
+}

@@ -20,10 +20,12 @@ use super::error::storage_error;
 /// Opens a connection with the durability settings every connection shares.
 pub(super) fn open_connection(path: &Path) -> Result<Connection> {
     let conn = Connection::open(path).map_err(storage_error)?;
+    // The busy timeout first: switching a new file to WAL takes a lock another process
+    // opening it at the same moment may hold.
     conn.execute_batch(
-        "PRAGMA journal_mode = WAL;
+        "PRAGMA busy_timeout = 10000;
+         PRAGMA journal_mode = WAL;
          PRAGMA synchronous = FULL;
-         PRAGMA busy_timeout = 10000;
          PRAGMA foreign_keys = ON;
          PRAGMA cache_size = -65536;
          PRAGMA temp_store = MEMORY;",

@@ -220,7 +220,11 @@ const MIGRATIONS: &[&str] = &[
 
 /// Brings the database to the latest schema, and makes sure universal/universal exists.
 pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
-    let tx = conn.transaction().map_err(storage_error)?;
+    // IMMEDIATE: take the write lock before reading the version, so a second process
+    // migrating at the same time waits (busy timeout) instead of failing its upgrade.
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(storage_error)?;
     let version: usize = tx
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .map_err(storage_error)?;

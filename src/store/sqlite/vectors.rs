@@ -130,7 +130,7 @@ pub(super) fn dequeue(conn: &Connection, episodes: &[i64]) -> Result<u64> {
 }
 
 /// Stores vectors, dequeues their episodes and logs the change in each one's project;
-/// episodes deleted meanwhile are skipped.
+/// episodes deleted meanwhile, or queued since for another embedder, are skipped.
 pub(super) fn store(conn: &Connection, embedder: &str, vectors: &[(i64, Vec<f32>)]) -> Result<()> {
     let mut project_of = conn
         .prepare_cached("SELECT project FROM episodes WHERE id = ?1")
@@ -140,8 +140,14 @@ pub(super) fn store(conn: &Connection, embedder: &str, vectors: &[(i64, Vec<f32>
             "INSERT OR REPLACE INTO embeddings (episode, embedder, vector) VALUES (?1, ?2, ?3)",
         )
         .map_err(storage_error)?;
-    let rows: Vec<i64> = vectors.iter().map(|(row, _)| *row).collect();
-    dequeue(conn, &rows)?;
+    let mut dequeue = conn
+        .prepare_cached("DELETE FROM embedding_queue WHERE episode = ?1 AND embedder = ?2")
+        .map_err(storage_error)?;
+    let mut queued_for_other = conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM embedding_queue WHERE episode = ?1 AND embedder != ?2)",
+        )
+        .map_err(storage_error)?;
     let mut by_project: std::collections::BTreeMap<i64, Vec<i64>> = Default::default();
     for (row, vector) in vectors {
         let Some(project) = project_of
@@ -151,6 +157,17 @@ pub(super) fn store(conn: &Connection, embedder: &str, vectors: &[(i64, Vec<f32>
         else {
             continue;
         };
+        // Its project changed embedder since this vector was asked for: the one it
+        // waits for now is what counts.
+        let stale: bool = queued_for_other
+            .query_row(params![row, embedder], |r| r.get(0))
+            .map_err(storage_error)?;
+        if stale {
+            continue;
+        }
+        dequeue
+            .execute(params![row, embedder])
+            .map_err(storage_error)?;
         insert
             .execute(params![row, embedder, encode(vector)])
             .map_err(storage_error)?;

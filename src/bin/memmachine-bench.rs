@@ -551,11 +551,15 @@ async fn run_size(
         filtered.calls.percentile(99.0)
     );
     let replica = if args.replica {
+        // No budget for warming up: the project's index loads on the first search,
+        // which measures that load and the memory it takes.
+        let mut replica_args = extra_args.clone();
+        replica_args.extend(["--index-memory".to_string(), "0".to_string()]);
         let replica = Server::start(
             executable,
             "memmachine-bench-replica",
             Some(&server.data_dir),
-            &extra_args,
+            &replica_args,
             STARTUP_TIMEOUT,
         )?;
         let replica_channel = Endpoint::from_shared(format!("http://{}", replica.addr))?

@@ -16,10 +16,10 @@ use crate::semantic::model::{
 
 // Set types.
 
-const SET_TYPE_COLUMNS: &str =
+pub(super) const SET_TYPE_COLUMNS: &str =
     "id, public_id, org_id, project, is_org_level, name, description, tags, created_at";
 
-fn set_type_from_row(row: &Row<'_>) -> rusqlite::Result<SetType> {
+pub(super) fn set_type_from_row(row: &Row<'_>) -> rusqlite::Result<SetType> {
     let tags: String = row.get(7)?;
     Ok(SetType {
         internal_id: row.get(0)?,

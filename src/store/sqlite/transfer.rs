@@ -4,10 +4,11 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::error::storage_error;
-use super::semantic::{bad_column, bump_sets, is_constraint};
+use super::semantic::{bump_sets, is_constraint};
+use super::semantic_sets::{SET_TYPE_COLUMNS, set_type_from_row};
 use super::{SqliteStore, feed, projects, semantic_features, semantic_sets, vectors};
 use crate::error::{Error, Result};
 use crate::model::{Episode, Project, ProjectKey};
@@ -120,24 +121,6 @@ fn episode_vectors(
         .collect()
     })
     .map_err(storage_error)
-}
-
-const SET_TYPE_COLUMNS: &str =
-    "id, public_id, org_id, project, is_org_level, name, description, tags, created_at";
-
-fn set_type_from_row(row: &Row<'_>) -> rusqlite::Result<SetType> {
-    let tags: String = row.get(7)?;
-    Ok(SetType {
-        internal_id: row.get(0)?,
-        id: row.get(1)?,
-        org_id: row.get(2)?,
-        project: row.get(3)?,
-        is_org_level: row.get(4)?,
-        name: row.get(5)?,
-        description: row.get(6)?,
-        tags: serde_json::from_str(&tags).map_err(|err| bad_column(7, err))?,
-        created_at_micros: row.get(8)?,
-    })
 }
 
 fn find_set_type(conn: &Connection, id: &str) -> Result<Option<SetType>> {

@@ -3,6 +3,8 @@
 //! inside their own transaction, so a project deleted concurrently is `NotFound`, never
 //! a half-finished operation.
 
+pub mod next;
+pub mod postgres;
 pub mod sqlite;
 
 use async_trait::async_trait;

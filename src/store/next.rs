@@ -1,0 +1,182 @@
+//! The store traits after the refactor in main (issue 12: ranking moves out of the store),
+//! copied from its specification so that the PostgreSQL backend can implement them
+//! before the merge. They REPLACE the old `EpisodeStore` and `VectorStore` of
+//! `store/mod.rs` and add `ChangeFeed` and `StoreLifecycle`; at the merge this file goes
+//! and its items take their place in `store/mod.rs`.
+//!
+//! Verbatim from the specification except for the two imports it needs to compile
+//! (`async_trait`, `Result`).
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+
+use crate::model::filter::Expr;
+use crate::model::{Episode, NewEpisode, ProjectKey};
+use std::time::Duration;
+
+/// A project as the change feed sees it: the store's handle of it (never reused, so a
+/// project deleted and created again has another) and the id of its latest change
+/// (0 when none yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeedHead {
+    pub project: i64,
+    pub change: i64,
+}
+
+/// An episode with its store handle and its vector from the asked embedder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexedEpisode {
+    pub handle: i64,
+    pub episode: Episode,
+    pub vector: Option<Vec<f32>>,
+}
+
+/// One entry of a project's change log, as a reader needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// An episode added (left out when it has been deleted since).
+    Added(IndexedEpisode),
+    /// An episode deleted (its handle).
+    Removed(i64),
+    /// An episode's vector from the asked embedder was set (left out when the episode
+    /// is gone or its vector is from another embedder).
+    Vector { handle: i64, vector: Vec<f32> },
+}
+
+/// Changes read from a project's log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Changes {
+    pub changes: Vec<Change>,
+    /// The id of the last log entry read (the next read starts after it); equal to
+    /// `after` when nothing was read.
+    pub through: i64,
+}
+
+/// An episode waiting for its vector (claimed under a lease).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingEmbedding {
+    pub episode: i64, // the store's handle of the episode
+    pub content: String,
+    pub producer_id: String,
+    pub embedder: String, // the embedder id it was queued for
+}
+
+#[async_trait]
+pub trait EpisodeStore: Send + Sync {
+    /// Stores all episodes or none, with consecutive sequence numbers in input order,
+    /// queues them for a vector from `embedder` when given, and appends one `Added`
+    /// change per episode to the project's log, all in one transaction. Returns the
+    /// sequence numbers. `NotFound` when the project does not exist.
+    async fn add_episodes(
+        &self,
+        key: &ProjectKey,
+        episodes: Vec<NewEpisode>,
+        embedder: Option<&str>,
+    ) -> Result<Vec<i64>>;
+    async fn count_episodes(&self, key: &ProjectKey) -> Result<i64>;
+    /// Episodes with `sequence_num > after_seq` matching `filter` (translated to SQL), in sequence order.
+    async fn list_episodes(
+        &self,
+        key: &ProjectKey,
+        filter: Option<&Expr>,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<Episode>>;
+    /// The `limit` most recent episodes matching `filter`, oldest first.
+    async fn recent_episodes(
+        &self,
+        key: &ProjectKey,
+        filter: Option<&Expr>,
+        limit: usize,
+    ) -> Result<Vec<Episode>>;
+    /// Deletes the episodes with these uids, all or none (`NotFound` naming the uids not
+    /// in this project), appending one `Removed` change each. Returns how many.
+    async fn delete_episodes(&self, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<u64>;
+    /// The episodes of this project with these handles, in the order asked; handles
+    /// not in the project (or deleted) are left out.
+    async fn episodes_by_handle(
+        &self,
+        key: &ProjectKey,
+        handles: &[i64],
+    ) -> Result<Vec<(i64, Episode)>>;
+    /// The handle of each uid, `None` for a uid not in this project.
+    async fn episode_handles(
+        &self,
+        key: &ProjectKey,
+        uids: &[uuid::Uuid],
+    ) -> Result<Vec<Option<i64>>>;
+}
+
+/// The per-project change log that keeps every replica's in-memory index current.
+/// Change ids are per project, strictly increasing, and assigned in commit order (the
+/// counter lives on the project's row, so writers of one project serialise on it):
+/// a reader that has seen change N has seen every change before N.
+#[async_trait]
+pub trait ChangeFeed: Send + Sync {
+    /// `NotFound` when the project does not exist. One cheap query.
+    async fn feed_head(&self, key: &ProjectKey) -> Result<FeedHead>;
+    /// Episodes of project `project` (a handle) with `seq > after_seq`, in sequence
+    /// order, at most `limit`, each with its vector from `embedder` if any.
+    async fn index_page(
+        &self,
+        project: i64,
+        embedder: Option<&str>,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<IndexedEpisode>>;
+    /// Log entries of `project` after change `after`, in id order, at most `limit`
+    /// entries read. `None` when the log no longer reaches back to `after` (pruned:
+    /// the reader reloads the whole project), or the project is gone.
+    async fn changes_since(
+        &self,
+        project: i64,
+        after: i64,
+        embedder: Option<&str>,
+        limit: usize,
+    ) -> Result<Option<Changes>>;
+    /// Drops log entries older than `before_micros` (keeping each project's newest
+    /// entry), remembering per project how far the log was pruned. Returns how many.
+    async fn prune_changes(&self, before_micros: i64) -> Result<u64>;
+}
+
+#[async_trait]
+pub trait VectorStore: Send + Sync {
+    /// For each project (by key), queues every episode without a vector from its
+    /// embedder (`None`: it keeps no vectors, and its queued episodes leave the queue).
+    /// Projects not listed are untouched. Returns how many episodes wait in all.
+    async fn queue_missing(&self, projects: Vec<(ProjectKey, Option<String>)>) -> Result<u64>;
+    /// Claims up to `limit` episodes queued for `embedder` whose lease is free or
+    /// expired, oldest first, leasing them for `lease` (PostgreSQL: FOR UPDATE SKIP
+    /// LOCKED). Two claimers never get the same episode while its lease holds.
+    async fn claim_embeddings(
+        &self,
+        embedder: &str,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Vec<PendingEmbedding>>;
+    /// Frees the leases of these queued episodes (a failed attempt: anyone may retry).
+    async fn release_embeddings(&self, episodes: Vec<i64>) -> Result<()>;
+    /// Takes these episodes off the queue without a vector. Returns how many were queued.
+    async fn abandon_embeddings(&self, episodes: Vec<i64>) -> Result<u64>;
+    /// Stores vectors made by `embedder` (episodes deleted meanwhile are skipped), takes
+    /// them off the queue, and appends a `Vector` change to each one's project log.
+    async fn store_embeddings(&self, embedder: &str, vectors: Vec<(i64, Vec<f32>)>) -> Result<()>;
+}
+
+#[async_trait]
+pub trait StoreLifecycle: Send + Sync {
+    /// Ok when the backend answers (a trivial query).
+    async fn health(&self) -> Result<()>;
+    /// Commits what is queued and stops; later calls answer `Unavailable`.
+    async fn close(&self) -> Result<()>;
+    /// What it is, for logs ("sqlite /path/memmachine.db", "postgres host:port/db"; never a password).
+    fn describe(&self) -> String;
+}
+
+// SemanticStore changes:
+// - add_episodes_routed(key, episodes, routing, embedder: Option<&str>): same as
+//   add_episodes (queue for `embedder`, `Added` changes) plus the routing.
+// - pending_feature_embeddings(limit) becomes
+//   claim_feature_embeddings(limit, lease: Duration) with the same lease rule as
+//   claim_embeddings, and release_feature_embeddings(features: Vec<i64>).

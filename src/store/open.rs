@@ -74,10 +74,9 @@ pub async fn open(location: &StoreLocation, create: bool) -> Result<Arc<dyn Stor
 }
 
 async fn open_postgres(url: &str) -> Result<Arc<dyn Store>> {
-    Err(Error::FailedPrecondition(format!(
-        "the PostgreSQL store ({}) is not built yet",
-        without_password(url)
-    )))
+    Ok(Arc::new(
+        super::postgres::PostgresStore::connect(url).await?,
+    ))
 }
 
 #[cfg(test)]

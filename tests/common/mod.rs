@@ -5,6 +5,7 @@ pub mod calls;
 pub mod chat;
 pub mod embeddings;
 pub mod pki;
+pub mod postgres;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,56 @@
+//! PostgreSQL for tests: the server `scripts/postgres.sh start` runs (`scripts/test.sh`
+//! starts it and exports its URL as `MEMMACHINE_TEST_POSTGRES`). Without that variable
+//! the PostgreSQL tests skip, saying so, except under CI, where they fail.
+
+use sqlx::Connection;
+
+pub const URL_VAR: &str = "MEMMACHINE_TEST_POSTGRES";
+
+/// The server's URL; `None` (after saying so) when it is not set, a panic under CI.
+pub fn base_url() -> Option<String> {
+    match std::env::var(URL_VAR) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            if std::env::var_os("CI").is_some() {
+                panic!(
+                    "{URL_VAR} is not set: CI runs the PostgreSQL tests \
+                     (scripts/test.sh starts the server with scripts/postgres.sh)"
+                );
+            }
+            eprintln!("skipping: {URL_VAR} is not set");
+            None
+        }
+    }
+}
+
+/// A new, empty database on the server (its URL), for one test.
+pub async fn fresh_database() -> Option<String> {
+    let base = base_url()?;
+    let name = format!("mm_test_{}", uuid::Uuid::new_v4().simple());
+    let mut conn = sqlx::PgConnection::connect(&base)
+        .await
+        .unwrap_or_else(|err| panic!("cannot connect to {base}: {err}"));
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut conn)
+        .await
+        .unwrap_or_else(|err| panic!("cannot create database {name}: {err}"));
+    conn.close().await.ok();
+    Some(with_database(&base, &name))
+}
+
+/// `url` with its database replaced by `database`.
+pub fn with_database(url: &str, database: &str) -> String {
+    let (head, query) = match url.split_once('?') {
+        Some((head, query)) => (head, Some(query)),
+        None => (url, None),
+    };
+    let scheme_end = head.find("://").map_or(0, |i| i + 3);
+    let base = match head[scheme_end..].find('/') {
+        Some(slash) => &head[..scheme_end + slash],
+        None => head,
+    };
+    match query {
+        Some(query) => format!("{base}/{database}?{query}"),
+        None => format!("{base}/{database}"),
+    }
+}

@@ -2,7 +2,8 @@
 //! run: what one acknowledges the other serves at once (each keeps its in-memory indexes
 //! current from the store's change feed), keys are shared, and queued embeddings are
 //! claimed, so they are done once between them and a replica killed mid-batch leaves
-//! its batch to the other. Run on SQLite (two processes on one file) and on PostgreSQL.
+//! its batch to the other. Run on SQLite (two processes on one file) and on PostgreSQL
+//! (a database of the test server).
 
 mod common;
 
@@ -25,10 +26,20 @@ struct Shared {
 }
 
 impl Shared {
-    fn sqlite() -> Option<Shared> {
+    /// Two processes on one SQLite file.
+    async fn sqlite() -> Option<Shared> {
         Some(Shared {
             dir: tempfile::tempdir().unwrap(),
             args: Vec::new(),
+        })
+    }
+
+    /// A new database on the test PostgreSQL server (skipped without one).
+    async fn postgres() -> Option<Shared> {
+        let url = common::postgres::fresh_database().await?;
+        Some(Shared {
+            dir: tempfile::tempdir().unwrap(),
+            args: vec!["--store".into(), url],
         })
     }
 
@@ -297,25 +308,25 @@ macro_rules! replica_tests {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn writes_through_one_are_served_by_the_other() {
-                let Some(shared) = $shared else { return };
+                let Some(shared) = $shared.await else { return };
                 super::writes_through_one_are_served_by_the_other(shared).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn keys_are_shared_and_revocation_is_seen_at_once() {
-                let Some(shared) = $shared else { return };
+                let Some(shared) = $shared.await else { return };
                 super::keys_are_shared_and_revocation_is_seen_at_once(shared).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn queued_embeddings_are_done_once_between_them() {
-                let Some(shared) = $shared else { return };
+                let Some(shared) = $shared.await else { return };
                 super::queued_embeddings_are_done_once_between_them(shared).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_replica_killed_mid_batch_leaves_its_batch_to_the_other() {
-                let Some(shared) = $shared else { return };
+                let Some(shared) = $shared.await else { return };
                 super::a_replica_killed_mid_batch_leaves_its_batch_to_the_other(shared).await;
             }
         }
@@ -323,3 +334,4 @@ macro_rules! replica_tests {
 }
 
 replica_tests!(sqlite, Shared::sqlite());
+replica_tests!(postgres, Shared::postgres());

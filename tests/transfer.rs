@@ -1,6 +1,8 @@
 //! Moving data between stores: `memmachine export` and `import`, on real SQLite files
 //! (through `memmachine::transfer` and through the real binary).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -582,9 +584,16 @@ async fn round_trip(target: Arc<dyn Store>) {
 async fn export_import_export_gives_the_same_file_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     round_trip(sqlite(dir.path()).await).await;
-    // PostgreSQL target: once the backend is in the tree, run `round_trip` on a store
-    // opened from MEMMACHINE_TEST_POSTGRES (skipped when unset), e.g.
-    // `round_trip(memmachine::store::open(&StoreLocation::Postgres(url), true).await?)`.
+}
+
+/// SQLite -> file -> PostgreSQL -> file: the same bytes.
+#[tokio::test]
+async fn export_import_export_gives_the_same_file_on_postgres() {
+    let Some(url) = common::postgres::fresh_database().await else {
+        return;
+    };
+    let location = memmachine::store::StoreLocation::Postgres(url);
+    round_trip(memmachine::store::open(&location, true).await.unwrap()).await;
 }
 
 #[tokio::test]

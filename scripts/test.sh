@@ -5,7 +5,8 @@
 # MEMMACHINE_TEST_POSTGRES) and stops it on exit; nothing else is needed.
 #
 # When PostgreSQL cannot start, a developer machine carries on with a warning (those
-# tests then skip, saying so); under CI=true that fails the run.
+# tests then skip, saying so); under CI=true that fails the run. With PostgreSQL, the
+# gRPC tests run a second time with their servers on it (MEMMACHINE_TEST_BACKEND).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-test-tools.sh
@@ -22,3 +23,13 @@ else
 fi
 
 cargo test --locked "$@"
+
+# The gRPC tests again with their servers on PostgreSQL (those that do not read the
+# SQLite file themselves), when it runs and the whole suite was asked for.
+if [[ -n "${MEMMACHINE_TEST_POSTGRES:-}" && $# -eq 0 ]]; then
+  echo "test.sh: the gRPC tests again, servers on PostgreSQL"
+  MEMMACHINE_TEST_BACKEND=postgres cargo test --locked \
+    --test grpc_api --test auth --test durability --test external_clients \
+    --test observability --test semantic_crash --test semantic_isolation \
+    --test semantic_memory
+fi

@@ -572,8 +572,8 @@ fn buf_curl_with_api_keys_and_grpc_web() {
     let data = tempfile::tempdir().expect("temp dir");
     let server = ServerProcess::start(data.path(), &["--auth"]);
     let created = run(Command::new(env!("CARGO_BIN_EXE_memmachine"))
-        .args(["keys", "create", "--org", "acme", "--data-dir"])
-        .arg(data.path()));
+        .args(["keys", "create", "--org", "acme"])
+        .args(common::store_args(data.path())));
     assert!(created.status.success(), "{}", describe(&created));
     let key = String::from_utf8_lossy(&created.stdout).trim().to_string();
     let curl = |protocol: &str, key: Option<&str>, method: &str, body: Value| {

@@ -157,8 +157,8 @@ async fn answers_carry_request_ids() {
 async fn json_logs_carry_the_request_id_and_never_contents_or_keys() {
     let dir = tempfile::tempdir().unwrap();
     let created = std::process::Command::new(env!("CARGO_BIN_EXE_memmachine"))
-        .args(["keys", "create", "--admin", "--data-dir"])
-        .arg(dir.path())
+        .args(["keys", "create", "--admin"])
+        .args(common::store_args(dir.path()))
         .output()
         .unwrap();
     let key = String::from_utf8(created.stdout)

@@ -19,6 +19,17 @@ pub fn free_port() -> std::net::SocketAddr {
     probe.local_addr().unwrap()
 }
 
+/// The store flags of a server (or `memmachine keys`) whose data directory is `dir`:
+/// `--data-dir DIR`, and `--store URL` of a database standing for it when the tests run
+/// on PostgreSQL (`MEMMACHINE_TEST_BACKEND=postgres`).
+pub fn store_args(dir: &Path) -> Vec<std::ffi::OsString> {
+    let mut args = vec!["--data-dir".into(), dir.as_os_str().to_owned()];
+    if postgres::servers_on_postgres() {
+        args.extend(["--store".into(), postgres::database_for_dir(dir).into()]);
+    }
+    args
+}
+
 /// A running `memmachine serve` process; killed when dropped.
 pub struct ServerProcess {
     pub child: Child,
@@ -38,8 +49,8 @@ impl ServerProcess {
     /// As `start`, with these environment variables set too.
     pub fn start_env(data_dir: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> ServerProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_memmachine"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(store_args(data_dir))
             .args(extra_args)
             .envs(env.iter().copied())
             .env("RUST_LOG", "info")
@@ -174,6 +185,10 @@ impl InProcess {
         }
         .resolve()
         .expect("config");
+        if postgres::servers_on_postgres() {
+            let url = postgres::database_for_dir(data_dir.path());
+            config.store = memmachine::store::StoreLocation::Postgres(url);
+        }
         configure(&mut config);
         let store = config.store.clone();
         let listener = tokio::net::TcpListener::bind(config.listen)

@@ -54,3 +54,48 @@ pub fn with_database(url: &str, database: &str) -> String {
         None => format!("{base}/{database}"),
     }
 }
+
+/// Which backend the gRPC tests' servers use: `MEMMACHINE_TEST_BACKEND=postgres` runs
+/// them on the test PostgreSQL server (`scripts/test.sh` runs them so a second time).
+pub fn servers_on_postgres() -> bool {
+    std::env::var("MEMMACHINE_TEST_BACKEND").as_deref() == Ok("postgres")
+}
+
+/// The database standing for the data directory `dir` (made on first use, so a server
+/// restarted on the same directory finds its data again).
+pub fn database_for_dir(dir: &std::path::Path) -> String {
+    use std::hash::{Hash, Hasher};
+    let base = base_url().expect("MEMMACHINE_TEST_BACKEND=postgres needs MEMMACHINE_TEST_POSTGRES");
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    dir.hash(&mut hasher);
+    let name = format!("mm_dir_{:016x}", hasher.finish());
+    let url = with_database(&base, &name);
+    // Its own runtime on its own thread: callers may be inside one already.
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let mut conn = sqlx::PgConnection::connect(&base)
+                .await
+                .unwrap_or_else(|err| panic!("cannot connect to {base}: {err}"));
+            let exists: Option<i32> =
+                sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = $1")
+                    .bind(&name)
+                    .fetch_optional(&mut conn)
+                    .await
+                    .unwrap();
+            if exists.is_none() {
+                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap_or_else(|err| panic!("cannot create database {name}: {err}"));
+            }
+            conn.close().await.ok();
+        });
+    })
+    .join()
+    .expect("creating the test database");
+    url
+}

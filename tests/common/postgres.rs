@@ -1,3 +1,4 @@
+#![allow(dead_code)]
 //! PostgreSQL for tests: the server `scripts/postgres.sh start` runs (`scripts/test.sh`
 //! starts it and exports its URL as `MEMMACHINE_TEST_POSTGRES`). Without that variable
 //! the PostgreSQL tests skip, saying so, except under CI, where they fail.

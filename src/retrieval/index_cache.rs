@@ -123,10 +123,16 @@ impl IndexCache {
             *state = Some(self.load(key, head, embedder).await?);
         }
         let loaded = state.as_ref().expect("loaded above");
-        let bytes = loaded.index.read().expect("index lock").estimated_bytes();
+        let (bytes, graph_wanted) = {
+            let index = loaded.index.read().expect("index lock");
+            (index.estimated_bytes(), index.graph_wanted())
+        };
         slot.bytes.store(bytes, Ordering::Relaxed);
         let index = loaded.index.clone();
         drop(state);
+        if graph_wanted {
+            build_graph_later(index.clone());
+        }
         self.evict(key);
         Ok(index)
     }
@@ -269,6 +275,22 @@ impl IndexCache {
             tracing::debug!(project = %key, bytes, "project index evicted");
         }
     }
+}
+
+/// Builds the project's vector graph on a blocking thread, off the index: reads go on
+/// meanwhile (scanning vectors), and it is installed with what changed in between.
+fn build_graph_later(index: Arc<RwLock<ProjectIndex>>) {
+    let input = {
+        let mut index = index.write().expect("index lock");
+        if !index.graph_wanted() {
+            return;
+        }
+        index.begin_graph()
+    };
+    tokio::task::spawn_blocking(move || {
+        let built = ProjectIndex::build_graph(input);
+        index.write().expect("index lock").finish_graph(built);
+    });
 }
 
 /// Prunes the change log now and then, keeping `FEED_RETENTION` of it; runs until the

@@ -28,7 +28,8 @@ impl Fields for Entry {
 pub struct ProjectIndex {
     pub(super) text: Bm25Index<Entry>,
     /// The vector graph of a large project (`None` below `ANN_MIN_VECTORS` vectors,
-    /// or if building it failed: then searches scan, as for a small project).
+    /// while it is being built, or if building it failed: then searches scan, as for
+    /// a small project).
     pub(super) ann: Option<AnnIndex>,
     /// Live episodes holding a vector.
     vectors: usize,
@@ -36,6 +37,9 @@ pub struct ProjectIndex {
     ann_min: usize,
     /// Building or updating the graph failed once: scan from then on, not retry.
     ann_failed: bool,
+    /// A graph is being built from a copy of the vectors: the episodes whose vector
+    /// changed since, to replay on it.
+    building: Option<Vec<i64>>,
     /// Estimated memory held (grows with inserts; removals are not subtracted, so it
     /// errs high until the project is loaded again).
     bytes: usize,
@@ -128,6 +132,9 @@ impl ProjectIndex {
             if let Some(ann) = &self.ann {
                 ann.remove(id);
             }
+            if let Some(dirty) = &mut self.building {
+                dirty.push(id);
+            }
         }
     }
 
@@ -148,45 +155,102 @@ impl ProjectIndex {
         self.text.payload(id)?.vector.as_deref()
     }
 
-    /// Keeps the graph in step with the vector just set on episode `id`: adds it once
-    /// there is a graph, builds the graph (from every vector held) when the project
-    /// reaches the threshold.
+    /// Keeps the graph in step with the vector just set on episode `id`: adds it when
+    /// there is a graph, or notes it for the graph being built.
     fn add_to_graph(&mut self, id: i64) {
-        let Some(dimensions) = self.vector_of(id).map(<[f32]>::len) else {
-            return;
-        };
-        if let Some(ann) = &self.ann {
-            let vector = self.vector_of(id).expect("just checked");
-            if let Err(err) = ann.insert(id, vector) {
-                tracing::warn!(error = %err, "vector graph update failed; scanning instead");
-                self.ann = None;
-                self.ann_failed = true;
-            }
+        if let Some(dirty) = &mut self.building {
+            dirty.push(id);
             return;
         }
-        if self.vectors < self.ann_min || self.ann_failed {
-            return;
+        let Some(ann) = &self.ann else { return };
+        let vector = self.vector_of(id).expect("a vector was just set");
+        if let Err(err) = ann.insert(id, vector) {
+            tracing::warn!(error = %err, "vector graph update failed; scanning instead");
+            self.ann = None;
+            self.ann_failed = true;
         }
-        let started = std::time::Instant::now();
-        let vectors = self
+    }
+
+    /// Whether the project holds enough vectors for a graph and has none (nor one on
+    /// the way): the cache then builds it off the index (`begin_graph`, `build_graph`,
+    /// `finish_graph`), so no read waits for it; searches scan meanwhile.
+    pub fn graph_wanted(&self) -> bool {
+        self.ann.is_none()
+            && self.building.is_none()
+            && !self.ann_failed
+            && self.vectors >= self.ann_min
+    }
+
+    /// Starts building the graph: a copy of every vector held (of the first one's
+    /// length). Changes from now on are replayed when it is installed.
+    pub fn begin_graph(&mut self) -> GraphInput {
+        self.building = Some(Vec::new());
+        let vectors: Vec<(i64, Box<[f32]>)> = self
             .text
             .live()
-            .filter_map(|(id, entry)| Some((id, entry.vector.as_deref()?)));
-        match AnnIndex::build(dimensions, vectors, self.vectors * 2) {
-            Ok(ann) => {
-                tracing::info!(
-                    vectors = ann.len(),
-                    elapsed_ms = started.elapsed().as_millis() as u64,
-                    "vector graph built"
-                );
-                self.ann = Some(ann);
-            }
+            .filter_map(|(id, entry)| Some((id, entry.vector.clone()?)))
+            .collect();
+        let dimensions = vectors.first().map_or(0, |(_, v)| v.len());
+        GraphInput {
+            dimensions,
+            vectors,
+        }
+    }
+
+    /// Builds a graph from `input`, without the index (the long part).
+    pub fn build_graph(input: GraphInput) -> Result<AnnIndex, String> {
+        let started = std::time::Instant::now();
+        let items = input.vectors.iter().map(|(id, v)| (*id, &v[..]));
+        let ann = AnnIndex::build(input.dimensions, items, input.vectors.len() * 2)?;
+        tracing::info!(
+            vectors = ann.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "vector graph built"
+        );
+        Ok(ann)
+    }
+
+    /// Installs the graph `begin_graph` started, with the changes made meanwhile.
+    pub fn finish_graph(&mut self, built: Result<AnnIndex, String>) {
+        let dirty = self.building.take().unwrap_or_default();
+        let ann = match built {
+            Ok(ann) => ann,
             Err(err) => {
                 tracing::warn!(error = %err, "cannot build the vector graph; scanning");
                 self.ann_failed = true;
+                return;
+            }
+        };
+        for id in dirty {
+            let replayed = match self.vector_of(id) {
+                Some(vector) => ann.insert(id, vector),
+                None => {
+                    ann.remove(id);
+                    Ok(())
+                }
+            };
+            if let Err(err) = replayed {
+                tracing::warn!(error = %err, "vector graph update failed; scanning instead");
+                self.ann_failed = true;
+                return;
             }
         }
+        self.ann = Some(ann);
     }
+
+    /// `begin_graph`, `build_graph` and `finish_graph` at once, if a graph is wanted.
+    pub fn build_graph_now(&mut self) {
+        if self.graph_wanted() {
+            let input = self.begin_graph();
+            self.finish_graph(ProjectIndex::build_graph(input));
+        }
+    }
+}
+
+/// The vectors a graph is built from, copied out of the index.
+pub struct GraphInput {
+    dimensions: usize,
+    vectors: Vec<(i64, Box<[f32]>)>,
 }
 
 #[cfg(test)]
@@ -231,11 +295,21 @@ mod tests {
         for i in 5..20 {
             index.insert(i, "ada", "new, embedded later", entry(None));
         }
-        assert!(index.ann.is_none(), "5 vectors: below the threshold");
-        for i in 5..12 {
+        assert!(!index.graph_wanted(), "5 vectors: below the threshold");
+        for i in 5..10 {
             index.set_vector(i, unit(i as usize).into_boxed_slice());
         }
-        let ann = index.ann.as_ref().expect("10 vectors reached: a graph");
+        assert!(
+            index.graph_wanted() && index.ann.is_none(),
+            "10: wanted, not built inline"
+        );
+        // Built from a copy while the index goes on: what changes meanwhile is replayed.
+        let input = index.begin_graph();
+        assert!(!index.graph_wanted(), "one build at a time");
+        index.set_vector(10, unit(10).into_boxed_slice());
+        index.set_vector(11, unit(11).into_boxed_slice());
+        index.finish_graph(ProjectIndex::build_graph(input));
+        let ann = index.ann.as_ref().expect("a graph");
         assert_eq!(ann.len(), 12, "built from every vector held, then added to");
         // Replacing a vector does not count it twice; removing takes it out.
         index.set_vector(3, unit(3).into_boxed_slice());

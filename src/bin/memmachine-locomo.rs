@@ -88,6 +88,10 @@ struct Args {
     /// Server executable [default: `memmachine` next to this executable]
     #[arg(long)]
     server: Option<PathBuf>,
+    /// The servers' `--store` (e.g. postgres://postgres@127.0.0.1:5432/locomo): as with
+    /// --data-dir, projects already holding their conversation are reused
+    #[arg(long)]
+    store: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -183,7 +187,10 @@ async fn run_mode(
             .await;
         match created {
             Ok(_) => {}
-            Err(status) if status.code() == tonic::Code::AlreadyExists && keep.is_some() => {
+            Err(status)
+                if status.code() == tonic::Code::AlreadyExists
+                    && (keep.is_some() || args.store.is_some()) =>
+            {
                 let count = episode_count(&mut projects, &project_id, &server).await?;
                 if count == conversation.turns.len() as i64 {
                     reused += 1;
@@ -531,11 +538,14 @@ fn main() -> Result<()> {
         )
         .into());
     }
-    let extra_args: Vec<String> = args
+    let mut extra_args: Vec<String> = args
         .server_args
         .split_whitespace()
         .map(str::to_string)
         .collect();
+    if let Some(store) = &args.store {
+        extra_args.extend(["--store".to_string(), store.clone()]);
+    }
     let format = locomo::ContentFormat {
         speaker_prefix: args.speaker_prefix,
         captions: !args.no_captions,

@@ -214,7 +214,8 @@ fn drain_stderr(
         {
             counters.index_bytes.store(n, Ordering::Relaxed);
         }
-        if line.contains(" WARN ") || line.contains(" ERROR ") {
+        if line.contains(" WARN ") || line.contains(" ERROR ") || line.contains("vector graph built")
+        {
             eprintln!("[server] {line}");
         }
         let mut tail = tail.lock().expect("log lock");

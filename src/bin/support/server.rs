@@ -23,6 +23,8 @@ pub struct Server {
     embedded: Arc<AtomicU64>,
     /// Estimated bytes of the last project index it loaded ("project index loaded").
     index_bytes: Arc<AtomicU64>,
+    /// Vector graphs it has reported built ("vector graph built").
+    graphs: Arc<AtomicU64>,
 }
 
 impl Server {
@@ -68,11 +70,13 @@ impl Server {
         let log_tail = Arc::new(Mutex::new(Vec::new()));
         let embedded = Arc::new(AtomicU64::new(0));
         let index_bytes = Arc::new(AtomicU64::new(0));
+        let graphs = Arc::new(AtomicU64::new(0));
         let (found, addr_rx) = mpsc::channel();
         {
             let counters = Counters {
                 embedded: embedded.clone(),
                 index_bytes: index_bytes.clone(),
+                graphs: graphs.clone(),
             };
             let log_tail = log_tail.clone();
             std::thread::Builder::new()
@@ -87,6 +91,7 @@ impl Server {
             log_tail,
             embedded,
             index_bytes,
+            graphs,
         };
         match addr_rx.recv_timeout(startup) {
             Ok(addr) => server.addr = addr,
@@ -112,6 +117,19 @@ impl Server {
         let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
         let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
         Some(kib * 1024)
+    }
+
+    /// Waits until the server has reported `count` vector graphs built, at most
+    /// `limit`; how long that took, or `None` when it did not happen.
+    pub async fn wait_for_graphs(&self, count: u64, limit: Duration) -> Option<Duration> {
+        let started = Instant::now();
+        while self.graphs.load(Ordering::Relaxed) < count {
+            if started.elapsed() >= limit {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Some(started.elapsed())
     }
 
     /// The estimated size of the last project index the server reported loading.
@@ -180,6 +198,7 @@ impl Drop for Server {
 struct Counters {
     embedded: Arc<AtomicU64>,
     index_bytes: Arc<AtomicU64>,
+    graphs: Arc<AtomicU64>,
 }
 
 /// Reads the server's stderr to the end: sends the listening address once it serves,
@@ -214,7 +233,12 @@ fn drain_stderr(
         {
             counters.index_bytes.store(n, Ordering::Relaxed);
         }
-        if line.contains(" WARN ") || line.contains(" ERROR ") || line.contains("vector graph built")
+        if line.contains("vector graph built") {
+            counters.graphs.fetch_add(1, Ordering::Relaxed);
+        }
+        if line.contains(" WARN ")
+            || line.contains(" ERROR ")
+            || line.contains("vector graph built")
         {
             eprintln!("[server] {line}");
         }

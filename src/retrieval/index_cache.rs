@@ -59,7 +59,16 @@ impl IndexCache {
         T: Send + 'static,
         F: FnOnce(&ProjectIndex) -> T + Send + 'static,
     {
-        let head = self.store.feed_head(key).await?;
+        let head = match self.store.feed_head(key).await {
+            Ok(head) => head,
+            Err(err) => {
+                if matches!(err, Error::NotFound(_)) {
+                    // Deleted (here or by another replica): its index goes too.
+                    self.slots.lock().expect("index slots").remove(key);
+                }
+                return Err(err);
+            }
+        };
         let index = self.current(key, head, embedder).await?;
         tokio::task::spawn_blocking(move || f(&index.read().expect("index lock")))
             .await

@@ -45,6 +45,9 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let store = crate::store::open(&config.store, true).await?;
+    // A store that opens but does not answer (a database refusing queries) fails the
+    // start, not the first call.
+    store.health().await?;
     let addr = listener
         .local_addr()
         .map_err(|err| Error::Internal(format!("listener address: {err}")))?;

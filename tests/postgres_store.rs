@@ -19,7 +19,7 @@ use memmachine::model::{
     ApiKeyRecord, EpisodicConfigUpdate, KeyScope, NewEpisode, ProjectConfig, ProjectKey,
 };
 use memmachine::store::next::{Change, ChangeFeed, EpisodeStore, StoreLifecycle, VectorStore};
-use memmachine::store::postgres::PostgresStore;
+use memmachine::store::postgres::{PoolSettings, PostgresStore};
 use memmachine::store::sqlite::SqliteStore;
 use memmachine::store::{KeyStore, ProjectStore, StatsStore};
 use sqlx::Connection;
@@ -773,14 +773,16 @@ async fn two_claimers_never_get_the_same_episode() {
     for store in [one.clone(), two.clone(), one.clone(), two.clone()] {
         tasks.push(tokio::spawn(async move {
             let mut got = Vec::new();
-            loop {
+            // Bounded: a claim that hands out leased episodes again never runs dry.
+            for _ in 0..100 {
                 let claimed = store.claim_embeddings("e1", 4, LONG).await.unwrap();
                 if claimed.is_empty() {
-                    return got;
+                    break;
                 }
                 got.extend(claimed.into_iter().map(|p| p.episode));
                 tokio::task::yield_now().await;
             }
+            got
         }));
     }
     let mut all = Vec::new();
@@ -906,12 +908,100 @@ async fn a_unique_violation_is_already_exists() {
 
 #[tokio::test]
 async fn an_unreachable_server_is_unavailable() {
-    // Nothing listens there.
+    // Nothing listens there: said at once, as something to retry.
     let addr = common::free_port();
+    let started = std::time::Instant::now();
     let err = match PostgresStore::connect(&format!("postgres://postgres@{addr}/postgres")).await {
         Ok(_) => panic!("connected to nothing"),
         Err(err) => err,
     };
+    assert!(
+        matches!(&err, Error::Unavailable(m) if m.contains("retry")),
+        "{err:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // A database that is not there is the operator's to fix, not an internal fault.
+    let Some(base) = common::postgres::base_url() else {
+        return;
+    };
+    let missing = common::postgres::with_database(&base, "mm_no_such_database");
+    let err = match PostgresStore::connect(&missing).await {
+        Ok(_) => panic!("connected to a missing database"),
+        Err(err) => err,
+    };
+    assert!(matches!(err, Error::FailedPrecondition(_)), "{err:?}");
+}
+
+/// A TCP relay to the test server that can be cut: the server, as this store's pool
+/// sees it, stops (open connections drop, new ones are refused).
+struct Relay {
+    addr: std::net::SocketAddr,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl Relay {
+    async fn start(target: String) -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let mut on_stop = stopped.clone();
+            loop {
+                let (mut inbound, _) = tokio::select! {
+                    accepted = listener.accept() => accepted.unwrap(),
+                    _ = on_stop.changed() => return,
+                };
+                let (target, mut on_stop) = (target.clone(), stopped.clone());
+                tokio::spawn(async move {
+                    let mut outbound = tokio::net::TcpStream::connect(target).await.unwrap();
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = on_stop.changed() => {}
+                    }
+                });
+            }
+        });
+        Relay { addr, stop }
+    }
+
+    fn cut(&self) {
+        self.stop.send(true).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_stopped_server_is_unavailable() {
+    let (_, url) = fresh_or_skip!();
+    // postgres://user@HOST:PORT/db
+    let host_port = url.split('@').nth(1).unwrap().split('/').next().unwrap();
+    let relay = Relay::start(host_port.to_string()).await;
+    let via = url.replacen(host_port, &relay.addr.to_string(), 1);
+    let settings = PoolSettings {
+        acquire_timeout: Duration::from_secs(2),
+        ..PoolSettings::default()
+    };
+    let pg = PostgresStore::connect_with(&via, settings).await.unwrap();
+    let k = project(&pg, "o", "p").await;
+    pg.add_episodes(&k, vec![episode("before", &[])], None)
+        .await
+        .unwrap();
+    relay.cut();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let err = pg.count_episodes(&k).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Unavailable(m) if m.contains("retry")),
+        "{err:?}"
+    );
+    let err = pg
+        .add_episodes(&k, vec![episode("after", &[])], None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
+    let err = pg.health().await.unwrap_err();
     assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
 }
 

@@ -40,6 +40,11 @@ fn by_sqlstate(code: &str, message: &str) -> Error {
         c if c.starts_with("08") => {
             Error::Unavailable(format!("database: {message} (SQLSTATE {code}); retry"))
         }
+        // Bad credentials, a database that is not there, missing privileges: the
+        // operator's to fix, not a fault of the server.
+        "28000" | "28P01" | "3D000" | "42501" => {
+            Error::FailedPrecondition(format!("database: {message} (SQLSTATE {code})"))
+        }
         "53100" | "53200" | "53300" => Error::ResourceExhausted {
             message: format!("database: {message} (SQLSTATE {code})"),
             retry_after: None,
@@ -77,6 +82,12 @@ mod tests {
         for code in ["53100", "53200", "53300"] {
             assert!(
                 matches!(by_sqlstate(code, "x"), Error::ResourceExhausted { .. }),
+                "{code}"
+            );
+        }
+        for code in ["28P01", "3D000"] {
+            assert!(
+                matches!(by_sqlstate(code, "x"), Error::FailedPrecondition(_)),
                 "{code}"
             );
         }

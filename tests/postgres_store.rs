@@ -1057,3 +1057,151 @@ async fn a_lost_or_closed_connection_is_unavailable() {
     let err = pg.get_project(&ProjectKey::universal()).await.unwrap_err();
     assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
 }
+
+// --- Semantic claims across handles ----------------------------------------------------
+
+fn by_count(now: i64) -> memmachine::semantic::model::ClaimRule {
+    memmachine::semantic::model::ClaimRule {
+        min_messages: 1,
+        max_age_micros: i64::MAX,
+        max_batch: 100,
+        lease_micros: 600_000_000,
+        now_micros: now,
+    }
+}
+
+#[tokio::test]
+async fn two_workers_never_claim_the_same_set_or_message() {
+    use memmachine::semantic::sets::user_set;
+    use memmachine::semantic::store::{Routing, SemanticStore};
+
+    let (one, url) = fresh_or_skip!();
+    let one = Arc::new(one);
+    let two = Arc::new(PostgresStore::connect(&url).await.unwrap());
+    let k = project(&one, "o", "semantic").await;
+    for user in 0..8 {
+        let set = user_set(&k, &format!("user{user}"));
+        let batch: Vec<NewEpisode> = (0..3)
+            .map(|i| episode(&format!("u{user} m{i}"), &[]))
+            .collect();
+        SemanticStore::add_episodes_routed(
+            &*one,
+            &k,
+            batch,
+            vec![Routing {
+                set,
+                episodes: vec![0, 1, 2],
+            }],
+        )
+        .await
+        .unwrap();
+    }
+    let now = chrono::Utc::now().timestamp_micros();
+    let mut tasks = Vec::new();
+    for store in [one.clone(), two.clone(), one.clone(), two.clone()] {
+        tasks.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            for _ in 0..20 {
+                match store.claim_batch(by_count(now)).await.unwrap() {
+                    Some(batch) => got.push((
+                        batch.set.internal_id,
+                        batch.messages.iter().map(|(h, _)| *h).collect::<Vec<_>>(),
+                    )),
+                    None => break,
+                }
+            }
+            got
+        }));
+    }
+    let mut batches = Vec::new();
+    for task in tasks {
+        batches.extend(task.await.unwrap());
+    }
+    let sets: HashSet<i64> = batches.iter().map(|(set, _)| *set).collect();
+    assert_eq!(
+        batches.len(),
+        8,
+        "each set claimed once while its lease holds"
+    );
+    assert_eq!(sets.len(), 8);
+    let messages: Vec<i64> = batches.iter().flat_map(|(_, m)| m.clone()).collect();
+    assert_eq!(messages.len(), 24);
+    assert_eq!(messages.iter().collect::<HashSet<_>>().len(), 24);
+    // Once the leases expire, the sets are claimed again (nothing was applied).
+    let later = now + 600_000_001;
+    assert!(one.claim_batch(by_count(later)).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn feature_vectors_are_claimed_under_leases() {
+    use memmachine::semantic::features::new_feature;
+    use memmachine::semantic::sets::project_set;
+    use memmachine::semantic::store::SemanticStore;
+
+    let (one, url) = fresh_or_skip!();
+    let two = PostgresStore::connect(&url).await.unwrap();
+    let k = project(&one, "o", "features").await;
+    let set = one.ensure_sets(&k, vec![project_set(&k)]).await.unwrap()[0].internal_id;
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        let feature = new_feature(
+            "Profile",
+            "cat-1",
+            "food",
+            &format!("dish {i}"),
+            "pasta",
+            serde_json::json!({}),
+        );
+        ids.push(
+            one.add_feature(set, feature, vec![], Some("e1".into()))
+                .await
+                .unwrap()
+                .internal_id,
+        );
+    }
+    let a = one.claim_feature_embeddings(4, LONG).await.unwrap();
+    let b = two.claim_feature_embeddings(4, LONG).await.unwrap();
+    assert_eq!(a.len(), 4);
+    assert_eq!(b.len(), 2, "the rest, none of the first claimer's");
+    let claimed: HashSet<i64> = a.iter().chain(&b).map(|p| p.feature).collect();
+    assert_eq!(claimed, ids.iter().copied().collect());
+    assert_eq!(a[0].text, "dish 0: pasta");
+    assert!(
+        one.claim_feature_embeddings(10, LONG)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Released: claimable again, by anyone.
+    two.release_feature_embeddings(vec![b[0].feature])
+        .await
+        .unwrap();
+    let again = one.claim_feature_embeddings(10, LONG).await.unwrap();
+    assert_eq!(
+        again.iter().map(|p| p.feature).collect::<Vec<_>>(),
+        [b[0].feature]
+    );
+    // An expired lease is taken over.
+    one.release_feature_embeddings(ids.clone()).await.unwrap();
+    let short = one
+        .claim_feature_embeddings(1, Duration::from_millis(200))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let taken = two.claim_feature_embeddings(1, LONG).await.unwrap();
+    assert_eq!(taken, short);
+    // Stored vectors leave the queue, and get their dimension's HNSW index.
+    one.store_feature_embeddings("e1", vec![(ids[0], vec![0.0, 1.0])])
+        .await
+        .unwrap();
+    let indexed = one.indexed_features(vec![set]).await.unwrap();
+    assert_eq!(indexed[0].vector, Some(("e1".to_string(), vec![0.0, 1.0])));
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    let exists: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE indexname = 'feature_embeddings_hnsw_2')",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert!(exists);
+}

@@ -157,6 +157,10 @@ pub(super) async fn claim(tx: &mut PgConnection, rule: &ClaimRule) -> Result<Opt
         let a: i32 = row.try_get(1).map_err(db_error)?;
         attempts = attempts.max(a.max(0) as u32);
     }
+    if rows.is_empty() {
+        // Taken by another claimer between the look and the lease.
+        return Ok(None);
+    }
     let found = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT e.id, {COLUMNS} FROM episodes e WHERE e.id = ANY($1) ORDER BY e.id"
     )))

@@ -1060,11 +1060,12 @@ async fn a_lost_or_closed_connection_is_unavailable() {
 
 // --- Semantic claims across handles ----------------------------------------------------
 
+/// Ready at one message, batches of at most two.
 fn by_count(now: i64) -> memmachine::semantic::model::ClaimRule {
     memmachine::semantic::model::ClaimRule {
         min_messages: 1,
         max_age_micros: i64::MAX,
-        max_batch: 100,
+        max_batch: 2,
         lease_micros: 600_000_000,
         now_micros: now,
     }
@@ -1079,7 +1080,9 @@ async fn two_workers_never_claim_the_same_set_or_message() {
     let one = Arc::new(one);
     let two = Arc::new(PostgresStore::connect(&url).await.unwrap());
     let k = project(&one, "o", "semantic").await;
-    for user in 0..8 {
+    // Three messages per set, batches of two: while one worker holds a set's lease,
+    // its third message waits (one worker per set), whoever asks.
+    for user in 0..16 {
         let set = user_set(&k, &format!("user{user}"));
         let batch: Vec<NewEpisode> = (0..3)
             .map(|i| episode(&format!("u{user} m{i}"), &[]))
@@ -1098,10 +1101,11 @@ async fn two_workers_never_claim_the_same_set_or_message() {
     }
     let now = chrono::Utc::now().timestamp_micros();
     let mut tasks = Vec::new();
-    for store in [one.clone(), two.clone(), one.clone(), two.clone()] {
+    for i in 0..8 {
+        let store = if i % 2 == 0 { one.clone() } else { two.clone() };
         tasks.push(tokio::spawn(async move {
             let mut got = Vec::new();
-            for _ in 0..20 {
+            for _ in 0..40 {
                 match store.claim_batch(by_count(now)).await.unwrap() {
                     Some(batch) => got.push((
                         batch.set.internal_id,
@@ -1118,15 +1122,15 @@ async fn two_workers_never_claim_the_same_set_or_message() {
         batches.extend(task.await.unwrap());
     }
     let sets: HashSet<i64> = batches.iter().map(|(set, _)| *set).collect();
+    assert_eq!(sets.len(), 16);
     assert_eq!(
         batches.len(),
-        8,
-        "each set claimed once while its lease holds"
+        16,
+        "each set claimed once while its lease holds: {batches:?}"
     );
-    assert_eq!(sets.len(), 8);
+    assert!(batches.iter().all(|(_, m)| m.len() == 2), "{batches:?}");
     let messages: Vec<i64> = batches.iter().flat_map(|(_, m)| m.clone()).collect();
-    assert_eq!(messages.len(), 24);
-    assert_eq!(messages.iter().collect::<HashSet<_>>().len(), 24);
+    assert_eq!(messages.iter().collect::<HashSet<_>>().len(), 32);
     // Once the leases expire, the sets are claimed again (nothing was applied).
     let later = now + 600_000_001;
     assert!(one.claim_batch(by_count(later)).await.unwrap().is_some());

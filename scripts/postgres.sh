@@ -14,7 +14,8 @@
 #   scripts/postgres.sh start   installs the wheel if missing, initialises the cluster if
 #                               missing, starts it on a free port, waits until it answers,
 #                               and prints its URL (postgres://postgres@127.0.0.1:PORT/postgres)
-#   scripts/postgres.sh stop    stops it (fast shutdown)
+#   scripts/postgres.sh stop    drops the databases tests made (mm_test_*), stops it
+#                               (fast shutdown); start drops those a previous run left
 #   scripts/postgres.sh url     prints the URL of the running server (exit 1 when none)
 #
 # PostgreSQL refuses to run as root: as root, the server and initdb run as the system
@@ -144,8 +145,10 @@ CONF
   port="$(free_port)"
   [[ "$(id -u)" == 0 ]] && touch "$LOG" && chown postgres: "$LOG"
   say "starting PostgreSQL on 127.0.0.1:$port (log $LOG)"
+  # Little WAL: tests make and drop many small databases.
   as_pg "$bin/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 \
-    -o "-p $port -k '$DATA' -c listen_addresses=127.0.0.1" start >/dev/null \
+    -o "-p $port -k '$DATA' -c listen_addresses=127.0.0.1 -c wal_level=minimal -c max_wal_senders=0 -c max_wal_size=64MB" \
+    start >/dev/null \
     || { tail -n 30 "$LOG" >&2; die "PostgreSQL did not start"; }
   local ready=0
   for _ in $(seq 1 60); do
@@ -161,11 +164,28 @@ CONF
   done
   local url="postgres://postgres@127.0.0.1:$port/postgres"
   printf '%s\n' "$url" >"$URL_FILE"
+  # Nobody uses the server yet: the databases earlier test runs left go.
+  drop_test_databases "$port"
   echo "$url"
+}
+
+# Drops the databases tests made (tests/common/postgres.rs names them mm_test_*).
+drop_test_databases() {
+  local port="$1" bin db
+  bin="$(bindir)"
+  local psql=("$bin/psql" -q -X -At -h 127.0.0.1 -p "$port" -U postgres -d postgres)
+  for db in $(as_pg "${psql[@]}" -c "SELECT datname FROM pg_database WHERE datname LIKE 'mm\_test\_%'"); do
+    as_pg "${psql[@]}" -c "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >/dev/null || true
+  done
+}
+
+port_of_url() {
+  sed -E 's#.*:([0-9]+)/.*#\1#' "$URL_FILE"
 }
 
 stop() {
   if [[ -x "$(bindir)/pg_ctl" ]] && running; then
+    [[ -f "$URL_FILE" ]] && drop_test_databases "$(port_of_url)"
     as_pg "$(bindir)/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null
     say "stopped"
   fi

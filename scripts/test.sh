@@ -11,7 +11,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-test-tools.sh
 
-if url="$(bash scripts/postgres.sh start)"; then
+if url="$(bash scripts/postgres.sh url 2>/dev/null)"; then
+  # Started by hand before: used, and left running.
+  export MEMMACHINE_TEST_POSTGRES="$url"
+  echo "test.sh: PostgreSQL already running at $url"
+elif url="$(bash scripts/postgres.sh start)"; then
   trap 'bash scripts/postgres.sh stop' EXIT
   export MEMMACHINE_TEST_POSTGRES="$url"
   echo "test.sh: PostgreSQL at $url"

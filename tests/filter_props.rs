@@ -2,6 +2,8 @@
 //! every filter it accepts runs against the store (SQL) and the in-memory index without
 //! an internal error, and both select the same episodes.
 
+mod common;
+
 use std::sync::Arc;
 
 use memmachine::model::filter::{Expr, parse};
@@ -332,4 +334,99 @@ fn every_accepted_filter_runs_against_the_store() {
         accepted > 10,
         "the generator should produce some valid filters, got {accepted}"
     );
+}
+
+/// The PostgreSQL dialect (`store/postgres/filter_sql.rs`) agrees with the in-memory
+/// evaluation too, on the same filters and episodes. Skips without
+/// `MEMMACHINE_TEST_POSTGRES`.
+#[test]
+fn postgres_and_in_memory_filters_agree() {
+    use memmachine::model::filter_eval::matches;
+    use memmachine::retrieval::episode_fields::EpisodeFields;
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let Some(url) = runtime.block_on(common::postgres::fresh_database()) else {
+        return;
+    };
+    let store: Arc<dyn Store> = Arc::new(
+        runtime
+            .block_on(memmachine::store::postgres::PostgresStore::connect(&url))
+            .unwrap(),
+    );
+    let key = ProjectKey::parse("props", "agree").unwrap();
+    let all = runtime.block_on(async {
+        store
+            .create_project(&key, "", &ProjectConfig::default())
+            .await
+            .unwrap();
+        store
+            .add_episodes(&key, varied_episodes(), None)
+            .await
+            .unwrap();
+        store.list_episodes(&key, None, 0, 1000).await.unwrap()
+    });
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(1000));
+    runner
+        .run(&valid_filter(), |input| {
+            let filter = parse(&input)
+                .unwrap_or_else(|err| panic!("{input:?} should parse: {err}"))
+                .expect("not blank");
+            let by_sql: Vec<uuid::Uuid> = runtime
+                .block_on(store.list_episodes(&key, Some(&filter), 0, 1000))
+                .unwrap()
+                .into_iter()
+                .map(|e| e.uid)
+                .collect();
+            let in_memory: Vec<uuid::Uuid> = all
+                .iter()
+                .filter(|e| matches(&filter, &EpisodeFields::of(e)))
+                .map(|e| e.uid)
+                .collect();
+            prop_assert_eq!(&by_sql, &in_memory, "filter {:?}", input);
+            let recent: Vec<uuid::Uuid> = runtime
+                .block_on(store.recent_episodes(&key, Some(&filter), 5))
+                .unwrap()
+                .into_iter()
+                .map(|e| e.uid)
+                .collect();
+            let newest = &in_memory[in_memory.len().saturating_sub(5)..];
+            prop_assert_eq!(&recent[..], newest, "recent with filter {:?}", input);
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// Every filter the parser accepts runs on PostgreSQL without an error.
+#[test]
+fn every_accepted_filter_runs_against_postgres() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let Some(url) = runtime.block_on(common::postgres::fresh_database()) else {
+        return;
+    };
+    let store: Arc<dyn Store> = Arc::new(
+        runtime
+            .block_on(memmachine::store::postgres::PostgresStore::connect(&url))
+            .unwrap(),
+    );
+    let key = ProjectKey::parse("props", "filters").unwrap();
+    runtime.block_on(async {
+        store
+            .create_project(&key, "", &ProjectConfig::default())
+            .await
+            .unwrap();
+        store
+            .add_episodes(&key, varied_episodes(), None)
+            .await
+            .unwrap();
+    });
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(2000));
+    runner
+        .run(&filter_text(), |input| {
+            if let Ok(filter) = parse(&input) {
+                let listed = runtime.block_on(store.list_episodes(&key, filter.as_ref(), 0, 10));
+                prop_assert!(listed.is_ok(), "filter {input:?}: {listed:?}");
+            }
+            Ok(())
+        })
+        .unwrap();
 }

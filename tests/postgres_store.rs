@@ -2,10 +2,10 @@
 //! `MEMMACHINE_TEST_POSTGRES`, which `scripts/test.sh` sets). Without it every test
 //! skips, saying so (under CI it fails).
 //!
-//! What the old conformance suite cannot cover yet: projects, keys and stats compared
-//! with the SQLite backend doing the same; the new traits (`store::next`: episodes by
-//! handle, the change feed, leased claims of the embedding queue, lifecycle); several
-//! handles (replicas) on one database; errors mapped to what a caller can do.
+//! What is PostgreSQL's own beyond the conformance suite (tests/conformance/): projects,
+//! keys, stats and filters compared with the SQLite backend doing the same, many
+//! handles and concurrent writers on one database, migrations racing, and errors mapped
+//! to what a caller can do.
 
 mod common;
 
@@ -18,7 +18,7 @@ use memmachine::model::filter::parse;
 use memmachine::model::{
     ApiKeyRecord, EpisodicConfigUpdate, KeyScope, NewEpisode, ProjectConfig, ProjectKey,
 };
-use memmachine::store::postgres::PostgresStore;
+use memmachine::store::postgres::{PoolSettings, PostgresStore};
 use memmachine::store::sqlite::SqliteStore;
 use memmachine::store::{Change, ChangeFeed, EpisodeStore, StoreLifecycle, VectorStore};
 use memmachine::store::{KeyStore, ProjectStore, StatsStore};
@@ -584,7 +584,11 @@ async fn stored_vectors_are_in_the_feed_and_come_back() {
     let (a, b) = (claimed[0].episode, claimed[1].episode);
     pg.store_embeddings(
         "e1",
-        vec![(a, vec![0.6, 0.8, 0.0]), (999_999, vec![1.0, 0.0, 0.0])],
+        vec![
+            (a, vec![1.0, 0.0, 0.0]),
+            (a, vec![0.6, 0.8, 0.0]),
+            (999_999, vec![1.0, 0.0, 0.0]),
+        ],
     )
     .await
     .unwrap();
@@ -773,14 +777,16 @@ async fn two_claimers_never_get_the_same_episode() {
     for store in [one.clone(), two.clone(), one.clone(), two.clone()] {
         tasks.push(tokio::spawn(async move {
             let mut got = Vec::new();
-            loop {
+            // Bounded: a claim that hands out leased episodes again never runs dry.
+            for _ in 0..100 {
                 let claimed = store.claim_embeddings("e1", 4, LONG).await.unwrap();
                 if claimed.is_empty() {
-                    return got;
+                    break;
                 }
                 got.extend(claimed.into_iter().map(|p| p.episode));
                 tokio::task::yield_now().await;
             }
+            got
         }));
     }
     let mut all = Vec::new();
@@ -905,13 +911,118 @@ async fn a_unique_violation_is_already_exists() {
 }
 
 #[tokio::test]
+async fn text_the_database_cannot_store_is_invalid_argument() {
+    let (pg, _) = fresh_or_skip!();
+    let k = project(&pg, "o", "nul").await;
+    let err = pg
+        .add_episodes(&k, vec![episode("a\0b", &[])], None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    let err = pg
+        .add_episodes(&k, vec![episode("fine", &[("k\0", "v")])], None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    assert_eq!(pg.count_episodes(&k).await.unwrap(), 0);
+}
+
+#[tokio::test]
 async fn an_unreachable_server_is_unavailable() {
-    // Nothing listens there.
+    // Nothing listens there: said at once, as something to retry.
     let addr = common::free_port();
+    let started = std::time::Instant::now();
     let err = match PostgresStore::connect(&format!("postgres://postgres@{addr}/postgres")).await {
         Ok(_) => panic!("connected to nothing"),
         Err(err) => err,
     };
+    assert!(
+        matches!(&err, Error::Unavailable(m) if m.contains("retry")),
+        "{err:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // A database that is not there is the operator's to fix, not an internal fault.
+    let Some(base) = common::postgres::base_url() else {
+        return;
+    };
+    let missing = common::postgres::with_database(&base, "mm_no_such_database");
+    let err = match PostgresStore::connect(&missing).await {
+        Ok(_) => panic!("connected to a missing database"),
+        Err(err) => err,
+    };
+    assert!(matches!(err, Error::FailedPrecondition(_)), "{err:?}");
+}
+
+/// A TCP relay to the test server that can be cut: the server, as this store's pool
+/// sees it, stops (open connections drop, new ones are refused).
+struct Relay {
+    addr: std::net::SocketAddr,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl Relay {
+    async fn start(target: String) -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let mut on_stop = stopped.clone();
+            loop {
+                let (mut inbound, _) = tokio::select! {
+                    accepted = listener.accept() => accepted.unwrap(),
+                    _ = on_stop.changed() => return,
+                };
+                let (target, mut on_stop) = (target.clone(), stopped.clone());
+                tokio::spawn(async move {
+                    let mut outbound = tokio::net::TcpStream::connect(target).await.unwrap();
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = on_stop.changed() => {}
+                    }
+                });
+            }
+        });
+        Relay { addr, stop }
+    }
+
+    fn cut(&self) {
+        self.stop.send(true).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_stopped_server_is_unavailable() {
+    let (_, url) = fresh_or_skip!();
+    // postgres://user@HOST:PORT/db
+    let host_port = url.split('@').nth(1).unwrap().split('/').next().unwrap();
+    let relay = Relay::start(host_port.to_string()).await;
+    let via = url.replacen(host_port, &relay.addr.to_string(), 1);
+    let settings = PoolSettings {
+        acquire_timeout: Duration::from_secs(2),
+        ..PoolSettings::default()
+    };
+    let pg = PostgresStore::connect_with(&via, settings).await.unwrap();
+    let k = project(&pg, "o", "p").await;
+    pg.add_episodes(&k, vec![episode("before", &[])], None)
+        .await
+        .unwrap();
+    relay.cut();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let err = pg.count_episodes(&k).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Unavailable(m) if m.contains("retry")),
+        "{err:?}"
+    );
+    let err = pg
+        .add_episodes(&k, vec![episode("after", &[])], None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
+    let err = pg.health().await.unwrap_err();
     assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
 }
 
@@ -949,4 +1060,223 @@ async fn a_lost_or_closed_connection_is_unavailable() {
     assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
     let err = pg.get_project(&ProjectKey::universal()).await.unwrap_err();
     assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
+}
+
+// --- Semantic claims across handles ----------------------------------------------------
+
+/// Ready at one message, batches of at most two.
+fn by_count(now: i64) -> memmachine::semantic::model::ClaimRule {
+    memmachine::semantic::model::ClaimRule {
+        min_messages: 1,
+        max_age_micros: i64::MAX,
+        max_batch: 2,
+        lease_micros: 600_000_000,
+        now_micros: now,
+    }
+}
+
+#[tokio::test]
+async fn two_workers_never_claim_the_same_set_or_message() {
+    use memmachine::semantic::sets::user_set;
+    use memmachine::semantic::store::{Routing, SemanticStore};
+
+    let (one, url) = fresh_or_skip!();
+    let one = Arc::new(one);
+    let two = Arc::new(PostgresStore::connect(&url).await.unwrap());
+    let k = project(&one, "o", "semantic").await;
+    // Three messages per set, batches of two: while one worker holds a set's lease,
+    // its third message waits (one worker per set), whoever asks.
+    for user in 0..16 {
+        let set = user_set(&k, &format!("user{user}"));
+        let batch: Vec<NewEpisode> = (0..3)
+            .map(|i| episode(&format!("u{user} m{i}"), &[]))
+            .collect();
+        SemanticStore::add_episodes_routed(
+            &*one,
+            &k,
+            batch,
+            vec![Routing {
+                set,
+                episodes: vec![0, 1, 2],
+            }],
+            None,
+        )
+        .await
+        .unwrap();
+    }
+    let now = chrono::Utc::now().timestamp_micros();
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let store = if i % 2 == 0 { one.clone() } else { two.clone() };
+        tasks.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            for _ in 0..40 {
+                match store.claim_batch(by_count(now)).await.unwrap() {
+                    Some(batch) => got.push((
+                        batch.set.internal_id,
+                        batch.messages.iter().map(|(h, _)| *h).collect::<Vec<_>>(),
+                    )),
+                    None => break,
+                }
+            }
+            got
+        }));
+    }
+    let mut batches = Vec::new();
+    for task in tasks {
+        batches.extend(task.await.unwrap());
+    }
+    let sets: HashSet<i64> = batches.iter().map(|(set, _)| *set).collect();
+    assert_eq!(sets.len(), 16);
+    assert_eq!(
+        batches.len(),
+        16,
+        "each set claimed once while its lease holds: {batches:?}"
+    );
+    assert!(batches.iter().all(|(_, m)| m.len() == 2), "{batches:?}");
+    let messages: Vec<i64> = batches.iter().flat_map(|(_, m)| m.clone()).collect();
+    assert_eq!(messages.iter().collect::<HashSet<_>>().len(), 32);
+    // Once the leases expire, the sets are claimed again (nothing was applied).
+    let later = now + 600_000_001;
+    assert!(one.claim_batch(by_count(later)).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn feature_vectors_are_claimed_under_leases() {
+    use memmachine::semantic::features::new_feature;
+    use memmachine::semantic::sets::project_set;
+    use memmachine::semantic::store::SemanticStore;
+
+    let (one, url) = fresh_or_skip!();
+    let two = PostgresStore::connect(&url).await.unwrap();
+    let k = project(&one, "o", "features").await;
+    let set = one.ensure_sets(&k, vec![project_set(&k)]).await.unwrap()[0].internal_id;
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        let feature = new_feature(
+            "Profile",
+            "cat-1",
+            "food",
+            &format!("dish {i}"),
+            "pasta",
+            serde_json::json!({}),
+        );
+        ids.push(
+            one.add_feature(set, feature, vec![], Some("e1".into()))
+                .await
+                .unwrap()
+                .internal_id,
+        );
+    }
+    let a = one.claim_feature_embeddings(4, LONG).await.unwrap();
+    let b = two.claim_feature_embeddings(4, LONG).await.unwrap();
+    assert_eq!(a.len(), 4);
+    assert_eq!(b.len(), 2, "the rest, none of the first claimer's");
+    let claimed: HashSet<i64> = a.iter().chain(&b).map(|p| p.feature).collect();
+    assert_eq!(claimed, ids.iter().copied().collect());
+    assert_eq!(a[0].text, "dish 0: pasta");
+    assert!(
+        one.claim_feature_embeddings(10, LONG)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Released: claimable again, by anyone.
+    two.release_feature_embeddings(vec![b[0].feature])
+        .await
+        .unwrap();
+    let again = one.claim_feature_embeddings(10, LONG).await.unwrap();
+    assert_eq!(
+        again.iter().map(|p| p.feature).collect::<Vec<_>>(),
+        [b[0].feature]
+    );
+    // An expired lease is taken over.
+    one.release_feature_embeddings(ids.clone()).await.unwrap();
+    let short = one
+        .claim_feature_embeddings(1, Duration::from_millis(200))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let taken = two.claim_feature_embeddings(1, LONG).await.unwrap();
+    assert_eq!(taken, short);
+    // Stored vectors leave the queue, and get their dimension's HNSW index; given
+    // twice, the last one counts.
+    one.store_feature_embeddings(
+        "e1",
+        vec![(ids[0], vec![1.0, 0.0]), (ids[0], vec![0.0, 1.0])],
+    )
+    .await
+    .unwrap();
+    let indexed = one.indexed_features(vec![set]).await.unwrap();
+    assert_eq!(indexed[0].vector, Some(("e1".to_string(), vec![0.0, 1.0])));
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    let exists: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE indexname = 'feature_embeddings_hnsw_2')",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert!(exists);
+}
+
+/// The summariser's cursor never passes an episode still being added: a project whose
+/// episode commits after a later one is reported all the same.
+#[tokio::test]
+async fn the_summary_cursor_waits_for_episodes_in_flight() {
+    use memmachine::semantic::sets::project_set;
+    use memmachine::semantic::store::{Routing, SemanticStore};
+
+    let (pg, url) = fresh_or_skip!();
+    let pg = Arc::new(pg);
+    let slow = project(&pg, "o", "slow").await;
+    let fast = project(&pg, "o", "fast").await;
+    let (_, start) = pg.projects_changed(0).await.unwrap();
+    // Another transaction is creating the set the slow add routes to: that add stalls
+    // after its episode has its id, until the other transaction ends.
+    let set = project_set(&slow);
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO semantic_sets (org_id, set_id, kind, tags, created_at)
+         VALUES ('o', $1, 'project', '{}', 0)",
+    )
+    .bind(&set.set_id)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let adding = {
+        let (pg, slow) = (pg.clone(), slow.clone());
+        tokio::spawn(async move {
+            SemanticStore::add_episodes_routed(
+                &*pg,
+                &slow,
+                vec![episode("slow", &[])],
+                vec![Routing {
+                    set,
+                    episodes: vec![0],
+                }],
+                None,
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    pg.add_episodes(&fast, vec![episode("fast", &[])], None)
+        .await
+        .unwrap();
+    let looking = {
+        let pg = pg.clone();
+        tokio::spawn(async move { pg.projects_changed(start).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tx.rollback().await.unwrap();
+    adding.await.unwrap().unwrap();
+    let (mut changed, cursor) = looking.await.unwrap().unwrap();
+    let (later, _) = pg.projects_changed(cursor).await.unwrap();
+    changed.extend(later);
+    assert!(changed.contains(&fast), "{changed:?}");
+    assert!(
+        changed.contains(&slow),
+        "the episode that committed last is not skipped: {changed:?}"
+    );
 }

@@ -24,17 +24,21 @@ pub fn base_url() -> Option<String> {
     }
 }
 
-/// A new, empty database on the server (its URL), for one test.
+/// A new, empty database on the server (its URL), for one test. Named `mm_test_*`:
+/// `scripts/postgres.sh` drops them when it starts and stops the server.
 pub async fn fresh_database() -> Option<String> {
     let base = base_url()?;
     let name = format!("mm_test_{}", uuid::Uuid::new_v4().simple());
     let mut conn = sqlx::PgConnection::connect(&base)
         .await
         .unwrap_or_else(|err| panic!("cannot connect to {base}: {err}"));
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut conn)
-        .await
-        .unwrap_or_else(|err| panic!("cannot create database {name}: {err}"));
+    // FILE_COPY: no WAL for the copied template (tests make many databases).
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE DATABASE {name} STRATEGY FILE_COPY"
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap_or_else(|err| panic!("cannot create database {name}: {err}"));
     conn.close().await.ok();
     Some(with_database(&base, &name))
 }

@@ -26,6 +26,10 @@ pub(super) const ADDED: i16 = 1;
 pub(super) const REMOVED: i16 = 2;
 pub(super) const VECTOR: i16 = 3;
 
+/// The advisory lock adders of episodes hold shared, and the summariser's cursor
+/// exclusive ("episodes" in ASCII).
+pub(super) const EPISODE_IDS_LOCK: i64 = 0x65_70_69_73_6f_64_65_73;
+
 /// Columns read by `from_row`, over the alias `e`.
 pub(super) const COLUMNS: &str = "e.uid, e.content, e.producer_id, e.producer_role, \
      e.produced_for_id, e.seq, e.episode_type, e.content_type, e.created_at, e.metadata";
@@ -80,6 +84,14 @@ pub(super) async fn add(
             "episode {dup} already exists"
         )));
     }
+    // Episode ids are handed out under this lock (shared among adders), so that the
+    // summariser's cursor, read under it exclusively, never passes an id still to
+    // commit (`semantic_summaries::projects_changed`).
+    sqlx::query("SELECT pg_advisory_xact_lock_shared($1)")
+        .bind(EPISODE_IDS_LOCK)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
     // Locks the project's row until commit: writers of the project queue here.
     let row = sqlx::query(
         "UPDATE projects SET next_seq = next_seq + $3, last_change = last_change + $3

@@ -40,6 +40,16 @@ fn by_sqlstate(code: &str, message: &str) -> Error {
         c if c.starts_with("08") => {
             Error::Unavailable(format!("database: {message} (SQLSTATE {code}); retry"))
         }
+        // Text PostgreSQL cannot hold (a NUL character): the client's to fix.
+        "22021" | "22P05" => Error::invalid(
+            "",
+            format!("text the database cannot store (a NUL character?): {message}"),
+        ),
+        // Bad credentials, a database that is not there, missing privileges: the
+        // operator's to fix, not a fault of the server.
+        "28000" | "28P01" | "3D000" | "42501" => {
+            Error::FailedPrecondition(format!("database: {message} (SQLSTATE {code})"))
+        }
         "53100" | "53200" | "53300" => Error::ResourceExhausted {
             message: format!("database: {message} (SQLSTATE {code})"),
             retry_after: None,
@@ -80,6 +90,16 @@ mod tests {
                 "{code}"
             );
         }
+        for code in ["28P01", "3D000"] {
+            assert!(
+                matches!(by_sqlstate(code, "x"), Error::FailedPrecondition(_)),
+                "{code}"
+            );
+        }
+        assert!(matches!(
+            by_sqlstate("22021", "x"),
+            Error::InvalidArgument(_)
+        ));
         assert!(matches!(by_sqlstate("42P01", "x"), Error::Internal(_)));
         assert!(matches!(
             db_error(sqlx::Error::PoolTimedOut),

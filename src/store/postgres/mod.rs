@@ -28,16 +28,30 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, PgPool};
 
 use self::error::db_error;
 use crate::error::{Error, Result};
 
-/// Connections per pool (per replica).
-const POOL_SIZE: u32 = 16;
-/// How long a call waits for a free connection before answering `Unavailable`.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How a `PostgresStore` uses the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSettings {
+    /// Connections per pool (per replica).
+    pub max_connections: u32,
+    /// How long a call waits for a connection (a free one, or a new one while the
+    /// server does not answer) before answering `Unavailable`.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(10),
+        }
+    }
+}
 
 pub struct PostgresStore {
     pool: PgPool,
@@ -52,6 +66,11 @@ impl PostgresStore {
     /// Connects to the database at `url` (`postgres://user@host:port/db`) with a pool
     /// and brings its schema up to date.
     pub async fn connect(url: &str) -> Result<PostgresStore> {
+        PostgresStore::connect_with(url, PoolSettings::default()).await
+    }
+
+    /// `connect` with these pool settings.
+    pub async fn connect_with(url: &str, settings: PoolSettings) -> Result<PostgresStore> {
         let options: PgConnectOptions = url
             .parse()
             .map_err(|err| Error::invalid("postgres_url", format!("{err}")))?;
@@ -61,14 +80,16 @@ impl PostgresStore {
             options.get_port(),
             options.get_database().unwrap_or("postgres")
         );
+        // One connection first, so that a server that is down or refuses us says why
+        // at once (the pool would retry until its acquire timeout, then only say that).
+        let probe = options.connect().await.map_err(db_error)?;
+        probe.close().await.ok();
         let pool = PgPoolOptions::new()
-            .max_connections(POOL_SIZE)
+            .max_connections(settings.max_connections)
             .min_connections(0)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .acquire_timeout(settings.acquire_timeout)
             .idle_timeout(Some(Duration::from_secs(300)))
-            .connect_with(options)
-            .await
-            .map_err(db_error)?;
+            .connect_lazy_with(options);
         migrate::migrate(&pool).await?;
         Ok(PostgresStore {
             pool,

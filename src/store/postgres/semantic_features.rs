@@ -584,10 +584,16 @@ pub(super) async fn store_vectors(
     embedder: &str,
     new: &[(i64, Vec<f32>)],
 ) -> Result<()> {
-    let ids: Vec<i64> = new.iter().map(|(feature, _)| *feature).collect();
-    let values: Vec<pgvector::Vector> = new
-        .iter()
-        .map(|(_, v)| pgvector::Vector::from(v.clone()))
+    // One row per feature (the last vector given wins, as SQLite's REPLACE does): a
+    // statement may not update a row twice.
+    let mut last: BTreeMap<i64, &Vec<f32>> = BTreeMap::new();
+    for (feature, vector) in new {
+        last.insert(*feature, vector);
+    }
+    let ids: Vec<i64> = last.keys().copied().collect();
+    let values: Vec<pgvector::Vector> = last
+        .values()
+        .map(|v| pgvector::Vector::from((*v).clone()))
         .collect();
     sqlx::query(
         "INSERT INTO feature_embeddings (org_id, feature, embedder, vector)

@@ -68,14 +68,15 @@ async fn ready_sets(conn: &mut PgConnection, rule: &ClaimRule) -> Result<Vec<i64
         "SELECT set_ref FROM semantic_queue
              WHERE failed IS NULL AND not_before <= $1 AND (lease IS NULL OR lease_until < $1)
              GROUP BY set_ref
-             HAVING (COUNT(*) >= $2 OR MIN(queued_at) <= $1 - $3)
+             HAVING (COUNT(*) >= $2 OR MIN(queued_at) <= $3)
                 AND set_ref NOT IN (SELECT set_ref FROM semantic_queue
                     WHERE failed IS NULL AND lease IS NOT NULL AND lease_until >= $1)
              ORDER BY MIN(queued_at), set_ref LIMIT $4",
     )
     .bind(rule.now_micros)
     .bind(rule.min_messages as i64)
-    .bind(rule.max_age_micros)
+    // Queued at or before this is old enough (saturating: no overflow in SQL).
+    .bind(rule.now_micros.saturating_sub(rule.max_age_micros))
     .bind(CANDIDATES)
     .fetch_all(conn)
     .await
@@ -155,6 +156,10 @@ pub(super) async fn claim(tx: &mut PgConnection, rule: &ClaimRule) -> Result<Opt
         rows.push(row.try_get::<i64, _>(0).map_err(db_error)?);
         let a: i32 = row.try_get(1).map_err(db_error)?;
         attempts = attempts.max(a.max(0) as u32);
+    }
+    if rows.is_empty() {
+        // Taken by another claimer between the look and the lease.
+        return Ok(None);
     }
     let found = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT e.id, {COLUMNS} FROM episodes e WHERE e.id = ANY($1) ORDER BY e.id"

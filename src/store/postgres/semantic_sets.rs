@@ -170,9 +170,15 @@ async fn sets_where(
 
 pub(super) async fn find_set(conn: &mut PgConnection, set_id: &str) -> Result<Option<SetRow>> {
     let set_id = set_id.to_string();
-    Ok(sets_where(conn, "s.set_id = $1", |q| q.bind(set_id))
+    // Set ids are unique per org (each names its org); the oldest, should two orgs
+    // share one.
+    Ok(
+        sets_where(conn, "s.set_id = $1 ORDER BY s.id LIMIT 1", |q| {
+            q.bind(set_id)
+        })
         .await?
-        .pop())
+        .pop(),
+    )
 }
 
 pub(super) async fn set_by_id(conn: &mut PgConnection, internal_id: i64) -> Result<Option<SetRow>> {

@@ -98,10 +98,20 @@ pub(super) async fn put(
 /// Projects with episodes of handle above `after`, and those whose summary was
 /// invalidated (no longer marked once returned), with the new cursor: the highest
 /// episode handle (0 when there are none).
+///
+/// Handles come from an identity column, given at insert, not at commit: a handle
+/// below the cursor could still commit later. So the cursor is read holding the lock
+/// every adder holds shared while it inserts (`episodes::EPISODE_IDS_LOCK`): no add is
+/// then in flight, and every later one gets a higher handle.
 pub(super) async fn projects_changed(
     tx: &mut PgConnection,
     after: i64,
 ) -> Result<(Vec<ProjectKey>, i64)> {
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(super::episodes::EPISODE_IDS_LOCK)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
     let rows = sqlx::query(
         "SELECT p.org_id, p.project_id FROM projects p
          WHERE (p.org_id, p.id) IN (SELECT org_id, project FROM episodes WHERE id > $1

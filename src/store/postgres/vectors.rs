@@ -211,12 +211,16 @@ impl VectorStore for PostgresStore {
         .fetch_all(&mut *tx)
         .await
         .map_err(db_error)?;
-        // The episodes that still exist, held against deletion until commit.
+        // The episodes that still exist, held against deletion until commit; one queued
+        // since for another embedder (its project changed embedder) waits for that one.
         let rows = sqlx::query(
-            "SELECT org_id, project, id FROM episodes WHERE id = ANY($1)
-             ORDER BY org_id, project, id FOR KEY SHARE",
+            "SELECT e.org_id, e.project, e.id FROM episodes e WHERE e.id = ANY($1)
+             AND NOT EXISTS (SELECT 1 FROM embedding_queue q
+                 WHERE q.org_id = e.org_id AND q.episode = e.id AND q.embedder <> $2)
+             ORDER BY e.org_id, e.project, e.id FOR KEY SHARE OF e",
         )
         .bind(&handles)
+        .bind(embedder)
         .fetch_all(&mut *tx)
         .await
         .map_err(db_error)?;
@@ -259,12 +263,16 @@ impl VectorStore for PostgresStore {
             .execute(&mut *tx)
             .await
             .map_err(db_error)?;
-            sqlx::query("DELETE FROM embedding_queue WHERE org_id = $1 AND episode = ANY($2)")
-                .bind(org)
-                .bind(episodes)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
+            sqlx::query(
+                "DELETE FROM embedding_queue
+                 WHERE org_id = $1 AND episode = ANY($2) AND embedder = $3",
+            )
+            .bind(org)
+            .bind(episodes)
+            .bind(embedder)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
             let ids: Vec<i64> = (1..=n).map(|i| first + i).collect();
             log_changes(&mut tx, org, *project, &ids, VECTOR, episodes).await?;
         }

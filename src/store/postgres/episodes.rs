@@ -289,14 +289,17 @@ async fn scan(
     descending: bool,
     limit: usize,
 ) -> Result<Vec<Episode>> {
-    let project = projects::require(&mut *conn, key).await?;
+    // The project by key inside the query: one round trip on the hot path (an empty
+    // answer then tells a missing project from one with no such episodes).
     let mut sql = QueryBuilder::<Postgres>::new(format!(
         "SELECT {COLUMNS} FROM episodes e WHERE e.org_id = "
     ));
     sql.push_bind(key.org_id.clone());
-    sql.push(" AND e.project = ");
-    sql.push_bind(project);
-    sql.push(" AND e.seq > ");
+    sql.push(" AND e.project = (SELECT id FROM projects WHERE org_id = ");
+    sql.push_bind(key.org_id.clone());
+    sql.push(" AND project_id = ");
+    sql.push_bind(key.project_id.clone());
+    sql.push(") AND e.seq > ");
     sql.push_bind(after_seq);
     if let Some(filter) = filter {
         sql.push(" AND ");
@@ -308,7 +311,10 @@ async fn scan(
         " ORDER BY e.seq LIMIT "
     });
     sql.push_bind(limit as i64);
-    let rows = sql.build().fetch_all(conn).await.map_err(db_error)?;
+    let rows = sql.build().fetch_all(&mut *conn).await.map_err(db_error)?;
+    if rows.is_empty() {
+        projects::require(conn, key).await?;
+    }
     rows.iter()
         .map(|row| from_row(row, 0))
         .collect::<sqlx::Result<_>>()
@@ -424,17 +430,21 @@ impl EpisodeStore for PostgresStore {
         handles: &[i64],
     ) -> Result<Vec<(i64, Episode)>> {
         let mut conn = self.pool().acquire().await.map_err(db_error)?;
-        let project = projects::require(&mut conn, key).await?;
+        // One round trip on the hot path, as `scan`.
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT e.id, {COLUMNS} FROM episodes e
-             WHERE e.org_id = $1 AND e.project = $2 AND e.id = ANY($3)"
+             WHERE e.org_id = $1 AND e.id = ANY($3) AND e.project =
+                 (SELECT id FROM projects WHERE org_id = $1 AND project_id = $2)"
         )))
         .bind(&key.org_id)
-        .bind(project)
+        .bind(&key.project_id)
         .bind(handles)
         .fetch_all(&mut *conn)
         .await
         .map_err(db_error)?;
+        if rows.is_empty() {
+            projects::require(&mut conn, key).await?;
+        }
         let mut found = HashMap::with_capacity(rows.len());
         for row in &rows {
             let id: i64 = row.try_get(0).map_err(db_error)?;

@@ -63,7 +63,9 @@ impl opentelemetry_http::HttpClient for OtlpClient {
 /// Installs the global subscriber. `otlp` is the collector's base URL (traces go to
 /// `{otlp}/v1/traces`) or its full traces URL.
 pub fn init(format: LogFormat, otlp: Option<&str>) -> Result<Telemetry, String> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // sqlx logs PostgreSQL's notices ("extension already exists, skipping") at info.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,sqlx::postgres::notice=warn"));
     let logs: Boxed = match format {
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()

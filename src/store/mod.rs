@@ -9,6 +9,25 @@ pub mod sqlite;
 pub mod transfer;
 
 pub use open::{StoreLocation, open};
+
+/// The episode column (over the alias `e`) a filter's system field compares, in every
+/// SQL dialect; `None` for the fields of features, which episode filters never parse.
+pub(crate) fn episode_column(field: crate::model::filter::SystemField) -> Option<&'static str> {
+    use crate::model::filter::SystemField;
+    match field {
+        SystemField::ProducerId => Some("e.producer_id"),
+        SystemField::ProducerRole => Some("e.producer_role"),
+        SystemField::ProducedForId => Some("e.produced_for_id"),
+        SystemField::CreatedAt => Some("e.created_at"),
+        SystemField::EpisodeType => Some("e.episode_type"),
+        SystemField::SetId
+        | SystemField::Category
+        | SystemField::Tag
+        | SystemField::Feature
+        | SystemField::Value
+        | SystemField::UpdatedAt => None,
+    }
+}
 pub use transfer::{EpisodeVector, RestoredFeature, TransferStore};
 
 use std::time::Duration;

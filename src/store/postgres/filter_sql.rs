@@ -135,20 +135,7 @@ fn comparison(field: &Field, op: CmpOp, value: &Literal, sql: &mut QueryBuilder<
 fn column(field: &Field, sql: &mut QueryBuilder<Postgres>) {
     match field {
         Field::System(system) => {
-            sql.push(match system {
-                SystemField::ProducerId => "e.producer_id",
-                SystemField::ProducerRole => "e.producer_role",
-                SystemField::ProducedForId => "e.produced_for_id",
-                SystemField::CreatedAt => "e.created_at",
-                SystemField::EpisodeType => "e.episode_type",
-                // Feature fields: episode filters never parse them.
-                SystemField::SetId
-                | SystemField::Category
-                | SystemField::Tag
-                | SystemField::Feature
-                | SystemField::Value
-                | SystemField::UpdatedAt => "NULL::text",
-            });
+            sql.push(crate::store::episode_column(*system).unwrap_or("NULL::text"));
         }
         Field::Metadata(key) => {
             sql.push("(e.metadata ->> ");

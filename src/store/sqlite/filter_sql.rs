@@ -6,7 +6,7 @@
 
 use rusqlite::types::Value;
 
-use crate::model::filter::{CmpOp, Expr, Field, Literal, SystemField};
+use crate::model::filter::{CmpOp, Expr, Field, Literal};
 
 /// Appends the condition for `expr` to `sql`, pushing its parameters onto `params`.
 pub(super) fn compile(expr: &Expr, sql: &mut String, params: &mut Vec<Value>) {
@@ -129,20 +129,9 @@ fn comparison(
 
 fn column(field: &Field, sql: &mut String, params: &mut Vec<Value>) {
     match field {
-        Field::System(system) => sql.push_str(match system {
-            SystemField::ProducerId => "e.producer_id",
-            SystemField::ProducerRole => "e.producer_role",
-            SystemField::ProducedForId => "e.produced_for_id",
-            SystemField::CreatedAt => "e.created_at",
-            SystemField::EpisodeType => "e.episode_type",
-            // Feature fields: episode filters never parse them.
-            SystemField::SetId
-            | SystemField::Category
-            | SystemField::Tag
-            | SystemField::Feature
-            | SystemField::Value
-            | SystemField::UpdatedAt => "NULL",
-        }),
+        Field::System(system) => {
+            sql.push_str(crate::store::episode_column(*system).unwrap_or("NULL"));
+        }
         Field::Metadata(key) => {
             sql.push_str("json_extract(e.metadata, ?)");
             params.push(Value::Text(json_path(key)));

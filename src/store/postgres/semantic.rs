@@ -29,12 +29,6 @@ use crate::semantic::model::{
 };
 use crate::semantic::store::{Routing, SemanticStore};
 
-/// The text a feature's vector is made from: its name and its value (as the SQLite
-/// backend's `feature_embedding_text` says; the two must agree).
-pub(super) fn feature_embedding_text(feature: &str, value: &str) -> String {
-    format!("{feature}: {value}")
-}
-
 /// A column that holds something it should not.
 pub(super) fn bad_column(at: usize, err: impl std::fmt::Display) -> sqlx::Error {
     sqlx::Error::ColumnDecode {

@@ -13,10 +13,11 @@ use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
 use super::error::{db_error, sqlstate};
-use super::semantic::{bad_column, bump_sets, feature_embedding_text};
+use super::semantic::{bad_column, bump_sets};
 use super::semantic_sets::require_set;
 use super::vectors::DB_NOW;
 use crate::error::{Error, Result};
+use crate::semantic::features::feature_embedding_text;
 use crate::semantic::model::{
     Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding,
 };

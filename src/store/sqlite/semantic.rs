@@ -24,12 +24,6 @@ use crate::semantic::model::{
 };
 use crate::semantic::store::{Routing, SemanticStore};
 
-/// The text a feature's vector is made from: its name and its value. The one place
-/// that says so.
-pub(crate) fn feature_embedding_text(feature: &str, value: &str) -> String {
-    format!("{feature}: {value}")
-}
-
 pub(super) fn now_micros() -> i64 {
     chrono::Utc::now().timestamp_micros()
 }

@@ -11,12 +11,11 @@ use std::collections::BTreeMap;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::error::storage_error;
-use super::semantic::{
-    bad_column, bump_sets, feature_embedding_text, id_array, is_constraint, now_micros,
-};
+use super::semantic::{bad_column, bump_sets, id_array, is_constraint, now_micros};
 use super::semantic_sets::require_set;
 use super::vectors;
 use crate::error::{Error, Result};
+use crate::semantic::features::feature_embedding_text;
 use crate::semantic::model::{
     Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding,
 };

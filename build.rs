@@ -14,13 +14,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/memmachine/v2/project_service.proto",
         "proto/memmachine/v2/memory_service.proto",
         "proto/memmachine/v2/semantic_service.proto",
+        "proto/memmachine/v1/types.proto",
+        "proto/memmachine/v1/memory_service.proto",
+        "proto/memmachine/v1/session_service.proto",
+        "proto/memmachine/v1/group_service.proto",
     ];
+    // Written aside and renamed into place: a new file, never a write into one that a
+    // copied (hard-linked) target directory shares with another checkout.
+    let descriptor = out_dir.join("memmachine_descriptor.bin");
+    let written = out_dir.join("memmachine_descriptor.bin.new");
+    let _ = std::fs::remove_file(&written);
     tonic_prost_build::configure()
-        .file_descriptor_set_path(out_dir.join("memmachine_descriptor.bin"))
+        .file_descriptor_set_path(&written)
         .compile_protos(
             &protos.map(PathBuf::from),
             &[PathBuf::from("proto"), well_known],
         )?;
+    std::fs::rename(&written, &descriptor)?;
 
     // tonic-prost-build does not emit these itself.
     println!("cargo:rerun-if-changed=proto");

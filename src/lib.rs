@@ -6,19 +6,24 @@
 
 pub mod admission;
 pub mod auth;
+pub mod cli;
 pub mod config;
+pub mod domain;
 pub mod embed;
 pub mod episodic;
 pub mod error;
 pub mod grpc;
+pub mod legacy;
 pub mod limits;
 pub mod llm;
+pub mod mcp;
 pub mod memory;
 pub mod metrics;
 pub mod model;
 pub(crate) mod openai_http;
 pub mod probe;
 pub mod projects;
+pub mod rest;
 pub mod retrieval;
 pub mod semantic;
 pub mod server;
@@ -33,4 +38,11 @@ pub mod pb {
     /// Encoded descriptor set of every memmachine proto, served by reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] =
         tonic::include_file_descriptor_set!("memmachine_descriptor");
+}
+
+/// Generated code of the deprecated legacy v1 API (`memmachine.v1`); its descriptors are
+/// in `pb::FILE_DESCRIPTOR_SET` too.
+#[allow(deprecated)]
+pub mod pb_v1 {
+    tonic::include_proto!("memmachine.v1");
 }

@@ -20,6 +20,9 @@ struct Cli {
 enum Command {
     /// Run the server (SQLite under --data-dir by default; no other setup needed)
     Serve(Box<ServeArgs>),
+    /// MCP over stdio for an agent host, scoped to one org, project and user (Streamable
+    /// HTTP: /mcp on `serve --rest-listen`)
+    Mcp(Box<memmachine::mcp::stdio::McpArgs>),
     /// Manage the local embedding model
     #[command(subcommand)]
     Model(ModelCommand),
@@ -83,6 +86,9 @@ enum Command {
         #[arg(long, requires = "tls_cert")]
         tls_key: Option<std::path::PathBuf>,
     },
+    /// The client subcommands (projects, add, search, list, delete, features)
+    #[command(flatten)]
+    Client(Box<memmachine::cli::Command>),
 }
 
 #[derive(Subcommand)]
@@ -149,6 +155,38 @@ fn time(micros: i64) -> String {
         || micros.to_string(),
         |t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
     )
+}
+
+fn mcp(args: memmachine::mcp::stdio::McpArgs) -> ExitCode {
+    let scope = match memmachine::mcp::Scope::new(&args.org, &args.project, &args.user) {
+        Ok(scope) => scope,
+        Err(err) => {
+            eprintln!("memmachine: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let config = match args.serve.resolve() {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("memmachine: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(config.log_format);
+    let runtime = match runtime() {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    let result = runtime.block_on(memmachine::mcp::stdio::run(config, scope));
+    // Background workers stop with the runtime; a blocked stdin read must not hold it.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("memmachine: {err}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn keys(command: KeysCommand) -> ExitCode {
@@ -293,6 +331,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Keys(command) => keys(command),
+        Command::Client(command) => memmachine::cli::run(*command),
         command @ (Command::Export { .. } | Command::Import { .. }) => transfer(command),
         Command::Health {
             addr,
@@ -350,6 +389,7 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Mcp(args) => mcp(*args),
         Command::Serve(args) => {
             let config = match args.resolve() {
                 Ok(config) => config,

@@ -42,6 +42,8 @@ pub struct ListInput {
     pub kind: Option<MemoryKind>,
     pub page_size: Option<i32>,
     pub page_token: String,
+    /// Pages to skip after `page_token` (MemMachine's page numbers), 0 for none.
+    pub page_num: u32,
     pub filter: String,
     /// Selects semantic sets.
     pub set_metadata: BTreeMap<String, String>,
@@ -155,7 +157,34 @@ impl Memories {
         })
     }
 
-    pub async fn list(&self, org_id: &str, project_id: &str, input: ListInput) -> Result<Listed> {
+    /// One page; with `page_num`, the pages before it are walked (as an offset would be).
+    pub async fn list(
+        &self,
+        org_id: &str,
+        project_id: &str,
+        mut input: ListInput,
+    ) -> Result<Listed> {
+        for _ in 0..input.page_num {
+            let skip = ListInput {
+                page_num: 0,
+                ..input.clone()
+            };
+            let next = match self.list_page(org_id, project_id, skip).await? {
+                Listed::Episodes(_, next) | Listed::Features(_, next) => next,
+            };
+            if next.is_empty() {
+                // Past the last page: an empty one.
+                return Ok(match input.kind {
+                    Some(MemoryKind::Semantic) => Listed::Features(Vec::new(), String::new()),
+                    _ => Listed::Episodes(Vec::new(), String::new()),
+                });
+            }
+            input.page_token = next;
+        }
+        self.list_page(org_id, project_id, input).await
+    }
+
+    async fn list_page(&self, org_id: &str, project_id: &str, input: ListInput) -> Result<Listed> {
         let key = ProjectKey::parse(org_id, project_id)?;
         if input.kind == Some(MemoryKind::Semantic) {
             let project = self.projects.get(&key).await?;
@@ -186,6 +215,75 @@ impl Memories {
     ) -> Result<u64> {
         let key = ProjectKey::parse(org_id, project_id)?;
         self.episodic.delete(&key, ids).await
+    }
+
+    /// The episodes of the project with these uids, in the order asked (`None` for a
+    /// uid not in it).
+    pub async fn get_episodes(
+        &self,
+        org_id: &str,
+        project_id: &str,
+        uids: &[uuid::Uuid],
+    ) -> Result<Vec<Option<Episode>>> {
+        let key = ProjectKey::parse(org_id, project_id)?;
+        self.projects.get(&key).await?;
+        self.episodic.get(&key, uids).await
+    }
+
+    /// Deletes episodes said by `producer` (an agent's user scope): any other id, of
+    /// another user or project, is `NotFound` and nothing is deleted.
+    pub async fn delete_episodes_of(
+        &self,
+        org_id: &str,
+        project_id: &str,
+        producer: &str,
+        ids: &[String],
+    ) -> Result<u64> {
+        let uids = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| {
+                uuid::Uuid::parse_str(id)
+                    .map_err(|_| Error::invalid(format!("ids[{i}]"), "is not an episode uid"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let found = self.get_episodes(org_id, project_id, &uids).await?;
+        if let Some(i) = found
+            .iter()
+            .position(|e| e.as_ref().is_none_or(|e| e.producer_id != producer))
+        {
+            return Err(Error::NotFound(format!(
+                "episode {} is not one of {producer}'s in {org_id}/{project_id}",
+                ids[i]
+            )));
+        }
+        self.delete_episodes(org_id, project_id, ids).await
+    }
+
+    /// Deletes features of the set `set_id` only (a user's own set): any other id is
+    /// `NotFound` and nothing is deleted.
+    pub async fn delete_features_in_set(
+        &self,
+        org_id: &str,
+        project_id: &str,
+        set_id: &str,
+        ids: &[String],
+    ) -> Result<u64> {
+        let key = ProjectKey::parse(org_id, project_id)?;
+        let project = self.projects.get(&key).await?;
+        for id in ids {
+            let in_set = match self.semantic.get_feature(&project, id).await {
+                Ok(feature) => feature.set_id == set_id,
+                Err(Error::NotFound(_)) => false,
+                Err(err) => return Err(err),
+            };
+            if !in_set {
+                return Err(Error::NotFound(format!(
+                    "feature {id} is not in set {set_id} of {key}"
+                )));
+            }
+        }
+        self.semantic.delete_features(&project, ids).await
     }
 
     pub async fn delete_features(

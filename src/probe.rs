@@ -25,6 +25,28 @@ pub async fn check(
     timeout: Duration,
     tls: Option<&ProbeTls>,
 ) -> Result<ServingStatus, String> {
+    let (endpoint, url) = endpoint(addr, timeout, tls)?;
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|err| format!("cannot connect to {url}: {err}"))?;
+    let response = HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: service.to_string(),
+        })
+        .await
+        .map_err(|status| format!("{url} answered {:?}: {}", status.code(), status.message()))?;
+    Ok(ServingStatus::try_from(response.into_inner().status).unwrap_or(ServingStatus::Unknown))
+}
+
+/// The endpoint of a server at `addr` (`host:port`, or a URL) and its URL, with
+/// `timeout` for connecting and for each call, over TLS when `tls` is given. Shared by
+/// `memmachine health` and the client subcommands, so both take the same flags.
+pub fn endpoint(
+    addr: &str,
+    timeout: Duration,
+    tls: Option<&ProbeTls>,
+) -> Result<(tonic::transport::Endpoint, String), String> {
     let scheme = if tls.is_some() { "https" } else { "http" };
     let url = if addr.contains("://") {
         addr.to_string()
@@ -54,15 +76,5 @@ pub async fn check(
             .tls_config(config)
             .map_err(|err| format!("TLS: {err}"))?;
     }
-    let channel = endpoint
-        .connect()
-        .await
-        .map_err(|err| format!("cannot connect to {url}: {err}"))?;
-    let response = HealthClient::new(channel)
-        .check(HealthCheckRequest {
-            service: service.to_string(),
-        })
-        .await
-        .map_err(|status| format!("{url} answered {:?}: {}", status.code(), status.message()))?;
-    Ok(ServingStatus::try_from(response.into_inner().status).unwrap_or(ServingStatus::Unknown))
+    Ok((endpoint, url))
 }

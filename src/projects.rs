@@ -115,6 +115,20 @@ impl Projects {
         Ok((projects, next))
     }
 
+    /// Every project (of one org when `org_id` is given), read page after page.
+    pub async fn list_all(&self, org_id: Option<&str>) -> Result<Vec<Project>> {
+        let page_size = i32::try_from(self.limits.max_page_size).unwrap_or(i32::MAX);
+        let (mut all, mut token) = (Vec::new(), String::new());
+        loop {
+            let (page, next) = self.list(org_id, Some(page_size), &token).await?;
+            all.extend(page);
+            if next.is_empty() {
+                return Ok(all);
+            }
+            token = next;
+        }
+    }
+
     /// Removes the project and all its memories before answering.
     pub async fn delete(&self, key: &ProjectKey) -> Result<()> {
         if key.is_universal() {

@@ -13,23 +13,18 @@ use tokio::sync::Notify;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
+use crate::admission::cors::Transport;
 use crate::admission::lifecycle::Lifecycle;
 use crate::admission::limits::Limiter;
 use crate::admission::{Admission, AdmissionLayer};
 use crate::auth::Authenticator;
 use crate::config::{ServeConfig, TlsFiles};
-use crate::episodic::EpisodicMemory;
-use crate::episodic::embedding::{EmbeddingQueue, spawn_workers};
 use crate::error::{Error, Result};
-use crate::grpc::{Deferred, MemoryGrpc, ProjectGrpc, SemanticGrpc};
-use crate::memory::Memories;
+use crate::grpc::{Deferred, MemoryGrpc, ProjectGrpc, SemanticGrpc, v1};
 use crate::metrics::Metrics;
 use crate::pb::memory_service_server::MemoryServiceServer;
 use crate::pb::project_service_server::ProjectServiceServer;
 use crate::pb::semantic_service_server::SemanticServiceServer;
-use crate::projects::Projects;
-use crate::retrieval::index_cache::IndexCache;
-use crate::semantic::SemanticMemory;
 
 /// How long streams other than memory calls may outlive the drain.
 const STREAM_GRACE: Duration = Duration::from_secs(5);
@@ -37,6 +32,34 @@ const STREAM_GRACE: Duration = Duration::from_secs(5);
 type ProjectService = Deferred<ProjectServiceServer<ProjectGrpc>>;
 type MemoryService = Deferred<MemoryServiceServer<MemoryGrpc>>;
 type SemanticService = Deferred<SemanticServiceServer<SemanticGrpc>>;
+/// The deprecated v1 API's services, ready with the rest.
+#[derive(Clone, Default)]
+struct LegacyServices {
+    memory: Deferred<crate::pb_v1::memory_service_server::MemoryServiceServer<v1::MemoryGrpc>>,
+    sessions: Deferred<crate::pb_v1::session_service_server::SessionServiceServer<v1::SessionGrpc>>,
+    groups: Deferred<crate::pb_v1::group_service_server::GroupServiceServer<v1::GroupGrpc>>,
+}
+
+impl LegacyServices {
+    fn set(&self, legacy: &crate::legacy::Legacy, max_request_bytes: usize) {
+        use crate::pb_v1::{
+            group_service_server::GroupServiceServer, memory_service_server::MemoryServiceServer,
+            session_service_server::SessionServiceServer,
+        };
+        self.memory.set(
+            MemoryServiceServer::new(v1::MemoryGrpc::new(legacy.clone()))
+                .max_decoding_message_size(max_request_bytes),
+        );
+        self.sessions.set(
+            SessionServiceServer::new(v1::SessionGrpc::new(legacy.clone()))
+                .max_decoding_message_size(max_request_bytes),
+        );
+        self.groups.set(
+            GroupServiceServer::new(v1::GroupGrpc::new(legacy.clone()))
+                .max_decoding_message_size(max_request_bytes),
+        );
+    }
+}
 
 /// Serves on `listener` until `shutdown` resolves, then drains and closes the store.
 pub async fn run(
@@ -68,7 +91,7 @@ pub async fn run(
     let metrics = Arc::new(Metrics::new());
     let (health, health_service) = tonic_health::server::health_reporter();
     let lifecycle = Arc::new(Lifecycle::new(health).await);
-    let admission = Admission {
+    let admission = Arc::new(Admission {
         auth: Authenticator::new(store.clone(), config.auth),
         limiter: Limiter::new(config.caller_limits),
         lifecycle: lifecycle.clone(),
@@ -76,16 +99,17 @@ pub async fn run(
         request_timeout: config.request_timeout,
         max_request_bytes: config.max_request_bytes,
         methods: crate::grpc::methods(),
-    };
+    });
     let project_service = ProjectService::default();
     let memory_service = MemoryService::default();
     let semantic_service = SemanticService::default();
+    let legacy_services = LegacyServices::default();
     let router = server_builder(&config)?
         .layer(
             tower::ServiceBuilder::new()
-                .layer(cors(config.auth))
+                .layer(crate::admission::cors::layer(config.auth, Transport::Grpc))
                 .layer(tonic_web::GrpcWebLayer::new())
-                .layer(AdmissionLayer::new(admission))
+                .layer(AdmissionLayer::new(admission.clone()))
                 .into_inner(),
         )
         .add_service(health_service)
@@ -93,7 +117,10 @@ pub async fn run(
         .add_service(reflection_v1alpha()?)
         .add_service(project_service.clone())
         .add_service(memory_service.clone())
-        .add_service(semantic_service.clone());
+        .add_service(semantic_service.clone())
+        .add_service(legacy_services.memory.clone())
+        .add_service(legacy_services.sessions.clone())
+        .add_service(legacy_services.groups.clone());
 
     let metrics_task = match config.metrics_listen {
         None => None,
@@ -109,6 +136,30 @@ pub async fn run(
                 std::future::pending(),
             );
             Some(tokio::spawn(task))
+        }
+    };
+
+    // Stops the REST gateway once the drain is over.
+    let (stopped, stop) = tokio::sync::watch::channel(false);
+    let rest = match config.rest_listen {
+        None => None,
+        Some(rest_addr) => {
+            let listener = TcpListener::bind(rest_addr).await.map_err(|err| {
+                Error::FailedPrecondition(format!("cannot listen on {rest_addr}: {err}"))
+            })?;
+            let gateway = crate::rest::Gateway::new(admission.clone(), store.clone(), &config);
+            let bound = listener.local_addr().map_or(rest_addr, |a| a);
+            tracing::info!(addr = %bound, "REST gateway listening (/api/v2)");
+            let mut stop = stop.clone();
+            let task = crate::rest::serve(listener, gateway.clone(), async move {
+                let _ = stop.wait_for(|stopped| *stopped).await;
+            });
+            tokio::spawn(async move {
+                if let Err(err) = task.await {
+                    tracing::error!(error = %err, "REST gateway failed");
+                }
+            });
+            Some(gateway)
         }
     };
 
@@ -138,6 +189,7 @@ pub async fn run(
                 );
             }
             draining.notify_one();
+            let _ = stopped.send(true);
         }
     };
     // Without TCP_NODELAY small responses wait for the peer's delayed ACK (~40 ms).
@@ -154,8 +206,17 @@ pub async fn run(
     );
 
     // A start-up that fails shuts down the way a signal does, then reports its error.
-    let startup_error = match start(&config, store.clone(), metrics).await {
-        Ok((projects, memories, semantic)) => {
+    let startup_error = match crate::domain::start(&config, store.clone(), metrics.clone()).await {
+        Ok(domain) => {
+            let (projects, memories, semantic) = (
+                ProjectGrpc::new(domain.projects.clone()),
+                MemoryGrpc::new(domain.memories.clone()),
+                SemanticGrpc::new(domain.projects.clone(), domain.semantic.clone()),
+            );
+            legacy_services.set(&domain.legacy, config.max_request_bytes);
+            if let Some(rest) = &rest {
+                rest.set(domain);
+            }
             project_service.set(
                 ProjectServiceServer::new(projects)
                     .max_decoding_message_size(config.max_request_bytes),
@@ -204,74 +265,6 @@ pub async fn run(
     Ok(())
 }
 
-/// What takes time before the server can serve: the embedder (a model to load, an
-/// endpoint to reach) and queueing what it must embed. Returns the adapters.
-async fn start(
-    config: &ServeConfig,
-    store: Arc<dyn crate::store::Store>,
-    metrics: Arc<Metrics>,
-) -> Result<(ProjectGrpc, MemoryGrpc, SemanticGrpc)> {
-    let embedders = crate::embed::build(&config.embedder)
-        .await
-        .map_err(Error::FailedPrecondition)?
-        .measured(&metrics);
-    let waiting = crate::episodic::embedding::queue_missing(store.as_ref(), &embedders).await?;
-    match embedders.default_embedder() {
-        None => tracing::info!(
-            model_dir = %config.embedder.model_dir.display(),
-            "no embedder: search is lexical only (run `memmachine model fetch` or pass --embedder)"
-        ),
-        Some(embedder) => tracing::info!(
-            embedder = embedder.id(),
-            dimensions = embedder.dimensions(),
-            waiting,
-            "embedder ready; episodes without a vector are being embedded"
-        ),
-    }
-    let llm = crate::llm::build(&config.llm, &metrics)?;
-    let projects = Projects::new(store.clone(), config.limits, embedders.clone());
-    let queue = EmbeddingQueue::default();
-    spawn_workers(
-        store.clone(),
-        &embedders,
-        &queue,
-        metrics.clone(),
-        config.embedding_lease,
-    );
-    let semantic = SemanticMemory::new(store.clone(), config.limits, embedders.clone(), llm);
-    crate::semantic::ingest::spawn_workers(semantic.clone(), config.ingest, metrics.clone());
-    crate::semantic::embedding::spawn(semantic.clone());
-    crate::semantic::summary::spawn(
-        semantic.clone(),
-        crate::semantic::summary::Window {
-            messages: config.limits.short_term_window,
-            chars: config.limits.short_term_max_chars,
-        },
-    );
-    let index = Arc::new(IndexCache::new(store.clone(), config.index_memory));
-    crate::retrieval::index_cache::spawn_feed_pruner(&store);
-    let episodic = EpisodicMemory::new(store.clone(), index.clone(), config.limits)
-        .with_embedders(embedders.clone(), queue);
-    // Searches work meanwhile: a project not yet loaded loads on its first search.
-    tokio::spawn(async move {
-        let embedder_of = |p: &crate::model::Project| {
-            embedders
-                .for_project(&p.config.embedder)
-                .map(|e| e.id().to_string())
-        };
-        match index.warm_up(embedder_of).await {
-            Ok(projects) => tracing::info!(projects, "project indexes loaded"),
-            Err(err) => tracing::warn!(error = %err, "loading project indexes failed"),
-        }
-    });
-    let memories = Memories::new(projects.clone(), episodic, semantic.clone());
-    Ok((
-        ProjectGrpc::new(projects.clone()),
-        MemoryGrpc::new(memories),
-        SemanticGrpc::new(projects, semantic),
-    ))
-}
-
 fn server_builder(config: &ServeConfig) -> Result<Server> {
     let builder = Server::builder()
         .accept_http1(true)
@@ -297,33 +290,6 @@ fn tls_config(files: &TlsFiles) -> Result<ServerTlsConfig> {
         tls = tls.client_ca_root(Certificate::from_pem(read(ca)?));
     }
     Ok(tls)
-}
-
-/// Browsers calling over gRPC-Web from other origins. With `--auth` any origin may call
-/// (keys are bearer tokens the page must hold, not cookies); without it none may, or any
-/// page open in a browser could read and write every org's memories.
-fn cors(auth: bool) -> tower_http::cors::CorsLayer {
-    use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName};
-    use tower_http::cors::{AllowOrigin, CorsLayer};
-    if !auth {
-        return CorsLayer::new();
-    }
-    let headers = |names: &[&'static str]| -> Vec<HeaderName> {
-        names.iter().map(|n| HeaderName::from_static(n)).collect()
-    };
-    let mut allowed = headers(&["x-grpc-web", "x-user-agent", "grpc-timeout", "x-request-id"]);
-    allowed.extend([AUTHORIZATION, CONTENT_TYPE]);
-    CorsLayer::new()
-        .allow_origin(AllowOrigin::mirror_request())
-        .allow_methods([http::Method::POST, http::Method::OPTIONS])
-        .allow_headers(allowed)
-        .expose_headers(headers(&[
-            "grpc-status",
-            "grpc-message",
-            "grpc-status-details-bin",
-            "x-request-id",
-        ]))
-        .max_age(Duration::from_secs(86400))
 }
 
 fn reflection_v1() -> Result<

@@ -8,29 +8,8 @@ use std::process::Command;
 
 use common::InProcess;
 use common::calls::{add, create_project, get_project, list_orgs, search};
+use common::keys::{create_key, keys_command};
 use tonic::Code;
-
-fn keys_command(data_dir: &std::path::Path, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_memmachine"))
-        .arg("keys")
-        .args(args)
-        .args(common::store_args(data_dir))
-        .output()
-        .expect("run memmachine keys")
-}
-
-/// `memmachine keys create ...`: the token it prints.
-fn create_key(data_dir: &std::path::Path, args: &[&str]) -> String {
-    let mut all = vec!["create"];
-    all.extend_from_slice(args);
-    let out = keys_command(data_dir, &all);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
 
 #[tokio::test]
 async fn the_auth_matrix() {
@@ -191,6 +170,18 @@ fn an_open_address_needs_auth_or_an_explicit_insecure_flag() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("--auth") && stderr.contains("--insecure-listen"),
+        "{stderr}"
+    );
+    // The REST gateway's address is guarded the same way.
+    let out = Command::new(env!("CARGO_BIN_EXE_memmachine"))
+        .env_clear()
+        .args(["config", "print", "--rest-listen", "0.0.0.0:8080"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("0.0.0.0:8080") && stderr.contains("--auth"),
         "{stderr}"
     );
     // `config print` resolves the same way, and accepts either flag.

@@ -3,14 +3,21 @@
 //!
 //! - `python_grpcio_client`: Python grpcio with stubs generated from `proto/` at run time
 //!   (`tests/external/python_client.py`).
+//! - `memmachine_client_over_rest`: MemMachine's published Python client
+//!   (`memmachine-client` 0.4.0, unpatched) against the REST gateway
+//!   (`tests/external/rest_client.py`).
+//! - `node_grpc_js_client`: Node.js `@grpc/grpc-js` with the protos loaded at run time by
+//!   `@grpc/proto-loader` (`tests/external/node_client.js`).
 //! - `buf_curl_via_reflection`: `buf curl`, which learns the schema from the server's
 //!   reflection service alone, speaking JSON.
 //! - `buf_curl_semantic_service`: the same, over `memmachine.v2.SemanticService` (manual
 //!   features, no language model).
 //!
 //! The clients live under `.tools/` (install them with `scripts/setup-test-tools.sh`);
-//! `MEMMACHINE_TEST_BUF` and `MEMMACHINE_TEST_PYTHON` point elsewhere. A missing client
-//! fails the test: it never passes by skipping.
+//! `MEMMACHINE_TEST_BUF`, `MEMMACHINE_TEST_PYTHON`, `MEMMACHINE_TEST_NODE` (the `node`
+//! binary, else `node` from PATH) and `MEMMACHINE_TEST_NODE_MODULES` (a `node_modules`
+//! directory) point elsewhere. A missing client fails the test: it never passes by
+//! skipping.
 
 mod common;
 
@@ -58,6 +65,34 @@ fn describe(output: &Output) -> String {
 }
 
 #[test]
+fn memmachine_client_over_rest() {
+    let python = tool(
+        "MEMMACHINE_TEST_CLIENT_PYTHON",
+        ".tools/client-venv/bin/python",
+    );
+    let data = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start(
+        data.path(),
+        &["--rest-listen", "127.0.0.1:0", "--embedder", "hash"],
+    );
+    let output = run(Command::new(&python)
+        .arg(repo_root().join("tests/external/rest_client.py"))
+        .args(["--base-url", &server.rest_url()])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .current_dir(repo_root()));
+    assert!(
+        output.status.success(),
+        "memmachine-client failed\n{}",
+        describe(&output)
+    );
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("OK: memmachine-client checks passed"),
+        "memmachine-client exited 0 without its closing line\n{}",
+        describe(&output)
+    );
+}
+
+#[test]
 fn python_grpcio_client() {
     let python = tool("MEMMACHINE_TEST_PYTHON", ".tools/venv/bin/python");
     let data = tempfile::tempdir().expect("temp dir");
@@ -76,6 +111,46 @@ fn python_grpcio_client() {
     assert!(
         stdout.contains("OK: python grpcio client checks passed"),
         "python client exited 0 without its closing line\n{}",
+        describe(&output)
+    );
+}
+
+#[test]
+fn node_grpc_js_client() {
+    let node = std::env::var_os("MEMMACHINE_TEST_NODE")
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| PathBuf::from("node"), PathBuf::from);
+    let modules = std::env::var_os("MEMMACHINE_TEST_NODE_MODULES")
+        .filter(|p| !p.is_empty())
+        .map_or_else(
+            || repo_root().join(".tools/node/node_modules"),
+            PathBuf::from,
+        );
+    for package in ["@grpc/grpc-js", "@grpc/proto-loader", "protobufjs"] {
+        let manifest = modules.join(package).join("package.json");
+        assert!(
+            manifest.is_file(),
+            "external test client missing: {} does not exist (or set \
+             MEMMACHINE_TEST_NODE_MODULES); {SETUP_HINT}",
+            manifest.display()
+        );
+    }
+    let data = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start(data.path(), &[]);
+    let output = run(Command::new(&node)
+        .arg(repo_root().join("tests/external/node_client.js"))
+        .args(["--addr", &server.addr])
+        .env("MEMMACHINE_TEST_NODE_MODULES", &modules)
+        .current_dir(repo_root()));
+    assert!(
+        output.status.success(),
+        "node grpc-js client failed\n{}",
+        describe(&output)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("OK: node grpc-js client checks passed"),
+        "node client exited 0 without its closing line\n{}",
         describe(&output)
     );
 }

@@ -5,6 +5,7 @@
 //! Health checks pass straight through, so probes need no key; reflection (the public
 //! schema) needs no key either.
 
+pub mod cors;
 pub mod lifecycle;
 pub mod limits;
 
@@ -47,8 +48,8 @@ pub struct Admission {
 pub struct AdmissionLayer(Arc<Admission>);
 
 impl AdmissionLayer {
-    pub fn new(admission: Admission) -> AdmissionLayer {
-        AdmissionLayer(Arc::new(admission))
+    pub fn new(admission: Arc<Admission>) -> AdmissionLayer {
+        AdmissionLayer(admission)
     }
 }
 
@@ -109,7 +110,7 @@ const DEADLINE_MARGIN: Duration = Duration::from_millis(2);
 
 /// Records a call in the metrics once, when answered or when dropped unanswered (the
 /// client cancelled or reset it).
-struct CallRecord {
+pub struct CallRecord {
     metrics: Arc<Metrics>,
     /// The method's metrics label.
     label: String,
@@ -118,7 +119,16 @@ struct CallRecord {
 }
 
 impl CallRecord {
-    fn answer(mut self, code: tonic::Code) -> Duration {
+    pub fn new(metrics: Arc<Metrics>, label: String) -> CallRecord {
+        CallRecord {
+            metrics,
+            label,
+            started: Instant::now(),
+            answered: false,
+        }
+    }
+
+    pub fn answer(mut self, code: tonic::Code) -> Duration {
         self.answered = true;
         let elapsed = self.started.elapsed();
         self.metrics.record_call(&self.label, code, elapsed);
@@ -150,60 +160,28 @@ impl Admission {
         let method = path.trim_start_matches('/').to_string();
         // Only methods the server has get their own label, so that callers cannot grow
         // the metrics with made-up paths.
-        let record = CallRecord {
-            metrics: self.metrics.clone(),
-            label: if self.methods.contains(&method) {
+        let record = CallRecord::new(
+            self.metrics.clone(),
+            if self.methods.contains(&method) {
                 method.clone()
             } else {
                 "unknown".to_string()
             },
-            started: Instant::now(),
-            answered: false,
-        };
-        let request_id = request_id(request.headers().get(REQUEST_ID));
-        let span = tracing::info_span!(
-            "call",
-            method = %method,
-            request_id = %request_id,
-            key_id = tracing::field::Empty
         );
-        let authorization = request
-            .headers()
-            .get(http::header::AUTHORIZATION)
-            .map(|v| v.as_bytes().to_vec());
+        let request_id = request_id(request.headers().get(REQUEST_ID));
+        let span = call_span(&method, &request_id);
+        let authorization = authorization(request.headers());
         let peer = peer_ip(&request);
         let result = async {
-            let _call = if path.starts_with(MEMORY_PREFIX) {
-                Some(self.lifecycle.admit()?)
-            } else {
-                None
-            };
-            // Reflection describes the public schema and nothing stored: it needs no key
-            // (so that `buf curl` without one learns the schema and gets the real
-            // answer, UNAUTHENTICATED, from the call itself).
-            let caller = if path.starts_with(REFLECTION_PREFIX) {
-                None
-            } else {
-                match self.auth.authenticate(authorization.as_deref()).await {
-                    Ok(caller) => Some(caller),
-                    Err(err) => {
-                        // Failed attempts count against the peer's rate, so that
-                        // guessing keys is as limited as calling.
-                        self.limit(&format!("peer:{peer}"))?;
-                        return Err(err);
-                    }
-                }
-            };
-            let key_id = caller.as_ref().and_then(Caller::key_id);
-            if let Some(key) = key_id {
-                tracing::Span::current().record("key_id", key);
-            }
-            let limiter_key = match key_id {
-                Some(key) => format!("key:{key}"),
-                None => format!("peer:{peer}"),
-            };
-            let _permit = self.limit(&limiter_key)?;
-            if let Some(caller) = caller {
+            let entry = self
+                .enter(
+                    path.starts_with(MEMORY_PREFIX),
+                    path.starts_with(REFLECTION_PREFIX),
+                    authorization.as_deref(),
+                    &peer,
+                )
+                .await?;
+            if let Some(caller) = entry.caller.clone() {
                 request.extensions_mut().insert(caller);
             }
             let allowed = deadline.saturating_duration_since(Instant::now());
@@ -230,24 +208,55 @@ impl Admission {
             response = status.into_http();
         }
         let elapsed = record.answer(code);
-        span.in_scope(|| {
-            let ms = elapsed.as_secs_f64() * 1e3;
-            let code_name = crate::metrics::code_name(code);
-            match code {
-                tonic::Code::Ok => tracing::debug!(code = code_name, ms, "call answered"),
-                tonic::Code::Internal | tonic::Code::Unknown | tonic::Code::DataLoss => {
-                    tracing::warn!(code = code_name, ms, "call failed")
-                }
-                tonic::Code::Unauthenticated => {
-                    tracing::info!(code = code_name, ms, peer = %peer, "call refused")
-                }
-                _ => tracing::info!(code = code_name, ms, "call refused"),
-            }
-        });
+        span.in_scope(|| log_answer(code, elapsed, &peer));
         if let Ok(value) = HeaderValue::from_str(&request_id) {
             response.headers_mut().insert(REQUEST_ID, value);
         }
         Ok(response)
+    }
+
+    /// Lets one call in, on any transport: refused while the server starts or drains
+    /// (`memory` calls), authenticated unless `public`, and admitted under the caller's
+    /// limits. What it returns must live as long as the call.
+    pub async fn enter(
+        &self,
+        memory: bool,
+        public: bool,
+        authorization: Option<&[u8]>,
+        peer: &str,
+    ) -> Result<Entry, Error> {
+        let call = if memory {
+            Some(self.lifecycle.admit()?)
+        } else {
+            None
+        };
+        let caller = if public {
+            None
+        } else {
+            match self.auth.authenticate(authorization).await {
+                Ok(caller) => Some(caller),
+                Err(err) => {
+                    // Failed attempts count against the peer's rate, so that guessing
+                    // keys is as limited as calling.
+                    self.limit(&format!("peer:{peer}"))?;
+                    return Err(err);
+                }
+            }
+        };
+        let key_id = caller.as_ref().and_then(Caller::key_id);
+        if let Some(key) = key_id {
+            tracing::Span::current().record("key_id", key);
+        }
+        let limiter_key = match key_id {
+            Some(key) => format!("key:{key}"),
+            None => format!("peer:{peer}"),
+        };
+        let permit = self.limit(&limiter_key)?;
+        Ok(Entry {
+            caller,
+            _call: call,
+            _permit: permit,
+        })
     }
 
     /// Admits one call of `caller` under the per-caller limits, counting refusals in the
@@ -288,6 +297,47 @@ impl Admission {
     }
 }
 
+/// The span a call runs in, on any transport (`key_id` is recorded once known).
+pub fn call_span(method: &str, request_id: &str) -> tracing::Span {
+    tracing::info_span!(
+        "call",
+        method = %method,
+        request_id = %request_id,
+        key_id = tracing::field::Empty
+    )
+}
+
+/// The `authorization` header's bytes, for `Admission::enter`.
+pub fn authorization(headers: &http::HeaderMap) -> Option<Vec<u8>> {
+    headers
+        .get(http::header::AUTHORIZATION)
+        .map(|v| v.as_bytes().to_vec())
+}
+
+/// Logs how a call was answered: failures as warnings, refusals as information.
+pub fn log_answer(code: tonic::Code, elapsed: Duration, peer: &str) {
+    let ms = elapsed.as_secs_f64() * 1e3;
+    let code_name = crate::metrics::code_name(code);
+    match code {
+        tonic::Code::Ok => tracing::debug!(code = code_name, ms, "call answered"),
+        tonic::Code::Internal | tonic::Code::Unknown | tonic::Code::DataLoss => {
+            tracing::warn!(code = code_name, ms, "call failed")
+        }
+        tonic::Code::Unauthenticated => {
+            tracing::info!(code = code_name, ms, peer = %peer, "call refused")
+        }
+        _ => tracing::info!(code = code_name, ms, "call refused"),
+    }
+}
+
+/// A call let in: who the caller is (none for public calls), holding its place in the
+/// lifecycle and its concurrency permit until dropped.
+pub struct Entry {
+    pub caller: Option<Caller>,
+    _call: Option<lifecycle::CallGuard>,
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
 /// How tonic's answers to undecodable requests begin.
 const DECODE_FAILURES: [&str; 3] = [
     "failed to decode Protobuf message",
@@ -296,7 +346,7 @@ const DECODE_FAILURES: [&str; 3] = [
 ];
 
 /// The client's request id when it is short printable ASCII, else a new one.
-fn request_id(sent: Option<&HeaderValue>) -> String {
+pub fn request_id(sent: Option<&HeaderValue>) -> String {
     sent.and_then(|v| v.to_str().ok())
         .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
         .map_or_else(|| uuid::Uuid::new_v4().simple().to_string(), str::to_string)

@@ -17,6 +17,8 @@ const MAX_METADATA_BYTES: usize = 64 * 1024;
 /// A message as a transport decoded it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MessageInput {
+    /// The episode's uid when the client chose it (the v1 API does); `None`: a new one.
+    pub uid: Option<uuid::Uuid>,
     pub content: String,
     pub producer: String,
     pub produced_for: String,
@@ -49,7 +51,7 @@ pub(super) fn to_episodes(messages: Vec<MessageInput>, limits: &Limits) -> Resul
     Ok(messages
         .into_iter()
         .map(|m| NewEpisode {
-            uid: uuid::Uuid::new_v4(),
+            uid: m.uid.unwrap_or_else(uuid::Uuid::new_v4),
             content: m.content,
             producer_id: if m.producer.is_empty() {
                 "user".into()

@@ -284,6 +284,23 @@ impl EpisodicMemory {
         Ok((episodes, next))
     }
 
+    /// The episodes of this project with these uids, in the order asked (`None` for a
+    /// uid not in it).
+    pub async fn get(&self, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<Vec<Option<Episode>>> {
+        let handles = self.store.episode_handles(key, uids).await?;
+        let known: Vec<i64> = handles.iter().flatten().copied().collect();
+        let mut rows: std::collections::HashMap<i64, Episode> = self
+            .store
+            .episodes_by_handle(key, &known)
+            .await?
+            .into_iter()
+            .collect();
+        Ok(handles
+            .into_iter()
+            .map(|h| h.and_then(|h| rows.remove(&h)))
+            .collect())
+    }
+
     /// Deletes episodes of this project only; all or none.
     pub async fn delete(&self, key: &ProjectKey, ids: &[String]) -> Result<u64> {
         let mut violations = Violations::default();

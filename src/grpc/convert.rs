@@ -54,6 +54,7 @@ pub fn messages(messages: Vec<pb::MemoryMessage>) -> Result<Vec<MessageInput>> {
                 );
             }
             MessageInput {
+                uid: None,
                 content: m.content,
                 producer: m.producer,
                 produced_for: m.produced_for,
@@ -123,7 +124,7 @@ pub fn json_object(s: Option<prost_types::Struct>) -> serde_json::Value {
     )
 }
 
-fn json_value(v: prost_types::Value) -> serde_json::Value {
+pub fn json_value(v: prost_types::Value) -> serde_json::Value {
     use prost_types::value::Kind;
     match v.kind {
         None | Some(Kind::NullValue(_)) => serde_json::Value::Null,
@@ -148,7 +149,7 @@ pub fn proto_struct(v: &serde_json::Value) -> prost_types::Struct {
     prost_types::Struct { fields }
 }
 
-fn proto_value(v: &serde_json::Value) -> prost_types::Value {
+pub fn proto_value(v: &serde_json::Value) -> prost_types::Value {
     use prost_types::value::Kind;
     let kind = match v {
         serde_json::Value::Null => Kind::NullValue(0),

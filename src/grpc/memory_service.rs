@@ -105,6 +105,7 @@ impl MemoryService for MemoryGrpc {
             kind,
             page_size: r.page_size,
             page_token: r.page_token,
+            page_num: 0,
             filter: r.filter,
             set_metadata: r.set_metadata.into_iter().collect(),
         };

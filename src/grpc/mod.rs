@@ -1,11 +1,12 @@
 //! gRPC adapters: decode a request, call one domain function, encode the result.
 
-mod convert;
+pub mod convert;
 mod deferred;
 mod memory_service;
 mod project_service;
 mod semantic_service;
 mod status;
+pub mod v1;
 
 pub use deferred::Deferred;
 pub use memory_service::MemoryGrpc;

@@ -5,6 +5,25 @@ use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::error::Error;
 
+impl Error {
+    /// The canonical code of each domain error, on every transport.
+    pub fn grpc_code(&self) -> Code {
+        match self {
+            Error::InvalidArgument(_) => Code::InvalidArgument,
+            Error::NotFound(_) => Code::NotFound,
+            Error::AlreadyExists(_) => Code::AlreadyExists,
+            Error::FailedPrecondition(_) => Code::FailedPrecondition,
+            Error::Unimplemented(_) => Code::Unimplemented,
+            Error::Unavailable(_) | Error::Closed => Code::Unavailable,
+            Error::Unauthenticated(_) => Code::Unauthenticated,
+            Error::PermissionDenied(_) => Code::PermissionDenied,
+            Error::ResourceExhausted { .. } => Code::ResourceExhausted,
+            Error::DeadlineExceeded(_) => Code::DeadlineExceeded,
+            Error::Internal(_) => Code::Internal,
+        }
+    }
+}
+
 impl From<Error> for Status {
     fn from(err: Error) -> Status {
         match err {
@@ -16,10 +35,13 @@ impl From<Error> for Status {
                 }
                 Status::with_error_details(Code::InvalidArgument, message, details)
             }
-            Error::NotFound(m) => Status::not_found(m),
-            Error::AlreadyExists(m) => Status::already_exists(m),
-            Error::FailedPrecondition(m) => Status::failed_precondition(m),
-            Error::Unimplemented(m) => Status::unimplemented(m),
+            Error::NotFound(ref m)
+            | Error::AlreadyExists(ref m)
+            | Error::FailedPrecondition(ref m)
+            | Error::Unimplemented(ref m)
+            | Error::Unauthenticated(ref m)
+            | Error::PermissionDenied(ref m)
+            | Error::DeadlineExceeded(ref m) => Status::new(err.grpc_code(), m.clone()),
             // Worth retrying: say when (a store busy, restarting or briefly unreachable).
             Error::Unavailable(m) => {
                 let mut details = ErrorDetails::new();
@@ -27,8 +49,6 @@ impl From<Error> for Status {
                 Status::with_error_details(Code::Unavailable, m, details)
             }
             Error::Closed => Status::unavailable("the server is stopping"),
-            Error::Unauthenticated(m) => Status::unauthenticated(m),
-            Error::PermissionDenied(m) => Status::permission_denied(m),
             Error::ResourceExhausted {
                 message,
                 retry_after,
@@ -39,7 +59,6 @@ impl From<Error> for Status {
                 }
                 Status::with_error_details(Code::ResourceExhausted, message, details)
             }
-            Error::DeadlineExceeded(m) => Status::deadline_exceeded(m),
             Error::Internal(m) => {
                 // The details stay in the log; the client learns only that it failed.
                 tracing::error!(error = %m, "internal error");

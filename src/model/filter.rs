@@ -10,7 +10,7 @@
 //! op         := "=" | "!=" | "<>" | ">" | "<" | ">=" | "<="
 //! ```
 //! Keywords are case-insensitive; strings take single or double quotes (backslash
-//! escapes the next character); `created_at` compares with RFC 3339 timestamps (or
+//! escapes the next character, and a doubled quote is one quote, as in SQL); `created_at` compares with RFC 3339 timestamps (or
 //! Unix seconds). Errors carry the 1-based character position where parsing failed.
 
 use crate::error::Error;
@@ -147,6 +147,11 @@ impl FilterError {
 }
 
 /// Parses a filter; an empty or blank filter is `None` (match everything).
+/// `value` as a string literal of the filter language, for filters the server writes.
+pub fn quote(value: &str) -> String {
+    format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
 pub fn parse(input: &str) -> Result<Option<Expr>, FilterError> {
     parse_with(input, &SystemField::ALL)
 }
@@ -264,6 +269,12 @@ fn lex(input: &str) -> Result<Vec<Token>, FilterError> {
                             }
                             None => return Err(err("unterminated string".into())),
                         },
+                        // A doubled quote is one quote (SQL's escape, which MemMachine's
+                        // client writes).
+                        Some(&ch) if ch == quote && chars.get(i + 1) == Some(&quote) => {
+                            value.push(quote);
+                            i += 2;
+                        }
                         Some(&ch) if ch == quote => {
                             i += 1;
                             break;
@@ -586,6 +597,34 @@ mod tests {
                 value: Literal::Str("D1:1".into())
             }
         );
+    }
+
+    #[test]
+    fn quoted_values_read_back_as_themselves() {
+        for value in ["plain", "O'Brien", "back\\slash\\'", "\"both'\\"] {
+            match parse(&format!("m.k = {}", quote(value))).unwrap().unwrap() {
+                Expr::Cmp {
+                    value: Literal::Str(s),
+                    ..
+                } => assert_eq!(s, value),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_doubled_quote_is_one_quote() {
+        let name = |filter: &str| match parse(filter).unwrap().unwrap() {
+            Expr::Cmp {
+                value: Literal::Str(s),
+                ..
+            } => s,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(name("m.name='O''Brien'"), "O'Brien");
+        assert_eq!(name("m.name=\"say \"\"hi\"\"\""), "say \"hi\"");
+        assert_eq!(name("m.name='a\\'b'"), "a'b");
+        assert!(parse("m.name='O''").is_err());
     }
 
     #[test]

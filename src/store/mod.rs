@@ -35,6 +35,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::Result;
+use crate::legacy::store::LegacyStore;
 use crate::model::filter::Expr;
 use crate::model::{
     ApiKeyRecord, Episode, EpisodicConfig, EpisodicConfigUpdate, NewEpisode, Project,
@@ -276,6 +277,7 @@ pub trait Store:
     + KeyStore
     + StatsStore
     + SemanticStore
+    + LegacyStore
     + TransferStore
     + StoreLifecycle
 {
@@ -289,6 +291,7 @@ impl<T> Store for T where
         + KeyStore
         + StatsStore
         + SemanticStore
+        + LegacyStore
         + TransferStore
         + StoreLifecycle
 {

@@ -4,6 +4,7 @@
 pub mod calls;
 pub mod chat;
 pub mod embeddings;
+pub mod keys;
 pub mod pki;
 pub mod postgres;
 
@@ -99,6 +100,16 @@ impl ServerProcess {
         format!("http://{}", self.addr)
     }
 
+    /// The REST gateway's base URL (`http://ADDR`, started with `--rest-listen`).
+    pub fn rest_url(&self) -> String {
+        let log = self.log.lock().unwrap();
+        let addr = log
+            .iter()
+            .find_map(|line| logged_addr(line, REST_LISTENING))
+            .expect("the server did not log its REST address (was --rest-listen given?)");
+        format!("http://{addr}")
+    }
+
     /// SIGKILL: no chance to flush or clean up.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -134,9 +145,17 @@ impl Drop for ServerProcess {
 /// What the server logs once it serves calls.
 pub const READY: &str = "ready: serving calls";
 
+/// What the server logs when its REST gateway listens.
+pub const REST_LISTENING: &str = "REST gateway listening";
+
 /// Extracts `ADDR` from the server's log line `... gRPC server listening addr=ADDR ...`.
 fn listen_addr(line: &str) -> Option<String> {
-    if !line.contains("gRPC server listening") {
+    logged_addr(line, "gRPC server listening")
+}
+
+/// `ADDR` of a log line containing `message` and `addr=ADDR`.
+fn logged_addr(line: &str, message: &str) -> Option<String> {
+    if !line.contains(message) {
         return None;
     }
     if line.starts_with('{') {

@@ -11,6 +11,7 @@
 mod episodes;
 mod feed;
 mod keys;
+mod legacy;
 #[path = "../common/postgres.rs"]
 mod postgres_support;
 mod projects;
@@ -160,6 +161,13 @@ macro_rules! conformance {
                 }
                 keys {
                     fresh api_keys_are_kept_listed_and_revoked,
+                }
+                legacy {
+                    fresh sessions_open_merge_and_keep_their_configuration,
+                    fresh sessions_list_by_project_user_and_agent_in_key_order,
+                    fresh groups_are_the_orgs_projects_with_their_configuration,
+                    fresh deleting_a_project_deletes_its_sessions_and_group,
+                    pair concurrent_opens_of_one_session_both_land,
                 }
                 stats {
                     fresh stats_count_episodes_and_the_embedding_queue,

@@ -355,6 +355,30 @@ const MIGRATIONS: &[&str] = &[
         END;
     END $$;
     "#,
+    // 4: the legacy v1 API's sessions and group configurations, by project (they go
+    // with it). Member lists are sorted arrays; configurations JSON objects.
+    r#"
+    CREATE TABLE legacy_sessions (
+        org_id TEXT NOT NULL,
+        project BIGINT NOT NULL,
+        session_id TEXT NOT NULL,
+        agent_ids TEXT[] NOT NULL,
+        user_ids TEXT[] NOT NULL,
+        configuration JSONB NOT NULL,
+        created_at BIGINT NOT NULL,
+        PRIMARY KEY (org_id, project, session_id),
+        FOREIGN KEY (org_id, project) REFERENCES projects (org_id, id) ON DELETE CASCADE
+    );
+    CREATE TABLE legacy_groups (
+        org_id TEXT NOT NULL,
+        project BIGINT NOT NULL,
+        agent_list TEXT[] NOT NULL,
+        user_list TEXT[] NOT NULL,
+        configuration JSONB NOT NULL,
+        PRIMARY KEY (org_id, project),
+        FOREIGN KEY (org_id, project) REFERENCES projects (org_id, id) ON DELETE CASCADE
+    );
+    "#,
 ];
 
 /// Brings the database to the latest schema (creating the `vector` extension first)

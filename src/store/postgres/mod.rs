@@ -4,14 +4,16 @@
 //!
 //! Files by what they hold: `error` (the one mapping of database errors), `migrate`
 //! (schema), `filter_sql` (filters to SQL), `projects`, `episodes`, `feed` (the change
-//! log), `vectors` (the embedding queue and vectors), `keys`, `stats`, `semantic*`
-//! (`SemanticStore`, split as the SQLite backend's), `lifecycle`, `transfer`.
+//! log), `vectors` (the embedding queue and vectors), `keys`, `legacy` (v1 sessions
+//! and groups), `stats`, `semantic*` (`SemanticStore`, split as the SQLite backend's),
+//! `lifecycle`, `transfer`.
 
 mod episodes;
 pub(crate) mod error;
 mod feed;
 mod filter_sql;
 mod keys;
+mod legacy;
 mod lifecycle;
 mod migrate;
 mod projects;

@@ -8,6 +8,7 @@ mod error;
 mod feed;
 mod filter_sql;
 mod keys;
+mod legacy;
 mod projects;
 mod schema;
 mod semantic;

@@ -216,6 +216,24 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE embedding_queue ADD COLUMN lease_until INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX embedding_queue_claim ON embedding_queue (embedder, episode);
     ALTER TABLE feature_embedding_queue ADD COLUMN lease_until INTEGER NOT NULL DEFAULT 0;",
+    // 6: the legacy v1 API's sessions and group configurations, by project (they go
+    // with it). Member lists are sorted JSON arrays of strings; configurations JSON
+    // objects.
+    "CREATE TABLE legacy_sessions (
+        project INTEGER NOT NULL REFERENCES projects (id) ON DELETE CASCADE,
+        session_id TEXT NOT NULL,
+        agent_ids TEXT NOT NULL,
+        user_ids TEXT NOT NULL,
+        configuration TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (project, session_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE legacy_groups (
+        project INTEGER PRIMARY KEY REFERENCES projects (id) ON DELETE CASCADE,
+        agent_list TEXT NOT NULL,
+        user_list TEXT NOT NULL,
+        configuration TEXT NOT NULL
+    );",
 ];
 
 /// Brings the database to the latest schema, and makes sure universal/universal exists.

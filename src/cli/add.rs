@@ -1,0 +1,481 @@
+//! `memmachine add`: messages from the arguments, or from standard input in batches
+//! (plain lines or JSON Lines) with a progress line.
+
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use serde::Deserialize;
+use serde_json::json;
+use tokio::io::AsyncBufReadExt;
+
+use super::connect::Client;
+use super::output::{out, print_json, thousands};
+use super::{CliError, ClientArgs, MemoryTypeArg, key_value};
+use crate::pb;
+
+pub const ADD_HELP: &str = concat!(
+    "\
+Standard input (no TEXT, or `-`): one message per line, or JSON Lines objects
+  {\"content\": \"...\", \"producer\": \"alice\", \"produced_for\": \"bot\", \"role\": \"user\",
+   \"timestamp\": \"2024-05-08T13:56:00Z\", \"metadata\": {\"topic\": \"pets\"}}
+(only content is required; the flags give the other fields' defaults). With --format
+auto (the default) a line that is a JSON object is such a message, and any other line is
+plain text; blank lines are skipped. Messages are sent --batch at a time; each batch is
+stored completely or not at all. Progress goes to stderr, the uids to stdout.
+
+",
+    super::exit_codes_text!()
+);
+
+/// A batch is also closed at this many bytes of content, well below the server's
+/// default request limit (64 MiB), whatever --batch says.
+const MAX_BATCH_BYTES: usize = 8 * 1024 * 1024;
+
+/// Without a terminal, a progress line every this many batches.
+const PROGRESS_EVERY_BATCHES: u64 = 10;
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputFormat {
+    /// JSON objects are messages, other lines plain text
+    Auto,
+    /// Every line is one message's text
+    Lines,
+    /// Every line is a JSON object
+    Jsonl,
+}
+
+#[derive(Args, Debug)]
+pub struct AddArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Messages, one per argument; none (or `-`) reads them from standard input
+    pub text: Vec<String>,
+    /// Who said them [default: user]
+    #[arg(long)]
+    pub producer: Option<String>,
+    /// Whom they were said to
+    #[arg(long)]
+    pub produced_for: Option<String>,
+    /// user, assistant, system or free text
+    #[arg(long)]
+    pub role: Option<String>,
+    /// When they were said, RFC 3339 [default: now]
+    #[arg(long)]
+    pub timestamp: Option<String>,
+    /// Metadata on every message, KEY=VALUE (repeatable)
+    #[arg(long = "meta", value_name = "KEY=VALUE", value_parser = key_value)]
+    pub meta: Vec<(String, String)>,
+    /// Memory types to add to [default: every enabled type]
+    #[arg(long, value_delimiter = ',')]
+    pub types: Vec<MemoryTypeArg>,
+    /// How standard input is read
+    #[arg(long, value_enum, default_value = "auto")]
+    pub format: InputFormat,
+    /// Messages per request (the server takes at most 1,000 by default)
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub batch: u32,
+}
+
+/// A JSON Lines message; unknown fields are refused so a typo is not silently lost.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonMessage {
+    content: String,
+    producer: Option<String>,
+    produced_for: Option<String>,
+    role: Option<String>,
+    timestamp: Option<String>,
+    #[serde(default)]
+    metadata: HashMap<String, serde_json::Value>,
+}
+
+pub async fn run(args: AddArgs) -> Result<(), CliError> {
+    let defaults = defaults(&args)?;
+    let from_stdin = args.text.is_empty() || args.text == ["-"];
+    let client = Client::connect(&args.client).await?;
+    let types = MemoryTypeArg::wire(&args.types);
+    if !from_stdin {
+        let messages = args
+            .text
+            .iter()
+            .map(|text| with_content(&defaults, text.clone()))
+            .collect();
+        let uids = send(&client, &types, messages).await?;
+        return print_uids(&args.client, &uids);
+    }
+    let mut sender = Sender {
+        client: &client,
+        types: &types,
+        json: args.client.json,
+        uids: Vec::new(),
+        progress: Progress::new(),
+    };
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let mut batch = Vec::new();
+    // The input line of each message of the batch, to name them when it is refused.
+    let mut batch_lines = Vec::new();
+    let mut batch_bytes = 0;
+    let mut line_no = 0u64;
+    let mut skipped = 0u64;
+    loop {
+        let line = lines
+            .next_line()
+            .await
+            .map_err(|err| CliError::Input(format!("line {}: cannot read: {err}", line_no + 1)))?;
+        let Some(line) = line else { break };
+        line_no += 1;
+        let Some(message) = parse_line(&line, line_no, args.format, &defaults)? else {
+            skipped += 1;
+            continue;
+        };
+        batch_bytes += message.content.len();
+        batch.push(message);
+        batch_lines.push(line_no);
+        if batch.len() >= args.batch as usize || batch_bytes >= MAX_BATCH_BYTES {
+            let lines = std::mem::take(&mut batch_lines);
+            sender.send(std::mem::take(&mut batch), lines).await?;
+            batch_bytes = 0;
+        }
+    }
+    if !batch.is_empty() {
+        sender.send(batch, batch_lines).await?;
+    }
+    sender.progress.finish(&client.project_name(), skipped);
+    if args.client.json {
+        print_json(&json!({ "uids": sender.uids }))?;
+    }
+    Ok(())
+}
+
+/// The message fields the flags give, as every message's defaults.
+fn defaults(args: &AddArgs) -> Result<pb::MemoryMessage, CliError> {
+    let timestamp = args
+        .timestamp
+        .as_deref()
+        .map(|t| parse_time(t).map_err(|err| CliError::Usage(format!("--timestamp: {err}"))))
+        .transpose()?;
+    Ok(pb::MemoryMessage {
+        content: String::new(),
+        producer: args.producer.clone().unwrap_or_default(),
+        produced_for: args.produced_for.clone().unwrap_or_default(),
+        timestamp,
+        role: args.role.clone().unwrap_or_default(),
+        metadata: args.meta.iter().cloned().collect(),
+        episode_type: 0,
+    })
+}
+
+fn with_content(defaults: &pb::MemoryMessage, content: String) -> pb::MemoryMessage {
+    pb::MemoryMessage {
+        content,
+        ..defaults.clone()
+    }
+}
+
+fn parse_time(text: &str) -> Result<prost_types::Timestamp, String> {
+    let t = chrono::DateTime::parse_from_rfc3339(text)
+        .map_err(|err| format!("{text:?} is not an RFC 3339 time: {err}"))?;
+    Ok(prost_types::Timestamp {
+        seconds: t.timestamp(),
+        nanos: t.timestamp_subsec_nanos() as i32,
+    })
+}
+
+/// The message a line holds; None for a blank line.
+fn parse_line(
+    line: &str,
+    line_no: u64,
+    format: InputFormat,
+    defaults: &pb::MemoryMessage,
+) -> Result<Option<pb::MemoryMessage>, CliError> {
+    let line = line.strip_suffix('\r').unwrap_or(line);
+    if line.trim().is_empty() {
+        return Ok(None);
+    }
+    let is_object = || {
+        line.trim_start().starts_with('{')
+            && serde_json::from_str::<serde_json::Value>(line).is_ok_and(|v| v.is_object())
+    };
+    let json = match format {
+        InputFormat::Lines => false,
+        InputFormat::Jsonl => true,
+        InputFormat::Auto => is_object(),
+    };
+    if !json {
+        return Ok(Some(with_content(defaults, line.to_string())));
+    }
+    let bad = |reason: String| CliError::Input(format!("line {line_no}: {reason}"));
+    let parsed: JsonMessage =
+        serde_json::from_str(line).map_err(|err| bad(format!("not a JSON message: {err}")))?;
+    let mut message = with_content(defaults, parsed.content);
+    if let Some(producer) = parsed.producer {
+        message.producer = producer;
+    }
+    if let Some(produced_for) = parsed.produced_for {
+        message.produced_for = produced_for;
+    }
+    if let Some(role) = parsed.role {
+        message.role = role;
+    }
+    if let Some(timestamp) = parsed.timestamp {
+        message.timestamp =
+            Some(parse_time(&timestamp).map_err(|err| bad(format!("timestamp: {err}")))?);
+    }
+    for (key, value) in parsed.metadata {
+        // The wire's metadata values are strings; numbers and flags keep their JSON text.
+        let value = match value {
+            serde_json::Value::String(s) => s,
+            other => other.to_string(),
+        };
+        message.metadata.insert(key, value);
+    }
+    Ok(Some(message))
+}
+
+/// Rate-limit refusals carry the wait the server names (RetryInfo); the limiter
+/// refused the batch before it was applied, so sending it again stores it once. A long
+/// import then slows to the limit instead of stopping.
+const MAX_RATE_LIMIT_RETRIES: u32 = 30;
+
+async fn send(
+    client: &Client,
+    types: &[i32],
+    messages: Vec<pb::MemoryMessage>,
+) -> Result<Vec<String>, CliError> {
+    use tonic_types::StatusExt;
+    let mut retries = 0;
+    loop {
+        let request = client.request(pb::AddMemoriesRequest {
+            org_id: client.org.clone(),
+            project_id: client.project.clone(),
+            types: types.to_vec(),
+            messages: messages.clone(),
+        });
+        let status = match client.memory().add_memories(request).await {
+            Ok(answer) => {
+                return Ok(answer
+                    .into_inner()
+                    .results
+                    .into_iter()
+                    .map(|r| r.uid)
+                    .collect());
+            }
+            Err(status) => status,
+        };
+        let wait = status.get_details_retry_info().and_then(|r| r.retry_delay);
+        match wait {
+            Some(wait)
+                if status.code() == tonic::Code::ResourceExhausted
+                    && retries < MAX_RATE_LIMIT_RETRIES =>
+            {
+                retries += 1;
+                let wait = wait.clamp(Duration::from_millis(10), Duration::from_secs(60));
+                tokio::time::sleep(wait).await;
+            }
+            _ => return Err(status.into()),
+        }
+    }
+}
+
+fn print_uids(args: &ClientArgs, uids: &[String]) -> Result<(), CliError> {
+    if args.json {
+        return print_json(&json!({ "uids": uids }));
+    }
+    for uid in uids {
+        out(uid)?;
+    }
+    Ok(())
+}
+
+/// Sends the batches of standard input, printing uids as they come.
+struct Sender<'a> {
+    client: &'a Client,
+    types: &'a [i32],
+    json: bool,
+    /// Kept for --json, which prints them all at the end.
+    uids: Vec<String>,
+    progress: Progress,
+}
+
+impl Sender<'_> {
+    async fn send(
+        &mut self,
+        batch: Vec<pb::MemoryMessage>,
+        lines: Vec<u64>,
+    ) -> Result<(), CliError> {
+        let count = batch.len() as u64;
+        match send(self.client, self.types, batch).await {
+            Ok(uids) => {
+                if self.json {
+                    self.uids.extend(uids);
+                } else {
+                    for uid in &uids {
+                        out(uid)?;
+                    }
+                }
+                self.progress.batch_done(count);
+                Ok(())
+            }
+            Err(CliError::Status(status)) => {
+                // Earlier batches are stored: say which input this batch held, so a
+                // rerun can start at it.
+                self.progress.clear_line();
+                let context = batch_context(&status, &lines, self.progress.added);
+                Err(CliError::Batch { status, context })
+            }
+            Err(other) => Err(other),
+        }
+    }
+}
+
+/// "input lines 501-1000 not stored, 500 messages before them added; messages[3] is
+/// line 504": where a refused batch stands in the input.
+fn batch_context(status: &tonic::Status, lines: &[u64], added: u64) -> String {
+    use tonic_types::StatusExt;
+    let (first, last) = (
+        lines.first().copied().unwrap_or(0),
+        lines.last().copied().unwrap_or(0),
+    );
+    let mut context = format!(
+        "input lines {first}-{last} not stored, {} messages before them added",
+        thousands(added)
+    );
+    let named: Vec<String> = status
+        .get_details_bad_request()
+        .map(|bad| bad.field_violations)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|v| {
+            let index = v.field.strip_prefix("messages[")?.split(']').next()?;
+            let line = lines.get(index.parse::<usize>().ok()?)?;
+            Some(format!("messages[{index}] is line {line}"))
+        })
+        .take(3)
+        .collect();
+    if !named.is_empty() {
+        context.push_str("; ");
+        context.push_str(&named.join(", "));
+    }
+    context
+}
+
+/// The progress line on stderr: rewritten in place on a terminal, a line every few
+/// batches otherwise.
+struct Progress {
+    start: Instant,
+    terminal: bool,
+    added: u64,
+    batches: u64,
+    shown: bool,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        Progress {
+            start: Instant::now(),
+            terminal: std::io::stderr().is_terminal(),
+            added: 0,
+            batches: 0,
+            shown: false,
+        }
+    }
+
+    fn rate(&self) -> String {
+        let secs = self
+            .start
+            .elapsed()
+            .max(Duration::from_millis(1))
+            .as_secs_f64();
+        thousands((self.added as f64 / secs).round() as u64)
+    }
+
+    fn batch_done(&mut self, count: u64) {
+        self.added += count;
+        self.batches += 1;
+        if self.terminal {
+            eprint!(
+                "\radded {} messages ({}/s)\x1b[K",
+                thousands(self.added),
+                self.rate()
+            );
+            self.shown = true;
+        } else if self.batches.is_multiple_of(PROGRESS_EVERY_BATCHES) {
+            eprintln!(
+                "added {} messages ({}/s)",
+                thousands(self.added),
+                self.rate()
+            );
+        }
+    }
+
+    fn clear_line(&mut self) {
+        if self.shown {
+            eprint!("\r\x1b[K");
+            self.shown = false;
+        }
+    }
+
+    fn finish(&mut self, project: &str, skipped: u64) {
+        self.clear_line();
+        let blank = match skipped {
+            0 => String::new(),
+            1 => ", skipped 1 blank line".to_string(),
+            n => format!(", skipped {} blank lines", thousands(n)),
+        };
+        eprintln!(
+            "added {} messages to {project} in {:.1}s ({}/s){blank}",
+            thousands(self.added),
+            self.start.elapsed().as_secs_f64(),
+            self.rate()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defaults() -> pb::MemoryMessage {
+        pb::MemoryMessage {
+            producer: "bob".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn lines_are_text_or_json_messages() {
+        let d = defaults();
+        let plain = parse_line("hello {x}\r", 1, InputFormat::Auto, &d)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (plain.content.as_str(), plain.producer.as_str()),
+            ("hello {x}", "bob")
+        );
+        let line = r#"{"content":"hi","producer":"alice","metadata":{"n":3,"t":"x"},"timestamp":"2024-01-02T03:04:05Z"}"#;
+        let json = parse_line(line, 2, InputFormat::Auto, &d).unwrap().unwrap();
+        assert_eq!(json.content, "hi");
+        assert_eq!(json.producer, "alice");
+        assert_eq!(json.metadata["n"], "3");
+        assert_eq!(json.timestamp.unwrap().seconds, 1_704_164_645);
+        // As plain lines, the same text is the message itself.
+        let text = parse_line(line, 2, InputFormat::Lines, &d)
+            .unwrap()
+            .unwrap();
+        assert_eq!(text.content, line);
+        assert!(
+            parse_line("  ", 3, InputFormat::Auto, &d)
+                .unwrap()
+                .is_none()
+        );
+        let err = parse_line(r#"{"contents":"x"}"#, 7, InputFormat::Auto, &d).unwrap_err();
+        assert!(
+            err.line().starts_with("line 7: not a JSON message"),
+            "{}",
+            err.line()
+        );
+        assert!(parse_line("plain", 8, InputFormat::Jsonl, &d).is_err());
+    }
+}

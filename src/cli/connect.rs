@@ -1,0 +1,118 @@
+//! A connection to the server, carrying the API key and the addressed project.
+
+use std::time::Duration;
+
+use tonic::metadata::{AsciiMetadataValue, MetadataValue};
+use tonic::transport::Channel;
+
+use super::{CliError, ClientArgs};
+use crate::pb::memory_service_client::MemoryServiceClient;
+use crate::pb::project_service_client::ProjectServiceClient;
+use crate::pb::semantic_service_client::SemanticServiceClient;
+use crate::probe::{ProbeTls, endpoint};
+
+/// The environment variable holding the API key.
+pub const API_KEY_ENV: &str = "MEMMACHINE_API_KEY";
+
+/// Answers as large as the server accepts requests (a page of 1,000 long episodes).
+const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
+
+pub struct Client {
+    channel: Channel,
+    authorization: Option<AsciiMetadataValue>,
+    /// The org and project the command addresses ("" is universal, as on the wire).
+    pub org: String,
+    pub project: String,
+}
+
+impl Client {
+    /// Connects now, so that an unreachable server is reported as such (exit 3) and not
+    /// as the first call's UNAVAILABLE.
+    pub async fn connect(args: &ClientArgs) -> Result<Client, CliError> {
+        let authorization = match std::env::var(API_KEY_ENV) {
+            Ok(key) if !key.trim().is_empty() => Some(
+                MetadataValue::try_from(format!("Bearer {}", key.trim())).map_err(|_| {
+                    CliError::Usage(format!("{API_KEY_ENV} holds characters a key cannot"))
+                })?,
+            ),
+            _ => None,
+        };
+        let tls = args.tls_ca.clone().map(|ca| ProbeTls {
+            ca,
+            domain: args.tls_domain.clone(),
+            identity: args.tls_cert.clone().zip(args.tls_key.clone()),
+        });
+        let timeout = Duration::from_secs(args.timeout_secs.max(1));
+        let connect_error = |reason: String| CliError::Connect {
+            addr: args.addr.clone(),
+            reason,
+        };
+        let (endpoint, _url) =
+            endpoint(&args.addr, timeout, tls.as_ref()).map_err(connect_error)?;
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|err| connect_error(error_chain(&err)))?;
+        Ok(Client {
+            channel,
+            authorization,
+            org: args.org.clone().unwrap_or_default(),
+            project: args.project.clone(),
+        })
+    }
+
+    /// `message` as a request with the key's `authorization` metadata.
+    pub fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(value) = &self.authorization {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        request
+    }
+
+    pub fn memory(&self) -> MemoryServiceClient<Channel> {
+        MemoryServiceClient::new(self.channel.clone()).max_decoding_message_size(MAX_ANSWER_BYTES)
+    }
+
+    pub fn projects(&self) -> ProjectServiceClient<Channel> {
+        ProjectServiceClient::new(self.channel.clone()).max_decoding_message_size(MAX_ANSWER_BYTES)
+    }
+
+    pub fn semantic(&self) -> SemanticServiceClient<Channel> {
+        SemanticServiceClient::new(self.channel.clone()).max_decoding_message_size(MAX_ANSWER_BYTES)
+    }
+
+    /// `org/project` as the user named them (universal when unset).
+    pub fn project_name(&self) -> String {
+        let or_universal = |s: &str| {
+            if s.is_empty() {
+                "universal".to_string()
+            } else {
+                s.to_string()
+            }
+        };
+        format!(
+            "{}/{}",
+            or_universal(&self.org),
+            or_universal(&self.project)
+        )
+    }
+}
+
+/// An error with its sources ("transport error: tcp connect error: Connection
+/// refused"): tonic's own message alone says only "transport error".
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,234 @@
+//! How answers are printed: aligned tables for people, JSON (the proto's field names)
+//! for scripts.
+
+use std::io::Write;
+
+use serde_json::{Value, json};
+
+use super::CliError;
+use crate::grpc::convert::json_object;
+use crate::pb;
+
+/// Writes `text` and a newline to stdout. A closed pipe (`| head`) ends the command
+/// quietly, as other Unix tools do.
+pub fn out(text: impl std::fmt::Display) -> Result<(), CliError> {
+    let mut stdout = std::io::stdout().lock();
+    match writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(err) => Err(CliError::Failed(format!("cannot write the output: {err}"))),
+    }
+}
+
+pub fn print_json(value: &Value) -> Result<(), CliError> {
+    out(serde_json::to_string_pretty(value).unwrap_or_default())
+}
+
+/// The width tables fit in: `$COLUMNS`, else 120.
+fn width() -> usize {
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .filter(|&c: &usize| c >= 40)
+        .unwrap_or(120)
+}
+
+/// Rows under a header; the last column (the text) is cut to fit the width.
+pub struct Table {
+    headers: Vec<&'static str>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(headers: &[&'static str]) -> Table {
+        Table {
+            headers: headers.to_vec(),
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows
+            .push(cells.into_iter().map(|c| flat(&c)).collect());
+    }
+
+    pub fn print(&self) -> Result<(), CliError> {
+        if self.rows.is_empty() {
+            return out("(none)");
+        }
+        let columns = self.headers.len();
+        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
+        for row in &self.rows {
+            for (i, cell) in row.iter().enumerate().take(columns - 1) {
+                widths[i] = widths[i].max(cell.chars().count());
+            }
+        }
+        let fixed: usize = widths[..columns - 1].iter().map(|w| w + 2).sum();
+        let last = width().saturating_sub(fixed).max(20);
+        let line = |cells: Vec<String>| {
+            let mut text = String::new();
+            for (i, cell) in cells.iter().enumerate() {
+                if i + 1 == columns {
+                    text.push_str(&truncate(cell, last));
+                } else {
+                    text.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+                }
+            }
+            text.trim_end().to_string()
+        };
+        out(line(self.headers.iter().map(|h| h.to_string()).collect()))?;
+        for row in &self.rows {
+            out(line(row.clone()))?;
+        }
+        Ok(())
+    }
+}
+
+/// One line: newlines and tabs as spaces.
+fn flat(text: &str) -> String {
+    text.replace(['\n', '\r', '\t'], " ")
+}
+
+/// At most `max` characters, ending in `…` when cut.
+pub fn truncate(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut cut: String = text.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// A timestamp as RFC 3339 (UTC, seconds), or "-" when unset.
+pub fn time(ts: &Option<prost_types::Timestamp>) -> String {
+    ts.as_ref()
+        .and_then(|t| chrono::DateTime::from_timestamp(t.seconds, t.nanos.max(0) as u32))
+        .map_or_else(
+            || "-".to_string(),
+            |t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        )
+}
+
+/// A timestamp in JSON: RFC 3339 with the fraction, or null.
+fn json_time(ts: &Option<prost_types::Timestamp>) -> Value {
+    ts.as_ref()
+        .and_then(|t| chrono::DateTime::from_timestamp(t.seconds, t.nanos.max(0) as u32))
+        .map_or(Value::Null, |t| {
+            Value::String(t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
+        })
+}
+
+/// `12,345`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut text = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            text.push(',');
+        }
+        text.push(c);
+    }
+    text
+}
+
+pub fn episode_json(e: &pb::Episode) -> Value {
+    json!({
+        "uid": e.uid,
+        "content": e.content,
+        "session_key": e.session_key,
+        "created_at": json_time(&e.created_at),
+        "producer_id": e.producer_id,
+        "producer_role": e.producer_role,
+        "produced_for_id": e.produced_for_id,
+        "sequence_num": e.sequence_num,
+        "episode_type": pb::EpisodeType::try_from(e.episode_type)
+            .map_or("EPISODE_TYPE_UNSPECIFIED", |t| t.as_str_name()),
+        "content_type": pb::ContentType::try_from(e.content_type)
+            .map_or("CONTENT_TYPE_UNSPECIFIED", |t| t.as_str_name()),
+        "metadata": e.metadata,
+    })
+}
+
+pub fn feature_json(f: &pb::SemanticFeature) -> Value {
+    json!({
+        "id": f.id,
+        "set_id": f.set_id,
+        "category": f.category,
+        "category_id": f.category_id,
+        "tag": f.tag,
+        "feature_name": f.feature_name,
+        "value": f.value,
+        "citations": f.citations,
+        "metadata": json_object(f.metadata.clone()),
+        "score": f.score,
+        "created_at": json_time(&f.created_at),
+        "updated_at": json_time(&f.updated_at),
+    })
+}
+
+pub fn project_json(p: &pb::Project) -> Value {
+    let config = p.config.clone().unwrap_or_default();
+    json!({
+        "org_id": p.org_id,
+        "project_id": p.project_id,
+        "description": p.description,
+        "config": {"embedder": config.embedder, "reranker": config.reranker},
+        "created_at": json_time(&p.created_at),
+    })
+}
+
+/// Episodes as a table: sequence number, uid, producer, when, content.
+pub fn episode_table(episodes: &[pb::Episode]) -> Table {
+    let mut table = Table::new(&["SEQ", "UID", "PRODUCER", "CREATED", "CONTENT"]);
+    for e in episodes {
+        table.row(vec![
+            e.sequence_num.to_string(),
+            e.uid.clone(),
+            e.producer_id.clone(),
+            time(&e.created_at),
+            e.content.clone(),
+        ]);
+    }
+    table
+}
+
+/// Features as a table; with the score column for search results.
+pub fn feature_table(features: &[pb::SemanticFeature], scored: bool) -> Table {
+    let headers: &[&str] = if scored {
+        &["SCORE", "ID", "CATEGORY", "TAG", "FEATURE", "VALUE"]
+    } else {
+        &["ID", "CATEGORY", "TAG", "FEATURE", "VALUE"]
+    };
+    let mut table = Table::new(headers);
+    for f in features {
+        let mut row = Vec::new();
+        if scored {
+            row.push(format!("{:.4}", f.score));
+        }
+        row.extend([
+            f.id.clone(),
+            f.category.clone(),
+            f.tag.clone(),
+            f.feature_name.clone(),
+            f.value.clone(),
+        ]);
+        table.row(row);
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_text_are_shaped_for_people() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(12_000), "12,000");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(truncate("abcdef", 4), "abc…");
+        assert_eq!(truncate("abc", 4), "abc");
+        assert_eq!(flat("a\nb\tc"), "a b c");
+    }
+}

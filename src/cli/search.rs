@@ -1,0 +1,112 @@
+//! `memmachine search`: episodic hits and semantic features for a query.
+
+use clap::Args;
+use serde_json::json;
+
+use super::connect::Client;
+use super::output::{Table, episode_json, feature_json, feature_table, out, print_json, time};
+use super::{CliError, ClientArgs, MemoryTypeArg, key_value};
+use crate::pb;
+
+/// Selects semantic sets by their metadata: `--user U` is `--set-meta producer_id=U`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct SetSelection {
+    /// The user whose profile (user set) to reach
+    #[arg(long)]
+    pub user: Option<String>,
+    /// Set metadata KEY=VALUE selecting sets (repeatable)
+    #[arg(long, value_name = "KEY=VALUE", value_parser = key_value)]
+    pub set_meta: Vec<(String, String)>,
+}
+
+impl SetSelection {
+    pub fn metadata(&self) -> std::collections::HashMap<String, String> {
+        let mut metadata: std::collections::HashMap<_, _> = self.set_meta.iter().cloned().collect();
+        if let Some(user) = &self.user {
+            metadata.insert(
+                crate::semantic::sets::PRODUCER_TAG.to_string(),
+                user.clone(),
+            );
+        }
+        metadata
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct SearchArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// What to look for (the words are joined)
+    #[arg(required = true, num_args = 1..)]
+    pub query: Vec<String>,
+    /// How many results (1 to 1,000) [default: 10]
+    #[arg(long)]
+    pub top_k: Option<i32>,
+    /// A filter expression, e.g. "producer_id = 'alice' AND m.topic = 'pets'"
+    #[arg(long, default_value = "")]
+    pub filter: String,
+    /// Memory types to search [default: every enabled type]
+    #[arg(long, value_delimiter = ',')]
+    pub types: Vec<MemoryTypeArg>,
+    /// Neighbouring episodes to add around each hit (0 to 100)
+    #[arg(long, default_value_t = 0)]
+    pub expand_context: i32,
+    /// Only results scoring at least this much
+    #[arg(long)]
+    pub score_threshold: Option<f64>,
+    #[command(flatten)]
+    pub sets: SetSelection,
+}
+
+pub async fn run(args: SearchArgs) -> Result<(), CliError> {
+    let client = Client::connect(&args.client).await?;
+    let answer = client
+        .memory()
+        .search_memories(client.request(pb::SearchMemoriesRequest {
+            org_id: client.org.clone(),
+            project_id: client.project.clone(),
+            query: args.query.join(" "),
+            top_k: args.top_k,
+            filter: args.filter.clone(),
+            types: MemoryTypeArg::wire(&args.types),
+            expand_context: args.expand_context,
+            score_threshold: args.score_threshold,
+            set_metadata: args.sets.metadata(),
+        }))
+        .await?
+        .into_inner();
+    let episodic = answer.episodic_memory.unwrap_or_default();
+    if args.client.json {
+        return print_json(&json!({
+            "episodic_memory": {
+                "long_term_memory": episodic.long_term_memory.iter().map(|s| json!({
+                    "score": s.score,
+                    "episode": s.episode.as_ref().map(episode_json),
+                })).collect::<Vec<_>>(),
+                "short_term_memory": episodic.short_term_memory.iter().map(episode_json).collect::<Vec<_>>(),
+                "episode_summary": episodic.episode_summary,
+            },
+            "semantic_memory": answer.semantic_memory.iter().map(feature_json).collect::<Vec<_>>(),
+        }));
+    }
+    let mut table = Table::new(&["SCORE", "UID", "PRODUCER", "CREATED", "CONTENT"]);
+    for hit in &episodic.long_term_memory {
+        let e = hit.episode.clone().unwrap_or_default();
+        table.row(vec![
+            format!("{:.4}", hit.score),
+            e.uid,
+            e.producer_id,
+            time(&e.created_at),
+            e.content,
+        ]);
+    }
+    table.print()?;
+    if !answer.semantic_memory.is_empty() {
+        out("\nsemantic memory:")?;
+        feature_table(&answer.semantic_memory, true).print()?;
+    }
+    for summary in episodic.episode_summary.iter().filter(|s| !s.is_empty()) {
+        out(format!("\nsummary: {summary}"))?;
+    }
+    Ok(())
+}

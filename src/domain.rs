@@ -1,0 +1,98 @@
+//! The domain as every transport sees it (gRPC, REST, MCP): projects, memories and
+//! semantic memory over one store, with their background workers.
+
+use std::sync::Arc;
+
+use crate::config::ServeConfig;
+use crate::episodic::EpisodicMemory;
+use crate::episodic::embedding::{EmbeddingQueue, spawn_workers};
+use crate::error::{Error, Result};
+use crate::memory::Memories;
+use crate::metrics::Metrics;
+use crate::projects::Projects;
+use crate::retrieval::index_cache::IndexCache;
+use crate::semantic::SemanticMemory;
+
+/// The domain services; cheap to clone (each is a handle).
+#[derive(Clone)]
+pub struct Domain {
+    pub projects: Projects,
+    pub memories: Memories,
+    pub semantic: SemanticMemory,
+    /// The deprecated v1 API over the same projects and memories.
+    pub legacy: crate::legacy::Legacy,
+    pub metrics: Arc<Metrics>,
+}
+
+/// Builds the domain and starts its background work. What takes time before the server
+/// can serve: the embedder (a model to load, an endpoint to reach) and queueing what it
+/// must embed.
+pub async fn start(
+    config: &ServeConfig,
+    store: Arc<dyn crate::store::Store>,
+    metrics: Arc<Metrics>,
+) -> Result<Domain> {
+    let embedders = crate::embed::build(&config.embedder)
+        .await
+        .map_err(Error::FailedPrecondition)?
+        .measured(&metrics);
+    let waiting = crate::episodic::embedding::queue_missing(store.as_ref(), &embedders).await?;
+    match embedders.default_embedder() {
+        None => tracing::info!(
+            model_dir = %config.embedder.model_dir.display(),
+            "no embedder: search is lexical only (run `memmachine model fetch` or pass --embedder)"
+        ),
+        Some(embedder) => tracing::info!(
+            embedder = embedder.id(),
+            dimensions = embedder.dimensions(),
+            waiting,
+            "embedder ready; episodes without a vector are being embedded"
+        ),
+    }
+    let llm = crate::llm::build(&config.llm, &metrics)?;
+    let projects = Projects::new(store.clone(), config.limits, embedders.clone());
+    let queue = EmbeddingQueue::default();
+    spawn_workers(
+        store.clone(),
+        &embedders,
+        &queue,
+        metrics.clone(),
+        config.embedding_lease,
+    );
+    let semantic = SemanticMemory::new(store.clone(), config.limits, embedders.clone(), llm);
+    crate::semantic::ingest::spawn_workers(semantic.clone(), config.ingest, metrics.clone());
+    crate::semantic::embedding::spawn(semantic.clone());
+    crate::semantic::summary::spawn(
+        semantic.clone(),
+        crate::semantic::summary::Window {
+            messages: config.limits.short_term_window,
+            chars: config.limits.short_term_max_chars,
+        },
+    );
+    let index = Arc::new(IndexCache::new(store.clone(), config.index_memory));
+    crate::retrieval::index_cache::spawn_feed_pruner(&store);
+    let episodic = EpisodicMemory::new(store.clone(), index.clone(), config.limits)
+        .with_embedders(embedders.clone(), queue);
+    // Searches work meanwhile: a project not yet loaded loads on its first search.
+    tokio::spawn(async move {
+        let embedder_of = |p: &crate::model::Project| {
+            embedders
+                .for_project(&p.config.embedder)
+                .map(|e| e.id().to_string())
+        };
+        match index.warm_up(embedder_of).await {
+            Ok(projects) => tracing::info!(projects, "project indexes loaded"),
+            Err(err) => tracing::warn!(error = %err, "loading project indexes failed"),
+        }
+    });
+    let memories = Memories::new(projects.clone(), episodic, semantic.clone());
+    let legacy =
+        crate::legacy::Legacy::new(projects.clone(), memories.clone(), store, config.limits);
+    Ok(Domain {
+        projects,
+        memories,
+        semantic,
+        legacy,
+        metrics,
+    })
+}

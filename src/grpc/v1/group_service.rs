@@ -1,0 +1,86 @@
+//! `memmachine.v1.GroupService` (deprecated).
+
+use tonic::{Request, Response, Status};
+
+use super::{admit, convert};
+use crate::legacy::Legacy;
+use crate::pb_v1 as pb;
+use crate::pb_v1::group_service_server::GroupService;
+
+pub struct GroupGrpc {
+    legacy: Legacy,
+}
+
+impl GroupGrpc {
+    pub fn new(legacy: Legacy) -> GroupGrpc {
+        GroupGrpc { legacy }
+    }
+}
+
+type Reply<T> = Result<Response<T>, Status>;
+
+#[tonic::async_trait]
+impl GroupService for GroupGrpc {
+    async fn create_group(
+        &self,
+        request: Request<pb::CreateGroupRequest>,
+    ) -> Reply<pb::CreateGroupResponse> {
+        let r = admit(request)?;
+        let group = self
+            .legacy
+            .create_group(convert::group_input(r.group))
+            .await?;
+        Ok(Response::new(pb::CreateGroupResponse {
+            group: Some(convert::group(group)),
+        }))
+    }
+
+    async fn update_group(
+        &self,
+        request: Request<pb::UpdateGroupRequest>,
+    ) -> Reply<pb::UpdateGroupResponse> {
+        let r = admit(request)?;
+        let group = self
+            .legacy
+            .update_group(convert::group_input(r.group))
+            .await?;
+        Ok(Response::new(pb::UpdateGroupResponse {
+            group: Some(convert::group(group)),
+        }))
+    }
+
+    async fn get_group(
+        &self,
+        request: Request<pb::GetGroupRequest>,
+    ) -> Reply<pb::GetGroupResponse> {
+        let r = admit(request)?;
+        let group = self.legacy.get_group(&r.group_id).await?;
+        Ok(Response::new(pb::GetGroupResponse {
+            group: Some(convert::group(group)),
+        }))
+    }
+
+    async fn list_groups(
+        &self,
+        request: Request<pb::ListGroupsRequest>,
+    ) -> Reply<pb::ListGroupsResponse> {
+        let r = admit(request)?;
+        let (groups, next_page_token) = self
+            .legacy
+            .list_groups(&r.user_id, &r.agent_id, r.page_size, &r.page_token)
+            .await?;
+        Ok(Response::new(pb::ListGroupsResponse {
+            groups: groups.into_iter().map(convert::group).collect(),
+            next_page_token,
+        }))
+    }
+
+    async fn delete_group(
+        &self,
+        request: Request<pb::DeleteGroupRequest>,
+    ) -> Reply<pb::DeleteGroupResponse> {
+        let r = admit(request)?;
+        self.legacy.delete_group(&r.group_id).await?;
+        Ok(Response::new(pb::DeleteGroupResponse {}))
+    }
+}

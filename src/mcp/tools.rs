@@ -1,0 +1,558 @@
+//! The MCP tools: each decodes its arguments, calls one domain function within the
+//! session's scope and renders the answer as JSON text. Domain errors are tool errors
+//! (`isError`, with the message) so the agent reads them; nothing here panics.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{
+    CallToolResult, ContentBlock, Implementation, InitializeRequestParams, InitializeResult,
+    ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{
+    ErrorData as McpError, RoleServer, ServerHandler, schemars, tool, tool_handler, tool_router,
+};
+use serde::{Deserialize, Serialize};
+
+use super::Scope;
+use crate::domain::Domain;
+use crate::episodic::{MessageInput, SearchInput};
+use crate::error::Error;
+use crate::memory::{ListInput, Listed, MemoryKind};
+use crate::model::Episode;
+use crate::model::filter::quote;
+use crate::semantic::model::Feature;
+
+/// Where a handler's scope comes from.
+#[derive(Clone)]
+enum Binding {
+    /// The command line's (stdio: one process, one scope).
+    Fixed(Scope),
+    /// Each HTTP request's (its URL, checked against the caller by `http`), bound to
+    /// the session by its first request, the `initialize`.
+    Session(Arc<OnceLock<Scope>>),
+}
+
+/// The MCP server of one session.
+#[derive(Clone)]
+pub struct MemoryTools {
+    /// Set once the domain is ready (the REST listener serves before that).
+    domain: Arc<OnceLock<Domain>>,
+    binding: Binding,
+    #[allow(dead_code)] // read by the code `tool_handler` generates
+    tool_router: ToolRouter<Self>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, schemars::JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryType {
+    Episodic,
+    Semantic,
+}
+
+impl From<MemoryType> for MemoryKind {
+    fn from(t: MemoryType) -> MemoryKind {
+        match t {
+            MemoryType::Episodic => MemoryKind::Episodic,
+            MemoryType::Semantic => MemoryKind::Semantic,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct AddMemoryInput {
+    /// What was said or learned, as the user's message
+    pub content: String,
+    /// Role of the message: user (default), assistant, system or tool
+    #[serde(default)]
+    pub role: Option<String>,
+    /// String tags stored with the episode (filterable as m.KEY)
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+    /// Memory types to add to; empty: episodic, and semantic when the server has a
+    /// language model
+    #[serde(default)]
+    pub types: Vec<MemoryType>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct SearchMemoryInput {
+    /// What to look for, in natural language
+    pub query: String,
+    /// How many results per memory type [default: 10]
+    #[serde(default)]
+    pub top_k: Option<i32>,
+    /// Memory types to search; empty: both episodic and semantic
+    #[serde(default)]
+    pub types: Vec<MemoryType>,
+    /// A filter on episodes, e.g. `m.topic = 'food'` (see the server's filter syntax)
+    #[serde(default)]
+    pub filter: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ListMemoriesInput {
+    /// episodic (default) or semantic
+    #[serde(default)]
+    pub memory_type: Option<MemoryType>,
+    /// Page size [default: 100]
+    #[serde(default)]
+    pub page_size: Option<i32>,
+    /// The next_page_token of the previous page
+    #[serde(default)]
+    pub page_token: Option<String>,
+    /// A filter on what is listed
+    #[serde(default)]
+    pub filter: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct DeleteMemoryInput {
+    /// Ids of the episodes (or features) to delete
+    pub ids: Vec<String>,
+    /// episodic (default) or semantic
+    #[serde(default)]
+    pub memory_type: Option<MemoryType>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct GetProfileInput {
+    /// Page size [default: 100]
+    #[serde(default)]
+    pub page_size: Option<i32>,
+    /// The next_page_token of the previous page
+    #[serde(default)]
+    pub page_token: Option<String>,
+}
+
+#[derive(Serialize)]
+struct EpisodeOut<'a> {
+    id: String,
+    content: &'a str,
+    producer: &'a str,
+    role: &'a str,
+    created_at: String,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    metadata: &'a BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    score: Option<f64>,
+}
+
+fn episode(e: &Episode, score: Option<f64>) -> EpisodeOut<'_> {
+    EpisodeOut {
+        id: e.uid.to_string(),
+        content: &e.content,
+        producer: &e.producer_id,
+        role: &e.producer_role,
+        created_at: time(e.created_at_micros),
+        metadata: &e.metadata,
+        score,
+    }
+}
+
+#[derive(Serialize)]
+struct FeatureOut<'a> {
+    id: &'a str,
+    set_id: &'a str,
+    category: &'a str,
+    tag: &'a str,
+    feature: &'a str,
+    value: &'a str,
+    updated_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    score: Option<f64>,
+}
+
+fn feature(f: &Feature, score: Option<f64>) -> FeatureOut<'_> {
+    FeatureOut {
+        id: &f.id,
+        set_id: &f.set_id,
+        category: &f.category,
+        tag: &f.tag,
+        feature: &f.feature,
+        value: &f.value,
+        updated_at: time(f.updated_at_micros),
+        score,
+    }
+}
+
+fn time(micros: i64) -> String {
+    chrono::DateTime::from_timestamp_micros(micros)
+        .map_or_else(|| micros.to_string(), |t| t.to_rfc3339())
+}
+
+/// `filter` confined to the scoped user's episodes.
+fn users_episodes(user: &str, filter: &str) -> String {
+    let own = format!("producer_id = {}", quote(user));
+    if filter.trim().is_empty() {
+        own
+    } else {
+        format!("{own} AND ({filter})")
+    }
+}
+
+/// A domain error as the agent sees it; faults of the server stay in its log.
+fn failed(err: Error) -> CallToolResult {
+    let message = match &err {
+        Error::Internal(_) | Error::Closed => {
+            tracing::error!(error = %err, "MCP tool failed");
+            "internal error of the memory server (see its log)".to_string()
+        }
+        _ => err.to_string(),
+    };
+    CallToolResult::error(vec![ContentBlock::text(message)])
+}
+
+fn refused(message: String) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message)])
+}
+
+fn answer(value: serde_json::Value) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(value.to_string())])
+}
+
+impl MemoryTools {
+    /// Tools bound to the command line's scope.
+    pub fn fixed(domain: Domain, scope: Scope) -> MemoryTools {
+        let cell = OnceLock::new();
+        let _ = cell.set(domain);
+        MemoryTools::new(Arc::new(cell), Binding::Fixed(scope))
+    }
+
+    /// Tools of one HTTP session, bound to the scope of its requests' URLs.
+    pub fn per_session(domain: Arc<OnceLock<Domain>>) -> MemoryTools {
+        MemoryTools::new(domain, Binding::Session(Arc::default()))
+    }
+
+    fn new(domain: Arc<OnceLock<Domain>>, binding: Binding) -> MemoryTools {
+        MemoryTools {
+            domain,
+            binding,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    /// The scope of this request, and the domain; a refusal names why.
+    fn reach(&self, ctx: &RequestContext<RoleServer>) -> Result<(&Domain, Scope), CallToolResult> {
+        let scope = self.scope(ctx).map_err(refused)?;
+        let domain = self.domain.get().ok_or_else(|| {
+            refused("the memory server is starting; retry in a moment".to_string())
+        })?;
+        Ok((domain, scope))
+    }
+
+    /// The session's scope. Over HTTP a session is bound to the scope of its first
+    /// request; a later request of it for another scope is refused.
+    fn scope(&self, ctx: &RequestContext<RoleServer>) -> Result<Scope, String> {
+        match &self.binding {
+            Binding::Fixed(scope) => Ok(scope.clone()),
+            Binding::Session(bound) => {
+                let asked = ctx
+                    .extensions
+                    .get::<http::request::Parts>()
+                    .and_then(|parts| parts.extensions.get::<Scope>())
+                    .cloned()
+                    .ok_or_else(|| "the request carries no scope".to_string())?;
+                let session = bound.get_or_init(|| asked.clone());
+                if *session == asked {
+                    Ok(asked)
+                } else {
+                    Err(format!(
+                        "refused: this session is bound to {session}, not {asked}; open a new \
+                         session with that URL"
+                    ))
+                }
+            }
+        }
+    }
+}
+
+#[tool_router]
+impl MemoryTools {
+    #[tool(
+        description = "Store a message in memory, as said by the scoped user (episodic; \
+                       semantic too when the server has a language model). Returns the \
+                       new episode ids."
+    )]
+    async fn add_memory(
+        &self,
+        Parameters(input): Parameters<AddMemoryInput>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let (domain, scope) = match self.reach(&ctx) {
+            Ok(reached) => reached,
+            Err(refusal) => return Ok(refusal),
+        };
+        let message = MessageInput {
+            uid: None,
+            content: input.content,
+            producer: scope.user.clone(),
+            produced_for: String::new(),
+            timestamp: None,
+            role: input.role.unwrap_or_else(|| "user".to_string()),
+            metadata: input.metadata,
+        };
+        let types: Vec<MemoryKind> = input.types.into_iter().map(Into::into).collect();
+        Ok(
+            match domain
+                .memories
+                .add(
+                    &scope.project.org_id,
+                    &scope.project.project_id,
+                    &types,
+                    vec![message],
+                )
+                .await
+            {
+                Ok(ids) => answer(serde_json::json!({
+                    "ids": ids.iter().map(ToString::to_string).collect::<Vec<_>>()
+                })),
+                Err(err) => failed(err),
+            },
+        )
+    }
+
+    #[tool(
+        description = "Search the scoped user's memories: episodes (what was said) and \
+                       semantic features (facts about the user and the project), best first."
+    )]
+    async fn search_memory(
+        &self,
+        Parameters(input): Parameters<SearchMemoryInput>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let (domain, scope) = match self.reach(&ctx) {
+            Ok(reached) => reached,
+            Err(refusal) => return Ok(refusal),
+        };
+        let types: Vec<MemoryKind> = input.types.iter().copied().map(Into::into).collect();
+        let filter = input.filter.unwrap_or_default();
+        let episodic = types.is_empty() || types.contains(&MemoryKind::Episodic);
+        // Episodes: the user's own. Features: the org's, the project's and the user's
+        // sets (a semantic-only search takes the filter as a feature filter).
+        let filter = if episodic {
+            users_episodes(&scope.user, &filter)
+        } else {
+            filter
+        };
+        let search = SearchInput {
+            query: input.query,
+            top_k: input.top_k,
+            filter,
+            expand_context: 0,
+            score_threshold: None,
+        };
+        let sets = BTreeMap::from([(
+            crate::semantic::sets::PRODUCER_TAG.to_string(),
+            scope.user.clone(),
+        )]);
+        Ok(
+            match domain
+                .memories
+                .search(
+                    &scope.project.org_id,
+                    &scope.project.project_id,
+                    &types,
+                    search,
+                    &sets,
+                )
+                .await
+            {
+                // The project's rolling summary is left out: it covers every user.
+                Ok(found) => answer(serde_json::json!({
+                    "episodes": found.episodic.long_term.iter()
+                        .map(|s| episode(&s.episode, Some(s.score))).collect::<Vec<_>>(),
+                    "recent_episodes": found.episodic.short_term.iter()
+                        .map(|e| episode(e, None)).collect::<Vec<_>>(),
+                    "features": found.semantic.iter()
+                        .map(|s| feature(&s.feature, Some(s.score))).collect::<Vec<_>>(),
+                })),
+                Err(err) => failed(err),
+            },
+        )
+    }
+
+    #[tool(
+        description = "List the scoped user's episodes (oldest first), or with \
+                       memory_type semantic the features of the org's, the project's and \
+                       the user's sets; paged."
+    )]
+    async fn list_memories(
+        &self,
+        Parameters(input): Parameters<ListMemoriesInput>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let (domain, scope) = match self.reach(&ctx) {
+            Ok(reached) => reached,
+            Err(refusal) => return Ok(refusal),
+        };
+        let kind = input.memory_type.unwrap_or(MemoryType::Episodic);
+        let filter = input.filter.unwrap_or_default();
+        let list = ListInput {
+            kind: Some(kind.into()),
+            page_size: input.page_size,
+            page_token: input.page_token.unwrap_or_default(),
+            page_num: 0,
+            filter: match kind {
+                MemoryType::Episodic => users_episodes(&scope.user, &filter),
+                MemoryType::Semantic => filter,
+            },
+            set_metadata: BTreeMap::from([(
+                crate::semantic::sets::PRODUCER_TAG.to_string(),
+                scope.user.clone(),
+            )]),
+        };
+        Ok(
+            match domain
+                .memories
+                .list(&scope.project.org_id, &scope.project.project_id, list)
+                .await
+            {
+                Ok(Listed::Episodes(episodes, next)) => answer(serde_json::json!({
+                    "episodes": episodes.iter().map(|e| episode(e, None)).collect::<Vec<_>>(),
+                    "next_page_token": next,
+                })),
+                Ok(Listed::Features(features, next)) => answer(serde_json::json!({
+                    "features": features.iter().map(|f| feature(f, None)).collect::<Vec<_>>(),
+                    "next_page_token": next,
+                })),
+                Err(err) => failed(err),
+            },
+        )
+    }
+
+    #[tool(
+        description = "Delete episodes (or, with memory_type semantic, features) of the \
+                       scoped project by id. An id that is not one of the project's is an \
+                       error."
+    )]
+    async fn delete_memory(
+        &self,
+        Parameters(input): Parameters<DeleteMemoryInput>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let (domain, scope) = match self.reach(&ctx) {
+            Ok(reached) => reached,
+            Err(refusal) => return Ok(refusal),
+        };
+        let (org, project) = (&scope.project.org_id, &scope.project.project_id);
+        // Only the scoped user's own episodes and profile features.
+        let deleted = match input.memory_type.unwrap_or(MemoryType::Episodic) {
+            MemoryType::Episodic => {
+                domain
+                    .memories
+                    .delete_episodes_of(org, project, &scope.user, &input.ids)
+                    .await
+            }
+            MemoryType::Semantic => {
+                let user_set = crate::semantic::sets::user_set(&scope.project, &scope.user).set_id;
+                domain
+                    .memories
+                    .delete_features_in_set(org, project, &user_set, &input.ids)
+                    .await
+            }
+        };
+        Ok(match deleted {
+            // Ids of other projects are not found, as unknown ones: nothing says they exist.
+            Ok(n) if n < input.ids.len() as u64 => failed(Error::NotFound(format!(
+                "not found in {scope}: {} of the {} ids are not episodes of this project \
+                 ({n} deleted)",
+                input.ids.len() as u64 - n,
+                input.ids.len()
+            ))),
+            Ok(n) => answer(serde_json::json!({ "deleted": n })),
+            Err(err) => failed(err),
+        })
+    }
+
+    #[tool(
+        description = "Read the scoped user's profile: the semantic features of the \
+                       user's own set (preferences, biography, relationships, ...)."
+    )]
+    async fn get_user_profile(
+        &self,
+        Parameters(input): Parameters<GetProfileInput>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let (domain, scope) = match self.reach(&ctx) {
+            Ok(reached) => reached,
+            Err(refusal) => return Ok(refusal),
+        };
+        // The user's set alone, not the org's and project's it selects with it.
+        let user_set = crate::semantic::sets::user_set(&scope.project, &scope.user).set_id;
+        let list = ListInput {
+            kind: Some(MemoryKind::Semantic),
+            page_size: input.page_size,
+            page_token: input.page_token.unwrap_or_default(),
+            page_num: 0,
+            filter: format!("set_id = {}", quote(&user_set)),
+            set_metadata: BTreeMap::from([(
+                crate::semantic::sets::PRODUCER_TAG.to_string(),
+                scope.user.clone(),
+            )]),
+        };
+        Ok(
+            match domain
+                .memories
+                .list(&scope.project.org_id, &scope.project.project_id, list)
+                .await
+            {
+                Ok(Listed::Features(features, next)) => answer(serde_json::json!({
+                    "user": scope.user,
+                    "set_id": user_set,
+                    "features": features.iter().map(|f| feature(f, None)).collect::<Vec<_>>(),
+                    "next_page_token": next,
+                })),
+                Ok(Listed::Episodes(..)) => failed(Error::Internal(
+                    "a semantic listing answered episodes".into(),
+                )),
+                Err(err) => failed(err),
+            },
+        )
+    }
+}
+
+#[tool_handler]
+impl ServerHandler for MemoryTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("memmachine", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "MemMachine memory of one user in one project: add_memory stores what the \
+                 user says or what you learn; search_memory recalls it; list_memories, \
+                 delete_memory and get_user_profile manage it.",
+            )
+    }
+
+    /// Binds an HTTP session to the scope of its `initialize` (and refuses one the
+    /// caller may not reach before anything else happens).
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        self.scope(&context)
+            .map_err(|message| McpError::invalid_request(message, None))?;
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_confine_to_the_user_and_quote_it() {
+        assert_eq!(users_episodes("alice", ""), "producer_id = 'alice'");
+        assert_eq!(
+            users_episodes("o'brien\\", "m.a = 'b' OR m.c = 'd'"),
+            "producer_id = 'o\\'brien\\\\' AND (m.a = 'b' OR m.c = 'd')"
+        );
+        let parsed = crate::model::filter::parse(&users_episodes("o'brien", "m.a = 'b'"));
+        assert!(parsed.is_ok(), "{parsed:?}");
+    }
+}

@@ -1,0 +1,103 @@
+//! The gateway's admission, the same as gRPC calls pass (`crate::admission`): a request
+//! id and a span, refusal while starting or draining, the API key, per-caller limits,
+//! the request deadline, and metrics and logs by route. Health and the OpenAPI document
+//! need no key, as gRPC health and reflection do not.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::extract::{ConnectInfo, MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http::HeaderValue;
+use tracing::Instrument;
+
+use super::{ApiError, Gateway};
+use crate::admission::{CallRecord, REQUEST_ID, authorization, call_span, log_answer, request_id};
+use crate::error::Error;
+
+/// Routes anyone may call, before the server is ready and without a key.
+const PUBLIC: [&str; 2] = ["/api/v2/health", "/api/v2/openapi.json"];
+/// Routes that read no memory, served while the server starts or drains.
+const OPERATIONAL: [&str; 1] = ["/api/v2/metrics"];
+
+pub async fn admit(State(gateway): State<Gateway>, mut request: Request, next: Next) -> Response {
+    let admission = gateway.admission.clone();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string());
+    // Only routes the gateway has get their own label, so that callers cannot grow the
+    // metrics with made-up paths.
+    let label = route.as_deref().map_or_else(
+        || "unknown".to_string(),
+        |r| format!("REST {} {r}", request.method()),
+    );
+    let public = route.as_deref().is_some_and(|r| PUBLIC.contains(&r));
+    let memory = !public && !route.as_deref().is_some_and(|r| OPERATIONAL.contains(&r));
+    let request_id = request_id(request.headers().get(REQUEST_ID));
+    let span = call_span(&label, &request_id);
+    let authorization = authorization(request.headers());
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or_else(|| "unknown".to_string(), |c| c.0.ip().to_string());
+    let record = CallRecord::new(admission.metrics.clone(), label);
+    let timeout = admission.request_timeout;
+    let result = async {
+        let entry = if public {
+            None
+        } else {
+            Some(
+                admission
+                    .enter(memory, false, authorization.as_deref(), &peer)
+                    .await?,
+            )
+        };
+        if let Some(caller) = entry.as_ref().and_then(|e| e.caller.clone()) {
+            request.extensions_mut().insert(caller);
+        }
+        let response = tokio::time::timeout(timeout, next.run(request))
+            .await
+            .map_err(|_| deadline_passed(timeout))?;
+        drop(entry);
+        Ok::<_, Error>(response)
+    }
+    .instrument(span.clone())
+    .await;
+    let mut response = match result {
+        Ok(response) => response,
+        Err(err) => span.in_scope(|| ApiError::from(err).into_response()),
+    };
+    let code = response
+        .extensions()
+        .get::<tonic::Code>()
+        .copied()
+        .unwrap_or_else(|| code_of(response.status()));
+    let elapsed = record.answer(code);
+    span.in_scope(|| log_answer(code, elapsed, &peer));
+    if let Ok(value) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert(REQUEST_ID, value);
+    }
+    response
+}
+
+fn deadline_passed(timeout: Duration) -> Error {
+    Error::DeadlineExceeded(format!(
+        "the request did not finish within the server's deadline ({:.3} s, \
+         --request-timeout)",
+        timeout.as_secs_f64()
+    ))
+}
+
+/// The code of an answer that did not come from a domain error (axum's own 404s, 405s).
+fn code_of(status: http::StatusCode) -> tonic::Code {
+    match status.as_u16() {
+        200..=299 => tonic::Code::Ok,
+        404 => tonic::Code::NotFound,
+        405 | 415 => tonic::Code::Unimplemented,
+        413 => tonic::Code::ResourceExhausted,
+        400..=499 => tonic::Code::InvalidArgument,
+        _ => tonic::Code::Unknown,
+    }
+}

@@ -1,0 +1,55 @@
+//! Request bodies: JSON read whatever the content type says (MemMachine's clients and
+//! `curl -d` alike), an empty (or `null`) body read as `{}`, and every decoding failure a 422 naming
+//! the field, in the gateway's error body.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use serde::de::DeserializeOwned;
+
+use super::ApiError;
+use crate::error::Error;
+
+/// A JSON request body of type `T`.
+pub struct Body<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == http::StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::from(Error::ResourceExhausted {
+                        message: "the request body is larger than this server accepts \
+                              (--max-request-bytes)"
+                            .into(),
+                        retry_after: None,
+                    })
+                    .with_status(http::StatusCode::PAYLOAD_TOO_LARGE)
+                } else {
+                    ApiError::from(Error::invalid("", rejection.body_text()))
+                }
+            })?;
+        let text: &[u8] =
+            if bytes.iter().all(u8::is_ascii_whitespace) || bytes.trim_ascii() == b"null" {
+                b"{}"
+            } else {
+                &bytes
+            };
+        let mut json = serde_json::Deserializer::from_slice(text);
+        match serde_path_to_error::deserialize(&mut json) {
+            Ok(value) => Ok(Body(value)),
+            Err(err) => {
+                let field = err.path().to_string();
+                // The path of a failure at the top level is "." or "?".
+                let field = if matches!(field.as_str(), "." | "?") {
+                    String::new()
+                } else {
+                    field
+                };
+                Err(Error::invalid(field, err.inner().to_string()).into())
+            }
+        }
+    }
+}

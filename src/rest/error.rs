@@ -1,0 +1,100 @@
+//! The one mapping from the domain error to an HTTP answer, in MemMachine's error body:
+//! `{"detail": {"code", "message", "internal_error", "exception", "trace"}}`, with the
+//! rejected fields listed (as gRPC's `BadRequest` detail does) and the gRPC code's name.
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::error::Error;
+
+/// A domain error on its way to an HTTP client.
+#[derive(Debug)]
+pub struct ApiError {
+    error: Error,
+    /// Set where HTTP has a more precise status than the code's (413 for a large body).
+    status: Option<StatusCode>,
+}
+
+impl From<Error> for ApiError {
+    fn from(error: Error) -> ApiError {
+        ApiError {
+            error,
+            status: None,
+        }
+    }
+}
+
+impl ApiError {
+    pub fn with_status(mut self, status: StatusCode) -> ApiError {
+        self.status = Some(status);
+        self
+    }
+}
+
+/// The HTTP status of each gRPC code the domain's errors map to (422 for bad input, as
+/// MemMachine answers).
+pub fn http_status(code: tonic::Code) -> StatusCode {
+    use tonic::Code;
+    match code {
+        Code::Ok => StatusCode::OK,
+        Code::InvalidArgument | Code::OutOfRange => StatusCode::UNPROCESSABLE_ENTITY,
+        Code::NotFound => StatusCode::NOT_FOUND,
+        Code::AlreadyExists | Code::Aborted => StatusCode::CONFLICT,
+        Code::FailedPrecondition => StatusCode::PRECONDITION_FAILED,
+        Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
+        Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Code::PermissionDenied => StatusCode::FORBIDDEN,
+        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+        Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+        Code::Cancelled => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+        Code::Internal | Code::Unknown | Code::DataLoss => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let code = self.error.grpc_code();
+        let status = self.status.unwrap_or_else(|| http_status(code));
+        let retry_after = match &self.error {
+            Error::ResourceExhausted { retry_after, .. } => retry_after.map(|d| d.as_secs().max(1)),
+            Error::Unavailable(_) | Error::Closed => Some(1),
+            _ => None,
+        };
+        let violations: Vec<_> = match &self.error {
+            Error::InvalidArgument(v) => v
+                .iter()
+                .map(|v| json!({"field": v.field, "description": v.description}))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let message = match self.error {
+            Error::Internal(m) => {
+                // The details stay in the log; the client learns only that it failed.
+                tracing::error!(error = %m, "internal error");
+                "internal error; see the server log".to_string()
+            }
+            other => other.to_string(),
+        };
+        let body = json!({
+            "detail": {
+                "code": status.as_u16(),
+                "message": message,
+                "internal_error": "",
+                "exception": crate::metrics::code_name(code),
+                "trace": "",
+                "field_violations": violations,
+            }
+        });
+        let mut response = (status, axum::Json(body)).into_response();
+        // The admission layer reads the code for its metrics and log.
+        response.extensions_mut().insert(code);
+        if let Some(secs) = retry_after {
+            response
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
+    }
+}

@@ -1,0 +1,64 @@
+//! `GET /api/v2/health` and `GET /api/v2/metrics`.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
+use http::StatusCode;
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::Gateway;
+
+pub fn routes() -> OpenApiRouter<Gateway> {
+    OpenApiRouter::new()
+        .routes(routes!(health))
+        .routes(routes!(metrics))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    /// `healthy` once the server serves calls, `starting` before.
+    status: &'static str,
+    service: &'static str,
+    version: &'static str,
+}
+
+/// 200 once the server serves memory calls, 503 while it starts.
+#[utoipa::path(get, path = "/health", tag = "System",
+    responses((status = 200, body = Health), (status = 503, body = Health)))]
+async fn health(State(gateway): State<Gateway>) -> (StatusCode, Json<Health>) {
+    let ready = gateway.domain.get().is_some();
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(Health {
+            status: if ready { "healthy" } else { "starting" },
+            service: "memmachine",
+            version: env!("CARGO_PKG_VERSION"),
+        }),
+    )
+}
+
+/// Prometheus metrics (the same as `--metrics-listen` serves); needs a key with --auth.
+#[utoipa::path(get, path = "/metrics", tag = "System",
+    responses((status = 200, content_type = "application/openmetrics-text")))]
+async fn metrics(State(gateway): State<Gateway>) -> impl IntoResponse {
+    (
+        [(
+            CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        gateway
+            .admission
+            .metrics
+            .render(gateway.stats.as_ref())
+            .await,
+    )
+}

@@ -1,0 +1,468 @@
+//! Memories: add, search, list and delete (`/memories...`).
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::{Extension, State};
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::body::Body;
+use super::projects::key;
+use super::shapes::{EpisodeJson, FeatureJson, ProjectRef, ScoredEpisodeJson};
+use super::{ApiError, Gateway};
+use crate::auth::Caller;
+use crate::episodic::{MessageInput, SearchInput};
+use crate::error::{Error, Result, Violations};
+use crate::memory::{ListInput, Listed, MemoryKind};
+
+pub fn routes() -> OpenApiRouter<Gateway> {
+    OpenApiRouter::new()
+        .routes(routes!(add_memories))
+        .routes(routes!(search_memories))
+        .routes(routes!(list_memories))
+        .routes(routes!(delete_episodic))
+        .routes(routes!(delete_semantic))
+}
+
+type Reply<T> = std::result::Result<T, ApiError>;
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryTypeJson {
+    Episodic,
+    Semantic,
+}
+
+impl From<MemoryTypeJson> for MemoryKind {
+    fn from(t: MemoryTypeJson) -> MemoryKind {
+        match t {
+            MemoryTypeJson::Episodic => MemoryKind::Episodic,
+            MemoryTypeJson::Semantic => MemoryKind::Semantic,
+        }
+    }
+}
+
+fn kinds(types: &[MemoryTypeJson]) -> Vec<MemoryKind> {
+    types.iter().map(|t| MemoryKind::from(*t)).collect()
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct MessageJson {
+    content: String,
+    #[serde(default = "default_producer")]
+    producer: String,
+    #[serde(default)]
+    produced_for: String,
+    /// RFC 3339 (a time without an offset is UTC), or Unix seconds (milliseconds above
+    /// 10^12); omitted or null is now.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    timestamp: serde_json::Value,
+    #[serde(default)]
+    role: String,
+    #[serde(default)]
+    metadata: BTreeMap<String, String>,
+    /// Only `message` exists.
+    #[serde(default)]
+    episode_type: Option<String>,
+}
+
+fn default_producer() -> String {
+    "user".into()
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct AddMemories {
+    #[serde(default)]
+    org_id: String,
+    #[serde(default)]
+    project_id: String,
+    /// Empty: every enabled type.
+    #[serde(default)]
+    types: Vec<MemoryTypeJson>,
+    messages: Vec<MessageJson>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AddResult {
+    uid: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AddMemoriesResponse {
+    results: Vec<AddResult>,
+}
+
+/// Stores the messages as episodes (all or none), in input order.
+#[utoipa::path(post, path = "/memories", tag = "Memories", request_body = AddMemories,
+    responses((status = 200, body = AddMemoriesResponse), (status = 404), (status = 422)))]
+async fn add_memories(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+    Body(r): Body<AddMemories>,
+) -> Reply<Json<AddMemoriesResponse>> {
+    caller.check_org(&r.org_id)?;
+    let messages = messages(r.messages)?;
+    let uids = gateway
+        .domain()?
+        .memories
+        .add(&r.org_id, &r.project_id, &kinds(&r.types), messages)
+        .await?;
+    Ok(Json(AddMemoriesResponse {
+        results: uids
+            .into_iter()
+            .map(|uid| AddResult {
+                uid: uid.to_string(),
+            })
+            .collect(),
+    }))
+}
+
+fn messages(messages: Vec<MessageJson>) -> Result<Vec<MessageInput>> {
+    let mut violations = Violations::default();
+    let inputs = messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            if let Some(t) = m.episode_type.as_deref().filter(|t| *t != "message") {
+                violations.add(
+                    format!("messages[{i}].episode_type"),
+                    format!("{t:?} is not an episode type (only \"message\")"),
+                );
+            }
+            let timestamp =
+                violations.check(timestamp(&format!("messages[{i}].timestamp"), &m.timestamp));
+            MessageInput {
+                uid: None,
+                content: m.content,
+                producer: m.producer,
+                produced_for: m.produced_for,
+                timestamp: timestamp.flatten(),
+                role: m.role,
+                metadata: m.metadata,
+            }
+        })
+        .collect();
+    violations.into_result()?;
+    Ok(inputs)
+}
+
+/// A message's time as Unix seconds and nanoseconds, in the forms MemMachine accepts.
+fn timestamp(field: &str, value: &serde_json::Value) -> Result<Option<(i64, i32)>> {
+    use chrono::{DateTime, NaiveDate, NaiveDateTime};
+    let invalid = || {
+        Error::invalid(
+            field,
+            format!("{value} is not an RFC 3339 time or Unix seconds"),
+        )
+    };
+    let time = match value {
+        serde_json::Value::Null => return Ok(None),
+        serde_json::Value::Number(n) => {
+            let mut secs = n.as_f64().ok_or_else(invalid)?;
+            if secs > 1e12 {
+                secs /= 1000.0;
+            }
+            if !secs.is_finite() || secs.abs() > 1e11 {
+                return Err(invalid());
+            }
+            DateTime::from_timestamp_micros((secs * 1e6).round() as i64).ok_or_else(invalid)?
+        }
+        serde_json::Value::String(s) => DateTime::parse_from_rfc3339(s)
+            .map(|t| t.to_utc())
+            .or_else(|_| {
+                NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f").map(|t| t.and_utc())
+            })
+            .or_else(|_| {
+                NaiveDate::parse_from_str(s, "%Y-%m-%d")
+                    .map(|d| d.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc())
+            })
+            .map_err(|_| invalid())?,
+        _ => return Err(invalid()),
+    };
+    Ok(Some((
+        time.timestamp(),
+        time.timestamp_subsec_nanos() as i32,
+    )))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct SearchMemories {
+    #[serde(default)]
+    org_id: String,
+    #[serde(default)]
+    project_id: String,
+    query: String,
+    /// 1 to the server's page limit [default: 10].
+    #[serde(default)]
+    top_k: Option<i32>,
+    #[serde(default)]
+    filter: String,
+    #[serde(default)]
+    set_metadata: BTreeMap<String, String>,
+    #[serde(default)]
+    expand_context: i32,
+    #[serde(default)]
+    score_threshold: Option<f64>,
+    #[serde(default)]
+    types: Vec<MemoryTypeJson>,
+    /// Accepted for MemMachine's clients; this server has no retrieval agent, so the
+    /// search is the same either way.
+    #[serde(default)]
+    agent_mode: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SearchResponse {
+    status: i32,
+    content: SearchContent,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SearchContent {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    episodic_memory: Option<EpisodicResult>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    semantic_memory: Option<Vec<FeatureJson>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EpisodicResult {
+    long_term_memory: LongTerm,
+    short_term_memory: ShortTerm,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LongTerm {
+    episodes: Vec<ScoredEpisodeJson>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ShortTerm {
+    episodes: Vec<ScoredEpisodeJson>,
+    /// `[""]` when there is no summary, as MemMachine answers.
+    episode_summary: Vec<String>,
+}
+
+#[utoipa::path(post, path = "/memories/search", tag = "Memories", request_body = SearchMemories,
+    responses((status = 200, body = SearchResponse), (status = 404), (status = 422)))]
+async fn search_memories(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+    Body(r): Body<SearchMemories>,
+) -> Reply<Json<SearchResponse>> {
+    caller.check_org(&r.org_id)?;
+    let _ = r.agent_mode;
+    let types = kinds(&r.types);
+    let input = SearchInput {
+        query: r.query,
+        top_k: r.top_k,
+        filter: r.filter,
+        expand_context: r.expand_context,
+        score_threshold: r.score_threshold,
+    };
+    let found = gateway
+        .domain()?
+        .memories
+        .search(&r.org_id, &r.project_id, &types, input, &r.set_metadata)
+        .await?;
+    let wants = |kind| types.is_empty() || types.contains(&kind);
+    let episodic = found.episodic;
+    let mut summaries = episodic.summaries;
+    if summaries.is_empty() {
+        summaries.push(String::new());
+    }
+    Ok(Json(SearchResponse {
+        status: 0,
+        content: SearchContent {
+            episodic_memory: wants(MemoryKind::Episodic).then(|| EpisodicResult {
+                long_term_memory: LongTerm {
+                    episodes: episodic
+                        .long_term
+                        .into_iter()
+                        .map(|hit| ScoredEpisodeJson::new(hit.episode, Some(hit.score)))
+                        .collect(),
+                },
+                short_term_memory: ShortTerm {
+                    episodes: episodic
+                        .short_term
+                        .into_iter()
+                        .map(|e| ScoredEpisodeJson::new(e, None))
+                        .collect(),
+                    episode_summary: summaries,
+                },
+            }),
+            semantic_memory: wants(MemoryKind::Semantic).then(|| {
+                found
+                    .semantic
+                    .into_iter()
+                    .map(|hit| FeatureJson::new(hit.feature, Some(hit.score), true))
+                    .collect()
+            }),
+        },
+    }))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct ListMemories {
+    #[serde(default)]
+    org_id: String,
+    #[serde(default)]
+    project_id: String,
+    #[serde(default)]
+    page_size: Option<i32>,
+    /// 0-based page number.
+    #[serde(default)]
+    page_num: u32,
+    #[serde(default)]
+    filter: String,
+    #[serde(default)]
+    set_metadata: BTreeMap<String, String>,
+    /// [default: episodic]
+    #[serde(default, rename = "type")]
+    memory_type: Option<MemoryTypeJson>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ListResponse {
+    status: i32,
+    content: ListContent,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ListContent {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    episodic_memory: Option<Vec<EpisodeJson>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    semantic_memory: Option<Vec<FeatureJson>>,
+}
+
+/// One page of episodes in `sequence_num` order, or of features.
+#[utoipa::path(post, path = "/memories/list", tag = "Memories", request_body = ListMemories,
+    responses((status = 200, body = ListResponse), (status = 404), (status = 422)))]
+async fn list_memories(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+    Body(r): Body<ListMemories>,
+) -> Reply<Json<ListResponse>> {
+    let key = key(
+        &caller,
+        &ProjectRef {
+            org_id: r.org_id.clone(),
+            project_id: r.project_id.clone(),
+        },
+    )?;
+    let input = ListInput {
+        kind: r.memory_type.map(MemoryKind::from),
+        page_size: r.page_size,
+        page_token: String::new(),
+        page_num: r.page_num,
+        filter: r.filter,
+        set_metadata: r.set_metadata,
+    };
+    let listed = gateway
+        .domain()?
+        .memories
+        .list(&r.org_id, &r.project_id, input)
+        .await?;
+    let content = match listed {
+        Listed::Episodes(episodes, _) => ListContent {
+            episodic_memory: Some(
+                episodes
+                    .into_iter()
+                    .map(|e| EpisodeJson::new(&key, e))
+                    .collect(),
+            ),
+            semantic_memory: None,
+        },
+        Listed::Features(features, _) => ListContent {
+            episodic_memory: None,
+            semantic_memory: Some(
+                features
+                    .into_iter()
+                    .map(|f| FeatureJson::new(f, None, true))
+                    .collect(),
+            ),
+        },
+    };
+    Ok(Json(ListResponse { status: 0, content }))
+}
+
+/// One id, a list of ids, or both.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct DeleteEpisodic {
+    #[serde(default)]
+    org_id: String,
+    #[serde(default)]
+    project_id: String,
+    #[serde(default)]
+    episodic_id: String,
+    #[serde(default)]
+    episodic_ids: Vec<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct DeleteSemantic {
+    #[serde(default)]
+    org_id: String,
+    #[serde(default)]
+    project_id: String,
+    #[serde(default)]
+    semantic_id: String,
+    #[serde(default)]
+    semantic_ids: Vec<String>,
+}
+
+fn ids(one: String, many: Vec<String>) -> Vec<String> {
+    let mut ids: Vec<String> = std::iter::once(one)
+        .filter(|id| !id.is_empty())
+        .chain(many)
+        .collect();
+    ids.dedup();
+    ids
+}
+
+/// Deletes episodes of this project (all or none; an id of another project is 404).
+#[utoipa::path(post, path = "/memories/episodic/delete", tag = "Memories",
+    request_body = DeleteEpisodic, responses((status = 204), (status = 404), (status = 422)))]
+async fn delete_episodic(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+    Body(r): Body<DeleteEpisodic>,
+) -> Reply<StatusCode> {
+    caller.check_org(&r.org_id)?;
+    gateway
+        .domain()?
+        .memories
+        .delete_episodes(
+            &r.org_id,
+            &r.project_id,
+            &ids(r.episodic_id, r.episodic_ids),
+        )
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(post, path = "/memories/semantic/delete", tag = "Memories",
+    request_body = DeleteSemantic, responses((status = 204), (status = 404), (status = 422)))]
+async fn delete_semantic(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+    Body(r): Body<DeleteSemantic>,
+) -> Reply<StatusCode> {
+    caller.check_org(&r.org_id)?;
+    gateway
+        .domain()?
+        .memories
+        .delete_features(
+            &r.org_id,
+            &r.project_id,
+            &ids(r.semantic_id, r.semantic_ids),
+        )
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}

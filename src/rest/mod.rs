@@ -1,0 +1,134 @@
+//! The MemMachine-compatible JSON gateway (`--rest-listen`): MemMachine 0.4's v2 paths
+//! under `/api/v2`, with its request and response shapes, so that its published client
+//! works unchanged. Handlers are thin adapters over the same domain calls as gRPC, behind
+//! the same admission (keys, limits, deadlines, metrics) and CORS rule.
+
+mod admission;
+mod body;
+mod error;
+mod health;
+mod memories;
+mod projects;
+mod semantic;
+mod server_config;
+mod shapes;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use tokio::net::TcpListener;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+
+use crate::admission::Admission;
+use crate::admission::cors::Transport;
+use crate::domain::Domain;
+use crate::store::StatsStore;
+
+pub use error::ApiError;
+
+/// What every handler reaches: the domain once it is ready, and what serves before it.
+#[derive(Clone)]
+pub struct Gateway {
+    domain: Arc<OnceLock<Domain>>,
+    /// The same keys, limits, lifecycle and metrics as gRPC calls pass.
+    admission: Arc<Admission>,
+    stats: Arc<dyn StatsStore>,
+    /// The server's own settings, shown by `/config`.
+    settings: Arc<server_config::Settings>,
+}
+
+impl Gateway {
+    pub fn new(
+        admission: Arc<Admission>,
+        stats: Arc<dyn StatsStore>,
+        config: &crate::config::ServeConfig,
+    ) -> Gateway {
+        Gateway {
+            domain: Arc::default(),
+            admission,
+            stats,
+            settings: Arc::new(server_config::Settings::of(config)),
+        }
+    }
+
+    /// Makes the domain reachable; until then memory routes answer 503.
+    pub fn set(&self, domain: Domain) {
+        let _ = self.domain.set(domain);
+    }
+
+    fn domain(&self) -> Result<&Domain, ApiError> {
+        self.domain.get().ok_or_else(|| {
+            ApiError::from(crate::error::Error::Unavailable(
+                "the server is starting; retry in a moment".into(),
+            ))
+        })
+    }
+
+    /// Every route of the gateway, and the OpenAPI document describing them.
+    pub fn router(&self) -> Router {
+        let (api, document) = api().split_for_parts();
+        let document = Arc::new(document);
+        let openapi = axum::routing::get(move || {
+            let document = document.clone();
+            async move { axum::Json(document.as_ref().clone()) }
+        });
+        Router::new()
+            .nest("/api/v2", api.route("/openapi.json", openapi))
+            .nest_service("/mcp", crate::mcp::http::service(self.domain.clone()))
+            .route_layer(axum::middleware::from_fn_with_state(
+                self.clone(),
+                admission::admit,
+            ))
+            .layer(DefaultBodyLimit::max(self.admission.max_request_bytes))
+            .layer(crate::admission::cors::layer(
+                self.settings.auth,
+                Transport::Rest,
+            ))
+            .with_state(self.clone())
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "memmachine REST gateway",
+        description = "MemMachine 0.4's v2 JSON API over this server's memory domain. \
+                       Errors answer {\"detail\": {\"code\", \"message\", ...}}; with \
+                       --auth, send Authorization: Bearer KEY."
+    ),
+    servers((url = "/api/v2"))
+)]
+struct ApiDoc;
+
+/// The routes under `/api/v2`, with their OpenAPI paths.
+fn api() -> OpenApiRouter<Gateway> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(health::routes())
+        .merge(projects::routes())
+        .merge(memories::routes())
+        .merge(semantic::routes())
+        .merge(server_config::routes())
+}
+
+/// Serves the gateway on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    gateway: Gateway,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    // Without TCP_NODELAY small responses wait for the peer's delayed ACK.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let app = gateway.router();
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+}

@@ -1,0 +1,309 @@
+//! Projects: create, get, list, delete, episode count, and the episodic memory settings
+//! of a project (`/memory/episodic/...`).
+
+use axum::Json;
+use axum::extract::{Extension, State};
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::body::Body;
+use super::shapes::{ProjectConfigJson, ProjectJson, ProjectRef};
+use super::{ApiError, Gateway};
+use crate::auth::Caller;
+use crate::model::{EpisodicConfigUpdate, ProjectConfig, ProjectKey};
+
+pub fn routes() -> OpenApiRouter<Gateway> {
+    OpenApiRouter::new()
+        .routes(routes!(create_project))
+        .routes(routes!(get_project))
+        .routes(routes!(list_projects))
+        .routes(routes!(delete_project))
+        .routes(routes!(episode_count))
+        .routes(routes!(get_episodic_config))
+        .routes(routes!(configure_episodic))
+        .routes(routes!(get_short_term_config))
+        .routes(routes!(configure_short_term))
+        .routes(routes!(get_long_term_config))
+        .routes(routes!(configure_long_term))
+}
+
+type Reply<T> = Result<T, ApiError>;
+
+/// The project named by `r`, once the caller is checked against its org.
+pub fn key(caller: &Caller, r: &ProjectRef) -> Result<ProjectKey, ApiError> {
+    caller.check_org(&r.org_id)?;
+    Ok(ProjectKey::parse(&r.org_id, &r.project_id)?)
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct CreateProject {
+    #[serde(default)]
+    org_id: String,
+    #[serde(default)]
+    project_id: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    config: ProjectConfigJson,
+}
+
+/// Creates a project (409 when it exists).
+#[utoipa::path(post, path = "/projects", tag = "Projects", request_body = CreateProject,
+    responses((status = 201, body = ProjectJson), (status = 409), (status = 422)))]
+async fn create_project(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+    Body(r): Body<CreateProject>,
+) -> Reply<(StatusCode, Json<ProjectJson>)> {
+    caller.check_org(&r.org_id)?;
+    let config = ProjectConfig {
+        embedder: r.config.embedder,
+        reranker: r.config.reranker,
+    };
+    let project = gateway
+        .domain()?
+        .projects
+        .create(&r.org_id, &r.project_id, &r.description, config)
+        .await?;
+    Ok((StatusCode::CREATED, Json(project.into())))
+}
+
+#[utoipa::path(post, path = "/projects/get", tag = "Projects", request_body = ProjectRef,
+    responses((status = 200, body = ProjectJson), (status = 404)))]
+async fn get_project(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+    Body(r): Body<ProjectRef>,
+) -> Reply<Json<ProjectJson>> {
+    let key = key(&caller, &r)?;
+    let project = gateway.domain()?.projects.get(&key).await?;
+    Ok(Json(project.into()))
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct ListProjects {
+    /// Only this org's projects (an org key lists only its own org).
+    #[serde(default)]
+    org_id: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProjectEntry {
+    org_id: String,
+    project_id: String,
+}
+
+/// Every project the caller reaches, as MemMachine lists them (ids only).
+#[utoipa::path(post, path = "/projects/list", tag = "Projects", request_body = ListProjects,
+    responses((status = 200, body = [ProjectEntry])))]
+async fn list_projects(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+    Body(r): Body<ListProjects>,
+) -> Reply<Json<Vec<ProjectEntry>>> {
+    let asked = r.org_id.as_deref().filter(|org| !org.is_empty());
+    let org = caller.list_scope(asked)?;
+    let projects = gateway.domain()?.projects.list_all(org).await?;
+    Ok(Json(
+        projects
+            .into_iter()
+            .map(|p| ProjectEntry {
+                org_id: p.key.org_id,
+                project_id: p.key.project_id,
+            })
+            .collect(),
+    ))
+}
+
+/// Deletes the project and every memory in it before answering.
+#[utoipa::path(post, path = "/projects/delete", tag = "Projects", request_body = ProjectRef,
+    responses((status = 204), (status = 404)))]
+async fn delete_project(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+    Body(r): Body<ProjectRef>,
+) -> Reply<StatusCode> {
+    let key = key(&caller, &r)?;
+    gateway.domain()?.projects.delete(&key).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EpisodeCount {
+    count: i64,
+}
+
+#[utoipa::path(post, path = "/projects/episode_count/get", tag = "Projects",
+    request_body = ProjectRef, responses((status = 200, body = EpisodeCount), (status = 404)))]
+async fn episode_count(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+    Body(r): Body<ProjectRef>,
+) -> Reply<Json<EpisodeCount>> {
+    let key = key(&caller, &r)?;
+    let projects = &gateway.domain()?.projects;
+    projects.get(&key).await?;
+    let count = projects.episode_count(&key).await?;
+    Ok(Json(EpisodeCount { count }))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EpisodicConfigJson {
+    enabled: bool,
+    long_term_memory_enabled: bool,
+    short_term_memory_enabled: bool,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct ConfigureEpisodic {
+    #[serde(default)]
+    org_id: String,
+    #[serde(default)]
+    project_id: String,
+    enabled: Option<bool>,
+    long_term_memory_enabled: Option<bool>,
+    short_term_memory_enabled: Option<bool>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Enabled {
+    enabled: bool,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct ConfigureEnabled {
+    #[serde(default)]
+    org_id: String,
+    #[serde(default)]
+    project_id: String,
+    enabled: bool,
+}
+
+#[utoipa::path(post, path = "/memory/episodic/config/get", tag = "Episodic memory",
+    request_body = ProjectRef, responses((status = 200, body = EpisodicConfigJson)))]
+async fn get_episodic_config(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+    Body(r): Body<ProjectRef>,
+) -> Reply<Json<EpisodicConfigJson>> {
+    let key = key(&caller, &r)?;
+    let c = gateway.domain()?.projects.episodic_config(&key).await?;
+    Ok(Json(EpisodicConfigJson {
+        enabled: c.enabled,
+        long_term_memory_enabled: c.long_term_memory_enabled,
+        short_term_memory_enabled: c.short_term_memory_enabled,
+    }))
+}
+
+/// Changes the fields given, keeping the others.
+#[utoipa::path(post, path = "/memory/episodic/config", tag = "Episodic memory",
+    request_body = ConfigureEpisodic, responses((status = 204)))]
+async fn configure_episodic(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+    Body(r): Body<ConfigureEpisodic>,
+) -> Reply<StatusCode> {
+    let key = key(
+        &caller,
+        &ProjectRef {
+            org_id: r.org_id,
+            project_id: r.project_id,
+        },
+    )?;
+    let update = EpisodicConfigUpdate {
+        enabled: r.enabled,
+        long_term_memory_enabled: r.long_term_memory_enabled,
+        short_term_memory_enabled: r.short_term_memory_enabled,
+    };
+    update_episodic(&gateway, &key, update).await
+}
+
+async fn update_episodic(
+    gateway: &Gateway,
+    key: &ProjectKey,
+    update: EpisodicConfigUpdate,
+) -> Reply<StatusCode> {
+    gateway
+        .domain()?
+        .projects
+        .update_episodic_config(key, update)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// One switch of a project's episodic memory.
+async fn switch(
+    gateway: &Gateway,
+    caller: &Caller,
+    r: &ProjectRef,
+    read: fn(&crate::model::EpisodicConfig) -> bool,
+) -> Reply<Json<Enabled>> {
+    let key = key(caller, r)?;
+    let c = gateway.domain()?.projects.episodic_config(&key).await?;
+    Ok(Json(Enabled { enabled: read(&c) }))
+}
+
+/// Sets one switch, keeping the others.
+async fn set_switch(
+    gateway: &Gateway,
+    caller: &Caller,
+    r: ConfigureEnabled,
+    update: fn(bool) -> EpisodicConfigUpdate,
+) -> Reply<StatusCode> {
+    let r_key = ProjectRef {
+        org_id: r.org_id,
+        project_id: r.project_id,
+    };
+    update_episodic(gateway, &key(caller, &r_key)?, update(r.enabled)).await
+}
+
+#[utoipa::path(post, path = "/memory/episodic/short_term/config/get", tag = "Episodic memory",
+    request_body = ProjectRef, responses((status = 200, body = Enabled)))]
+async fn get_short_term_config(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+    Body(r): Body<ProjectRef>,
+) -> Reply<Json<Enabled>> {
+    switch(&gateway, &caller, &r, |c| c.short_term_memory_enabled).await
+}
+
+#[utoipa::path(post, path = "/memory/episodic/short_term/config", tag = "Episodic memory",
+    request_body = ConfigureEnabled, responses((status = 204)))]
+async fn configure_short_term(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+    Body(r): Body<ConfigureEnabled>,
+) -> Reply<StatusCode> {
+    set_switch(&gateway, &caller, r, |on| EpisodicConfigUpdate {
+        short_term_memory_enabled: Some(on),
+        ..EpisodicConfigUpdate::default()
+    })
+    .await
+}
+
+#[utoipa::path(post, path = "/memory/episodic/long_term/config/get", tag = "Episodic memory",
+    request_body = ProjectRef, responses((status = 200, body = Enabled)))]
+async fn get_long_term_config(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+    Body(r): Body<ProjectRef>,
+) -> Reply<Json<Enabled>> {
+    switch(&gateway, &caller, &r, |c| c.long_term_memory_enabled).await
+}
+
+#[utoipa::path(post, path = "/memory/episodic/long_term/config", tag = "Episodic memory",
+    request_body = ConfigureEnabled, responses((status = 204)))]
+async fn configure_long_term(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+    Body(r): Body<ConfigureEnabled>,
+) -> Reply<StatusCode> {
+    set_switch(&gateway, &caller, r, |on| EpisodicConfigUpdate {
+        long_term_memory_enabled: Some(on),
+        ..EpisodicConfigUpdate::default()
+    })
+    .await
+}

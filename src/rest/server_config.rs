@@ -1,0 +1,419 @@
+//! `/api/v2/config/...`: the server-wide memory settings and resources that MemMachine
+//! 0.4's client configuration API reads and writes. Here they are set by flags when the
+//! server starts, so they are shown and cannot be changed at run time: a change answers
+//! 412 naming the flag. Per-project episodic switches live at `/memory/episodic/config`.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::body::Body;
+use super::{ApiError, Gateway};
+use crate::error::Error;
+
+/// What the server was started with, for the configuration API.
+pub struct Settings {
+    pub auth: bool,
+    store: String,
+    llm_model: Option<String>,
+    short_term_window: usize,
+    trigger_messages: usize,
+    trigger_age_secs: u64,
+}
+
+impl Settings {
+    pub fn of(config: &crate::config::ServeConfig) -> Settings {
+        Settings {
+            auth: config.auth,
+            store: config.store.describe(),
+            llm_model: config.llm.model.clone(),
+            short_term_window: config.limits.short_term_window,
+            trigger_messages: config.ingest.trigger_messages,
+            trigger_age_secs: config.ingest.trigger_age.as_secs(),
+        }
+    }
+}
+
+pub fn routes() -> OpenApiRouter<Gateway> {
+    OpenApiRouter::new()
+        .routes(routes!(get_config))
+        .routes(routes!(get_resources))
+        .routes(routes!(update_memory))
+        .routes(routes!(get_episodic, update_episodic))
+        .routes(routes!(get_long_term, update_long_term))
+        .routes(routes!(get_short_term, update_short_term))
+        .routes(routes!(get_semantic, update_semantic))
+        .routes(routes!(add_embedder))
+        .routes(routes!(add_language_model))
+        .routes(routes!(delete_embedder))
+        .routes(routes!(delete_language_model))
+        .routes(routes!(retry_embedder))
+        .routes(routes!(retry_language_model))
+        .routes(routes!(retry_reranker))
+}
+
+type Reply<T> = Result<Json<T>, ApiError>;
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ResourceInfo {
+    name: String,
+    provider: String,
+    /// `ready`, `failed` or `pending`.
+    status: &'static str,
+    error: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Resources {
+    embedders: Vec<ResourceInfo>,
+    language_models: Vec<ResourceInfo>,
+    rerankers: Vec<ResourceInfo>,
+    databases: Vec<ResourceInfo>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LongTermConfig {
+    backend: Option<String>,
+    embedder: Option<String>,
+    reranker: Option<String>,
+    vector_graph_store: Option<String>,
+    vector_store: Option<String>,
+    segment_store: Option<String>,
+    properties_schema: Option<std::collections::BTreeMap<String, String>>,
+    enabled: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ShortTermConfig {
+    llm_model: Option<String>,
+    message_capacity: Option<usize>,
+    enabled: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EpisodicConfig {
+    long_term_memory: LongTermConfig,
+    short_term_memory: ShortTermConfig,
+    enabled: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SemanticConfig {
+    enabled: bool,
+    database: Option<String>,
+    storage_backend: Option<String>,
+    feature_store: Option<String>,
+    vector_collection: Option<String>,
+    llm_model: Option<String>,
+    embedding_model: Option<String>,
+    /// Messages that start an ingestion (this server's addition).
+    ingestion_trigger_messages: usize,
+    ingestion_trigger_age_seconds: u64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Config {
+    resources: Resources,
+    episodic_memory: EpisodicConfig,
+    semantic_memory: SemanticConfig,
+}
+
+/// The embedders this server offers: (name, dimensions).
+fn embedders(gateway: &Gateway) -> Result<Vec<(String, usize)>, ApiError> {
+    let domain = gateway.domain()?;
+    Ok(domain
+        .semantic
+        .embedders()
+        .all()
+        .iter()
+        .map(|e| (e.id().to_string(), e.dimensions()))
+        .collect())
+}
+
+fn default_embedder(gateway: &Gateway) -> Result<Option<String>, ApiError> {
+    Ok(gateway
+        .domain()?
+        .semantic
+        .embedders()
+        .default_embedder()
+        .map(|e| e.id().to_string()))
+}
+
+fn ready(name: String, provider: &str) -> ResourceInfo {
+    ResourceInfo {
+        name,
+        provider: provider.to_string(),
+        status: "ready",
+        error: None,
+    }
+}
+
+fn resources(gateway: &Gateway) -> Result<Resources, ApiError> {
+    let settings = &gateway.settings;
+    let provider = |name: &str| name.split(':').next().unwrap_or(name).to_string();
+    Ok(Resources {
+        embedders: embedders(gateway)?
+            .into_iter()
+            .map(|(name, _)| {
+                let p = provider(&name);
+                ready(name, &p)
+            })
+            .collect(),
+        language_models: settings
+            .llm_model
+            .iter()
+            .map(|m| ready(m.clone(), "openai-chat-completions"))
+            .collect(),
+        rerankers: crate::episodic::ranking::Mode::NAMES
+            .iter()
+            .map(|m| ready(m.to_string(), "memmachine"))
+            .collect(),
+        databases: vec![ready(
+            settings.store.clone(),
+            settings.store.split([' ', ':']).next().unwrap_or("store"),
+        )],
+    })
+}
+
+fn episodic(gateway: &Gateway) -> Result<EpisodicConfig, ApiError> {
+    let settings = &gateway.settings;
+    Ok(EpisodicConfig {
+        long_term_memory: LongTermConfig {
+            backend: None,
+            embedder: default_embedder(gateway)?,
+            reranker: Some("hybrid".into()),
+            vector_graph_store: None,
+            vector_store: None,
+            segment_store: Some(settings.store.clone()),
+            properties_schema: None,
+            enabled: true,
+        },
+        short_term_memory: ShortTermConfig {
+            llm_model: settings.llm_model.clone(),
+            message_capacity: Some(settings.short_term_window),
+            enabled: true,
+        },
+        enabled: true,
+    })
+}
+
+fn semantic(gateway: &Gateway) -> Result<SemanticConfig, ApiError> {
+    let settings = &gateway.settings;
+    Ok(SemanticConfig {
+        enabled: gateway.domain()?.semantic.has_model(),
+        database: Some(settings.store.clone()),
+        storage_backend: Some(settings.store.clone()),
+        feature_store: None,
+        vector_collection: None,
+        llm_model: settings.llm_model.clone(),
+        embedding_model: default_embedder(gateway)?,
+        ingestion_trigger_messages: settings.trigger_messages,
+        ingestion_trigger_age_seconds: settings.trigger_age_secs,
+    })
+}
+
+/// Every setting and resource.
+#[utoipa::path(get, path = "/config", tag = "Configuration",
+    responses((status = 200, body = Config)))]
+async fn get_config(State(gateway): State<Gateway>) -> Reply<Config> {
+    Ok(Json(Config {
+        resources: resources(&gateway)?,
+        episodic_memory: episodic(&gateway)?,
+        semantic_memory: semantic(&gateway)?,
+    }))
+}
+
+#[utoipa::path(get, path = "/config/resources", tag = "Configuration",
+    responses((status = 200, body = Resources)))]
+async fn get_resources(State(gateway): State<Gateway>) -> Reply<Resources> {
+    Ok(Json(resources(&gateway)?))
+}
+
+#[utoipa::path(get, path = "/config/memory/episodic", tag = "Configuration",
+    responses((status = 200, body = EpisodicConfig)))]
+async fn get_episodic(State(gateway): State<Gateway>) -> Reply<EpisodicConfig> {
+    Ok(Json(episodic(&gateway)?))
+}
+
+#[utoipa::path(get, path = "/config/memory/episodic/long_term", tag = "Configuration",
+    responses((status = 200, body = LongTermConfig)))]
+async fn get_long_term(State(gateway): State<Gateway>) -> Reply<LongTermConfig> {
+    Ok(Json(episodic(&gateway)?.long_term_memory))
+}
+
+#[utoipa::path(get, path = "/config/memory/episodic/short_term", tag = "Configuration",
+    responses((status = 200, body = ShortTermConfig)))]
+async fn get_short_term(State(gateway): State<Gateway>) -> Reply<ShortTermConfig> {
+    Ok(Json(episodic(&gateway)?.short_term_memory))
+}
+
+#[utoipa::path(get, path = "/config/memory/semantic", tag = "Configuration",
+    responses((status = 200, body = SemanticConfig)))]
+async fn get_semantic(State(gateway): State<Gateway>) -> Reply<SemanticConfig> {
+    Ok(Json(semantic(&gateway)?))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Updated {
+    success: bool,
+    message: String,
+}
+
+/// A change of a setting fixed at start-up.
+fn read_only(what: &str, how: &str) -> ApiError {
+    ApiError::from(Error::FailedPrecondition(format!(
+        "{what} is set when the server starts and cannot change at run time: {how}"
+    )))
+}
+
+const EPISODIC_HOW: &str = "pass --embedder/--short-term-window and restart; per-project \
+                            switches are POST /api/v2/memory/episodic/config with org_id \
+                            and project_id";
+const SEMANTIC_HOW: &str = "pass --llm-base-url/--llm-model, --semantic-trigger-messages or \
+                            --semantic-trigger-age and restart";
+
+/// Any JSON object (the settings MemMachine's client sends).
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(value_type = Object)]
+pub struct AnyObject(#[allow(dead_code)] serde_json::Map<String, serde_json::Value>);
+
+#[utoipa::path(put, path = "/config/memory", tag = "Configuration", request_body = AnyObject,
+    responses((status = 412)))]
+async fn update_memory(_body: Body<AnyObject>) -> Reply<Updated> {
+    Err(read_only("memory configuration", EPISODIC_HOW))
+}
+
+#[utoipa::path(put, path = "/config/memory/episodic", tag = "Configuration",
+    request_body = AnyObject, responses((status = 412)))]
+async fn update_episodic(_body: Body<AnyObject>) -> Reply<Updated> {
+    Err(read_only("episodic memory configuration", EPISODIC_HOW))
+}
+
+#[utoipa::path(put, path = "/config/memory/episodic/long_term", tag = "Configuration",
+    request_body = AnyObject, responses((status = 412)))]
+async fn update_long_term(_body: Body<AnyObject>) -> Reply<Updated> {
+    Err(read_only("long-term memory configuration", EPISODIC_HOW))
+}
+
+#[utoipa::path(put, path = "/config/memory/episodic/short_term", tag = "Configuration",
+    request_body = AnyObject, responses((status = 412)))]
+async fn update_short_term(_body: Body<AnyObject>) -> Reply<Updated> {
+    Err(read_only("short-term memory configuration", EPISODIC_HOW))
+}
+
+#[utoipa::path(put, path = "/config/memory/semantic", tag = "Configuration",
+    request_body = AnyObject, responses((status = 412)))]
+async fn update_semantic(_body: Body<AnyObject>) -> Reply<Updated> {
+    Err(read_only("semantic memory configuration", SEMANTIC_HOW))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ResourceUpdated {
+    success: bool,
+    status: &'static str,
+    error: Option<String>,
+}
+
+#[utoipa::path(post, path = "/config/resources/embedders", tag = "Configuration",
+    request_body = AnyObject, responses((status = 412)))]
+async fn add_embedder(_body: Body<AnyObject>) -> Reply<ResourceUpdated> {
+    Err(read_only(
+        "the set of embedders",
+        "pass --embedder (and --model-dir or --embedder-base-url/--embedder-model) and restart",
+    ))
+}
+
+#[utoipa::path(post, path = "/config/resources/language_models", tag = "Configuration",
+    request_body = AnyObject, responses((status = 412)))]
+async fn add_language_model(_body: Body<AnyObject>) -> Reply<ResourceUpdated> {
+    Err(read_only(
+        "the set of language models",
+        "pass --llm-base-url/--llm-model and restart",
+    ))
+}
+
+#[utoipa::path(delete, path = "/config/resources/embedders/{name}", tag = "Configuration",
+    params(("name" = String, Path)), responses((status = 412), (status = 404)))]
+async fn delete_embedder(
+    State(gateway): State<Gateway>,
+    Path(name): Path<String>,
+) -> Reply<Updated> {
+    embedder_named(&gateway, &name)?;
+    Err(read_only(
+        "the set of embedders",
+        "pass --embedder and restart",
+    ))
+}
+
+#[utoipa::path(delete, path = "/config/resources/language_models/{name}",
+    tag = "Configuration", params(("name" = String, Path)),
+    responses((status = 412), (status = 404)))]
+async fn delete_language_model(
+    State(gateway): State<Gateway>,
+    Path(name): Path<String>,
+) -> Reply<Updated> {
+    language_model_named(&gateway, &name)?;
+    Err(read_only(
+        "the set of language models",
+        "restart without --llm-base-url",
+    ))
+}
+
+fn embedder_named(gateway: &Gateway, name: &str) -> Result<(), ApiError> {
+    if embedders(gateway)?.iter().any(|(n, _)| n == name) {
+        Ok(())
+    } else {
+        Err(Error::NotFound(format!("no embedder named {name:?}")).into())
+    }
+}
+
+fn language_model_named(gateway: &Gateway, name: &str) -> Result<(), ApiError> {
+    if gateway.settings.llm_model.as_deref() == Some(name) {
+        Ok(())
+    } else {
+        Err(Error::NotFound(format!("no language model named {name:?}")).into())
+    }
+}
+
+fn still_ready() -> Reply<ResourceUpdated> {
+    Ok(Json(ResourceUpdated {
+        success: true,
+        status: "ready",
+        error: None,
+    }))
+}
+
+/// Resources here are ready once the server serves, so a retry has nothing to do.
+#[utoipa::path(post, path = "/config/resources/embedders/{name}/retry", tag = "Configuration",
+    params(("name" = String, Path)), responses((status = 200, body = ResourceUpdated), (status = 404)))]
+async fn retry_embedder(
+    State(gateway): State<Gateway>,
+    Path(name): Path<String>,
+) -> Reply<ResourceUpdated> {
+    embedder_named(&gateway, &name)?;
+    still_ready()
+}
+
+#[utoipa::path(post, path = "/config/resources/language_models/{name}/retry",
+    tag = "Configuration", params(("name" = String, Path)),
+    responses((status = 200, body = ResourceUpdated), (status = 404)))]
+async fn retry_language_model(
+    State(gateway): State<Gateway>,
+    Path(name): Path<String>,
+) -> Reply<ResourceUpdated> {
+    language_model_named(&gateway, &name)?;
+    still_ready()
+}
+
+#[utoipa::path(post, path = "/config/resources/rerankers/{name}/retry", tag = "Configuration",
+    params(("name" = String, Path)), responses((status = 200, body = ResourceUpdated), (status = 404)))]
+async fn retry_reranker(Path(name): Path<String>) -> Reply<ResourceUpdated> {
+    if crate::episodic::ranking::Mode::NAMES.contains(&name.as_str()) {
+        still_ready()
+    } else {
+        Err(Error::NotFound(format!("no reranker named {name:?}")).into())
+    }
+}

@@ -1,0 +1,183 @@
+//! MemMachine's JSON shapes of what the domain returns: projects, episodes, features.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::model::{Episode, Project, ProjectKey};
+use crate::semantic::model::Feature;
+
+/// Names a project; empty or omitted ids are `universal`.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct ProjectRef {
+    #[serde(default)]
+    pub org_id: String,
+    #[serde(default)]
+    pub project_id: String,
+}
+
+/// MemMachine's project configuration. This server keeps `embedder` and `reranker`
+/// (lexical, dense or hybrid ranking); the storage fields are MemMachine's and are
+/// answered empty.
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema)]
+pub struct ProjectConfigJson {
+    #[serde(default)]
+    pub backend: Option<String>,
+    #[serde(default)]
+    pub reranker: String,
+    #[serde(default)]
+    pub embedder: String,
+    #[serde(default)]
+    pub vector_graph_store: String,
+    #[serde(default)]
+    pub vector_store: String,
+    #[serde(default)]
+    pub segment_store: String,
+    #[serde(default)]
+    pub properties_schema: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProjectJson {
+    pub org_id: String,
+    pub project_id: String,
+    pub description: String,
+    pub config: ProjectConfigJson,
+    pub created_at: String,
+}
+
+impl From<Project> for ProjectJson {
+    fn from(p: Project) -> ProjectJson {
+        ProjectJson {
+            org_id: p.key.org_id,
+            project_id: p.key.project_id,
+            description: p.description,
+            config: ProjectConfigJson {
+                reranker: p.config.reranker,
+                embedder: p.config.embedder,
+                ..ProjectConfigJson::default()
+            },
+            created_at: time(p.created_at_micros),
+        }
+    }
+}
+
+/// RFC 3339 in UTC, with as many fractional digits as the time has.
+pub fn time(micros: i64) -> String {
+    chrono::DateTime::from_timestamp_micros(micros)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}
+
+/// An episode in a search result (MemMachine's `EpisodeResponse`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ScoredEpisodeJson {
+    pub content: String,
+    pub producer_id: String,
+    pub producer_role: String,
+    pub produced_for_id: String,
+    pub episode_type: String,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+    pub created_at: String,
+    pub uid: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+}
+
+impl ScoredEpisodeJson {
+    pub fn new(e: Episode, score: Option<f64>) -> ScoredEpisodeJson {
+        ScoredEpisodeJson {
+            content: e.content,
+            producer_id: e.producer_id,
+            producer_role: e.producer_role,
+            produced_for_id: e.produced_for_id,
+            episode_type: e.episode_type,
+            metadata: e.metadata,
+            created_at: time(e.created_at_micros),
+            uid: e.uid.to_string(),
+            score,
+        }
+    }
+}
+
+/// An episode in a listing (MemMachine's `Episode`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EpisodeJson {
+    pub uid: String,
+    pub content: String,
+    pub session_key: String,
+    pub created_at: String,
+    pub producer_id: String,
+    pub producer_role: String,
+    pub produced_for_id: String,
+    pub episode_type: String,
+    pub content_type: String,
+    pub metadata: BTreeMap<String, String>,
+    /// Monotonic within the project (this server's addition).
+    pub sequence_num: i64,
+}
+
+impl EpisodeJson {
+    pub fn new(key: &ProjectKey, e: Episode) -> EpisodeJson {
+        EpisodeJson {
+            uid: e.uid.to_string(),
+            content: e.content,
+            session_key: key.session_key(),
+            created_at: time(e.created_at_micros),
+            producer_id: e.producer_id,
+            producer_role: e.producer_role,
+            produced_for_id: e.produced_for_id,
+            episode_type: e.episode_type,
+            content_type: e.content_type,
+            metadata: e.metadata,
+            sequence_num: e.sequence_num,
+        }
+    }
+}
+
+/// A feature (MemMachine's `SemanticFeature`): its id and citations under `metadata`,
+/// with the feature's own metadata as `metadata.other`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FeatureJson {
+    pub set_id: String,
+    pub category: String,
+    pub tag: String,
+    pub feature_name: String,
+    pub value: String,
+    pub metadata: FeatureMetadataJson,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FeatureMetadataJson {
+    pub id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub citations: Option<Vec<String>>,
+    #[schema(value_type = Object)]
+    pub other: serde_json::Value,
+}
+
+impl FeatureJson {
+    pub fn new(f: Feature, score: Option<f64>, citations: bool) -> FeatureJson {
+        FeatureJson {
+            set_id: f.set_id,
+            category: f.category,
+            tag: f.tag,
+            feature_name: f.feature,
+            value: f.value,
+            metadata: FeatureMetadataJson {
+                id: f.id,
+                citations: citations.then(|| f.citations.iter().map(ToString::to_string).collect()),
+                other: f.metadata,
+            },
+            score,
+            created_at: time(f.created_at_micros),
+            updated_at: time(f.updated_at_micros),
+        }
+    }
+}

@@ -1,0 +1,176 @@
+"""Drives a memmachine server's REST gateway with MemMachine's own published client
+(memmachine-client 0.4.0), through its public API only, unpatched.
+
+Usage: python rest_client.py --base-url http://127.0.0.1:PORT [--api-key KEY]
+Prints "OK: memmachine-client checks passed" at the end; any failed check raises.
+"""
+
+import argparse
+import datetime
+import sys
+
+import requests
+from memmachine_client import MemMachineClient
+from memmachine_common.api import MemoryType
+
+
+def check(condition, message):
+    if not condition:
+        raise AssertionError(message)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--base-url", required=True)
+    parser.add_argument("--api-key", default=None)
+    parser.add_argument("--org", default="client_org")
+    args = parser.parse_args()
+
+    client = MemMachineClient(base_url=args.base_url, api_key=args.api_key)
+
+    health = client.health_check()
+    check(health.get("status") == "healthy", f"health: {health}")
+
+    # Projects: create, get, list (a duplicate is refused, as a 409).
+    project = client.create_project(
+        org_id=args.org, project_id="crm", description="client test"
+    )
+    check(project.project_id == "crm", f"created {project}")
+    try:
+        client.create_project(org_id=args.org, project_id="crm")
+        raise AssertionError("a duplicate project was created")
+    except requests.HTTPError as err:
+        check(err.response.status_code == 409, f"duplicate: {err.response.status_code}")
+    got = client.get_project(org_id=args.org, project_id="crm")
+    check(got.description == "client test", f"get: {got.description!r}")
+    listed = [(p.org_id, p.project_id) for p in client.list_projects()]
+    check((args.org, "crm") in listed, f"list: {listed}")
+    other = client.create_project(org_id=args.org, project_id="other")
+
+    # Add messages with metadata (the memory's own metadata is merged in).
+    alice = project.memory(metadata={"user_id": "alice"})
+    when = datetime.datetime(2023, 5, 8, 13, 56, tzinfo=datetime.timezone.utc)
+    added = alice.add(
+        "I adopted a golden retriever named Max last week.",
+        role="user",
+        producer="alice",
+        produced_for="assistant",
+        memory_types=[MemoryType.Episodic],
+        metadata={"topic": "pets", "vet": "O'Brien"},
+        timestamp=when,
+    )
+    check(len(added) == 1 and added[0].uid, f"add: {added}")
+    dog_uid = str(added[0].uid)
+    alice.add(
+        "Max loves playing fetch at the beach.",
+        producer="alice",
+        memory_types=[MemoryType.Episodic],
+        metadata={"topic": "pets"},
+    )
+    alice.add(
+        "I started painting sunsets again.",
+        producer="alice",
+        memory_types=[MemoryType.Episodic],
+        metadata={"topic": "hobbies"},
+    )
+    bob = project.memory(metadata={"user_id": "bob"})
+    bob.add(
+        "My golden retriever is called Rex.",
+        producer="bob",
+        memory_types=[MemoryType.Episodic],
+    )
+    other.memory().add("Max the dog lives in another project.", memory_types=[MemoryType.Episodic])
+    check(project.get_episode_count() == 4, f"count: {project.get_episode_count()}")
+
+    # Search: the memory's metadata filter keeps bob out; filter_dict narrows by topic;
+    # an apostrophe in a filter value is escaped the client's way ('').
+    found = alice.search("golden retriever dog", limit=5)
+    episodes = found.content.episodic_memory.long_term_memory.episodes
+    contents = [e.content for e in episodes]
+    check(contents and contents[0].startswith("I adopted"), f"search: {contents}")
+    check(all("Rex" not in c and "another project" not in c for c in contents), f"leak: {contents}")
+    check(all(e.score is not None for e in episodes), "scores missing")
+    check(episodes[0].metadata.get("vet") == "O'Brien", f"metadata: {episodes[0].metadata}")
+    check(episodes[0].created_at == when, f"created_at: {episodes[0].created_at}")
+    pets = alice.search("sunsets painting", limit=5, filter_dict={"metadata.topic": "hobbies"})
+    got = [e.content for e in pets.content.episodic_memory.long_term_memory.episodes]
+    check(got == ["I started painting sunsets again."], f"filter_dict: {got}")
+    vet = alice.search("dog", limit=5, filter_dict={"metadata.vet": "O'Brien"})
+    got = [str(e.uid) for e in vet.content.episodic_memory.long_term_memory.episodes]
+    check(got == [dog_uid], f"quoted filter: {got}")
+    explicit = bob.search("dog", limit=5, filter="producer_id='bob'")
+    got = [e.content for e in explicit.content.episodic_memory.long_term_memory.episodes]
+    check(got == ["My golden retriever is called Rex."], f"explicit filter: {got}")
+
+    # List, paged by page number, in order (the memory's metadata keeps bob out).
+    page0 = alice.list(page_size=2, page_num=0).content.episodic_memory
+    page1 = alice.list(page_size=2, page_num=1).content.episodic_memory
+    page2 = alice.list(page_size=2, page_num=2).content.episodic_memory
+    check(len(page0) == 2 and len(page1) == 1 and not page2, f"pages: {page0} {page1} {page2}")
+    check(page0[0].content.startswith("I adopted"), f"order: {page0[0].content}")
+    check(page0[0].session_key == f"{args.org}/crm", f"session_key: {page0[0].session_key}")
+    filtered = alice.list(filter="metadata.topic='pets'").content.episodic_memory
+    check(len(filtered) == 2, f"list filter: {[e.content for e in filtered]}")
+
+    # Semantic memory by hand: alice's user set (its default category is "profile"), a
+    # feature with citations, get, update, list, delete.
+    alice_set = {"producer_id": "alice"}
+    set_id = alice.get_semantic_set_id(metadata_tags=["producer_id"], set_metadata=alice_set)
+    check(set_id, "set id")
+    feature_id = alice.add_feature(
+        set_id=set_id,
+        category_name="profile",
+        tag="pets",
+        feature="dog",
+        value="a golden retriever named Max",
+        feature_metadata={"source": "client test"},
+        citations=[dog_uid],
+    )
+    check(feature_id, "feature id")
+    feature = alice.get_feature(feature_id=feature_id, load_citations=True)
+    check(feature is not None and feature.value == "a golden retriever named Max", f"get_feature: {feature}")
+    check([str(c) for c in feature.metadata.citations] == [dog_uid], f"citations: {feature.metadata}")
+    alice.update_feature(feature_id=feature_id, value="a golden retriever called Max")
+    feature = alice.get_feature(feature_id=feature_id)
+    check(feature.value == "a golden retriever called Max", f"update_feature: {feature}")
+    # (alice's memory would filter features by its metadata.user_id, which they lack.)
+    semantic = project.memory().list(memory_type=MemoryType.Semantic, set_metadata=alice_set)
+    values = [f.value for f in semantic.content.semantic_memory or []]
+    check(values == ["a golden retriever called Max"], f"semantic list: {values}")
+    alice.delete_semantic(semantic_id=feature_id)
+    check(alice.get_feature(feature_id=feature_id) is None, "a deleted feature is still there")
+
+    # Delete episodic memory; the count follows. An id of another project is not found.
+    alice.delete_episodic(episodic_id=dog_uid)
+    check(project.get_episode_count() == 3, f"count after delete: {project.get_episode_count()}")
+    other_uid = str(other.memory().list().content.episodic_memory[0].uid)
+    try:
+        alice.delete_episodic(episodic_id=other_uid)
+        raise AssertionError("deleted an episode of another project")
+    except requests.HTTPError as err:
+        check(err.response.status_code == 404, f"foreign delete: {err.response.status_code}")
+    check(other.get_episode_count() == 1, "the other project's episode is gone")
+
+    # The configuration API answers (MemMachine 0.4's own server does not).
+    config = client.config().get_config()
+    check(config.episodic_memory.enabled, f"config: {config}")
+    check(len(config.resources.databases) == 1, f"resources: {config.resources}")
+
+    # Projects go; later calls on them are 404.
+    check(other.delete(), "delete project")
+    check(project.delete(), "delete project")
+    try:
+        client.get_project(org_id=args.org, project_id="crm")
+        raise AssertionError("a deleted project is still there")
+    except requests.HTTPError as err:
+        check(err.response.status_code == 404, f"deleted get: {err.response.status_code}")
+    client.close()
+    print("OK: memmachine-client checks passed")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as err:  # one clear line for the test's output
+        print(f"FAILED: {type(err).__name__}: {err}", file=sys.stderr)
+        raise

@@ -1,0 +1,756 @@
+//! The REST gateway over real HTTP: MemMachine's v2 paths, shapes, status codes and
+//! error body (`../shared/reference/memmachine-rest-v2-exchanges.md`), where this server
+//! is deliberately stricter (unknown projects are 404, duplicates 409), the OpenAPI
+//! document against the routes served, and the same keys, limits, request ids and CORS
+//! rule as gRPC.
+
+mod common;
+
+use common::ServerProcess;
+use common::keys::create_key;
+use reqwest::StatusCode;
+use reqwest::blocking::{Client, Response};
+use serde_json::{Value, json};
+
+struct Rest {
+    base: String,
+    http: Client,
+    key: Option<String>,
+}
+
+impl Rest {
+    fn new(server: &ServerProcess) -> Rest {
+        Rest {
+            base: format!("{}/api/v2", server.rest_url()),
+            http: Client::new(),
+            key: None,
+        }
+    }
+
+    fn with_key(&self, key: &str) -> Rest {
+        Rest {
+            base: self.base.clone(),
+            http: self.http.clone(),
+            key: Some(key.to_string()),
+        }
+    }
+
+    fn send(&self, request: reqwest::blocking::RequestBuilder) -> Response {
+        let request = match &self.key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        };
+        request.send().expect("HTTP request")
+    }
+
+    fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        let response = self.send(self.http.post(format!("{}{path}", self.base)).json(&body));
+        answer(response)
+    }
+
+    fn get(&self, path: &str) -> (StatusCode, Value) {
+        answer(self.send(self.http.get(format!("{}{path}", self.base))))
+    }
+}
+
+fn answer(response: Response) -> (StatusCode, Value) {
+    let status = response.status();
+    let text = response.text().expect("body");
+    let value = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or(Value::String(text))
+    };
+    (status, value)
+}
+
+fn start(extra: &[&str]) -> (tempfile::TempDir, ServerProcess) {
+    let data = tempfile::tempdir().expect("temp dir");
+    let mut args = vec!["--rest-listen", "127.0.0.1:0", "--embedder", "hash"];
+    args.extend_from_slice(extra);
+    let server = ServerProcess::start(data.path(), &args);
+    (data, server)
+}
+
+/// MemMachine's error body, with the status in `detail.code`.
+fn assert_error(answer: &(StatusCode, Value), status: u16, exception: &str) {
+    assert_eq!(answer.0.as_u16(), status, "{}", answer.1);
+    assert_eq!(answer.1["detail"]["code"], status, "{}", answer.1);
+    assert_eq!(answer.1["detail"]["exception"], exception, "{}", answer.1);
+    assert!(
+        answer.1["detail"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{}",
+        answer.1
+    );
+}
+
+fn uids(search: &Value) -> Vec<String> {
+    search["content"]["episodic_memory"]["long_term_memory"]["episodes"]
+        .as_array()
+        .expect("episodes")
+        .iter()
+        .map(|e| e["uid"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn projects_and_episodic_memory_speak_memmachine_v2() {
+    let (_data, server) = start(&[]);
+    let rest = Rest::new(&server);
+    let project = json!({"org_id": "smoke_org", "project_id": "p1"});
+
+    let created = rest.post(
+        "/projects",
+        json!({"org_id": "smoke_org", "project_id": "p1", "description": "smoke test",
+               "config": {"reranker": "", "embedder": "", "vector_graph_store": "",
+                          "vector_store": "", "segment_store": "", "properties_schema": {}}}),
+    );
+    assert_eq!(created.0, StatusCode::CREATED, "{}", created.1);
+    assert_eq!(created.1["description"], "smoke test");
+    assert!(created.1["config"].is_object());
+    assert_error(
+        &rest.post("/projects", project.clone()),
+        409,
+        "ALREADY_EXISTS",
+    );
+    let got = rest.post("/projects/get", project.clone());
+    assert_eq!(got.0, StatusCode::OK);
+    assert_eq!(got.1["project_id"], "p1");
+    assert_error(
+        &rest.post(
+            "/projects/get",
+            json!({"org_id": "smoke_org", "project_id": "nope"}),
+        ),
+        404,
+        "NOT_FOUND",
+    );
+    let listed = rest.post("/projects/list", Value::Null);
+    assert_eq!(listed.0, StatusCode::OK);
+    assert!(
+        listed.1.as_array().unwrap().contains(&project),
+        "{}",
+        listed.1
+    );
+
+    // Adds: RFC 3339, Unix seconds and no timestamp; results in input order.
+    let added = rest.post(
+        "/memories",
+        json!({"org_id": "smoke_org", "project_id": "p1", "types": ["episodic"], "messages": [
+            {"content": "I adopted a golden retriever named Max last week.", "producer": "Caroline",
+             "produced_for": "Melanie", "timestamp": "2023-05-08T13:56:00Z", "role": "user",
+             "metadata": {"dia_id": "D1:1"}},
+            {"content": "That's lovely! I went hiking in Yosemite with my kids.", "producer": "Melanie",
+             "role": "assistant", "timestamp": 1683554520, "metadata": {"dia_id": "D1:3"}},
+            {"content": "I started painting sunsets again.", "producer": "Caroline"}]}),
+    );
+    assert_eq!(added.0, StatusCode::OK, "{}", added.1);
+    let results = added.1["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3);
+    let dog = results[0]["uid"].as_str().unwrap().to_string();
+    let hike = results[1]["uid"].as_str().unwrap().to_string();
+    let count = rest.post("/projects/episode_count/get", project.clone());
+    assert_eq!(count.1, json!({"count": 3}));
+
+    // Bad input is 422 naming the field; a top_k of 0 too.
+    let empty = rest.post(
+        "/memories",
+        json!({"org_id": "smoke_org", "project_id": "p1", "messages": []}),
+    );
+    assert_error(&empty, 422, "INVALID_ARGUMENT");
+    assert_eq!(
+        empty.1["detail"]["field_violations"][0]["field"],
+        "messages"
+    );
+    let wrong_type = rest.post(
+        "/memories",
+        json!({"org_id": "smoke_org", "project_id": "p1", "messages": [{"content": 5}]}),
+    );
+    assert_error(&wrong_type, 422, "INVALID_ARGUMENT");
+    assert_eq!(
+        wrong_type.1["detail"]["field_violations"][0]["field"],
+        "messages[0].content"
+    );
+    let bad_time = rest.post(
+        "/memories",
+        json!({"org_id": "smoke_org", "project_id": "p1",
+               "messages": [{"content": "x", "timestamp": "last tuesday"}]}),
+    );
+    assert_error(&bad_time, 422, "INVALID_ARGUMENT");
+    assert_error(
+        &rest.post(
+            "/memories/search",
+            json!({"org_id": "smoke_org", "project_id": "p1", "query": "x", "top_k": 0}),
+        ),
+        422,
+        "INVALID_ARGUMENT",
+    );
+    assert_error(
+        &rest.post(
+            "/memories/search",
+            json!({"org_id": "smoke_org", "project_id": "p1", "query": "x", "filter": "m.a ="}),
+        ),
+        422,
+        "INVALID_ARGUMENT",
+    );
+    assert_error(
+        &rest.post(
+            "/memories/search",
+            json!({"org_id": "bad org!", "query": "x"}),
+        ),
+        422,
+        "INVALID_ARGUMENT",
+    );
+
+    // Search: MemMachine's nesting, scores, metadata, times as sent.
+    let found = rest.post(
+        "/memories/search",
+        json!({"org_id": "smoke_org", "project_id": "p1", "query": "golden retriever dog",
+               "top_k": 3, "types": ["episodic"]}),
+    );
+    assert_eq!(found.0, StatusCode::OK, "{}", found.1);
+    assert_eq!(found.1["status"], 0);
+    let first = &found.1["content"]["episodic_memory"]["long_term_memory"]["episodes"][0];
+    assert_eq!(first["uid"], dog.as_str());
+    assert_eq!(first["producer_id"], "Caroline");
+    assert_eq!(first["metadata"]["dia_id"], "D1:1");
+    assert_eq!(first["created_at"], "2023-05-08T13:56:00Z");
+    assert!(first["score"].is_number());
+    assert!(
+        found.1["content"]["episodic_memory"]["short_term_memory"]["episode_summary"].is_array()
+    );
+    assert!(
+        found.1["content"].get("semantic_memory").is_none(),
+        "{}",
+        found.1
+    );
+    let by_producer = rest.post(
+        "/memories/search",
+        json!({"org_id": "smoke_org", "project_id": "p1", "query": "what did they do",
+               "types": ["episodic"], "filter": "producer_id='Melanie'"}),
+    );
+    assert_eq!(uids(&by_producer.1), vec![hike.clone()]);
+    let by_metadata = rest.post(
+        "/memories/search",
+        json!({"org_id": "smoke_org", "project_id": "p1", "query": "dog",
+               "types": ["episodic"], "filter": "metadata.dia_id='D1:1'"}),
+    );
+    assert_eq!(uids(&by_metadata.1), vec![dog.clone()]);
+
+    // Unknown projects are 404 on every memory route; nothing is created implicitly.
+    let ghost = json!({"org_id": "smoke_org", "project_id": "ghost", "query": "x",
+                       "messages": [{"content": "x"}], "episodic_id": dog});
+    for path in [
+        "/memories",
+        "/memories/search",
+        "/memories/list",
+        "/memories/episodic/delete",
+        "/projects/episode_count/get",
+        "/projects/delete",
+    ] {
+        assert_error(&rest.post(path, ghost.clone()), 404, "NOT_FOUND");
+    }
+    assert_error(
+        &rest.post(
+            "/projects/get",
+            json!({"org_id": "smoke_org", "project_id": "ghost"}),
+        ),
+        404,
+        "NOT_FOUND",
+    );
+    // Omitted ids are universal/universal, which always exists.
+    let universal = rest.post(
+        "/memories/search",
+        json!({"query": "x", "types": ["episodic"]}),
+    );
+    assert_eq!(universal.0, StatusCode::OK, "{}", universal.1);
+
+    // List: sequence order, page numbers, filters.
+    let list = |page_num: u32| {
+        rest.post(
+            "/memories/list",
+            json!({"org_id": "smoke_org", "project_id": "p1", "page_size": 2,
+                   "page_num": page_num, "type": "episodic"}),
+        )
+    };
+    let page0 = list(0).1["content"]["episodic_memory"].clone();
+    let page1 = list(1).1["content"]["episodic_memory"].clone();
+    let page2 = list(2).1["content"]["episodic_memory"].clone();
+    assert_eq!(page0.as_array().unwrap().len(), 2);
+    assert_eq!(page0[0]["uid"], dog.as_str());
+    assert_eq!(page0[0]["session_key"], "smoke_org/p1");
+    assert_eq!(page0[0]["content_type"], "string");
+    assert_eq!(page1.as_array().unwrap().len(), 1);
+    assert_eq!(page2, json!([]));
+    let filtered = rest.post(
+        "/memories/list",
+        json!({"org_id": "smoke_org", "project_id": "p1", "filter": "producer_id='Melanie'"}),
+    );
+    assert_eq!(
+        filtered.1["content"]["episodic_memory"][0]["uid"],
+        hike.as_str()
+    );
+
+    // Delete: 204, then the count follows and search no longer finds it; no ids is 422.
+    let deleted = rest.post(
+        "/memories/episodic/delete",
+        json!({"org_id": "smoke_org", "project_id": "p1", "episodic_id": dog, "episodic_ids": []}),
+    );
+    assert_eq!(deleted.0, StatusCode::NO_CONTENT, "{}", deleted.1);
+    assert_eq!(
+        rest.post("/projects/episode_count/get", project.clone()).1["count"],
+        2
+    );
+    assert_error(
+        &rest.post("/memories/episodic/delete", project.clone()),
+        422,
+        "INVALID_ARGUMENT",
+    );
+    let after = rest.post(
+        "/memories/search",
+        json!({"org_id": "smoke_org", "project_id": "p1", "query": "dog", "types": ["episodic"]}),
+    );
+    assert!(!uids(&after.1).contains(&dog));
+
+    // Episodic switches of a project.
+    let config = rest.post("/memory/episodic/config/get", project.clone());
+    assert_eq!(config.1["enabled"], true);
+    let off = rest.post(
+        "/memory/episodic/short_term/config",
+        json!({"org_id": "smoke_org", "project_id": "p1", "enabled": false}),
+    );
+    assert_eq!(off.0, StatusCode::NO_CONTENT, "{}", off.1);
+    let short = rest.post("/memory/episodic/short_term/config/get", project.clone());
+    assert_eq!(short.1, json!({"enabled": false}));
+    assert_eq!(
+        rest.post("/memory/episodic/config/get", project.clone()).1["short_term_memory_enabled"],
+        false
+    );
+
+    // Project deletion completes before the answer; then the project is gone.
+    assert_eq!(
+        rest.post("/projects/delete", project.clone()).0,
+        StatusCode::NO_CONTENT
+    );
+    assert_error(
+        &rest.post("/projects/get", project.clone()),
+        404,
+        "NOT_FOUND",
+    );
+    assert_error(&rest.post("/projects/delete", project), 404, "NOT_FOUND");
+}
+
+#[test]
+fn semantic_routes_keep_features_per_project() {
+    let (_data, server) = start(&[]);
+    let rest = Rest::new(&server);
+    for p in ["a", "b"] {
+        let created = rest.post("/projects", json!({"org_id": "o", "project_id": p}));
+        assert_eq!(created.0, StatusCode::CREATED);
+    }
+    let a = |extra: Value| {
+        let mut body = json!({"org_id": "o", "project_id": "a"});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        body
+    };
+    let set = rest.post(
+        "/memories/semantic/set_id/get",
+        a(json!({"metadata_tags": ["producer_id"], "set_metadata": {"producer_id": "alice"}})),
+    );
+    assert_eq!(set.0, StatusCode::OK, "{}", set.1);
+    let set_id = set.1["set_id"].as_str().unwrap().to_string();
+    let added = rest.post(
+        "/memories/semantic/feature",
+        a(
+            json!({"set_id": set_id, "category_name": "profile", "tag": "food",
+                 "feature": "favourite food", "value": "sushi",
+                 "feature_metadata": {"source": "test"}}),
+        ),
+    );
+    assert_eq!(added.0, StatusCode::CREATED, "{}", added.1);
+    let feature_id = added.1["feature_id"].as_str().unwrap().to_string();
+    let got = rest.post(
+        "/memories/semantic/feature/get",
+        a(json!({"feature_id": feature_id})),
+    );
+    assert_eq!(got.0, StatusCode::OK, "{}", got.1);
+    assert_eq!(got.1["value"], "sushi");
+    assert_eq!(got.1["feature_name"], "favourite food");
+    assert_eq!(got.1["metadata"]["id"], feature_id.as_str());
+    assert_eq!(got.1["metadata"]["other"]["source"], "test");
+    let updated = rest.post(
+        "/memories/semantic/feature/update",
+        a(json!({"feature_id": feature_id, "value": "ramen"})),
+    );
+    assert_eq!(updated.0, StatusCode::NO_CONTENT, "{}", updated.1);
+    let found = rest.post(
+        "/memories/search",
+        a(json!({"query": "favourite food", "types": ["semantic"]})),
+    );
+    assert_eq!(found.0, StatusCode::OK, "{}", found.1);
+    assert_eq!(found.1["content"]["semantic_memory"][0]["value"], "ramen");
+    assert!(found.1["content"].get("episodic_memory").is_none());
+    let listed = rest.post("/memories/list", a(json!({"type": "semantic"})));
+    assert_eq!(
+        listed.1["content"]["semantic_memory"][0]["metadata"]["id"],
+        feature_id.as_str()
+    );
+
+    // Another project of the org cannot reach the feature by its id.
+    let b = json!({"org_id": "o", "project_id": "b", "feature_id": feature_id,
+                   "semantic_id": feature_id});
+    assert_error(
+        &rest.post("/memories/semantic/feature/get", b.clone()),
+        404,
+        "NOT_FOUND",
+    );
+    assert_error(&rest.post("/memories/semantic/delete", b), 404, "NOT_FOUND");
+
+    // Set types, categories, templates and tags.
+    let set_type = rest.post(
+        "/memories/semantic/set_type",
+        a(json!({"metadata_tags": ["team"], "name": "teams", "description": "per team"})),
+    );
+    assert_eq!(set_type.0, StatusCode::CREATED, "{}", set_type.1);
+    let set_type_id = set_type.1["set_type_id"].as_str().unwrap().to_string();
+    let types = rest.post("/memories/semantic/set_type/list", a(json!({})));
+    assert_eq!(types.1["set_types"][0]["name"], "teams");
+    let template = rest.post(
+        "/memories/semantic/category/template",
+        a(json!({"set_type_id": set_type_id, "category_name": "goals", "prompt": "the team's goals"})),
+    );
+    assert_eq!(template.0, StatusCode::CREATED, "{}", template.1);
+    let templates = rest.post(
+        "/memories/semantic/category/template/list",
+        a(json!({"set_type_id": set_type_id})),
+    );
+    assert_eq!(templates.1["categories"][0]["name"], "goals");
+    let category = rest.post(
+        "/memories/semantic/category",
+        a(json!({"set_id": set_id, "category_name": "travel", "prompt": "places"})),
+    );
+    assert_eq!(category.0, StatusCode::CREATED, "{}", category.1);
+    let category_id = category.1["category_id"].as_str().unwrap().to_string();
+    let tag = rest.post(
+        "/memories/semantic/category/tag",
+        a(json!({"category_id": category_id, "tag_name": "cities", "tag_description": "visited"})),
+    );
+    assert_eq!(tag.0, StatusCode::CREATED, "{}", tag.1);
+    let got = rest.post(
+        "/memories/semantic/category/get",
+        a(json!({"category_id": category_id})),
+    );
+    assert_eq!(got.1["name"], "travel");
+    assert_eq!(got.1["tags"][0]["name"], "cities");
+    let set_ids = rest.post(
+        "/memories/semantic/category/set_ids/get",
+        a(json!({"category_id": category_id})),
+    );
+    assert_eq!(set_ids.1["set_ids"], json!([set_id]));
+    let tag_id = tag.1["tag_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        rest.post(
+            "/memories/semantic/category/tag/delete",
+            a(json!({"tag_id": tag_id}))
+        )
+        .0,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        rest.post(
+            "/memories/semantic/category/disable",
+            a(json!({"set_id": set_id, "category_name": "profile"}))
+        )
+        .0,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        rest.post(
+            "/memories/semantic/category/delete",
+            a(json!({"category_id": category_id}))
+        )
+        .0,
+        StatusCode::NO_CONTENT
+    );
+    let sets = rest.post("/memories/semantic/set_id/list", a(json!({})));
+    assert!(
+        sets.1["sets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["id"] == set_id.as_str())
+    );
+    assert_eq!(
+        rest.post(
+            "/memories/semantic/set_type/delete",
+            a(json!({"set_type_id": set_type_id}))
+        )
+        .0,
+        StatusCode::NO_CONTENT
+    );
+
+    // Deleting the feature: 204, then 404.
+    let deleted = rest.post(
+        "/memories/semantic/delete",
+        a(json!({"semantic_id": feature_id})),
+    );
+    assert_eq!(deleted.0, StatusCode::NO_CONTENT, "{}", deleted.1);
+    assert_error(
+        &rest.post(
+            "/memories/semantic/feature/get",
+            a(json!({"feature_id": feature_id})),
+        ),
+        404,
+        "NOT_FOUND",
+    );
+    // Without a language model, adding to semantic memory says why it cannot.
+    let semantic_add = rest.post(
+        "/memories",
+        a(json!({"types": ["semantic"], "messages": [{"content": "x"}]})),
+    );
+    assert_error(&semantic_add, 412, "FAILED_PRECONDITION");
+}
+
+#[test]
+fn keys_limits_request_ids_and_cors_are_those_of_grpc() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let acme = create_key(data.path(), &["--org", "acme"]);
+    let other = create_key(data.path(), &["--org", "other"]);
+    let server = ServerProcess::start(
+        data.path(),
+        &[
+            "--rest-listen",
+            "127.0.0.1:0",
+            "--auth",
+            "--max-request-bytes",
+            "4096",
+        ],
+    );
+    let anonymous = Rest::new(&server);
+    let rest = anonymous.with_key(&acme);
+
+    // Health and the OpenAPI document need no key; everything else does.
+    assert_eq!(anonymous.get("/health").1["status"], "healthy");
+    assert_eq!(anonymous.get("/openapi.json").0, StatusCode::OK);
+    assert_error(
+        &anonymous.post("/projects/list", json!({})),
+        401,
+        "UNAUTHENTICATED",
+    );
+    assert_error(&anonymous.get("/metrics"), 401, "UNAUTHENTICATED");
+    assert_error(
+        &anonymous
+            .with_key("mm_not_a_key")
+            .post("/projects/list", json!({})),
+        401,
+        "UNAUTHENTICATED",
+    );
+
+    // An org key reaches its org only.
+    let created = rest.post("/projects", json!({"org_id": "acme", "project_id": "crm"}));
+    assert_eq!(created.0, StatusCode::CREATED, "{}", created.1);
+    assert_error(
+        &rest.post("/projects", json!({"org_id": "other", "project_id": "crm"})),
+        403,
+        "PERMISSION_DENIED",
+    );
+    let theirs = anonymous.with_key(&other);
+    assert_error(
+        &theirs.post(
+            "/memories/search",
+            json!({"org_id": "acme", "project_id": "crm", "query": "x"}),
+        ),
+        403,
+        "PERMISSION_DENIED",
+    );
+    let listed = rest.post("/projects/list", json!({}));
+    assert_eq!(listed.1, json!([{"org_id": "acme", "project_id": "crm"}]));
+    assert_eq!(theirs.post("/projects/list", json!({})).1, json!([]));
+
+    // A body over --max-request-bytes is refused as too large.
+    let big = "x".repeat(8192);
+    let refused = rest.post(
+        "/memories",
+        json!({"org_id": "acme", "project_id": "crm", "messages": [{"content": big}]}),
+    );
+    assert_error(&refused, 413, "RESOURCE_EXHAUSTED");
+
+    // The client's request id comes back; without one, the server makes one.
+    let response = rest.send(
+        rest.http
+            .post(format!("{}/projects/list", rest.base))
+            .header("x-request-id", "req-abc-123")
+            .json(&json!({})),
+    );
+    assert_eq!(response.headers()["x-request-id"], "req-abc-123");
+    let response = rest.send(rest.http.post(format!("{}/projects/list", rest.base)));
+    assert_eq!(response.headers()["x-request-id"].len(), 32);
+
+    // With --auth any origin may call with a key (it is a bearer token, not a cookie).
+    let preflight = rest.send(
+        rest.http
+            .request(
+                reqwest::Method::OPTIONS,
+                format!("{}/memories/search", rest.base),
+            )
+            .header("origin", "https://app.example")
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization,content-type",
+            ),
+    );
+    assert_eq!(
+        preflight.headers()["access-control-allow-origin"],
+        "https://app.example"
+    );
+
+    // Calls are counted by route in the metrics, never by made-up paths.
+    rest.post("/no/such/route", json!({}));
+    let metrics = rest.send(rest.http.get(format!("{}/metrics", rest.base)));
+    let text = metrics.text().unwrap();
+    assert!(
+        text.contains("method=\"REST POST /api/v2/projects/list\""),
+        "{text}"
+    );
+    assert!(!text.contains("no/such/route"), "{text}");
+}
+
+#[test]
+fn without_auth_no_other_origin_may_call() {
+    let (_data, server) = start(&[]);
+    let rest = Rest::new(&server);
+    let preflight = rest.send(
+        rest.http
+            .request(
+                reqwest::Method::OPTIONS,
+                format!("{}/memories/search", rest.base),
+            )
+            .header("origin", "https://evil.example")
+            .header("access-control-request-method", "POST"),
+    );
+    assert!(
+        preflight
+            .headers()
+            .get("access-control-allow-origin")
+            .is_none(),
+        "{:?}",
+        preflight.headers()
+    );
+}
+
+#[test]
+fn the_openapi_document_describes_exactly_the_routes_served() {
+    let (_data, server) = start(&[]);
+    let rest = Rest::new(&server);
+    let (status, document) = rest.get("/openapi.json");
+    assert_eq!(status, StatusCode::OK);
+    assert!(document["openapi"].as_str().unwrap().starts_with("3."));
+    let paths = document["paths"].as_object().expect("paths");
+    // Every MemMachine 0.4 v2 route its client calls, and the configuration API.
+    let expected = [
+        "/health",
+        "/metrics",
+        "/projects",
+        "/projects/get",
+        "/projects/list",
+        "/projects/delete",
+        "/projects/episode_count/get",
+        "/memories",
+        "/memories/search",
+        "/memories/list",
+        "/memories/episodic/delete",
+        "/memories/semantic/delete",
+        "/memories/semantic/feature",
+        "/memories/semantic/feature/get",
+        "/memories/semantic/feature/update",
+        "/memories/semantic/set_type",
+        "/memories/semantic/set_type/list",
+        "/memories/semantic/set_type/delete",
+        "/memories/semantic/set_id/get",
+        "/memories/semantic/set_id/list",
+        "/memories/semantic/set/configure",
+        "/memories/semantic/category/get",
+        "/memories/semantic/category",
+        "/memories/semantic/category/template",
+        "/memories/semantic/category/template/list",
+        "/memories/semantic/category/disable",
+        "/memories/semantic/category/set_ids/get",
+        "/memories/semantic/category/delete",
+        "/memories/semantic/category/tag",
+        "/memories/semantic/category/tag/delete",
+        "/memory/episodic/config/get",
+        "/memory/episodic/config",
+        "/memory/episodic/short_term/config/get",
+        "/memory/episodic/short_term/config",
+        "/memory/episodic/long_term/config/get",
+        "/memory/episodic/long_term/config",
+        "/config",
+        "/config/resources",
+        "/config/memory",
+        "/config/memory/episodic",
+        "/config/memory/episodic/long_term",
+        "/config/memory/episodic/short_term",
+        "/config/memory/semantic",
+        "/config/resources/embedders",
+        "/config/resources/language_models",
+        "/config/resources/embedders/{name}",
+        "/config/resources/language_models/{name}",
+        "/config/resources/embedders/{name}/retry",
+        "/config/resources/language_models/{name}/retry",
+        "/config/resources/rerankers/{name}/retry",
+    ];
+    for path in expected {
+        assert!(paths.contains_key(path), "the document lacks {path}");
+    }
+    // Each documented operation is served: the router answers it (a domain answer, with
+    // JSON), never its own 404 or 405 for a path or method it does not have.
+    let mut operations = 0;
+    for (path, item) in paths {
+        for method in item.as_object().unwrap().keys() {
+            operations += 1;
+            let url = format!("{}{}", rest.base, path.replace("{name}", "nothing"));
+            let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let response = rest.send(rest.http.request(method.clone(), &url).json(&json!({})));
+            let status = response.status();
+            let body = response.text().unwrap();
+            assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+            if status == StatusCode::NOT_FOUND {
+                assert!(
+                    body.contains("\"detail\""),
+                    "{method} {path} is not routed: {body}"
+                );
+            }
+            assert!(
+                status.as_u16() < 500 || status == StatusCode::NOT_IMPLEMENTED,
+                "{method} {path}: {status} {body}"
+            );
+        }
+    }
+    assert!(operations >= expected.len(), "{operations} operations");
+    // And what is not documented is not served.
+    let (status, body) = rest.post("/memories/teleport", json!({}));
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(body.is_null(), "{body}");
+    // The configuration API reads, and refuses run-time changes with the flag to use.
+    let config = rest.get("/config");
+    assert_eq!(config.0, StatusCode::OK, "{}", config.1);
+    assert_eq!(config.1["episodic_memory"]["enabled"], true);
+    assert_eq!(config.1["resources"]["embedders"][0]["name"], "hash:256");
+    let put = rest.send(
+        rest.http
+            .put(format!("{}/config/memory/semantic", rest.base))
+            .json(&json!({"llm_model": "gpt"})),
+    );
+    let put = answer(put);
+    assert_error(&put, 412, "FAILED_PRECONDITION");
+    assert!(
+        put.1["detail"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--llm-model")
+    );
+}

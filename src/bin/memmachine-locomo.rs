@@ -82,6 +82,11 @@ struct Args {
     /// Diagnostic: leave out the ` [image: <caption>]` suffix of turns sharing an image
     #[arg(long)]
     no_captions: bool,
+    /// Set every project's `participant_aware` episodic option to this (the server
+    /// default is on): off embeds questions with the participants' names and ranks
+    /// their turns like any other
+    #[arg(long)]
+    participant_aware: Option<bool>,
     /// Print the results as JSON on stdout instead of tables
     #[arg(long)]
     json: bool,
@@ -260,6 +265,20 @@ async fn run_mode(
         }
     }
 
+    if let Some(on) = args.participant_aware {
+        for conversation in conversations {
+            projects
+                .update_episodic_memory_config(pb::UpdateEpisodicMemoryConfigRequest {
+                    org_id: ORG.into(),
+                    project_id: format!("{}-{mode}", conversation.sample_id),
+                    participant_aware: Some(on),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|err| server.error("UpdateEpisodicMemoryConfig failed", err))?;
+        }
+    }
+
     // Questions, each in its own conversation's project.
     let mut overall = RecallSums::default();
     let mut by_category: BTreeMap<u32, RecallSums> = BTreeMap::new();
@@ -344,6 +363,17 @@ fn content_format(args: &Args) -> &'static str {
     }
 }
 
+/// LoCoMo's name of a question category.
+fn category_name(category: u32) -> &'static str {
+    match category {
+        1 => "multi-hop",
+        2 => "temporal",
+        3 => "open-domain",
+        4 => "single-hop",
+        _ => "other",
+    }
+}
+
 fn print_tables(
     args: &Args,
     conversations: &[Conversation],
@@ -358,13 +388,15 @@ fn print_tables(
     println!(
         "memmachine-locomo: {} conversations, {turns} turns, {questions} questions \
          (categories 1-4; {} skipped with no evidence naming a turn, {} evidence ids \
-         dropped); top_k {}, EPISODIC; content: {}; server args: {:?}",
+         dropped); top_k {}, EPISODIC; content: {}; server args: {:?}; participant_aware: {}",
         conversations.len(),
         stats.skipped_questions,
         stats.dropped_ids.len(),
         args.top_k,
         content_format(args),
-        args.server_args
+        args.server_args,
+        args.participant_aware
+            .map_or("server default", |on| if on { "on" } else { "off" })
     );
     println!();
     let mut header = String::from("| mode |");
@@ -401,6 +433,33 @@ fn print_tables(
             r.latencies.percentile(99.0)
         ));
         println!("{row}");
+    }
+    println!();
+    println!("Per category:");
+    println!();
+    let mut header = String::from("| mode | category (n) |");
+    let mut rule = String::from("|---|---|");
+    for k in ks {
+        header.push_str(&format!(" R@{k} |"));
+        rule.push_str("---:|");
+    }
+    println!("{header}");
+    println!("{rule}");
+    for r in results {
+        for c in CATEGORIES {
+            let sums = r.by_category.get(&c).cloned().unwrap_or_default();
+            let mut row = format!(
+                "| {} | {} {} ({}) |",
+                r.mode,
+                c,
+                category_name(c),
+                sums.questions
+            );
+            for i in 0..ks.len() {
+                row.push_str(&format!(" {:.3} |", sums.mean(i)));
+            }
+            println!("{row}");
+        }
     }
     println!();
     println!("Details:");
@@ -496,6 +555,7 @@ fn print_json(
         "dropped_evidence_ids": stats.dropped_ids,
         "top_k": args.top_k,
         "server_args": args.server_args,
+        "participant_aware": args.participant_aware,
         "embed_wait_secs": args.embed_wait_secs,
         "settle_secs": args.settle_secs,
         "content": content_format(args),

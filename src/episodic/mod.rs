@@ -145,6 +145,7 @@ impl EpisodicMemory {
                 mode,
                 &project.key,
                 &input.query,
+                config.participant_aware,
                 filter.as_ref(),
                 top_k,
             )

@@ -49,12 +49,33 @@ pub async fn rank(
     mode: Mode,
     key: &ProjectKey,
     query: &str,
+    participant_aware: bool,
     filter: Option<&Expr>,
     top_k: usize,
 ) -> Result<Vec<ScoredEpisode>> {
     let terms = crate::retrieval::tokenize::query_terms(query);
     let filter = filter.cloned();
     let vectors = embedder.map(|e| e.id().to_string());
+    // Participant-aware: the question is embedded without the participants it names,
+    // and hybrid ranking prefers their turns (`fusion::PARTICIPANT_WEIGHT`).
+    let named = match (mode, embedder) {
+        (Mode::Dense | Mode::Hybrid, Some(_)) if participant_aware => {
+            let question = query.to_string();
+            index
+                .read(key, vectors.as_deref(), move |index| {
+                    index.named_participants(&question)
+                })
+                .await?
+        }
+        _ => None,
+    };
+    let (embedded, named) = match named {
+        Some(named) => (
+            named.without.unwrap_or_else(|| query.to_string()),
+            named.ids,
+        ),
+        None => (query.to_string(), Vec::new()),
+    };
     let vector = match (mode, embedder) {
         (Mode::Lexical, _) | (Mode::Hybrid, None) => None,
         (Mode::Dense, None) => {
@@ -63,7 +84,7 @@ pub async fn rank(
                  embedder (--embedder)"
             )));
         }
-        (_, Some(embedder)) => match embedder.embed(&[query.to_string()]).await {
+        (_, Some(embedder)) => match embedder.embed(&[embedded]).await {
             Ok(mut vectors) if vectors.len() == 1 => Some(vectors.remove(0)),
             Ok(_) => return Err(Error::Internal("the embedder returned no vector".into())),
             Err(err) if mode == Mode::Hybrid => {
@@ -80,7 +101,7 @@ pub async fn rank(
             let filter = filter.as_ref();
             match (mode, vector) {
                 (Mode::Dense, Some(vector)) => index.dense(&vector, filter, top_k),
-                (_, Some(vector)) => index.hybrid(&terms, &vector, filter, top_k),
+                (_, Some(vector)) => index.hybrid(&terms, &vector, &named, filter, top_k),
                 (_, None) => index.lexical(&terms, filter, top_k),
             }
         })

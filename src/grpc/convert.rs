@@ -108,6 +108,7 @@ pub fn episodic_config(c: model::EpisodicConfig) -> pb::EpisodicMemoryConfig {
         enabled: c.enabled,
         long_term_memory_enabled: c.long_term_memory_enabled,
         short_term_memory_enabled: c.short_term_memory_enabled,
+        participant_aware: c.participant_aware,
     }
 }
 

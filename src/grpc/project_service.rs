@@ -121,6 +121,7 @@ impl ProjectService for ProjectGrpc {
             enabled: r.enabled,
             long_term_memory_enabled: r.long_term_memory_enabled,
             short_term_memory_enabled: r.short_term_memory_enabled,
+            participant_aware: r.participant_aware,
         };
         let config = self
             .projects

@@ -13,6 +13,9 @@ pub struct EpisodicConfig {
     pub enabled: bool,
     pub long_term_memory_enabled: bool,
     pub short_term_memory_enabled: bool,
+    /// Dense and hybrid ranking treat the participants a question names apart: the
+    /// question is embedded without their names, and their turns are preferred.
+    pub participant_aware: bool,
 }
 
 impl Default for EpisodicConfig {
@@ -21,6 +24,7 @@ impl Default for EpisodicConfig {
             enabled: true,
             long_term_memory_enabled: true,
             short_term_memory_enabled: true,
+            participant_aware: true,
         }
     }
 }
@@ -31,6 +35,7 @@ pub struct EpisodicConfigUpdate {
     pub enabled: Option<bool>,
     pub long_term_memory_enabled: Option<bool>,
     pub short_term_memory_enabled: Option<bool>,
+    pub participant_aware: Option<bool>,
 }
 
 impl EpisodicConfig {
@@ -43,6 +48,7 @@ impl EpisodicConfig {
             short_term_memory_enabled: update
                 .short_term_memory_enabled
                 .unwrap_or(self.short_term_memory_enabled),
+            participant_aware: update.participant_aware.unwrap_or(self.participant_aware),
         }
     }
 }

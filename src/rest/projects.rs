@@ -155,6 +155,9 @@ pub struct EpisodicConfigJson {
     enabled: bool,
     long_term_memory_enabled: bool,
     short_term_memory_enabled: bool,
+    /// This server's: dense and hybrid ranking treat the participants a question
+    /// names apart (embedded without their names, their turns preferred).
+    participant_aware: bool,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -166,6 +169,7 @@ pub struct ConfigureEpisodic {
     enabled: Option<bool>,
     long_term_memory_enabled: Option<bool>,
     short_term_memory_enabled: Option<bool>,
+    participant_aware: Option<bool>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -195,6 +199,7 @@ async fn get_episodic_config(
         enabled: c.enabled,
         long_term_memory_enabled: c.long_term_memory_enabled,
         short_term_memory_enabled: c.short_term_memory_enabled,
+        participant_aware: c.participant_aware,
     }))
 }
 
@@ -217,6 +222,7 @@ async fn configure_episodic(
         enabled: r.enabled,
         long_term_memory_enabled: r.long_term_memory_enabled,
         short_term_memory_enabled: r.short_term_memory_enabled,
+        participant_aware: r.participant_aware,
     };
     update_episodic(&gateway, &key, update).await
 }

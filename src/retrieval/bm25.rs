@@ -301,6 +301,7 @@ impl<T> Bm25Index<T> {
         limit: usize,
         accept: impl Fn(&T) -> bool,
         dense_candidates: Option<&[i64]>,
+        prior: impl Fn(&T) -> f32,
     ) -> Vec<(i64, f32)> {
         if self.live == 0 || limit == 0 {
             return Vec::new();
@@ -327,7 +328,7 @@ impl<T> Bm25Index<T> {
             }
         };
         let similarity_at = |slot: usize| similarity(&self.docs[slot].payload);
-        let fused = fusion::hybrid(
+        let mut fused = fusion::hybrid(
             &lexical,
             similarity_at,
             &live,
@@ -335,6 +336,9 @@ impl<T> Bm25Index<T> {
             &candidates,
             &sample,
         );
+        for &slot in &candidates {
+            fused[slot as usize] += prior(&self.docs[slot as usize].payload);
+        }
         self.select(&fused, candidates, limit, accept)
     }
 

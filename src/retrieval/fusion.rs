@@ -13,6 +13,12 @@
 pub const SELF_WEIGHT: f32 = 4.0;
 /// Weight of the (standardised) dense score against the lexical one.
 pub const DENSE_WEIGHT: f32 = 1.0;
+/// Added to the fused score (in standard deviations) of a turn produced by a
+/// participant the question names: "What did Caroline say about the race?" is most
+/// likely answered by something Caroline said, so her turns come first unless another
+/// one matches far better (a soft filter on the speaker, as self-querying retrievers
+/// turn named entities into metadata filters).
+pub const PARTICIPANT_WEIGHT: f32 = 3.0;
 
 /// Fused scores by slot, for the documents at `slots` (every other slot scores minus
 /// infinity). `lexical` holds BM25 scores by slot (0 for no match), `similarity` gives

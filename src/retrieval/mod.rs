@@ -7,6 +7,7 @@ pub mod dense;
 pub mod episode_fields;
 pub mod fusion;
 pub mod index_cache;
+pub mod participants;
 pub mod project_index;
 pub mod project_search;
 pub mod tokenize;

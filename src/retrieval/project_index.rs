@@ -4,11 +4,12 @@
 //! is in `project_search.rs`; keeping it current is `index_cache.rs`.
 
 use crate::model::Episode;
-use crate::model::filter::Field;
+use crate::model::filter::{Field, SystemField};
 use crate::model::filter_eval::{Fields, Value as FieldValue};
 use crate::retrieval::ann::{ANN_MIN_VECTORS, AnnIndex};
 use crate::retrieval::bm25::Bm25Index;
 use crate::retrieval::episode_fields::EpisodeFields;
+use crate::retrieval::participants::Participants;
 use crate::store::IndexedEpisode;
 
 /// What the index keeps of each episode: its filterable fields and its vector.
@@ -40,6 +41,8 @@ pub struct ProjectIndex {
     /// A graph is being built from a copy of the vectors: the episodes whose vector
     /// changed since, to replay on it.
     building: Option<Vec<i64>>,
+    /// Who the episodes were produced by and for.
+    pub(super) participants: Participants,
     /// Estimated memory held (grows with inserts; removals are not subtracted, so it
     /// errs high until the project is loaded again).
     bytes: usize,
@@ -65,7 +68,34 @@ fn indexed_text(producer: &str, content: &str) -> String {
     format!("{producer} {content}")
 }
 
+/// The producer and produced-for ids of an entry (empty when unset).
+fn entry_participants(entry: &Entry) -> (String, String) {
+    let text = |field| match entry.get(&Field::System(field)) {
+        Some(FieldValue::Text(name)) => name.to_string(),
+        _ => String::new(),
+    };
+    (
+        text(SystemField::ProducerId),
+        text(SystemField::ProducedForId),
+    )
+}
+
 impl ProjectIndex {
+    fn count_participants(&mut self, (producer, produced_for): (String, String), add: bool) {
+        for name in [producer, produced_for] {
+            if add {
+                self.participants.add(&name);
+            } else {
+                self.participants.remove(&name);
+            }
+        }
+    }
+
+    /// The project's participants `query` names, and the query without them.
+    pub fn named_participants(&self, query: &str) -> Option<crate::retrieval::participants::Named> {
+        self.participants.named_in(query)
+    }
+
     pub fn new() -> ProjectIndex {
         ProjectIndex::with_ann_min(ANN_MIN_VECTORS)
     }
@@ -83,6 +113,7 @@ impl ProjectIndex {
             return;
         }
         let has_vector = entry.vector.is_some();
+        self.count_participants(entry_participants(&entry), true);
         self.text
             .insert(id, &indexed_text(producer, content), entry);
         if has_vector {
@@ -122,10 +153,12 @@ impl ProjectIndex {
     }
 
     pub fn remove(&mut self, id: i64) {
-        let had_vector = self
-            .text
-            .payload(id)
-            .is_some_and(|entry| entry.vector.is_some());
+        let Some(entry) = self.text.payload(id) else {
+            return;
+        };
+        let had_vector = entry.vector.is_some();
+        let names = entry_participants(entry);
+        self.count_participants(names, false);
         self.text.remove(id);
         if had_vector {
             self.vectors -= 1;

@@ -4,9 +4,10 @@
 //! the rows are then read from the store.
 
 use super::ann::ANN_MIN_VECTORS;
+use super::fusion::PARTICIPANT_WEIGHT;
 use super::project_index::{Entry, ProjectIndex};
-use crate::model::filter::Expr;
-use crate::model::filter_eval::matches;
+use crate::model::filter::{Expr, Field, SystemField};
+use crate::model::filter_eval::{Fields, Value, matches};
 
 /// Documents the vector graph proposes to hybrid ranking of a large project, at least.
 const GRAPH_CANDIDATES: usize = 64;
@@ -49,16 +50,23 @@ impl ProjectIndex {
         })
     }
 
-    /// BM25 fused with vector similarity, filtered before the cut. Episodes without a
-    /// vector yet still rank by their text.
+    /// BM25 fused with vector similarity, filtered before the cut; episodes produced by
+    /// one of the `named` participants are preferred. Episodes without a vector yet
+    /// still rank by their text.
     pub fn hybrid(
         &self,
         terms: &[String],
         query: &[f32],
+        named: &[Box<str>],
         filter: Option<&Expr>,
         limit: usize,
     ) -> Vec<(i64, f32)> {
         let accept = passes(filter);
+        // A question naming participants prefers what they said.
+        let prior = |entry: &Entry| match entry.get(&Field::System(SystemField::ProducerId)) {
+            Some(Value::Text(id)) if named.iter().any(|n| **n == *id) => PARTICIPANT_WEIGHT,
+            _ => 0.0,
+        };
         let similarity = |entry: &Entry| {
             let vector = entry.vector.as_deref()?;
             (vector.len() == query.len()).then(|| super::dense::dot(vector, query))
@@ -69,8 +77,14 @@ impl ProjectIndex {
             self.nearest(query, GRAPH_CANDIDATES.max(limit * 4), limit, &accept)
                 .map(|hits| hits.into_iter().map(|(id, _)| id).collect::<Vec<i64>>())
         };
-        self.text
-            .search_hybrid(terms, similarity, limit, &accept, proposed.as_deref())
+        self.text.search_hybrid(
+            terms,
+            similarity,
+            limit,
+            &accept,
+            proposed.as_deref(),
+            prior,
+        )
     }
 
     /// Episode `handle` with up to `before` and `after` neighbours passing `filter`,

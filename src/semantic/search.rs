@@ -118,6 +118,7 @@ impl ProjectFeatures {
                 limit,
                 accept,
                 None,
+                |_: &FeatureFields| 0.0,
             ),
         }
     }

@@ -152,6 +152,7 @@ async fn export_project(
             enabled: project.episodic.enabled,
             long_term_memory_enabled: project.episodic.long_term_memory_enabled,
             short_term_memory_enabled: project.episodic.short_term_memory_enabled,
+            participant_aware: project.episodic.participant_aware,
         },
         created_at_micros: project.created_at_micros,
     }))?;

@@ -63,6 +63,13 @@ pub struct EpisodicLine {
     pub enabled: bool,
     pub long_term_memory_enabled: bool,
     pub short_term_memory_enabled: bool,
+    /// Absent in exports made before it existed: on, the default.
+    #[serde(default = "on")]
+    pub participant_aware: bool,
+}
+
+fn on() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

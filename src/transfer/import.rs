@@ -672,6 +672,7 @@ impl Writer<'_> {
                         enabled: p.episodic.enabled,
                         long_term_memory_enabled: p.episodic.long_term_memory_enabled,
                         short_term_memory_enabled: p.episodic.short_term_memory_enabled,
+                        participant_aware: p.episodic.participant_aware,
                     },
                     created_at_micros: p.created_at_micros,
                 };

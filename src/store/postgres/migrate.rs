@@ -379,6 +379,8 @@ const MIGRATIONS: &[&str] = &[
         FOREIGN KEY (org_id, project) REFERENCES projects (org_id, id) ON DELETE CASCADE
     );
     "#,
+    // 5: whether ranking treats the participants a question names apart.
+    "ALTER TABLE projects ADD COLUMN participant_aware BOOLEAN NOT NULL DEFAULT TRUE;",
 ];
 
 /// Brings the database to the latest schema (creating the `vector` extension first)

@@ -12,7 +12,7 @@ use crate::model::{EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig,
 use crate::store::ProjectStore;
 
 pub(super) const COLUMNS: &str = "id, org_id, project_id, description, embedder, reranker, \
-     episodic_enabled, long_term_enabled, short_term_enabled, created_at";
+     episodic_enabled, long_term_enabled, short_term_enabled, created_at, participant_aware";
 
 pub(super) fn from_row(row: &PgRow) -> sqlx::Result<Project> {
     Ok(Project {
@@ -30,6 +30,7 @@ pub(super) fn from_row(row: &PgRow) -> sqlx::Result<Project> {
             enabled: row.try_get(6)?,
             long_term_memory_enabled: row.try_get(7)?,
             short_term_memory_enabled: row.try_get(8)?,
+            participant_aware: row.try_get(10)?,
         },
         created_at_micros: row.try_get(9)?,
     })
@@ -175,15 +176,18 @@ impl ProjectStore for PostgresStore {
             "UPDATE projects SET
                  episodic_enabled = COALESCE($3, episodic_enabled),
                  long_term_enabled = COALESCE($4, long_term_enabled),
-                 short_term_enabled = COALESCE($5, short_term_enabled)
+                 short_term_enabled = COALESCE($5, short_term_enabled),
+                 participant_aware = COALESCE($6, participant_aware)
              WHERE org_id = $1 AND project_id = $2
-             RETURNING episodic_enabled, long_term_enabled, short_term_enabled",
+             RETURNING episodic_enabled, long_term_enabled, short_term_enabled,
+                 participant_aware",
         )
         .bind(&key.org_id)
         .bind(&key.project_id)
         .bind(update.enabled)
         .bind(update.long_term_memory_enabled)
         .bind(update.short_term_memory_enabled)
+        .bind(update.participant_aware)
         .fetch_optional(self.pool())
         .await
         .map_err(db_error)?;
@@ -192,6 +196,7 @@ impl ProjectStore for PostgresStore {
                 enabled: row.try_get(0)?,
                 long_term_memory_enabled: row.try_get(1)?,
                 short_term_memory_enabled: row.try_get(2)?,
+                participant_aware: row.try_get(3)?,
             })
         })
         .transpose()

@@ -147,13 +147,15 @@ impl TransferStore for PostgresStore {
     async fn restore_project(&self, project: &Project) -> Result<Project> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO projects (org_id, project_id, description, embedder, reranker,
-                 episodic_enabled, long_term_enabled, short_term_enabled, created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                 episodic_enabled, long_term_enabled, short_term_enabled, created_at,
+                 participant_aware)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
              ON CONFLICT (org_id, project_id) DO UPDATE SET
                  description = EXCLUDED.description, embedder = EXCLUDED.embedder,
                  reranker = EXCLUDED.reranker, episodic_enabled = EXCLUDED.episodic_enabled,
                  long_term_enabled = EXCLUDED.long_term_enabled,
                  short_term_enabled = EXCLUDED.short_term_enabled,
+                 participant_aware = EXCLUDED.participant_aware,
                  created_at = EXCLUDED.created_at
              RETURNING {}",
             projects::COLUMNS
@@ -167,6 +169,7 @@ impl TransferStore for PostgresStore {
         .bind(project.episodic.long_term_memory_enabled)
         .bind(project.episodic.short_term_memory_enabled)
         .bind(project.created_at_micros)
+        .bind(project.episodic.participant_aware)
         .fetch_one(self.pool())
         .await
         .map_err(db_error)?;

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::model::{EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig, ProjectKey};
 
 const COLUMNS: &str = "id, org_id, project_id, description, embedder, reranker, \
-     episodic_enabled, long_term_enabled, short_term_enabled, created_at";
+     episodic_enabled, long_term_enabled, short_term_enabled, created_at, participant_aware";
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<Project> {
     Ok(Project {
@@ -25,6 +25,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Project> {
             enabled: row.get(6)?,
             long_term_memory_enabled: row.get(7)?,
             short_term_memory_enabled: row.get(8)?,
+            participant_aware: row.get(10)?,
         },
         created_at_micros: row.get(9)?,
     })
@@ -132,12 +133,13 @@ pub(super) fn update_episodic_config(
     let config = project.episodic.apply(update);
     conn.execute(
         "UPDATE projects SET episodic_enabled = ?2, long_term_enabled = ?3,
-             short_term_enabled = ?4 WHERE id = ?1",
+             short_term_enabled = ?4, participant_aware = ?5 WHERE id = ?1",
         params![
             project.internal_id,
             config.enabled,
             config.long_term_memory_enabled,
-            config.short_term_memory_enabled
+            config.short_term_memory_enabled,
+            config.participant_aware
         ],
     )
     .map_err(storage_error)?;

@@ -234,6 +234,8 @@ const MIGRATIONS: &[&str] = &[
         user_list TEXT NOT NULL,
         configuration TEXT NOT NULL
     );",
+    // 7: whether ranking treats the participants a question names apart.
+    "ALTER TABLE projects ADD COLUMN participant_aware INTEGER NOT NULL DEFAULT 1;",
 ];
 
 /// Brings the database to the latest schema, and makes sure universal/universal exists.

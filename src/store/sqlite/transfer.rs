@@ -18,13 +18,15 @@ use crate::store::transfer::{EpisodeVector, RestoredFeature, TransferStore};
 fn restore_project(conn: &Connection, project: &Project) -> Result<Project> {
     conn.prepare_cached(
         "INSERT INTO projects (org_id, project_id, description, embedder, reranker,
-             episodic_enabled, long_term_enabled, short_term_enabled, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+             episodic_enabled, long_term_enabled, short_term_enabled, created_at,
+             participant_aware)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
          ON CONFLICT (org_id, project_id) DO UPDATE SET description = excluded.description,
              embedder = excluded.embedder, reranker = excluded.reranker,
              episodic_enabled = excluded.episodic_enabled,
              long_term_enabled = excluded.long_term_enabled,
              short_term_enabled = excluded.short_term_enabled,
+             participant_aware = excluded.participant_aware,
              created_at = excluded.created_at",
     )
     .and_then(|mut stmt| {
@@ -38,6 +40,7 @@ fn restore_project(conn: &Connection, project: &Project) -> Result<Project> {
             project.episodic.long_term_memory_enabled,
             project.episodic.short_term_memory_enabled,
             project.created_at_micros,
+            project.episodic.participant_aware,
         ])
     })
     .map_err(storage_error)?;

@@ -50,6 +50,26 @@ fn queued(data_dir: &Path) -> i64 {
 /// Ingests the conversation into a project ranked by `reranker` and returns the mean
 /// recall@10 over its questions.
 async fn recall_at_10(server: &InProcess, reranker: &str) -> f64 {
+    let project = ingest(server, reranker).await;
+    ask(server, &project).await
+}
+
+/// Sets the project's `participant_aware` option.
+async fn set_participant_aware(server: &InProcess, project: &str, on: bool) {
+    ProjectServiceClient::new(server.channel().await)
+        .update_episodic_memory_config(pb::UpdateEpisodicMemoryConfigRequest {
+            org_id: ORG.into(),
+            project_id: project.into(),
+            participant_aware: Some(on),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+}
+
+/// Ingests the conversation into a new project ranked by `reranker` (and waits for
+/// its vectors); returns the project's id.
+async fn ingest(server: &InProcess, reranker: &str) -> String {
     let (conversations, _) =
         locomo::load(&fixture(), None, locomo::ContentFormat::default()).unwrap();
     let conversation = &conversations[0];
@@ -79,12 +99,21 @@ async fn recall_at_10(server: &InProcess, reranker: &str) -> f64 {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+    project
+}
+
+/// Mean recall@10 of the conversation's questions in `project`.
+async fn ask(server: &InProcess, project: &str) -> f64 {
+    let (conversations, _) =
+        locomo::load(&fixture(), None, locomo::ContentFormat::default()).unwrap();
+    let conversation = &conversations[0];
+    let mut memories = MemoryServiceClient::new(server.channel().await);
     let mut sum = 0.0;
     for question in &conversation.questions {
         let found = memories
             .search_memories(pb::SearchMemoriesRequest {
                 org_id: ORG.into(),
-                project_id: project.clone(),
+                project_id: project.into(),
                 query: question.text.clone(),
                 top_k: Some(10),
                 types: vec![pb::MemoryType::Episodic as i32],
@@ -123,15 +152,40 @@ async fn hybrid_recall_with_the_local_model_holds() {
         config.embedder.model_dir = model_dir();
     })
     .await;
-    let recall = recall_at_10(&server, "hybrid").await;
+    let hybrid = ingest(&server, "hybrid").await;
+    let dense = ingest(&server, "dense").await;
+    let recall = ask(&server, &hybrid).await;
     println!("hybrid recall@10 on conv-26: {recall:.3}");
     assert!(
         recall >= HYBRID_FLOOR,
         "hybrid recall@10 fell to {recall:.3}"
     );
+    let recall_dense = ask(&server, &dense).await;
+    println!("dense recall@10 on conv-26: {recall_dense:.3}");
+    assert!(
+        recall_dense >= DENSE_FLOOR,
+        "dense recall@10 fell to {recall_dense:.3}"
+    );
+    // Without participant awareness the same vectors rank as before it existed.
+    set_participant_aware(&server, &hybrid, false).await;
+    set_participant_aware(&server, &dense, false).await;
+    let (plain, plain_dense) = (ask(&server, &hybrid).await, ask(&server, &dense).await);
+    println!("not participant-aware: hybrid {plain:.3}, dense {plain_dense:.3}");
+    assert!(
+        plain >= PLAIN_HYBRID_FLOOR && plain < recall - 0.03,
+        "hybrid recall@10 not participant-aware: {plain:.3} (aware: {recall:.3})"
+    );
+    assert!(
+        plain_dense < recall_dense - 0.1,
+        "dense recall@10 not participant-aware: {plain_dense:.3} (aware: {recall_dense:.3})"
+    );
 }
 
-/// Recall@10 measured on this conversation (lexical 0.729, hybrid 0.767 on 2026-12-01),
-/// less about a point of slack for ties and floating-point differences between CPUs.
+/// Recall@10 measured on this conversation (lexical 0.729 on 2026-12-01; participant-
+/// aware hybrid 0.828 and dense 0.660, not participant-aware hybrid 0.767 and dense
+/// 0.450 on 2026-12-02), less about a point of slack for ties and floating-point
+/// differences between CPUs.
 const LEXICAL_FLOOR: f64 = 0.72;
-const HYBRID_FLOOR: f64 = 0.755;
+const HYBRID_FLOOR: f64 = 0.815;
+const DENSE_FLOOR: f64 = 0.645;
+const PLAIN_HYBRID_FLOOR: f64 = 0.755;

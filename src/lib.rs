@@ -13,6 +13,7 @@ pub mod embed;
 pub mod episodic;
 pub mod error;
 pub mod grpc;
+pub(crate) mod inference;
 pub mod legacy;
 pub mod limits;
 pub mod llm;

@@ -345,19 +345,19 @@ async fn a_remote_reranker_reorders_retries_and_falls_back() {
     server.stop().await.unwrap();
 }
 
-/// Latency of one rerank of 50 chat turns (8 to 30 words) with a model of
+/// Latency of one rerank of 20 and of 50 chat turns (8 to 30 words) with a model of
 /// ms-marco-MiniLM-L-6-v2's size (random weights: the cost is the same).
 #[test]
-#[ignore = "measures only: cargo test --release --test rerank -- --ignored latency --nocapture"]
+#[ignore = "measures only: cargo test --test rerank -- --ignored latency --nocapture"]
 fn cross_encoder_latency() {
     let model = tempfile::tempdir().unwrap();
     random_model::write(model.path(), Shape::minilm_l6(), 1).unwrap();
     let encoder = CrossEncoder::load(model.path()).unwrap();
-    let words: Vec<&str> = "I went hiking with my friends last weekend and we saw a lake near \
-         the mountain then talked about my new job painting class and adopting a dog"
+    let words: Vec<&str> = "I went hiking with my friends last weekend and we saw a lake at \
+         the mountain then talked about my new job painting class and adopted a dog"
         .split_whitespace()
         .collect();
-    let documents: Vec<String> = (0..50)
+    let turns: Vec<String> = (0..50)
         .map(|i| {
             let n = 8 + (i * 7) % 23;
             let turn: Vec<&str> = (0..n).map(|j| words[(i + j * 3) % words.len()]).collect();
@@ -365,21 +365,23 @@ fn cross_encoder_latency() {
         })
         .collect();
     let query = "What did Caroline do last weekend?";
-    encoder.score_blocking(query, &documents).unwrap(); // warm up
-    let mut times: Vec<Duration> = (0..40)
-        .map(|_| {
-            let started = Instant::now();
-            encoder.score_blocking(query, &documents).unwrap();
-            started.elapsed()
-        })
-        .collect();
-    times.sort();
-    let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
-    println!(
-        "rerank of 50 candidates, MiniLM-L6 size, {} threads: p50 {:?}, p99 {:?}, max {:?}",
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
-        at(0.5),
-        at(0.99),
-        times[times.len() - 1]
-    );
+    encoder.score_blocking(query, &turns).unwrap(); // warm up
+    for candidates in [20, 50] {
+        let documents = &turns[..candidates];
+        let mut times: Vec<Duration> = (0..30)
+            .map(|_| {
+                let started = Instant::now();
+                encoder.score_blocking(query, documents).unwrap();
+                started.elapsed()
+            })
+            .collect();
+        times.sort();
+        let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+        println!(
+            "rerank of {candidates} candidates, MiniLM-L6 size, {} threads: p50 {:?}, p99 {:?}",
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+            at(0.5),
+            at(0.99),
+        );
+    }
 }

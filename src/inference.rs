@@ -17,35 +17,41 @@ use candle_nn::VarBuilder;
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 use tokio::sync::oneshot;
 
-/// `dir/name`, or an error naming it if it is not a file. `model` says what the
-/// directory should hold (e.g. `a BERT-family sentence-embedding model`).
-pub(crate) fn required_file(
-    who: &str,
-    model: &str,
-    dir: &Path,
-    name: &str,
-) -> Result<PathBuf, String> {
-    let path = dir.join(name);
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(format!(
-            "{who}: {} is missing (a model directory holds config.json, tokenizer.json and \
-             model.safetensors of {model})",
-            path.display()
-        ))
-    }
+/// The files of a model directory.
+pub(crate) struct ModelFiles {
+    pub config: PathBuf,
+    pub tokenizer: PathBuf,
+    pub weights: PathBuf,
 }
 
-/// Checks that `dir` is a directory.
-pub(crate) fn model_dir_exists(who: &str, dir: &Path) -> Result<(), String> {
-    if dir.is_dir() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{who}: model directory {} does not exist",
-            dir.display()
-        ))
+impl ModelFiles {
+    /// `config.json`, `tokenizer.json` and `model.safetensors` in `dir`, or an error
+    /// naming the first that is missing. `model` says what the directory should hold
+    /// (e.g. `a BERT-family sentence-embedding model`).
+    pub(crate) fn in_dir(who: &str, model: &str, dir: &Path) -> Result<ModelFiles, String> {
+        if !dir.is_dir() {
+            return Err(format!(
+                "{who}: model directory {} does not exist",
+                dir.display()
+            ));
+        }
+        let file = |name: &str| {
+            let path = dir.join(name);
+            if path.is_file() {
+                Ok(path)
+            } else {
+                Err(format!(
+                    "{who}: {} is missing (a model directory holds config.json, \
+                     tokenizer.json and model.safetensors of {model})",
+                    path.display()
+                ))
+            }
+        };
+        Ok(ModelFiles {
+            config: file("config.json")?,
+            tokenizer: file("tokenizer.json")?,
+            weights: file("model.safetensors")?,
+        })
     }
 }
 

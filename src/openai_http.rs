@@ -98,8 +98,8 @@ enum Attempt {
 }
 
 impl Endpoint {
-    /// Checks `base_url` and `api_key` and builds the HTTP client (no request is made);
-    /// an error is a message starting with `api.name`.
+    /// Checks `base_url`, `api_key` and `timeout` (above zero) and builds the HTTP client
+    /// (no request is made); an error is a message starting with `api.name`.
     pub(crate) fn new(
         api: &'static Api,
         base_url: &str,
@@ -128,6 +128,9 @@ impl Endpoint {
         api_key: Option<&str>,
         timeout: Duration,
     ) -> Result<Endpoint, String> {
+        if timeout.is_zero() {
+            return Err(format!("{}: timeout must be above zero", api.name));
+        }
         let display = redacted(&url);
 
         let authorization = match api_key.map(str::trim) {

@@ -86,11 +86,9 @@ impl LocalEmbedder {
     /// the file that is missing or invalid.
     pub fn load(model_dir: &Path) -> Result<LocalEmbedder, EmbedError> {
         let started = Instant::now();
-        inference::model_dir_exists(WHO, model_dir).map_err(failed)?;
-        let file = |name| inference::required_file(WHO, MODEL, model_dir, name).map_err(failed);
-        let config_path = file("config.json")?;
-        let tokenizer_path = file("tokenizer.json")?;
-        let weights_path = file("model.safetensors")?;
+        let files = inference::ModelFiles::in_dir(WHO, MODEL, model_dir).map_err(failed)?;
+        let (config_path, tokenizer_path, weights_path) =
+            (files.config, files.tokenizer, files.weights);
 
         let config: Config = serde_json::from_value(read_json(&config_path)?).map_err(|e| {
             failed(format!(

@@ -110,11 +110,6 @@ impl fmt::Debug for RemoteReranker {
 impl RemoteReranker {
     /// Checks the configuration and builds the HTTP client; no request is made.
     pub fn new(config: RemoteConfig) -> Result<RemoteReranker, RerankError> {
-        if config.timeout.is_zero() {
-            return Err(RerankError::Failed(
-                "remote reranker: the timeout must be above zero".into(),
-            ));
-        }
         let http = Endpoint::unversioned(
             &API,
             &config.base_url,

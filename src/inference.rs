@@ -174,3 +174,20 @@ impl<J: Send + 'static, R: Send + 'static> Worker<J, R> {
         answer.await.map_err(|_| WorkerError::Stopped)?
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_job_is_an_error_and_the_worker_goes_on() {
+        let worker = Worker::spawn("test-worker", |n: u32| {
+            assert!(n != 13, "unlucky");
+            n * 2
+        })
+        .unwrap();
+        assert_eq!(worker.run(2).await, Ok(4));
+        assert_eq!(worker.run(13).await, Err(WorkerError::Panicked));
+        assert_eq!(worker.run(21).await, Ok(42));
+    }
+}

@@ -154,6 +154,38 @@ pub struct ServeArgs {
     /// API key of the chat endpoint: only from the environment or the config file
     #[arg(skip)]
     pub llm_api_key: Option<String>,
+    /// Hugging Face cross-encoder (sequence-classification) model directory: offers
+    /// projects the reranker `cross-encoder`
+    #[arg(long, env = "MEMMACHINE_RERANKER_MODEL_DIR")]
+    pub reranker_model_dir: Option<PathBuf>,
+    /// Rerank endpoint (POST {URL}/rerank: TEI, Jina, Cohere, vLLM, Infinity): offers
+    /// projects the reranker `remote`
+    #[arg(long, env = "MEMMACHINE_RERANKER_BASE_URL")]
+    pub reranker_base_url: Option<String>,
+    /// Model name sent to --reranker-base-url
+    #[arg(long, env = "MEMMACHINE_RERANKER_MODEL")]
+    pub reranker_model: Option<String>,
+    /// Request shape of --reranker-base-url: cohere (Cohere, Jina, vLLM, Infinity,
+    /// LocalAI: "documents") or tei ("texts") [default: cohere]
+    #[arg(long, env = "MEMMACHINE_RERANKER_API")]
+    pub reranker_api: Option<RerankApi>,
+    /// Longest a rerank may take, in seconds, retries included; past it the search
+    /// answers in the fused order [default: 5]
+    #[arg(
+        long,
+        env = "MEMMACHINE_RERANKER_TIMEOUT",
+        visible_alias = "reranker-timeout-secs"
+    )]
+    pub reranker_timeout: Option<f64>,
+    /// Retries of a failed call to --reranker-base-url [default: 2]
+    #[arg(long, env = "MEMMACHINE_RERANKER_RETRIES")]
+    pub reranker_retries: Option<u32>,
+    /// Candidates a reranker scores (at least the search's top_k) [default: 50]
+    #[arg(long, env = "MEMMACHINE_RERANK_CANDIDATES")]
+    pub rerank_candidates: Option<usize>,
+    /// API key of the rerank endpoint: only from the environment or the config file
+    #[arg(skip)]
+    pub reranker_api_key: Option<String>,
     /// MemMachine-compatible JSON gateway (REST v2 under /api/v2, MCP at /mcp) address
     /// (off when unset)
     #[arg(long, env = "MEMMACHINE_REST_LISTEN")]
@@ -218,6 +250,48 @@ pub struct EmbedderConfig {
     pub api_key: Option<String>,
 }
 
+/// The request shape of a rerank endpoint (`--reranker-api`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RerankApi {
+    /// `"documents"`: Cohere, Jina, vLLM, Infinity, LocalAI.
+    #[default]
+    Cohere,
+    /// `"texts"`: Hugging Face text-embeddings-inference.
+    Tei,
+}
+
+/// The reranker settings, resolved.
+#[derive(Clone)]
+pub struct RerankerConfig {
+    /// Offers `cross-encoder`.
+    pub model_dir: Option<PathBuf>,
+    /// Offers `remote`.
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub api: RerankApi,
+    pub api_key: Option<String>,
+    pub timeout: std::time::Duration,
+    pub retries: u32,
+    pub candidates: usize,
+}
+
+impl std::fmt::Debug for RerankerConfig {
+    /// As derived, but never the API key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RerankerConfig")
+            .field("model_dir", &self.model_dir)
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api", &self.api)
+            .field("api_key", &self.api_key.as_ref().map(|_| MASKED))
+            .field("timeout", &self.timeout)
+            .field("retries", &self.retries)
+            .field("candidates", &self.candidates)
+            .finish()
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -266,6 +340,7 @@ pub struct ServeConfig {
     pub max_request_bytes: usize,
     pub shutdown_grace: std::time::Duration,
     pub embedder: EmbedderConfig,
+    pub reranker: RerankerConfig,
     pub auth: bool,
     pub insecure_listen: bool,
     pub tls: Option<TlsFiles>,
@@ -402,6 +477,38 @@ impl ServeConfig {
         if let Some(dimensions) = embedder.dimensions {
             lines.push(format!("embedder_dimensions = {dimensions}"));
         }
+        let reranker = &self.reranker;
+        if let Some(dir) = &reranker.model_dir {
+            lines.push(format!("reranker_model_dir = {}", path(dir)));
+        }
+        let optional = [
+            ("reranker_base_url", reranker.base_url.as_deref()),
+            ("reranker_model", reranker.model.as_deref()),
+            (
+                "reranker_api_key",
+                reranker.api_key.as_ref().map(|_| MASKED),
+            ),
+        ];
+        for (key, value) in optional {
+            if let Some(value) = value {
+                lines.push(format!("{key} = {}", text(value)));
+            }
+        }
+        if reranker.base_url.is_some() {
+            lines.push(format!(
+                "reranker_api = {}",
+                text(match reranker.api {
+                    RerankApi::Cohere => "cohere",
+                    RerankApi::Tei => "tei",
+                })
+            ));
+        }
+        lines.push(format!(
+            "reranker_timeout = {:?}",
+            reranker.timeout.as_secs_f64()
+        ));
+        lines.push(format!("reranker_retries = {}", reranker.retries));
+        lines.push(format!("rerank_candidates = {}", reranker.candidates));
         lines.join("\n") + "\n"
     }
 }
@@ -499,6 +606,28 @@ impl ServeArgs {
             ..ingest_defaults
         };
         let llm_timeout = positive(merged.llm_timeout, 60.0, "llm-timeout")?;
+        let reranker = RerankerConfig {
+            timeout: positive(merged.reranker_timeout, 5.0, "reranker-timeout")?,
+            model_dir: merged.reranker_model_dir,
+            base_url: merged.reranker_base_url,
+            model: merged.reranker_model,
+            api: merged.reranker_api.unwrap_or_default(),
+            api_key: std::env::var("MEMMACHINE_RERANKER_API_KEY")
+                .ok()
+                .or(merged.reranker_api_key),
+            retries: merged.reranker_retries.unwrap_or(2),
+            candidates: merged
+                .rerank_candidates
+                .unwrap_or(crate::rerank::registry::DEFAULT_CANDIDATES),
+        };
+        if reranker.candidates == 0 {
+            return Err("--rerank-candidates must be at least 1".into());
+        }
+        if reranker.base_url.is_none()
+            && (reranker.model.is_some() || merged.reranker_api.is_some())
+        {
+            return Err("--reranker-model and --reranker-api need --reranker-base-url".into());
+        }
         Ok(ServeConfig {
             listen,
             auth,
@@ -535,6 +664,7 @@ impl ServeArgs {
             limits,
             max_request_bytes: merged.max_request_bytes.unwrap_or(64 * 1024 * 1024),
             shutdown_grace: seconds(merged.shutdown_grace, 30.0, "shutdown-grace")?,
+            reranker,
             embedder: EmbedderConfig {
                 kind: merged.embedder,
                 model_dir: merged
@@ -602,6 +732,14 @@ impl ServeArgs {
             llm_model: self.llm_model.or(other.llm_model),
             llm_api_key: self.llm_api_key.or(other.llm_api_key),
             rest_listen: self.rest_listen.or(other.rest_listen),
+            reranker_model_dir: self.reranker_model_dir.or(other.reranker_model_dir),
+            reranker_base_url: self.reranker_base_url.or(other.reranker_base_url),
+            reranker_model: self.reranker_model.or(other.reranker_model),
+            reranker_api: self.reranker_api.or(other.reranker_api),
+            reranker_timeout: self.reranker_timeout.or(other.reranker_timeout),
+            reranker_retries: self.reranker_retries.or(other.reranker_retries),
+            rerank_candidates: self.rerank_candidates.or(other.rerank_candidates),
+            reranker_api_key: self.reranker_api_key.or(other.reranker_api_key),
         }
     }
 }
@@ -687,7 +825,9 @@ mod tests {
         std::fs::write(
             &file,
             "embedder = \"openai\"\nembedder_api_key = \"sk-secret\"\nshort_term_window = 7\n\
-             llm_model = \"gpt\"\nllm_api_key = \"sk-llm-secret\"\n",
+             llm_model = \"gpt\"\nllm_api_key = \"sk-llm-secret\"\n\
+             reranker_base_url = \"http://127.0.0.1:8080\"\nreranker_api = \"tei\"\n\
+             reranker_api_key = \"sk-rerank-secret\"\nrerank_candidates = 30\n",
         )
         .unwrap();
         let config = ServeArgs {
@@ -703,6 +843,9 @@ mod tests {
         assert!(printed.contains("embedder_api_key = \"***\""), "{printed}");
         assert!(!format!("{config:?}").contains("sk-secret"));
         assert!(!format!("{config:?}").contains("sk-llm-secret"));
+        assert!(!printed.contains("sk-rerank-secret"), "{printed}");
+        assert!(printed.contains("reranker_api_key = \"***\""), "{printed}");
+        assert!(!format!("{config:?}").contains("sk-rerank-secret"));
         // What it prints is a valid config file giving the same settings.
         std::fs::write(&file, &printed).unwrap();
         let again = ServeArgs {
@@ -714,6 +857,9 @@ mod tests {
         assert_eq!(again.to_toml(), printed);
         assert_eq!(again.limits.short_term_window, 7);
         assert_eq!(again.embedder.kind, Some(EmbedderKind::Openai));
+        assert_eq!(again.reranker.api, RerankApi::Tei);
+        assert_eq!(again.reranker.candidates, 30);
+        assert_eq!(again.reranker.timeout, std::time::Duration::from_secs(5));
     }
 
     #[test]

@@ -21,12 +21,14 @@ pub struct Domain {
     pub semantic: SemanticMemory,
     /// The deprecated v1 API over the same projects and memories.
     pub legacy: crate::legacy::Legacy,
+    /// The rerankers projects may name (for the configuration API).
+    pub rerankers: crate::rerank::Rerankers,
     pub metrics: Arc<Metrics>,
 }
 
 /// Builds the domain and starts its background work. What takes time before the server
-/// can serve: the embedder (a model to load, an endpoint to reach) and queueing what it
-/// must embed.
+/// can serve: the embedder (a model to load, an endpoint to reach), queueing what it
+/// must embed, and a cross-encoder to load.
 pub async fn start(
     config: &ServeConfig,
     store: Arc<dyn crate::store::Store>,
@@ -50,7 +52,12 @@ pub async fn start(
         ),
     }
     let llm = crate::llm::build(&config.llm, &metrics)?;
-    let projects = Projects::new(store.clone(), config.limits, embedders.clone());
+    let rerankers = crate::rerank::build(&config.reranker)
+        .await
+        .map_err(Error::FailedPrecondition)?
+        .measured(&metrics);
+    let projects = Projects::new(store.clone(), config.limits, embedders.clone())
+        .with_rerankers(rerankers.clone());
     let queue = EmbeddingQueue::default();
     spawn_workers(
         store.clone(),
@@ -72,7 +79,8 @@ pub async fn start(
     let index = Arc::new(IndexCache::new(store.clone(), config.index_memory));
     crate::retrieval::index_cache::spawn_feed_pruner(&store);
     let episodic = EpisodicMemory::new(store.clone(), index.clone(), config.limits)
-        .with_embedders(embedders.clone(), queue);
+        .with_embedders(embedders.clone(), queue)
+        .with_rerankers(rerankers.clone());
     // Searches work meanwhile: a project not yet loaded loads on its first search.
     tokio::spawn(async move {
         let embedder_of = |p: &crate::model::Project| {
@@ -93,6 +101,7 @@ pub async fn start(
         memories,
         semantic,
         legacy,
+        rerankers,
         metrics,
     })
 }

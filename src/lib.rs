@@ -2,7 +2,7 @@
 //!
 //! Layers (data flows one way): `grpc` adapters decode and validate requests and call
 //! the domain (`projects`, `memory`, `episodic`, `semantic`), which talks to storage
-//! through the traits in `store` and to models through `embed` and `llm`.
+//! through the traits in `store` and to models through `embed`, `rerank` and `llm`.
 
 pub mod admission;
 pub mod auth;
@@ -13,6 +13,7 @@ pub mod embed;
 pub mod episodic;
 pub mod error;
 pub mod grpc;
+pub(crate) mod inference;
 pub mod legacy;
 pub mod limits;
 pub mod llm;
@@ -23,6 +24,7 @@ pub mod model;
 pub(crate) mod openai_http;
 pub mod probe;
 pub mod projects;
+pub mod rerank;
 pub mod rest;
 pub mod retrieval;
 pub mod semantic;

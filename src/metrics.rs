@@ -1,7 +1,8 @@
 //! Prometheus metrics (`--metrics-listen`): calls by method and status code with their
 //! latency, calls turned away by limits, episodes stored, the embedding queue's depth
 //! and lag, embedding latency, volume and tokens, language-model calls (by purpose and
-//! outcome, with their tokens and latency) and the semantic worker's events.
+//! outcome, with their tokens and latency), the semantic worker's events, and rerank
+//! calls (latency, failures).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -36,6 +37,11 @@ struct LimitLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EmbedderLabels {
     embedder: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RerankerLabels {
+    reranker: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -91,6 +97,8 @@ pub struct Metrics {
     llm_completion_tokens: Family<PurposeLabels, Counter>,
     llm_seconds: Histograms<PurposeLabels>,
     semantic_events: Family<EventLabels, Counter>,
+    rerank_seconds: Histograms<RerankerLabels>,
+    rerank_failures: Family<RerankerLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -205,6 +213,18 @@ impl Metrics {
                 "Semantic-memory work done, by event (batch_applied, batch_failed, messages_failed, features_added, consolidated)",
                 Family::default(),
             ),
+            rerank_seconds: registered(
+                &mut registry,
+                "rerank_duration_seconds",
+                "Time to rerank one search's candidates, by reranker (successful calls)",
+                Family::new_with_constructor(latency_histogram),
+            ),
+            rerank_failures: registered(
+                &mut registry,
+                "rerank_failures",
+                "Searches answered in the fused order because the reranker failed or timed out, by reranker",
+                Family::default(),
+            ),
             // Last: the fields above borrow it to register themselves.
             registry,
         }
@@ -294,6 +314,24 @@ impl Metrics {
                 event: what.to_string(),
             })
             .inc_by(n);
+    }
+
+    /// One search's candidates reranked by `reranker` (a name projects give).
+    pub fn record_rerank(&self, reranker: &str, elapsed: Duration) {
+        self.rerank_seconds
+            .get_or_create(&RerankerLabels {
+                reranker: reranker.to_string(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// A rerank that failed or timed out (the search was answered in the fused order).
+    pub fn record_rerank_failure(&self, reranker: &str) {
+        self.rerank_failures
+            .get_or_create(&RerankerLabels {
+                reranker: reranker.to_string(),
+            })
+            .inc();
     }
 
     /// The exposition text of what has been recorded, without reading the store (whose

@@ -1,5 +1,6 @@
 //! The HTTP side of the OpenAI-compatible clients ([`crate::embed::openai`] and
-//! [`crate::llm::openai`]): the endpoint URL, the `reqwest` client and its `Authorization`
+//! [`crate::llm::openai`], and the rerank client [`crate::rerank::remote`], which calls
+//! the same kind of servers): the endpoint URL, the `reqwest` client and its `Authorization`
 //! header, POSTs retried with backoff and jitter (or `Retry-After`), and error messages
 //! from an OpenAI error body. Both clients talk to the same kind of server, so they are
 //! meant to build, redact, retry and report alike; this keeps them so.
@@ -97,15 +98,39 @@ enum Attempt {
 }
 
 impl Endpoint {
-    /// Checks `base_url` and `api_key` and builds the HTTP client (no request is made);
-    /// an error is a message starting with `api.name`.
+    /// Checks `base_url`, `api_key` and `timeout` (above zero) and builds the HTTP client
+    /// (no request is made); an error is a message starting with `api.name`.
     pub(crate) fn new(
         api: &'static Api,
         base_url: &str,
         api_key: Option<&str>,
         timeout: Duration,
     ) -> Result<Endpoint, String> {
-        let url = endpoint_url(api, base_url)?;
+        Self::build(api, endpoint_url(api, base_url)?, api_key, timeout)
+    }
+
+    /// As [`new`](Self::new), but at `{base_url}/{path}`, without putting `/v1` in
+    /// between: for APIs that are not OpenAI's, such as `POST /rerank`.
+    pub(crate) fn unversioned(
+        api: &'static Api,
+        base_url: &str,
+        api_key: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Endpoint, String> {
+        let base = base_url.trim().trim_end_matches('/');
+        let url = checked_url(api, base_url, &format!("{base}/{}", api.path))?;
+        Self::build(api, url, api_key, timeout)
+    }
+
+    fn build(
+        api: &'static Api,
+        url: Url,
+        api_key: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Endpoint, String> {
+        if timeout.is_zero() {
+            return Err(format!("{}: timeout must be above zero", api.name));
+        }
         let display = redacted(&url);
 
         let authorization = match api_key.map(str::trim) {
@@ -271,7 +296,12 @@ fn endpoint_url(api: &Api, base_url: &str) -> Result<Url, String> {
     } else {
         format!("{base}/v1/{}", api.path)
     };
-    let url = Url::parse(&full)
+    checked_url(api, base_url, &full)
+}
+
+/// `full` (made from `base_url`) parsed, if it is an http(s) URL with a host.
+fn checked_url(api: &Api, base_url: &str, full: &str) -> Result<Url, String> {
+    let url = Url::parse(full)
         .map_err(|e| format!("{}: invalid base_url {base_url:?}: {e}", api.name))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err(format!(
@@ -418,6 +448,22 @@ mod tests {
         let bad = endpoint_url(&TEST_API, "not a url").unwrap_err();
         assert!(bad.starts_with("test client: invalid base_url"), "{bad}");
         let bad = endpoint_url(&TEST_API, "ftp://h/").unwrap_err();
+        assert!(bad.ends_with("is not an http(s) URL"), "{bad}");
+    }
+
+    #[test]
+    fn unversioned_endpoints_append_the_path_alone() {
+        let timeout = Duration::from_secs(1);
+        for (base, url) in [
+            ("http://h:1", "http://h:1/things/make"),
+            ("http://h:1/v1/", "http://h:1/v1/things/make"),
+        ] {
+            let e = Endpoint::unversioned(&TEST_API, base, None, timeout).unwrap();
+            assert_eq!(e.display(), url, "{base}");
+        }
+        let bad = Endpoint::unversioned(&TEST_API, "ftp://h", None, timeout)
+            .err()
+            .unwrap();
         assert!(bad.ends_with("is not an http(s) URL"), "{bad}");
     }
 

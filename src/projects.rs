@@ -8,6 +8,7 @@ use crate::error::{Error, Result, Violations};
 use crate::limits::Limits;
 use crate::model::ids::validate_id;
 use crate::model::{EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig, ProjectKey};
+use crate::rerank::Rerankers;
 use crate::store::Store;
 
 /// Longest project description, in bytes.
@@ -21,6 +22,8 @@ pub struct Projects {
     limits: Limits,
     /// The embedders a project may name.
     embedders: Embedders,
+    /// The rerankers a project may name, besides the ranking modes.
+    rerankers: Rerankers,
 }
 
 impl Projects {
@@ -29,7 +32,14 @@ impl Projects {
             store,
             limits,
             embedders,
+            rerankers: Rerankers::default(),
         }
+    }
+
+    /// Lets projects name one of `rerankers` in `config.reranker`.
+    pub fn with_rerankers(mut self, rerankers: Rerankers) -> Self {
+        self.rerankers = rerankers;
+        self
     }
 
     pub async fn create(
@@ -58,16 +68,8 @@ impl Projects {
                 );
             }
         }
-        if !config.reranker.is_empty()
-            && !crate::episodic::ranking::Mode::NAMES.contains(&config.reranker.as_str())
-        {
-            violations.add(
-                "config.reranker",
-                format!(
-                    "{:?} is not one of lexical, dense, hybrid (or empty for the default)",
-                    config.reranker
-                ),
-            );
+        if let Err(message) = self.rerankers.validate(&config.reranker) {
+            violations.add("config.reranker", message);
         }
         if let Err(message) = self.embedders.validate(&config.embedder) {
             violations.add("config.embedder", message);

@@ -12,19 +12,17 @@
 //! time and each forward pass uses every core (candle's matrix products are parallel).
 //! [`LocalEmbedder::embed_blocking`] runs on the calling thread.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, mpsc};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
 use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config, DTYPE};
-use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
-use tokio::sync::oneshot;
+use tokenizers::Tokenizer;
 
 use super::{EmbedError, Embedder, normalize};
+use crate::inference::{self, Worker, WorkerError};
 
 /// Texts per forward pass. Texts are sorted by length first, so a batch pads little.
 pub const BATCH_SIZE: usize = 32;
@@ -49,19 +47,14 @@ struct Model {
     tokens: std::sync::atomic::AtomicU64,
 }
 
-type Job = (
-    Vec<String>,
-    oneshot::Sender<Result<Vec<Vec<f32>>, EmbedError>>,
-);
-
 pub struct LocalEmbedder {
     id: String,
     dimensions: usize,
     max_tokens: usize,
     pooling: Pooling,
     model: Arc<Model>,
-    /// Requests for the worker thread; dropping the embedder ends it.
-    jobs: mpsc::Sender<Job>,
+    /// The thread that serves [`Embedder::embed`]; dropping the embedder ends it.
+    jobs: Worker<Vec<String>, Result<Vec<Vec<f32>>, EmbedError>>,
 }
 
 impl std::fmt::Debug for LocalEmbedder {
@@ -79,29 +72,13 @@ fn failed(msg: impl Into<String>) -> EmbedError {
     EmbedError::Failed(msg.into())
 }
 
-/// `dir/name`, or an error naming it if it is not a file.
-fn required_file(dir: &Path, name: &str) -> Result<PathBuf, EmbedError> {
-    let path = dir.join(name);
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(failed(format!(
-            "local embedder: {} is missing (a model directory holds config.json, \
-             tokenizer.json and model.safetensors of a BERT-family sentence-embedding model)",
-            path.display()
-        )))
-    }
-}
+/// Who reports, in error messages.
+const WHO: &str = "local embedder";
+/// What a model directory holds, in error messages.
+const MODEL: &str = "a BERT-family sentence-embedding model";
 
 fn read_json(path: &Path) -> Result<serde_json::Value, EmbedError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        failed(format!(
-            "local embedder: cannot read {}: {e}",
-            path.display()
-        ))
-    })?;
-    serde_json::from_str(&text)
-        .map_err(|e| failed(format!("local embedder: invalid {}: {e}", path.display())))
+    inference::read_json(WHO, path).map_err(failed)
 }
 
 impl LocalEmbedder {
@@ -109,15 +86,9 @@ impl LocalEmbedder {
     /// the file that is missing or invalid.
     pub fn load(model_dir: &Path) -> Result<LocalEmbedder, EmbedError> {
         let started = Instant::now();
-        if !model_dir.is_dir() {
-            return Err(failed(format!(
-                "local embedder: model directory {} does not exist",
-                model_dir.display()
-            )));
-        }
-        let config_path = required_file(model_dir, "config.json")?;
-        let tokenizer_path = required_file(model_dir, "tokenizer.json")?;
-        let weights_path = required_file(model_dir, "model.safetensors")?;
+        let files = inference::ModelFiles::in_dir(WHO, MODEL, model_dir).map_err(failed)?;
+        let (config_path, tokenizer_path, weights_path) =
+            (files.config, files.tokenizer, files.weights);
 
         let config: Config = serde_json::from_value(read_json(&config_path)?).map_err(|e| {
             failed(format!(
@@ -146,58 +117,12 @@ impl LocalEmbedder {
 
         let pooling = read_pooling(model_dir)?;
 
-        let mut tokenizer = Tokenizer::from_file(&tokenizer_path).map_err(|e| {
-            failed(format!(
-                "local embedder: invalid {}: {e}",
-                tokenizer_path.display()
-            ))
-        })?;
-        // tokenizer.json often carries fixed-length padding and a shorter truncation
-        // from export time: pad each batch to its longest text, truncate to max_tokens.
-        let padding = match tokenizer.get_padding() {
-            Some(p) => PaddingParams {
-                strategy: PaddingStrategy::BatchLongest,
-                pad_to_multiple_of: None,
-                ..p.clone()
-            },
-            None => {
-                let pad_id = config.pad_token_id as u32;
-                PaddingParams {
-                    strategy: PaddingStrategy::BatchLongest,
-                    pad_id,
-                    pad_token: tokenizer
-                        .id_to_token(pad_id)
-                        .unwrap_or_else(|| "[PAD]".to_string()),
-                    ..PaddingParams::default()
-                }
-            }
-        };
-        tokenizer.with_padding(Some(padding));
-        tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: max_tokens,
-                ..TruncationParams::default()
-            }))
-            .map_err(|e| {
-                failed(format!(
-                    "local embedder: cannot truncate {} to {max_tokens} tokens: {e}",
-                    tokenizer_path.display()
-                ))
-            })?;
+        let tokenizer =
+            inference::load_tokenizer(WHO, &tokenizer_path, config.pad_token_id as u32, max_tokens)
+                .map_err(failed)?;
 
         let device = Device::Cpu;
-        let weights = std::fs::read(&weights_path).map_err(|e| {
-            failed(format!(
-                "local embedder: cannot read {}: {e}",
-                weights_path.display()
-            ))
-        })?;
-        let vb = VarBuilder::from_buffered_safetensors(weights, DTYPE, &device).map_err(|e| {
-            failed(format!(
-                "local embedder: invalid {}: {e}",
-                weights_path.display()
-            ))
-        })?;
+        let vb = inference::load_weights(WHO, &weights_path, DTYPE, &device).map_err(failed)?;
         let bert = BertModel::load(vb, &config).map_err(|e| {
             failed(format!(
                 "local embedder: {} does not hold the BERT weights {} describes: {e}",
@@ -206,15 +131,7 @@ impl LocalEmbedder {
             ))
         })?;
 
-        let name = std::fs::canonicalize(model_dir)
-            .ok()
-            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .or_else(|| {
-                model_dir
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-            })
-            .unwrap_or_else(|| "model".to_string());
+        let name = inference::model_name(model_dir);
         let id = format!("local:{name}");
         let dimensions = config.hidden_size;
         let model = Arc::new(Model {
@@ -225,7 +142,11 @@ impl LocalEmbedder {
             device,
             tokens: Default::default(),
         });
-        let jobs = spawn_worker(&id, Arc::clone(&model))?;
+        let worker = Arc::clone(&model);
+        let jobs = Worker::spawn("embed-local", move |texts: Vec<String>| {
+            worker.embed(&texts)
+        })
+        .map_err(|e| failed(format!("{id}: cannot start the worker thread: {e}")))?;
         tracing::info!(
             embedder = %id,
             dir = %model_dir.display(),
@@ -280,25 +201,6 @@ fn read_pooling(model_dir: &Path) -> Result<Pooling, EmbedError> {
             path.display()
         )))
     }
-}
-
-/// Starts the thread that serves [`Embedder::embed`]; it ends when the sender is dropped.
-fn spawn_worker(id: &str, model: Arc<Model>) -> Result<mpsc::Sender<Job>, EmbedError> {
-    let (tx, rx) = mpsc::channel::<Job>();
-    std::thread::Builder::new()
-        .name("embed-local".to_string())
-        .spawn(move || {
-            while let Ok((texts, reply)) = rx.recv() {
-                if reply.is_closed() {
-                    continue; // the caller gave up (its future was dropped)
-                }
-                let result = catch_unwind(AssertUnwindSafe(|| model.embed(&texts)))
-                    .unwrap_or_else(|_| Err(failed("local embedder: inference panicked")));
-                let _ = reply.send(result);
-            }
-        })
-        .map_err(|e| failed(format!("{id}: cannot start the worker thread: {e}")))?;
-    Ok(tx)
 }
 
 impl Model {
@@ -398,12 +300,13 @@ impl Embedder for LocalEmbedder {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
-        let (reply, result) = oneshot::channel();
-        self.jobs
-            .send((texts.to_vec(), reply))
-            .map_err(|_| failed(format!("{}: the worker thread has stopped", self.id)))?;
-        result
-            .await
-            .map_err(|_| failed(format!("{}: the worker thread has stopped", self.id)))?
+        match self.jobs.run(texts.to_vec()).await {
+            Ok(result) => result,
+            Err(WorkerError::Panicked) => Err(failed("local embedder: inference panicked")),
+            Err(WorkerError::Stopped) => Err(failed(format!(
+                "{}: the worker thread has stopped",
+                self.id
+            ))),
+        }
     }
 }

@@ -152,11 +152,6 @@ impl OpenAiEmbedder {
                 "openai embedder: dimensions must be at least 1".into(),
             ));
         }
-        if config.timeout.is_zero() {
-            return Err(EmbedError::Failed(
-                "openai embedder: timeout must be above zero".into(),
-            ));
-        }
         let http = Endpoint::new(
             &API,
             &config.base_url,

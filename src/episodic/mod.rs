@@ -5,6 +5,7 @@ pub mod embedding;
 mod expand;
 mod messages;
 pub mod ranking;
+mod rerank;
 
 use std::sync::Arc;
 
@@ -16,6 +17,7 @@ use crate::error::{Error, Result, Violations};
 use crate::limits::Limits;
 use crate::model::filter::{self, Expr};
 use crate::model::{Episode, Project, ProjectKey, ScoredEpisode};
+use crate::rerank::Rerankers;
 use crate::retrieval::index_cache::IndexCache;
 use crate::semantic::SemanticMemory;
 use crate::store::Store;
@@ -46,6 +48,7 @@ pub struct EpisodicMemory {
     limits: Limits,
     embedders: Embedders,
     queue: EmbeddingQueue,
+    rerankers: Rerankers,
 }
 
 /// Parses the request field `field` as a filter.
@@ -62,7 +65,14 @@ impl EpisodicMemory {
             limits,
             embedders: Embedders::default(),
             queue: EmbeddingQueue::default(),
+            rerankers: Rerankers::default(),
         }
+    }
+
+    /// Reranks the candidates of projects that name one of `rerankers`.
+    pub fn with_rerankers(mut self, rerankers: Rerankers) -> Self {
+        self.rerankers = rerankers;
+        self
     }
 
     /// Ranks by embeddings too, each project's made by its embedder among `embedders`
@@ -128,7 +138,18 @@ impl EpisodicMemory {
         let (top_k, filter) = (top_k.expect("validated"), filter.expect("validated"));
 
         let embedder = self.embedders.for_project(&project.config.embedder);
-        let mode = ranking::Mode::parse(&project.config.reranker, embedder.is_some())?;
+        // A name that is not a ranking mode is a reranker's, which reranks candidates
+        // of the default mode (one the server no longer offers fails as a reranker does).
+        let (mode, reranker) = match project.config.reranker.as_str() {
+            name if name.is_empty() || ranking::Mode::NAMES.contains(&name) => {
+                (ranking::Mode::parse(name, embedder.is_some())?, None)
+            }
+            name => (ranking::Mode::parse("", embedder.is_some())?, Some(name)),
+        };
+        let candidates = match reranker {
+            Some(_) => self.rerankers.candidates(top_k),
+            None => top_k,
+        };
         let config = project.episodic;
         if !config.enabled {
             return Ok(EpisodicSearch::default());
@@ -147,9 +168,12 @@ impl EpisodicMemory {
                 &input.query,
                 config.participant_aware,
                 filter.as_ref(),
-                top_k,
+                candidates,
             )
             .await?;
+            if let Some(name) = reranker {
+                hits = rerank::rerank(&self.rerankers, name, &input.query, hits, top_k).await;
+            }
             if let Some(threshold) = input.score_threshold {
                 hits.retain(|hit| hit.score >= threshold);
             }

@@ -205,11 +205,6 @@ impl OpenAiChat {
                 "openai chat: the model name is empty".into(),
             ));
         }
-        if config.timeout.is_zero() {
-            return Err(LlmError::Failed(
-                "openai chat: timeout must be above zero".into(),
-            ));
-        }
         let limiter = match config.max_calls_per_minute {
             None => None,
             Some(n) => {

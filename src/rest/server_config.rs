@@ -142,6 +142,22 @@ fn default_embedder(gateway: &Gateway) -> Result<Option<String>, ApiError> {
         .map(|e| e.id().to_string()))
 }
 
+/// What a project may name in `config.reranker`: the ranking modes (provider
+/// `memmachine`), then the rerankers this server offers (provider: the model's id, e.g.
+/// `cross-encoder:ms-marco-MiniLM-L-6-v2`).
+fn rerankers(gateway: &Gateway) -> Result<Vec<(String, String)>, ApiError> {
+    let domain = gateway.domain()?;
+    let modes = crate::episodic::ranking::Mode::NAMES
+        .iter()
+        .map(|m| (m.to_string(), "memmachine".to_string()));
+    let offered = domain
+        .rerankers
+        .all()
+        .into_iter()
+        .map(|(name, id)| (name.to_string(), id.to_string()));
+    Ok(modes.chain(offered).collect())
+}
+
 fn ready(name: String, provider: &str) -> ResourceInfo {
     ResourceInfo {
         name,
@@ -167,9 +183,9 @@ fn resources(gateway: &Gateway) -> Result<Resources, ApiError> {
             .iter()
             .map(|m| ready(m.clone(), "openai-chat-completions"))
             .collect(),
-        rerankers: crate::episodic::ranking::Mode::NAMES
-            .iter()
-            .map(|m| ready(m.to_string(), "memmachine"))
+        rerankers: rerankers(gateway)?
+            .into_iter()
+            .map(|(name, provider)| ready(name, &provider))
             .collect(),
         databases: vec![ready(
             settings.store.clone(),
@@ -410,8 +426,11 @@ async fn retry_language_model(
 
 #[utoipa::path(post, path = "/config/resources/rerankers/{name}/retry", tag = "Configuration",
     params(("name" = String, Path)), responses((status = 200, body = ResourceUpdated), (status = 404)))]
-async fn retry_reranker(Path(name): Path<String>) -> Reply<ResourceUpdated> {
-    if crate::episodic::ranking::Mode::NAMES.contains(&name.as_str()) {
+async fn retry_reranker(
+    State(gateway): State<Gateway>,
+    Path(name): Path<String>,
+) -> Reply<ResourceUpdated> {
+    if rerankers(&gateway)?.iter().any(|(n, _)| *n == name) {
         still_ready()
     } else {
         Err(Error::NotFound(format!("no reranker named {name:?}")).into())

@@ -7,6 +7,7 @@ pub mod embeddings;
 pub mod keys;
 pub mod pki;
 pub mod postgres;
+pub mod rerank;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -125,6 +125,7 @@ async fn project_script(store: &dyn ProjectStore) -> Vec<String> {
                 enabled: Some(false),
                 long_term_memory_enabled: None,
                 short_term_memory_enabled: Some(false),
+                participant_aware: None,
             },
         )
         .await

@@ -95,6 +95,7 @@ async fn populate(store: &Arc<dyn Store>) {
             &support,
             EpisodicConfigUpdate {
                 short_term_memory_enabled: Some(false),
+                participant_aware: Some(false),
                 ..Default::default()
             },
         )
@@ -500,7 +501,7 @@ async fn round_trip(target: Arc<dyn Store>) {
             original.created_at_micros
         )
     );
-    assert!(!project.episodic.short_term_memory_enabled);
+    assert!(!project.episodic.short_term_memory_enabled && !project.episodic.participant_aware);
     // The next episode comes after the highest imported sequence number.
     let next = target
         .add_episodes(&support, vec![episode("new", "alice", &[], 50)], None)

@@ -559,14 +559,15 @@ mod tests {
         index.insert(3, "stock market news", Some(0.0));
         index.insert(4, "not embedded yet", None);
         let terms = query_terms("apple dessert");
-        let hits = index.search_hybrid(&terms, |sim| *sim, 10, |_| true, None);
+        let hits = index.search_hybrid(&terms, |sim| *sim, 10, |_| true, None, |_| 0.0);
         let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
         assert_eq!(ids.len(), 4, "every live document is a candidate");
         assert_eq!(ids[3], 3, "matching neither way comes last: {hits:?}");
-        let filtered = index.search_hybrid(&terms, |sim| *sim, 10, |sim| sim.is_some(), None);
+        let filtered =
+            index.search_hybrid(&terms, |sim| *sim, 10, |sim| sim.is_some(), None, |_| 0.0);
         assert_eq!(filtered.len(), 3);
         index.remove(2);
-        let after = index.search_hybrid(&terms, |sim| *sim, 10, |_| true, None);
+        let after = index.search_hybrid(&terms, |sim| *sim, 10, |_| true, None, |_| 0.0);
         assert!(after.iter().all(|h| h.0 != 2));
     }
 
@@ -582,12 +583,12 @@ mod tests {
             index.insert(i, text, Some(((i * 37) % 41) as f32 / 41.0));
         }
         let terms = query_terms("red kite");
-        let full = index.search_hybrid(&terms, |sim| *sim, 40, |_| true, None);
+        let full = index.search_hybrid(&terms, |sim| *sim, 40, |_| true, None, |_| 0.0);
         // The nearest by vector (as a graph would propose them) plus the lexical matches.
         let mut nearest: Vec<i64> = (0..40).collect();
         nearest.sort_by_key(|id| std::cmp::Reverse((id * 37) % 41));
         nearest.truncate(5);
-        let some = index.search_hybrid(&terms, |sim| *sim, 40, |_| true, Some(&nearest));
+        let some = index.search_hybrid(&terms, |sim| *sim, 40, |_| true, Some(&nearest), |_| 0.0);
         let ids: Vec<i64> = some.iter().map(|h| h.0).collect();
         for id in [3, 13, 23, 33].iter().chain(&nearest) {
             assert!(ids.contains(id), "{id} missing from {ids:?}");

@@ -291,10 +291,14 @@ mod tests {
     use super::*;
 
     fn entry(vector: Option<Vec<f32>>) -> Entry {
+        entry_by("ada", vector)
+    }
+
+    fn entry_by(producer: &str, vector: Option<Vec<f32>>) -> Entry {
         let episode = Episode {
             uid: uuid::Uuid::new_v4(),
             content: "hello".into(),
-            producer_id: "ada".into(),
+            producer_id: producer.into(),
             producer_role: String::new(),
             produced_for_id: String::new(),
             sequence_num: 1,
@@ -312,6 +316,46 @@ mod tests {
     fn unit(i: usize) -> Vec<f32> {
         let angle = i as f32 * 0.01;
         vec![angle.cos(), angle.sin(), 0.0]
+    }
+
+    #[test]
+    fn a_question_naming_a_participant_prefers_their_turns_and_embeds_without_them() {
+        let mut index = ProjectIndex::new();
+        let same = vec![1.0, 0.0, 0.0];
+        index.insert(
+            1,
+            "Ada Lovelace",
+            "the race was fun",
+            entry_by("Ada Lovelace", Some(same.clone())),
+        );
+        index.insert(
+            2,
+            "Bob",
+            "the race was fun",
+            entry_by("Bob", Some(same.clone())),
+        );
+        index.insert(
+            3,
+            "Bob",
+            "we ate soup",
+            entry_by("Bob", Some(vec![0.0, 1.0, 0.0])),
+        );
+        let named = index
+            .named_participants("What did Ada Lovelace's friend say about the race?")
+            .unwrap();
+        assert_eq!(
+            named.without.as_deref(),
+            Some("What did friend say about the race?")
+        );
+        assert_eq!(named.ids, [Box::<str>::from("Ada Lovelace")]);
+        let terms = crate::retrieval::tokenize::query_terms("Ada Lovelace race");
+        let first = |named: &[Box<str>]| index.hybrid(&terms, &same, named, None, 3)[0].0;
+        assert_eq!(first(&named.ids), 1);
+        assert_eq!(first(&[Box::from("Bob")]), 2, "the named one wins a tie");
+        // A participant whose every turn is gone is no longer one.
+        index.remove(1);
+        assert!(index.named_participants("Ada Lovelace raced").is_none());
+        assert!(index.named_participants("did bob race").is_some());
     }
 
     #[test]

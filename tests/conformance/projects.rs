@@ -102,6 +102,8 @@ pub async fn projects_list_in_key_order_and_page(store: Arc<dyn Store>) {
 
 pub async fn episodic_config_updates_are_partial(store: Arc<dyn Store>) {
     let k = project(&store).await;
+    let fresh = store.get_project(&k).await.unwrap().unwrap().episodic;
+    assert!(fresh.participant_aware, "on by default");
     let config = store
         .update_episodic_config(
             &k,
@@ -129,6 +131,19 @@ pub async fn episodic_config_updates_are_partial(store: Arc<dyn Store>) {
     assert!(
         !config.enabled && !config.long_term_memory_enabled && !config.short_term_memory_enabled
     );
+    assert!(config.participant_aware, "kept when not named");
+    let config = store
+        .update_episodic_config(
+            &k,
+            EpisodicConfigUpdate {
+                participant_aware: Some(false),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!config.participant_aware && !config.enabled);
     let stored = store.get_project(&k).await.unwrap().unwrap();
     assert_eq!(stored.episodic, config);
     let ghost = key(&org(), "ghost");

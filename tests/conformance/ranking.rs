@@ -66,6 +66,7 @@ impl<'a> Ranker<'a> {
             mode,
             key,
             query,
+            true,
             filter,
             top_k,
         )

@@ -17,6 +17,10 @@ pub struct Participants {
     longest: usize,
 }
 
+/// Longest name, in words, that is looked for in a question (longer ids are never
+/// typed in questions, and the search costs this many lookups per word).
+const MAX_NAME_WORDS: usize = 6;
+
 /// What a question says of the participants.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Named {
@@ -34,7 +38,7 @@ fn key(name: &str) -> Option<(String, usize)> {
 
 impl Participants {
     pub fn add(&mut self, id: &str) {
-        if let Some((key, len)) = key(id) {
+        if let Some((key, len)) = key(id).filter(|(_, len)| *len <= MAX_NAME_WORDS) {
             *self
                 .names
                 .entry(key)
@@ -195,5 +199,8 @@ mod tests {
         p.remove("nobody");
         p.add("");
         assert_eq!(p.strip("went"), None);
+        // Ids of many words are not names anyone types.
+        p.add("a b c d e f g");
+        assert_eq!(p.strip("did a b c d e f g go"), None);
     }
 }

@@ -107,13 +107,9 @@ impl Projects {
             .store
             .list_projects(org_id, after.flatten().as_ref(), limit + 1)
             .await?;
-        let next = if projects.len() > limit {
-            projects.truncate(limit);
-            let last = &projects[limit - 1].key;
-            format!("{}/{}", last.org_id, last.project_id)
-        } else {
-            String::new()
-        };
+        let next = crate::model::page::cut(&mut projects, limit, |last| {
+            format!("{}/{}", last.key.org_id, last.key.project_id)
+        });
         Ok((projects, next))
     }
 

@@ -300,12 +300,8 @@ impl EpisodicMemory {
             .store
             .list_episodes(key, filter.as_ref(), after, limit + 1)
             .await?;
-        let next = if episodes.len() > limit {
-            episodes.truncate(limit);
-            episodes[limit - 1].sequence_num.to_string()
-        } else {
-            String::new()
-        };
+        let next =
+            crate::model::page::cut(&mut episodes, limit, |last| last.sequence_num.to_string());
         Ok((episodes, next))
     }
 

@@ -171,13 +171,9 @@ impl Legacy {
             .store
             .list_legacy_sessions(RESERVED_ORG, &query, limit + 1)
             .await?;
-        let next = if sessions.len() > limit {
-            sessions.truncate(limit);
-            let last = &sessions[limit - 1];
+        let next = crate::model::page::cut(&mut sessions, limit, |last| {
             format!("{}/{}", last.key.project_id, last.session_id)
-        } else {
-            String::new()
-        };
+        });
         Ok((sessions, next))
     }
 
@@ -290,12 +286,7 @@ impl Legacy {
             .store
             .list_legacy_groups(RESERVED_ORG, &query, limit + 1)
             .await?;
-        let next = if groups.len() > limit {
-            groups.truncate(limit);
-            groups[limit - 1].key.project_id.clone()
-        } else {
-            String::new()
-        };
+        let next = crate::model::page::cut(&mut groups, limit, |last| last.key.project_id.clone());
         Ok((groups, next))
     }
 

@@ -7,43 +7,43 @@
 //! `model.safetensors`, optionally `sentence_bert_config.json` (its `max_seq_length`
 //! caps the input length as sentence-transformers does) and `1_Pooling/config.json`.
 //!
-//! Inference is CPU-bound: [`LocalEmbedder::embed`] hands the work to a dedicated worker
+//! Inference runs on [`memmachine_bert::Encoder`], this project's own CPU encoder (texts
+//! packed without padding, weights packed once, kernels for the CPU found at run time).
+//! It is CPU-bound: [`LocalEmbedder::embed`] hands the work to a dedicated worker
 //! thread, so it never runs on the async executor; the worker runs one request at a
-//! time and each forward pass uses every core (candle's matrix products are parallel).
-//! [`LocalEmbedder::embed_blocking`] runs on the calling thread.
+//! time and spreads it over every core. [`LocalEmbedder::embed_blocking`] runs on the
+//! calling thread (and the cores).
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use candle_core::{DType, Device, Tensor};
-use candle_transformers::models::bert::{BertModel, Config, DTYPE};
+use rayon::prelude::*;
 use tokenizers::Tokenizer;
 
 use super::{EmbedError, Embedder, normalize};
 use crate::inference::{self, Worker, WorkerError};
+use memmachine_bert::{self as bert, Config, Encoder, Profile};
+pub use memmachine_bert::{Pooling, Precision};
 
-/// Texts per forward pass. Texts are sorted by length first, so a batch pads little.
-pub const BATCH_SIZE: usize = 32;
-
-/// How the token vectors become one sentence vector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pooling {
-    /// Mean of the token vectors under the attention mask (sentence-transformers' default).
-    Mean,
-    /// The first (`[CLS]`) token's vector.
-    Cls,
-}
+/// Tokens per forward pass: enough rows for the products to run near the machine's
+/// rate, few enough that a pass's activations stay in the core's cache. Passes are
+/// spread over the cores.
+pub const PASS_TOKENS: usize = 256;
 
 /// The loaded model and tokenizer, shared by the worker thread and blocking callers.
 struct Model {
-    bert: BertModel,
+    encoder: Encoder,
     tokenizer: Tokenizer,
     pooling: Pooling,
     dimensions: usize,
-    device: Device,
-    /// Tokens embedded so far (padding excluded).
+    threads: usize,
+    /// The encoder's own threads: a request runs inside the pool, so that splitting a
+    /// product between cores is a cheap hand-over between its threads, not a wake-up
+    /// of a waiting caller each time.
+    pool: rayon::ThreadPool,
+    /// Tokens embedded so far.
     tokens: std::sync::atomic::AtomicU64,
 }
 
@@ -85,6 +85,11 @@ impl LocalEmbedder {
     /// Loads the model in `model_dir` (see the module docs for its layout). Errors name
     /// the file that is missing or invalid.
     pub fn load(model_dir: &Path) -> Result<LocalEmbedder, EmbedError> {
+        LocalEmbedder::load_with(model_dir, Precision::best())
+    }
+
+    /// As [`Self::load`], with the products at `precision` (f32 where the CPU lacks it).
+    pub fn load_with(model_dir: &Path, precision: Precision) -> Result<LocalEmbedder, EmbedError> {
         let started = Instant::now();
         let files = inference::ModelFiles::in_dir(WHO, MODEL, model_dir).map_err(failed)?;
         let (config_path, tokenizer_path, weights_path) =
@@ -96,12 +101,9 @@ impl LocalEmbedder {
                 config_path.display()
             ))
         })?;
-        if config.hidden_size == 0 || config.max_position_embeddings == 0 {
-            return Err(failed(format!(
-                "local embedder: {} has hidden_size or max_position_embeddings 0",
-                config_path.display()
-            )));
-        }
+        config
+            .check()
+            .map_err(|e| failed(format!("local embedder: {}: {e}", config_path.display())))?;
 
         // Input length: sentence-transformers' max_seq_length if given, never more than
         // the position embeddings cover.
@@ -117,34 +119,42 @@ impl LocalEmbedder {
 
         let pooling = read_pooling(model_dir)?;
 
-        let tokenizer =
-            inference::load_tokenizer(WHO, &tokenizer_path, config.pad_token_id as u32, max_tokens)
+        let mut tokenizer =
+            inference::load_tokenizer(WHO, &tokenizer_path, config.pad_token_id, max_tokens)
                 .map_err(failed)?;
+        // Texts are packed end to end, never padded.
+        tokenizer.with_padding(None);
 
-        let device = Device::Cpu;
-        let vb = inference::load_weights(WHO, &weights_path, DTYPE, &device).map_err(failed)?;
-        let bert = BertModel::load(vb, &config).map_err(|e| {
+        let layers = config.num_hidden_layers;
+        let encoder = bert::load(config, &weights_path, precision).map_err(|e| {
             failed(format!(
                 "local embedder: {} does not hold the BERT weights {} describes: {e}",
                 weights_path.display(),
                 config_path.display()
             ))
         })?;
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("embed-local-{i}"))
+            .build()
+            .map_err(|e| failed(format!("local embedder: cannot start its threads: {e}")))?;
 
         let name = inference::model_name(model_dir);
         let id = format!("local:{name}");
-        let dimensions = config.hidden_size;
+        let dimensions = encoder.config().hidden_size;
         let model = Arc::new(Model {
-            bert,
+            encoder,
             tokenizer,
             pooling,
             dimensions,
-            device,
+            threads,
+            pool,
             tokens: Default::default(),
         });
         let worker = Arc::clone(&model);
         let jobs = Worker::spawn("embed-local", move |texts: Vec<String>| {
-            worker.embed(&texts)
+            worker.embed(&texts, None)
         })
         .map_err(|e| failed(format!("{id}: cannot start the worker thread: {e}")))?;
         tracing::info!(
@@ -153,7 +163,9 @@ impl LocalEmbedder {
             dimensions,
             max_tokens,
             ?pooling,
-            layers = config.num_hidden_layers,
+            layers,
+            threads,
+            precision = model.encoder.precision().name(),
             elapsed_ms = started.elapsed().as_millis() as u64,
             "local embedder loaded"
         );
@@ -179,8 +191,47 @@ impl LocalEmbedder {
     /// Embeds on the calling thread (CPU-bound: never call it on an async executor
     /// thread; [`Embedder::embed`] runs it on the embedder's worker thread).
     pub fn embed_blocking(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        self.model.embed(texts)
+        self.model.embed(texts, None)
     }
+
+    /// As [`Self::embed_blocking`], adding the time of each step to `profile`
+    /// (tokenising included), for benchmarks.
+    pub fn embed_profiled(
+        &self,
+        texts: &[String],
+        profile: &mut Profiled,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.model.embed(texts, Some(profile))
+    }
+
+    /// Tokens of each text as the encoder sees them (special tokens included).
+    pub fn token_counts(&self, texts: &[String]) -> Result<Vec<usize>, EmbedError> {
+        Ok(self.model.tokenize(texts)?.iter().map(Vec::len).collect())
+    }
+
+    /// Multiply-add FLOPs of encoding texts of `lens` tokens.
+    pub fn flops(&self, lens: &[usize]) -> f64 {
+        self.model.encoder.flops(lens)
+    }
+
+    /// The precision of the encoder's products.
+    pub fn precision(&self) -> Precision {
+        self.model.encoder.precision()
+    }
+
+    /// Threads a request is spread over.
+    pub fn threads(&self) -> usize {
+        self.model.threads
+    }
+}
+
+/// Where an embedding request spent its time (see [`LocalEmbedder::embed_profiled`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Profiled {
+    /// Tokenising, in nanoseconds.
+    pub tokenizing: u64,
+    /// The encoder's steps, summed over the threads that ran them.
+    pub encoder: Profile,
 }
 
 /// Reads `1_Pooling/config.json` when there is one: mean pooling unless it asks for CLS.
@@ -204,81 +255,87 @@ fn read_pooling(model_dir: &Path) -> Result<Pooling, EmbedError> {
 }
 
 impl Model {
-    fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+    /// Token ids of each text, truncated to the model's length.
+    fn tokenize(&self, texts: &[String]) -> Result<Vec<Vec<u32>>, EmbedError> {
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let encodings = self
+            .tokenizer
+            .encode_batch(refs, true)
+            .map_err(|e| failed(format!("local embedder: tokenisation failed: {e}")))?;
+        Ok(encodings
+            .into_iter()
+            .map(|e| e.get_ids().to_vec())
+            .collect())
+    }
+
+    fn embed(
+        &self,
+        texts: &[String],
+        profile: Option<&mut Profiled>,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.pool.install(|| self.embed_in_pool(texts, profile))
+    }
+
+    fn embed_in_pool(
+        &self,
+        texts: &[String],
+        profile: Option<&mut Profiled>,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
-        // Sort by length so each batch holds texts of similar length (little padding),
-        // then put the vectors back in the caller's order.
+        let started = std::time::Instant::now();
+        let ids = self.tokenize(texts)?;
+        let tokenizing = started.elapsed().as_nanos() as u64;
+        let total: usize = ids.iter().map(Vec::len).sum();
+        self.tokens
+            .fetch_add(total as u64, std::sync::atomic::Ordering::Relaxed);
+        // Passes of texts of similar length, then the vectors back in the caller's order.
         let mut order: Vec<usize> = (0..texts.len()).collect();
-        order.sort_by_key(|&i| texts[i].len());
+        order.sort_by_key(|&i| ids[i].len());
+        let mut passes: Vec<Vec<usize>> = Vec::new();
+        let mut tokens = 0;
+        for &i in &order {
+            if passes.is_empty() || tokens + ids[i].len() > PASS_TOKENS {
+                passes.push(Vec::new());
+                tokens = 0;
+            }
+            passes.last_mut().expect("a pass").push(i);
+            tokens += ids[i].len();
+        }
+        let run = |pass: &Vec<usize>| -> Result<(Vec<Vec<f32>>, Profile), EmbedError> {
+            let seqs: Vec<&[u32]> = pass.iter().map(|&i| ids[i].as_slice()).collect();
+            let mut p = Profile::default();
+            let vectors = self
+                .encoder
+                .forward(&seqs, self.pooling, Some(&mut p))
+                .map_err(|e| failed(format!("local embedder: {e}")))?;
+            Ok((vectors, p))
+        };
+        let results: Vec<Result<(Vec<Vec<f32>>, Profile), EmbedError>> =
+            passes.par_iter().map(run).collect();
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
-        for chunk in order.chunks(BATCH_SIZE) {
-            let batch: Vec<&str> = chunk.iter().map(|&i| texts[i].as_str()).collect();
-            let vectors = self.embed_batch(batch)?;
-            for (&i, v) in chunk.iter().zip(vectors) {
+        let mut steps = Profile::default();
+        for (pass, result) in passes.iter().zip(results) {
+            let (vectors, p) = result?;
+            steps.add(&p);
+            for (&i, mut v) in pass.iter().zip(vectors) {
+                if v.len() != self.dimensions {
+                    return Err(failed(format!(
+                        "local embedder: model produced {} dimensions, config says {}",
+                        v.len(),
+                        self.dimensions
+                    )));
+                }
+                normalize(&mut v);
                 out[i] = v;
             }
         }
+        if let Some(profile) = profile {
+            profile.tokenizing += tokenizing;
+            profile.encoder.add(&steps);
+        }
         Ok(out)
-    }
-
-    fn embed_batch(&self, batch: Vec<&str>) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let n = batch.len();
-        let encodings = self
-            .tokenizer
-            .encode_batch(batch, true)
-            .map_err(|e| failed(format!("local embedder: tokenisation failed: {e}")))?;
-        let len = encodings.first().map_or(0, |e| e.len());
-        let mut ids = Vec::with_capacity(n * len);
-        let mut mask = Vec::with_capacity(n * len);
-        for e in &encodings {
-            if e.len() != len {
-                return Err(failed("local embedder: tokenizer did not pad the batch"));
-            }
-            ids.extend_from_slice(e.get_ids());
-            mask.extend_from_slice(e.get_attention_mask());
-        }
-        let real: u64 = mask.iter().map(|&m| u64::from(m)).sum();
-        self.tokens
-            .fetch_add(real, std::sync::atomic::Ordering::Relaxed);
-        let mut vectors = self
-            .forward(ids, mask, (n, len))
-            .map_err(|e| failed(format!("local embedder: inference failed: {e}")))?;
-        for v in &mut vectors {
-            if v.len() != self.dimensions {
-                return Err(failed(format!(
-                    "local embedder: model produced {} dimensions, config says {}",
-                    v.len(),
-                    self.dimensions
-                )));
-            }
-            normalize(v);
-        }
-        Ok(vectors)
-    }
-
-    /// The encoder and pooling for one padded batch of `shape` = (texts, tokens).
-    fn forward(
-        &self,
-        ids: Vec<u32>,
-        mask: Vec<u32>,
-        shape: (usize, usize),
-    ) -> candle_core::Result<Vec<Vec<f32>>> {
-        let ids = Tensor::from_vec(ids, shape, &self.device)?;
-        let mask = Tensor::from_vec(mask, shape, &self.device)?;
-        let type_ids = ids.zeros_like()?;
-        let hidden = self.bert.forward(&ids, &type_ids, Some(&mask))?; // (n, len, dims)
-        let pooled = match self.pooling {
-            Pooling::Mean => {
-                let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?; // (n, len, 1)
-                let sum = hidden.broadcast_mul(&mask)?.sum(1)?; // (n, dims)
-                let count = mask.sum(1)?.clamp(1e-9f32, f32::MAX)?; // (n, 1)
-                sum.broadcast_div(&count)?
-            }
-            Pooling::Cls => hidden.narrow(1, 0, 1)?.squeeze(1)?,
-        };
-        pooled.to_vec2()
     }
 }
 

@@ -70,6 +70,10 @@ pub struct ServeArgs {
     /// Vector length: of the hash embedder [default: 256], or asked of the endpoint
     #[arg(long, env = "MEMMACHINE_EMBEDDER_DIMENSIONS")]
     pub embedder_dimensions: Option<usize>,
+    /// Products of the local embedder: f32, bf16 (on AMX: about twice as fast, vectors
+    /// within a cosine of 0.999), or auto (bf16 where the CPU has AMX) [default: auto]
+    #[arg(long, env = "MEMMACHINE_EMBEDDER_PRECISION")]
+    pub embedder_precision: Option<EmbedderPrecision>,
     /// API key of the embeddings endpoint: only from the environment or the config file
     #[arg(skip)]
     pub embedder_api_key: Option<String>,
@@ -229,6 +233,17 @@ pub struct TlsFiles {
     pub client_ca: Option<PathBuf>,
 }
 
+/// The precision of the local embedder's products (`--embedder-precision`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EmbedderPrecision {
+    /// bf16 where the CPU has AMX, else f32.
+    #[default]
+    Auto,
+    F32,
+    Bf16,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EmbedderKind {
@@ -247,6 +262,7 @@ pub struct EmbedderConfig {
     pub base_url: Option<String>,
     pub model: Option<String>,
     pub dimensions: Option<usize>,
+    pub precision: EmbedderPrecision,
     pub api_key: Option<String>,
 }
 
@@ -312,6 +328,7 @@ impl std::fmt::Debug for EmbedderConfig {
             .field("base_url", &self.base_url)
             .field("model", &self.model)
             .field("dimensions", &self.dimensions)
+            .field("precision", &self.precision)
             .field("api_key", &self.api_key.as_ref().map(|_| MASKED))
             .finish()
     }
@@ -474,6 +491,10 @@ impl ServeConfig {
                 lines.push(format!("{key} = {}", text(value)));
             }
         }
+        lines.push(format!(
+            "embedder_precision = {}",
+            text(&format!("{:?}", embedder.precision).to_lowercase())
+        ));
         if let Some(dimensions) = embedder.dimensions {
             lines.push(format!("embedder_dimensions = {dimensions}"));
         }
@@ -673,6 +694,7 @@ impl ServeArgs {
                 base_url: merged.embedder_base_url,
                 model: merged.embedder_model,
                 dimensions: merged.embedder_dimensions,
+                precision: merged.embedder_precision.unwrap_or_default(),
                 api_key: std::env::var("MEMMACHINE_EMBEDDER_API_KEY")
                     .ok()
                     .or(merged.embedder_api_key),
@@ -713,6 +735,7 @@ impl ServeArgs {
             embedder_base_url: self.embedder_base_url.or(other.embedder_base_url),
             embedder_model: self.embedder_model.or(other.embedder_model),
             embedder_dimensions: self.embedder_dimensions.or(other.embedder_dimensions),
+            embedder_precision: self.embedder_precision.or(other.embedder_precision),
             embedder_api_key: self.embedder_api_key.or(other.embedder_api_key),
             auth: self.auth.or(other.auth),
             insecure_listen: self.insecure_listen.or(other.insecure_listen),

@@ -81,8 +81,19 @@ pub async fn build(config: &crate::config::EmbedderConfig) -> Result<Embedders, 
 async fn load_local(
     config: &crate::config::EmbedderConfig,
 ) -> Result<local::LocalEmbedder, String> {
+    use crate::config::EmbedderPrecision;
     let dir = config.model_dir.clone();
-    tokio::task::spawn_blocking(move || local::LocalEmbedder::load(&dir))
+    let precision = match config.precision {
+        EmbedderPrecision::Auto => local::Precision::best(),
+        EmbedderPrecision::F32 => local::Precision::F32,
+        EmbedderPrecision::Bf16 => {
+            if !local::Precision::Bf16.available() {
+                tracing::warn!("--embedder-precision bf16: this CPU has no AMX; using f32");
+            }
+            local::Precision::Bf16
+        }
+    };
+    tokio::task::spawn_blocking(move || local::LocalEmbedder::load_with(&dir, precision))
         .await
         .map_err(|err| format!("loading the model: {err}"))?
         .map_err(|err| {

@@ -738,8 +738,7 @@ struct Report {
     deletes: DeleteTally,
     cpu: Option<CpuUse>,
     samples: Vec<Sample>,
-    /// (project, preloaded, added, deleted, expected, counted by the server).
-    counts: Vec<(String, usize, i64, i64, i64, Option<i64>)>,
+    counts: Vec<ProjectCount>,
     preload_secs: f64,
     embed_wait_secs: Option<f64>,
 }
@@ -906,11 +905,18 @@ async fn run(args: &Args) -> Result<(Report, Target)> {
     ))
 }
 
+/// A project's episodes as this run expects them and as the server counts them.
+struct ProjectCount {
+    id: String,
+    preloaded: usize,
+    added: i64,
+    deleted: i64,
+    expected: i64,
+    counted: i64,
+}
+
 /// Each project's episodes as this run expects them and as the server counts them.
-async fn count_episodes(
-    link: &Link,
-    projects: &[Project],
-) -> Result<Vec<(String, usize, i64, i64, i64, Option<i64>)>> {
+async fn count_episodes(link: &Link, projects: &[Project]) -> Result<Vec<ProjectCount>> {
     let mut admin = ProjectServiceClient::new(link.clone());
     let mut counts = Vec::new();
     for project in projects {
@@ -925,14 +931,14 @@ async fn count_episodes(
             .map_err(|status| format!("{}: {status}", project.id))?
             .into_inner()
             .count;
-        counts.push((
-            project.id.clone(),
-            project.preloaded,
+        counts.push(ProjectCount {
+            id: project.id.clone(),
+            preloaded: project.preloaded,
             added,
             deleted,
-            project.preloaded as i64 + added - deleted,
-            Some(counted),
-        ));
+            expected: project.preloaded as i64 + added - deleted,
+            counted,
+        });
     }
     Ok(counts)
 }
@@ -1042,10 +1048,10 @@ fn print_report(args: &Args, target: &Target, report: &Report) {
     println!();
     println!("| project | preloaded | added | deleted | expected | server counts |");
     println!("|---|---:|---:|---:|---:|---:|");
-    for (id, preloaded, added, deleted, expected, counted) in &report.counts {
+    for c in &report.counts {
         println!(
-            "| {id} | {preloaded} | {added} | {deleted} | {expected} | {} |",
-            or_na(*counted)
+            "| {} | {} | {} | {} | {} | {} |",
+            c.id, c.preloaded, c.added, c.deleted, c.expected, c.counted
         );
     }
     if report.samples.iter().any(|s| s.process.is_some()) {
@@ -1078,10 +1084,7 @@ fn report_json(args: &Args, target: &Target, report: &Report) -> Value {
         .collect();
     let finite = |v: f64| v.is_finite().then_some(v);
     let cpu = report.cpu.as_ref();
-    let counts_match = report
-        .counts
-        .iter()
-        .all(|(_, _, _, _, expected, counted)| *counted == Some(*expected));
+    let counts_match = report.counts.iter().all(|c| c.counted == c.expected);
     json!({
         "config": {
             "clients": args.clients,
@@ -1126,9 +1129,9 @@ fn report_json(args: &Args, target: &Target, report: &Report) -> Value {
         "load_generator_cpu_seconds": cpu.and_then(|c| c.client),
         "preload_secs": report.preload_secs,
         "embed_wait_secs": report.embed_wait_secs,
-        "projects": report.counts.iter().map(|(id, preloaded, added, deleted, expected, counted)| json!({
-            "id": id, "preloaded": preloaded, "added": added, "deleted": deleted,
-            "expected": expected, "counted": counted,
+        "projects": report.counts.iter().map(|c| json!({
+            "id": c.id, "preloaded": c.preloaded, "added": c.added, "deleted": c.deleted,
+            "expected": c.expected, "counted": c.counted,
         })).collect::<Vec<_>>(),
         "counts_match": counts_match,
         "samples": report.samples.iter().map(Sample::to_json).collect::<Vec<_>>(),

@@ -18,13 +18,15 @@ use memmachine::pb;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
 use memmachine::pb::project_service_client::ProjectServiceClient;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 
 mod support;
 
+use support::api_key::{ApiKey, Link};
 use support::cpu::{CpuMeter, opt_secs};
 use support::latencies::Latencies;
 use support::locomo;
+use support::rng::Rng;
 use support::server::Server;
 use support::{BoxError, Result};
 
@@ -184,23 +186,6 @@ fn load_corpus(path: &Path) -> Result<Corpus> {
     })
 }
 
-/// SplitMix64: small, seeded, deterministic.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 /// Episode `i`: turn `i mod turns`; copies after the first get a deterministic suffix of
 /// 3 to 6 words drawn from the whole corpus so the index is not all duplicates.
 fn message(corpus: &Corpus, i: usize, rng: &mut Rng) -> pb::MemoryMessage {
@@ -232,7 +217,7 @@ fn message(corpus: &Corpus, i: usize, rng: &mut Rng) -> pb::MemoryMessage {
 
 /// All AddMemories requests for `size` episodes, built before timing starts.
 fn add_requests(corpus: &Corpus, size: usize, batch: usize) -> Vec<pb::AddMemoriesRequest> {
-    let mut rng = Rng(SEED);
+    let mut rng = Rng::new(SEED);
     (0..size)
         .step_by(batch)
         .map(|start| pb::AddMemoriesRequest {
@@ -290,49 +275,6 @@ struct SizeResult {
     filtered: SearchResult,
     db_bytes: u64,
     replica: Option<ReplicaResult>,
-}
-
-/// Sends the API key, if there is one, with every call.
-#[derive(Clone)]
-struct ApiKey(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
-
-impl tonic::service::Interceptor for ApiKey {
-    fn call(
-        &mut self,
-        mut request: tonic::Request<()>,
-    ) -> std::result::Result<tonic::Request<()>, tonic::Status> {
-        if let Some(key) = &self.0 {
-            request.metadata_mut().insert("authorization", key.clone());
-        }
-        Ok(request)
-    }
-}
-
-/// The connection to the server, with the API key.
-type Link = InterceptedService<Channel, ApiKey>;
-
-/// Makes an admin key with the server's own `keys create`, as `Bearer` metadata.
-fn admin_key(executable: &Path, server: &Server) -> Result<ApiKey> {
-    let output = std::process::Command::new(executable)
-        .args([
-            "keys",
-            "create",
-            "--admin",
-            "--label",
-            "memmachine-bench",
-            "--data-dir",
-        ])
-        .arg(&server.data_dir)
-        .output()?;
-    if !output.status.success() {
-        return Err(format!(
-            "keys create failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-        .into());
-    }
-    let token = String::from_utf8(output.stdout)?;
-    Ok(ApiKey(Some(format!("Bearer {}", token.trim()).parse()?)))
 }
 
 async fn ingest(
@@ -481,9 +423,9 @@ async fn run_size(
         .await
         .map_err(|err| server.error("cannot connect", err))?;
     let key = if args.auth {
-        admin_key(executable, &server)?
+        ApiKey::create_admin(executable, &server.data_dir, "memmachine-bench")?
     } else {
-        ApiKey(None)
+        ApiKey::default()
     };
     let channel = InterceptedService::new(channel, key.clone());
     let mut projects = ProjectServiceClient::new(channel.clone());

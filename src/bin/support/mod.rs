@@ -1,14 +1,21 @@
 //! What the benchmark binaries (`memmachine-bench`, `memmachine-locomo`,
-//! `memmachine-semantic-bench`) share: the server process they measure, latency
-//! percentiles, CPU use, Prometheus readings and a scripted chat model. Each uses only
-//! part of it.
+//! `memmachine-semantic-bench`, `memmachine-load`) share: the server process they
+//! measure, API keys, latency percentiles, CPU use, Prometheus readings and a scripted
+//! chat model; and the load generator's call mix, schedule, per-call statistics and
+//! process samples. Each uses only part of it.
 #![allow(dead_code)]
 
+pub mod api_key;
+pub mod call_stats;
 pub mod chat;
 pub mod cpu;
 pub mod latencies;
 pub mod locomo;
 pub mod metrics;
+pub mod mix;
+pub mod process_sample;
+pub mod rng;
+pub mod schedule;
 pub mod server;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

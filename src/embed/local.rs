@@ -27,6 +27,9 @@ use crate::inference::{self, Worker, WorkerError};
 use memmachine_bert::{self as bert, Config, Encoder, Profile};
 pub use memmachine_bert::{Pooling, Precision};
 
+/// Passes up to this many tokens, alone in a request, are split between two cores.
+const SPLIT_TOKENS: usize = 64;
+
 /// Tokens per forward pass: enough rows for the products to run near the machine's
 /// rate, few enough that a pass's activations stay in the core's cache. Passes are
 /// spread over the cores.
@@ -43,6 +46,9 @@ struct Model {
     /// product between cores is a cheap hand-over between its threads, not a wake-up
     /// of a waiting caller each time.
     pool: rayon::ThreadPool,
+    /// Whether a question's pass is split between cores (`MEMMACHINE_EMBED_SPLIT=0`
+    /// turns it off, to compare).
+    split: bool,
     /// Tokens embedded so far.
     tokens: std::sync::atomic::AtomicU64,
 }
@@ -150,6 +156,7 @@ impl LocalEmbedder {
             dimensions,
             threads,
             pool,
+            split: std::env::var("MEMMACHINE_EMBED_SPLIT").map_or(true, |v| v != "0"),
             tokens: Default::default(),
         });
         let worker = Arc::clone(&model);
@@ -254,6 +261,9 @@ fn read_pooling(model_dir: &Path) -> Result<Pooling, EmbedError> {
     }
 }
 
+/// A pass's vectors, in its texts' order, and where its time went.
+type PassResult = (Vec<Vec<f32>>, Profile);
+
 impl Model {
     /// Token ids of each text, truncated to the model's length.
     fn tokenize(&self, texts: &[String]) -> Result<Vec<Vec<u32>>, EmbedError> {
@@ -303,17 +313,18 @@ impl Model {
             passes.last_mut().expect("a pass").push(i);
             tokens += ids[i].len();
         }
-        let run = |pass: &Vec<usize>| -> Result<(Vec<Vec<f32>>, Profile), EmbedError> {
+        // One short pass (a question): its products are split between two cores.
+        let split = passes.len() == 1 && total <= SPLIT_TOKENS && self.threads > 1 && self.split;
+        let run = |pass: &Vec<usize>| -> Result<PassResult, EmbedError> {
             let seqs: Vec<&[u32]> = pass.iter().map(|&i| ids[i].as_slice()).collect();
             let mut p = Profile::default();
             let vectors = self
                 .encoder
-                .forward(&seqs, self.pooling, Some(&mut p))
+                .forward(&seqs, self.pooling, split, Some(&mut p))
                 .map_err(|e| failed(format!("local embedder: {e}")))?;
             Ok((vectors, p))
         };
-        let results: Vec<Result<(Vec<Vec<f32>>, Profile), EmbedError>> =
-            passes.par_iter().map(run).collect();
+        let results: Vec<Result<PassResult, EmbedError>> = passes.par_iter().map(run).collect();
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
         let mut steps = Profile::default();
         for (pass, result) in passes.iter().zip(results) {

@@ -48,6 +48,8 @@ pub struct Profile {
     pub qkv: u64,
     pub attention: u64,
     pub attention_out: u64,
+    /// The intermediate product (when a pass is split between threads: the whole
+    /// feed-forward block, GELU and output product included).
     pub intermediate: u64,
     pub gelu: u64,
     pub output: u64,
@@ -108,6 +110,33 @@ struct Buffers {
     attended: Vec<f32>,
     intermediate: Vec<f32>,
     attention: ops::AttentionScratch,
+    /// Each thread's half of the feed-forward block when split: intermediate columns
+    /// and partial output.
+    halves: [(Vec<f32>, Vec<f32>); 2],
+}
+
+/// `out` = the feed-forward block of `layer` on `x` (before the residual and norm),
+/// halved between two threads (see [`Encoder::forward`]).
+fn feed_forward_split(
+    layer: &Layer,
+    tokens: usize,
+    x: &[f32],
+    halves: &mut [(Vec<f32>, Vec<f32>); 2],
+    out: &mut [f32],
+) {
+    let (inter, width) = (layer.intermediate.outputs() / 2, layer.output.outputs());
+    let half = |h: usize, (mid, partial): &mut (Vec<f32>, Vec<f32>)| {
+        mid.resize(tokens * inter, 0.0);
+        partial.resize(tokens * width, 0.0);
+        layer.intermediate.forward_column_half(x, h, mid);
+        ops::gelu(mid);
+        layer.output.forward_input_half(mid, h, partial, h == 0);
+    };
+    let [first, second] = halves;
+    rayon::join(|| half(0, first), || half(1, second));
+    for ((o, a), b) in out.iter_mut().zip(&first.1).zip(&second.1) {
+        *o = a + b;
+    }
 }
 
 impl Encoder {
@@ -139,11 +168,17 @@ impl Encoder {
     }
 
     /// Pooled (not normalised) vectors of `texts`, each a sequence of token ids within
-    /// the model's length and vocabulary (else an error), on this thread.
+    /// the model's length and vocabulary (else an error), on this thread, or with
+    /// `split` on two (`rayon`): the products' columns halved, and the feed-forward
+    /// block halved whole (each thread its half of the intermediate columns, GELU, and
+    /// the output product over those inputs; the two partial sums added). For a short
+    /// text, whose products are bound by reading the weights, that halves what each
+    /// core reads.
     pub fn forward(
         &self,
         texts: &[&[u32]],
         pooling: Pooling,
+        split: bool,
         profile: Option<&mut Profile>,
     ) -> Result<Vec<Vec<f32>>, String> {
         let c = &self.config;
@@ -179,6 +214,7 @@ impl Encoder {
             attended: vec![0.0; tokens * width],
             intermediate: vec![0.0; tokens * c.intermediate_size],
             attention: ops::AttentionScratch::default(),
+            halves: Default::default(),
         };
         ops::embed(
             &ids,
@@ -194,8 +230,20 @@ impl Encoder {
             count: c.num_attention_heads,
             size: width / c.num_attention_heads,
         };
+        let split = split
+            && self
+                .layers
+                .iter()
+                .all(|l| l.qkv.splits() && l.attention_out.splits() && l.intermediate.splits());
         for layer in &self.layers {
-            layer.qkv.forward(&b.hidden, &mut b.qkv);
+            let product = |l: &Linear, x: &[f32], out: &mut [f32]| {
+                if split {
+                    l.forward_split(x, out)
+                } else {
+                    l.forward(x, out)
+                }
+            };
+            product(&layer.qkv, &b.hidden, &mut b.qkv);
             lap(&mut clock, &mut local.qkv);
             let mut start = 0;
             for &len in &lens {
@@ -208,17 +256,22 @@ impl Encoder {
                 start += len;
             }
             lap(&mut clock, &mut local.attention);
-            layer.attention_out.forward(&b.context, &mut b.attended);
+            product(&layer.attention_out, &b.context, &mut b.attended);
             lap(&mut clock, &mut local.attention_out);
             let (g, beta) = &layer.attention_norm;
             ops::add_layer_norm(&mut b.attended, &b.hidden, g, beta, c.layer_norm_eps);
             lap(&mut clock, &mut local.layer_norm);
-            layer.intermediate.forward(&b.attended, &mut b.intermediate);
-            lap(&mut clock, &mut local.intermediate);
-            ops::gelu(&mut b.intermediate);
-            lap(&mut clock, &mut local.gelu);
-            layer.output.forward(&b.intermediate, &mut b.hidden);
-            lap(&mut clock, &mut local.output);
+            if split {
+                feed_forward_split(layer, tokens, &b.attended, &mut b.halves, &mut b.hidden);
+                lap(&mut clock, &mut local.intermediate);
+            } else {
+                layer.intermediate.forward(&b.attended, &mut b.intermediate);
+                lap(&mut clock, &mut local.intermediate);
+                ops::gelu(&mut b.intermediate);
+                lap(&mut clock, &mut local.gelu);
+                layer.output.forward(&b.intermediate, &mut b.hidden);
+                lap(&mut clock, &mut local.output);
+            }
             let (g, beta) = &layer.output_norm;
             ops::add_layer_norm(&mut b.hidden, &b.attended, g, beta, c.layer_norm_eps);
             lap(&mut clock, &mut local.layer_norm);

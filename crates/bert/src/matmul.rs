@@ -181,52 +181,137 @@ impl Linear {
         unsafe { std::slice::from_raw_parts(self.packed.as_ptr().cast(), self.packed.len() * 16) }
     }
 
-    /// `out` (rows of `outputs`) = `x` (rows of `inputs`)·Wᵀ + b, on this thread
-    /// (callers spread whole passes over the cores: splitting one small product costs
-    /// more in hand-overs than it saves).
+    /// `out` (rows of `outputs`) = `x` (rows of `inputs`)·Wᵀ + b, on this thread.
     pub fn forward(&self, x: &[f32], out: &mut [f32]) {
         let rows = x.len() / self.inputs;
         assert_eq!(x.len(), rows * self.inputs, "input shape");
         assert_eq!(out.len(), rows * self.outputs, "output shape");
-        if rows > 0 {
-            self.columns(x, rows, Out::of(out), 0..self.panels());
+        self.part(x, rows, Out::of(out), &self.whole());
+    }
+
+    /// As [`Self::forward`], the output columns split between two threads (`rayon`).
+    pub fn forward_split(&self, x: &[f32], out: &mut [f32]) {
+        let rows = x.len() / self.inputs;
+        assert_eq!(x.len(), rows * self.inputs, "input shape");
+        assert_eq!(out.len(), rows * self.outputs, "output shape");
+        let half = self.panels() / 2;
+        let (all, dst) = (self.whole(), Out::of(out));
+        let (first, second) = (
+            Part {
+                panels: 0..half,
+                ..all.clone()
+            },
+            Part {
+                panels: half..self.panels(),
+                out_col0: half * PANEL,
+                ..all.clone()
+            },
+        );
+        // SAFETY of the shared `dst`: the two halves write disjoint columns.
+        rayon::join(
+            || self.part(x, rows, dst, &first),
+            || self.part(x, rows, dst, &second),
+        );
+    }
+
+    /// Half `half` (0 or 1) of the output columns (with their biases) into `out` (rows
+    /// of `outputs / 2`). `outputs` must be a multiple of `2 * PANEL`.
+    pub fn forward_column_half(&self, x: &[f32], half: usize, out: &mut [f32]) {
+        assert!(
+            self.outputs.is_multiple_of(2 * PANEL) && half < 2,
+            "column halves"
+        );
+        let rows = x.len() / self.inputs;
+        let width = self.outputs / 2;
+        assert_eq!(out.len(), rows * width, "output shape");
+        let panels = self.panels() / 2;
+        let part = Part {
+            panels: half * panels..(half + 1) * panels,
+            ld: width,
+            ..self.whole()
+        };
+        self.part(x, rows, Out::of(out), &part);
+    }
+
+    /// `out` (rows of `outputs`) = the products over inputs `half` (0 or 1) of the
+    /// layer only (`x` holds those `inputs / 2` values per row), plus the bias if
+    /// `bias`: the two halves sum to the whole product. `inputs` must be a multiple of
+    /// 64 (whole AMX steps per half).
+    pub fn forward_input_half(&self, x: &[f32], half: usize, out: &mut [f32], bias: bool) {
+        assert!(self.inputs.is_multiple_of(64) && half < 2, "input halves");
+        let width = self.inputs / 2;
+        let rows = x.len() / width;
+        assert_eq!(out.len(), rows * self.outputs, "output shape");
+        let part = Part {
+            inputs: half * width..(half + 1) * width,
+            bias,
+            ..self.whole()
+        };
+        self.part(x, rows, Out::of(out), &part);
+    }
+
+    /// Whether the halves above apply to this layer.
+    pub fn splits(&self) -> bool {
+        self.outputs.is_multiple_of(2 * PANEL) && self.inputs.is_multiple_of(64)
+    }
+
+    fn whole(&self) -> Part {
+        Part {
+            inputs: 0..self.inputs,
+            panels: 0..self.panels(),
+            out_col0: 0,
+            ld: self.outputs,
+            bias: true,
         }
     }
 
-    /// Computes the output columns of `panels` for all `rows`.
-    fn columns(&self, x: &[f32], rows: usize, out: Out, panels: std::ops::Range<usize>) {
+    /// The packed rows of a panel (see `steps`) that `inputs` covers.
+    fn step_range(&self, inputs: &std::ops::Range<usize>) -> std::ops::Range<usize> {
+        match self.precision {
+            Precision::F32 => inputs.clone(),
+            Precision::Bf16 => inputs.start / 2..inputs.start / 2 + bf16_width(inputs.len()) / 2,
+        }
+    }
+
+    /// Computes `part` for `rows` rows of `x` (each `part.inputs.len()` long) into `out`.
+    fn part(&self, x: &[f32], rows: usize, out: Out, part: &Part) {
+        if rows == 0 {
+            return;
+        }
         #[cfg(target_arch = "x86_64")]
         if self.precision == Precision::Bf16 {
             // SAFETY: a bf16 layer exists only where AMX is available (`new`).
-            unsafe { super::amx::with_tiles(|| self.columns_amx(x, rows, out, panels)) };
+            unsafe { super::amx::with_tiles(|| self.part_amx(x, rows, out, part)) };
             return;
         }
         let weights = self.weights();
-        let (k, steps) = (self.inputs, self.steps());
+        let (k, all_steps) = (part.inputs.len(), self.steps());
+        let steps = self.step_range(&part.inputs);
         PACKED.with_borrow_mut(|packed| {
             for block in (0..rows).step_by(BLOCK_ROWS) {
                 let block_rows = BLOCK_ROWS.min(rows - block);
                 pack_rows(&x[block * k..(block + block_rows) * k], k, packed);
-                for panel in panels.clone() {
-                    let w = &weights[panel * steps * PANEL..][..steps * PANEL];
-                    let bias = &self.bias[panel * PANEL..][..PANEL];
+                for panel in part.panels.clone() {
+                    let w = &weights[(panel * all_steps + steps.start) * PANEL..]
+                        [..steps.len() * PANEL];
+                    let bias = part.bias(&self.bias, panel);
                     let cols = PANEL.min(self.outputs - panel * PANEL);
+                    let col = part.out_col0 + (panel - part.panels.start) * PANEL;
                     for tile in (0..block_rows).step_by(ROWS) {
                         let n = ROWS.min(block_rows - tile);
-                        let a = &packed[tile * steps..][..ROWS * steps];
-                        let dst = out.at((block + tile) * self.outputs + panel * PANEL);
+                        let a = &packed[tile * k..][..ROWS * k];
                         let tile = Tile {
                             a,
                             rows: n,
-                            steps,
+                            steps: k,
                             w,
                             bias,
-                            dst,
-                            ld: self.outputs,
+                            dst: out.at((block + tile) * part.ld + col),
+                            ld: part.ld,
                             cols,
                         };
-                        // SAFETY: rows block+tile..+n and columns of `panel` are inside
-                        // `out` (checked in `forward`) and no other caller writes them.
+                        // SAFETY: rows block+tile..+n and these columns are inside `out`
+                        // (checked by the public callers) and no other caller writes them.
                         unsafe { tile_kernel(&tile) };
                     }
                 }
@@ -234,13 +319,14 @@ impl Linear {
         });
     }
 
-    /// `columns` on AMX: each block of rows is rounded to bf16 (rows padded to 32,
+    /// `part` on AMX: each block of rows is rounded to bf16 (rows padded to 32,
     /// inputs to whole steps), then each 32-row by 32-column tile is one `amx::block`.
     #[cfg(target_arch = "x86_64")]
-    fn columns_amx(&self, x: &[f32], rows: usize, out: Out, panels: std::ops::Range<usize>) {
+    fn part_amx(&self, x: &[f32], rows: usize, out: Out, part: &Part) {
         use super::amx::{TILE_K, TILE_ROWS};
         let weights = self.weights();
-        let (k, steps) = (self.inputs, self.steps());
+        let (k, all_steps) = (part.inputs.len(), self.steps());
+        let steps = self.step_range(&part.inputs);
         let width = bf16_width(k);
         let mut c = [0f32; 2 * TILE_ROWS * PANEL];
         ROUNDED.with_borrow_mut(|rounded| {
@@ -257,15 +343,17 @@ impl Linear {
                         *dst = bf16(*v) as u16;
                     }
                 }
-                for panel in panels.clone() {
-                    let w = &weights[panel * steps * PANEL..][..steps * PANEL];
-                    let bias = &self.bias[panel * PANEL..][..PANEL];
+                for panel in part.panels.clone() {
+                    let w = &weights[(panel * all_steps + steps.start) * PANEL..]
+                        [..steps.len() * PANEL];
+                    let bias = part.bias(&self.bias, panel);
                     let cols = PANEL.min(self.outputs - panel * PANEL);
+                    let col = part.out_col0 + (panel - part.panels.start) * PANEL;
                     for tile in (0..block_rows).step_by(2 * TILE_ROWS) {
                         let a = &rounded[tile * width..][..2 * TILE_ROWS * width];
                         // SAFETY: `a` holds 32 rows of `width` bf16 (`width / TILE_K`
-                        // steps of 64 bytes), `w` `steps` rows of 32 pairs, `c` 32 × 32;
-                        // tiles are configured by `with_tiles` in `columns`.
+                        // steps of 64 bytes), `w` as many steps of 16 rows of 32 pairs,
+                        // `c` 32 × 32; tiles are configured by `with_tiles` in `part`.
                         unsafe {
                             super::amx::block(
                                 a.as_ptr(),
@@ -276,17 +364,42 @@ impl Linear {
                             )
                         };
                         for r in 0..(2 * TILE_ROWS).min(block_rows - tile) {
-                            let dst = out.at((block + tile + r) * self.outputs + panel * PANEL);
-                            for col in 0..cols {
+                            let dst = out.at((block + tile + r) * part.ld + col);
+                            for j in 0..cols {
                                 // SAFETY: row block+tile+r and the panel's valid columns are
                                 // inside `out`, written by this caller only.
-                                unsafe { *dst.add(col) = c[r * PANEL + col] + bias[col] };
+                                unsafe { *dst.add(j) = c[r * PANEL + j] + bias[j] };
                             }
                         }
                     }
                 }
             }
         });
+    }
+}
+
+/// Which part of a product a call computes.
+#[derive(Clone)]
+struct Part {
+    /// The layer's inputs that `x` holds (each row of `x` is this many values).
+    inputs: std::ops::Range<usize>,
+    panels: std::ops::Range<usize>,
+    /// Where the first panel's column 0 lands in a row of `out`, and the row stride.
+    out_col0: usize,
+    ld: usize,
+    bias: bool,
+}
+
+/// A panel's worth of zero biases, for parts computed without bias.
+static NO_BIAS: [f32; PANEL] = [0.0; PANEL];
+
+impl Part {
+    fn bias<'a>(&self, biases: &'a [f32], panel: usize) -> &'a [f32] {
+        if self.bias {
+            &biases[panel * PANEL..][..PANEL]
+        } else {
+            &NO_BIAS
+        }
     }
 }
 
@@ -351,9 +464,9 @@ unsafe fn tile_kernel(tile: &Tile) {
     let mut acc = [[0f32; PANEL]; ROWS];
     portable_tile(tile.a, tile.rows, tile.steps, tile.w, &mut acc);
     for (r, row) in acc.iter().enumerate().take(tile.rows) {
-        for c in 0..tile.cols {
+        for (c, (v, b)) in row.iter().zip(tile.bias).take(tile.cols).enumerate() {
             // SAFETY: inside `dst` by the caller's promise.
-            unsafe { *tile.dst.add(r * tile.ld + c) = row[c] + tile.bias[c] };
+            unsafe { *tile.dst.add(r * tile.ld + c) = v + b };
         }
     }
 }
@@ -459,6 +572,9 @@ mod avx512 {
 /// The output buffer, written through raw pointers by the kernels.
 #[derive(Clone, Copy)]
 struct Out(*mut f32);
+// SAFETY: threads given the same `Out` write disjoint columns (`forward_split`).
+unsafe impl Send for Out {}
+unsafe impl Sync for Out {}
 
 impl Out {
     fn of(out: &mut [f32]) -> Out {
@@ -509,12 +625,67 @@ mod tests {
                 let layer = Linear::new(&w, &b, outputs, inputs, precision);
                 let mut got = vec![f32::NAN; rows * outputs];
                 layer.forward(&x, &mut got);
-                for (g, w) in got.iter().zip(&want) {
-                    assert!(
-                        (g - w).abs() < tolerance,
-                        "{rows}x{outputs}x{inputs} {precision:?}: {g} vs {w}"
-                    );
+                let close = |got: &[f32], how: &str| {
+                    for (g, w) in got.iter().zip(&want) {
+                        assert!(
+                            (g - w).abs() < tolerance,
+                            "{rows}x{outputs}x{inputs} {precision:?} {how}: {g} vs {w}"
+                        );
+                    }
+                };
+                close(&got, "whole");
+                let mut split = vec![f32::NAN; rows * outputs];
+                layer.forward_split(&x, &mut split);
+                close(&split, "split by columns");
+            }
+        }
+    }
+
+    #[test]
+    fn halves_of_columns_and_of_inputs_make_the_whole() {
+        let (rows, outputs, inputs) = (20, 128, 128);
+        let (x, w, b) = (
+            values(rows * inputs, 4),
+            values(outputs * inputs, 5),
+            values(outputs, 6),
+        );
+        let want = naive(&x, &w, &b, outputs, inputs);
+        for (precision, tolerance) in [(Precision::F32, 1e-4), (Precision::Bf16, 0.05)] {
+            let layer = Linear::new(&w, &b, outputs, inputs, precision);
+            assert!(layer.splits());
+            // Column halves, side by side, are the whole.
+            for half in 0..2 {
+                let mut got = vec![f32::NAN; rows * outputs / 2];
+                layer.forward_column_half(&x, half, &mut got);
+                for r in 0..rows {
+                    for c in 0..outputs / 2 {
+                        let (g, w) = (
+                            got[r * outputs / 2 + c],
+                            want[r * outputs + half * outputs / 2 + c],
+                        );
+                        assert!(
+                            (g - w).abs() < tolerance,
+                            "{precision:?} column half {half}: {g} vs {w}"
+                        );
+                    }
                 }
+            }
+            // Input halves (one with the bias) sum to the whole.
+            let mut sum = vec![0f32; rows * outputs];
+            for half in 0..2 {
+                let part: Vec<f32> = x
+                    .chunks_exact(inputs)
+                    .flat_map(|row| row[half * inputs / 2..][..inputs / 2].to_vec())
+                    .collect();
+                let mut got = vec![f32::NAN; rows * outputs];
+                layer.forward_input_half(&part, half, &mut got, half == 0);
+                sum.iter_mut().zip(&got).for_each(|(s, g)| *s += g);
+            }
+            for (g, w) in sum.iter().zip(&want) {
+                assert!(
+                    (g - w).abs() < tolerance,
+                    "{precision:?} input halves: {g} vs {w}"
+                );
             }
         }
     }

@@ -10,7 +10,9 @@ use multiversion::multiversion;
 /// r = x - n·ln2 in [-ln2/2, ln2/2] and p a degree-6 polynomial.
 #[inline(always)]
 fn exp(x: f32) -> f32 {
-    // max/min, not clamp, and no float-to-int cast: both keep the loop vectorised.
+    // max/min, not clamp (which checks its bounds), and no float-to-int cast: both
+    // keep the loop vectorised.
+    #[allow(clippy::manual_clamp)]
     let x = x.max(-87.0).min(88.0);
     let n = (x * std::f32::consts::LOG2_E + 0.5).floor();
     // ln2 split in two so that n·ln2 is subtracted without rounding error.
@@ -161,8 +163,8 @@ pub fn attention(qkv: &[f32], heads: Heads, out: &mut [f32], scratch: &mut Atten
                     let k: &[f32; 16] = keys[d * padded + c * 16..][..16]
                         .try_into()
                         .expect("16 keys");
-                    for l in 0..16 {
-                        acc[l] += qd * k[l];
+                    for (a, k) in acc.iter_mut().zip(k) {
+                        *a += qd * k;
                     }
                 }
                 out.copy_from_slice(&acc);
@@ -170,21 +172,19 @@ pub fn attention(qkv: &[f32], heads: Heads, out: &mut [f32], scratch: &mut Atten
             scores[len..].fill(f32::NEG_INFINITY);
             let mut max = [f32::NEG_INFINITY; 16];
             for chunk in scores.chunks_exact(16) {
-                for l in 0..16 {
-                    max[l] = max[l].max(chunk[l]);
+                for (m, x) in max.iter_mut().zip(chunk) {
+                    *m = m.max(*x);
                 }
             }
             let max = max.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
             let mut total = [0f32; 16];
-            for chunk in scores.chunks_exact_mut(16) {
-                for l in 0..16 {
-                    chunk[l] = exp(chunk[l] - max);
-                }
+            for x in scores.iter_mut() {
+                *x = exp(*x - max);
             }
             scores[len..].fill(0.0);
             for chunk in scores.chunks_exact(16) {
-                for l in 0..16 {
-                    total[l] += chunk[l];
+                for (t, x) in total.iter_mut().zip(chunk) {
+                    *t += x;
                 }
             }
             let inv = 1.0 / total.iter().sum::<f32>();

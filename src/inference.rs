@@ -1,9 +1,10 @@
 //! What the in-process transformer models share ([`crate::embed::local`], the sentence
 //! embedder, and [`crate::rerank::cross_encoder`]): reading a Hugging Face model
 //! directory (`config.json`, `tokenizer.json`, `model.safetensors`), a tokenizer that
-//! pads each batch to its longest input and truncates to the model's length, and the
-//! worker thread that runs inference off the async executor, where a panic in candle
-//! becomes an error instead of taking the server down.
+//! pads each batch to its longest input and truncates to the model's length (the
+//! sentence embedder turns the padding off: it packs texts), and the worker thread that
+//! runs the cross-encoder off the async executor, where a panic in candle becomes an
+//! error instead of taking the server down.
 //!
 //! Errors are messages starting with `who` (e.g. `local embedder`); each model wraps
 //! them in its own error type.

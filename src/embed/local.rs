@@ -9,10 +9,9 @@
 //!
 //! Inference runs on [`memmachine_bert::Encoder`], this project's own CPU encoder (texts
 //! packed without padding, weights packed once, kernels for the CPU found at run time).
-//! It is CPU-bound: [`LocalEmbedder::embed`] hands the work to a dedicated worker
-//! thread, so it never runs on the async executor; the worker runs one request at a
-//! time and spreads it over every core. [`LocalEmbedder::embed_blocking`] runs on the
-//! calling thread (and the cores).
+//! It is CPU-bound: [`LocalEmbedder::embed`] hands the work to the encoder's own thread
+//! pool (one thread per core), so it never runs on the async executor.
+//! [`LocalEmbedder::embed_blocking`] waits for the pool on the calling thread.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -23,7 +22,7 @@ use rayon::prelude::*;
 use tokenizers::Tokenizer;
 
 use super::{EmbedError, Embedder, normalize};
-use crate::inference::{self, Worker, WorkerError};
+use crate::inference;
 use memmachine_bert::{self as bert, Config, Encoder, Profile};
 pub use memmachine_bert::{Pooling, Precision};
 
@@ -35,7 +34,7 @@ const SPLIT_TOKENS: usize = 64;
 /// spread over the cores.
 pub const PASS_TOKENS: usize = 256;
 
-/// The loaded model and tokenizer, shared by the worker thread and blocking callers.
+/// The loaded model and tokenizer, shared by the pool's jobs and blocking callers.
 struct Model {
     encoder: Encoder,
     tokenizer: Tokenizer,
@@ -59,8 +58,6 @@ pub struct LocalEmbedder {
     max_tokens: usize,
     pooling: Pooling,
     model: Arc<Model>,
-    /// The thread that serves [`Embedder::embed`]; dropping the embedder ends it.
-    jobs: Worker<Vec<String>, Result<Vec<Vec<f32>>, EmbedError>>,
 }
 
 impl std::fmt::Debug for LocalEmbedder {
@@ -159,11 +156,6 @@ impl LocalEmbedder {
             split: std::env::var("MEMMACHINE_EMBED_SPLIT").map_or(true, |v| v != "0"),
             tokens: Default::default(),
         });
-        let worker = Arc::clone(&model);
-        let jobs = Worker::spawn("embed-local", move |texts: Vec<String>| {
-            worker.embed(&texts, None)
-        })
-        .map_err(|e| failed(format!("{id}: cannot start the worker thread: {e}")))?;
         tracing::info!(
             embedder = %id,
             dir = %model_dir.display(),
@@ -182,7 +174,6 @@ impl LocalEmbedder {
             max_tokens,
             pooling,
             model,
-            jobs,
         })
     }
 
@@ -195,8 +186,8 @@ impl LocalEmbedder {
         self.pooling
     }
 
-    /// Embeds on the calling thread (CPU-bound: never call it on an async executor
-    /// thread; [`Embedder::embed`] runs it on the embedder's worker thread).
+    /// Embeds on the encoder's pool, blocking the calling thread until done (never call
+    /// it on an async executor thread; [`Embedder::embed`] awaits the pool instead).
     pub fn embed_blocking(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         self.model.embed(texts, None)
     }
@@ -368,11 +359,24 @@ impl Embedder for LocalEmbedder {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
-        match self.jobs.run(texts.to_vec()).await {
-            Ok(result) => result,
-            Err(WorkerError::Panicked) => Err(failed("local embedder: inference panicked")),
-            Err(WorkerError::Stopped) => Err(failed(format!(
-                "{}: the worker thread has stopped",
+        // Straight onto the encoder's pool (one hand-over, not two); a panic in
+        // inference becomes an error, and a caller that has gone is not served.
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let (model, texts) = (Arc::clone(&self.model), texts.to_vec());
+        self.model.pool.spawn(move || {
+            if reply.is_closed() {
+                return;
+            }
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                model.embed_in_pool(&texts, None)
+            }));
+            let _ = reply.send(result);
+        });
+        match answer.await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(failed("local embedder: inference panicked")),
+            Err(_) => Err(failed(format!(
+                "{}: the encoder's threads have stopped",
                 self.id
             ))),
         }

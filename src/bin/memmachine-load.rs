@@ -216,15 +216,7 @@ fn load_corpus(path: &Path) -> Result<Corpus> {
     if turns.is_empty() || questions.is_empty() {
         return Err(format!("no turns or no questions in {}", path.display()).into());
     }
-    let words = turns
-        .iter()
-        .flat_map(|t| t.content.split_whitespace())
-        .map(|w| {
-            w.trim_matches(|c: char| !c.is_alphanumeric())
-                .to_lowercase()
-        })
-        .filter(|w| w.len() > 2)
-        .collect();
+    let words = locomo::vocabulary(turns.iter().map(|t| t.content.as_str()));
     Ok(Corpus {
         turns,
         questions,

@@ -8,6 +8,9 @@ mod add;
 mod connect;
 mod delete;
 mod errors;
+
+/// Status code names as the gRPC specification spells them (shared with the benches).
+pub use errors::code_name;
 mod features;
 mod list;
 mod output;

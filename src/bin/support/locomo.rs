@@ -287,6 +287,19 @@ pub fn recall_at(evidence: &[String], ranked: &[String], ks: &[usize]) -> Vec<f6
         .collect()
 }
 
+/// The distinct-enough words of `texts` (lower-cased, trimmed of punctuation, longer
+/// than two letters), which the benches use to vary recycled turns.
+pub fn vocabulary<'a>(texts: impl Iterator<Item = &'a str>) -> Vec<String> {
+    texts
+        .flat_map(str::split_whitespace)
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .filter(|w| w.len() > 2)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod chat;
+pub mod corpus;
 pub mod cpu;
 pub mod latencies;
 pub mod locomo;

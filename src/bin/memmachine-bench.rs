@@ -8,7 +8,6 @@
 //!
 //! Run: `cargo run --release --bin memmachine-bench -- --sizes 10000,100000`
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -13,8 +13,9 @@ const LEVELS: f32 = 127.0;
 /// Writes the codes of `vector` into `codes` (same length) and returns its scale
 /// (0 for an all-zero or non-finite vector, whose codes are then all 0).
 pub fn quantize(vector: &[f32], codes: &mut [i8]) -> f32 {
+    // `f32::max` skips NaN, so a vector with one is caught here, not by `max`.
     let max = vector.iter().fold(0f32, |m, x| m.max(x.abs()));
-    if !(max.is_finite() && max > 0.0) {
+    if !(max.is_finite() && max > 0.0) || vector.iter().any(|x| !x.is_finite()) {
         codes.iter_mut().for_each(|c| *c = 0);
         return 0.0;
     }

@@ -188,7 +188,7 @@ fn ranked(
     let hits = runtime.block_on(cache.read(key, None, move |index| {
         index.lexical(&terms, filter.as_ref(), limit)
     }))?;
-    Ok(hits.into_iter().map(|(handle, _)| handle).collect())
+    Ok(hits.into_iter().map(|hit| hit.handle).collect())
 }
 
 /// The SQL the store runs (`list_episodes`) and the in-memory evaluation the index

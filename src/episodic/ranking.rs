@@ -96,17 +96,42 @@ pub async fn rank(
             Err(EmbedError::Failed(m)) => return Err(Error::Internal(m)),
         },
     };
+    // With a query vector the index ranks by int8 codes: it proposes more candidates
+    // than asked, and those are rescored with their exact vectors below.
+    let query_vector = vector.clone();
+    let wanted = match vector {
+        Some(_) => crate::retrieval::rescore::candidates(top_k),
+        None => top_k,
+    };
     let hits = index
         .read(key, vectors.as_deref(), move |index| {
             let filter = filter.as_ref();
             match (mode, vector) {
-                (Mode::Dense, Some(vector)) => index.dense(&vector, filter, top_k),
-                (_, Some(vector)) => index.hybrid(&terms, &vector, &named, filter, top_k),
-                (_, None) => index.lexical(&terms, filter, top_k),
+                (Mode::Dense, Some(vector)) => index.dense(&vector, filter, wanted),
+                (_, Some(vector)) => index.hybrid(&terms, &vector, &named, filter, wanted),
+                (_, None) => index.lexical(&terms, filter, wanted),
             }
         })
         .await?;
-    let handles: Vec<i64> = hits.iter().map(|(handle, _)| *handle).collect();
+    // Hybrid: every fused candidate is rescored, as the quantisation error of its own
+    // similarity could move any of them across the cut (neighbours' share stays int8).
+    let hits = match (query_vector, vectors.as_deref()) {
+        (Some(query), Some(embedder)) => {
+            let wanted = crate::retrieval::rescore::wanted(&hits);
+            let exact: std::collections::HashMap<i64, Vec<f32>> = if wanted.is_empty() {
+                Default::default()
+            } else {
+                store
+                    .vectors(key, embedder, &wanted)
+                    .await?
+                    .into_iter()
+                    .collect()
+            };
+            crate::retrieval::rescore::rescore(hits, &exact, &query, top_k)
+        }
+        _ => hits,
+    };
+    let handles: Vec<i64> = hits.iter().map(|hit| hit.handle).collect();
     let mut rows: std::collections::HashMap<i64, _> = store
         .episodes_by_handle(key, &handles)
         .await?
@@ -115,10 +140,10 @@ pub async fn rank(
     // A hit deleted since it was ranked is simply left out.
     Ok(hits
         .into_iter()
-        .filter_map(|(handle, score)| {
+        .filter_map(|hit| {
             Some(ScoredEpisode {
-                episode: rows.remove(&handle)?,
-                score: f64::from(score),
+                episode: rows.remove(&hit.handle)?,
+                score: f64::from(hit.score),
             })
         })
         .collect())

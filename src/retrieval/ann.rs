@@ -1,11 +1,15 @@
 //! Approximate nearest-neighbour search (HNSW, by USearch) for projects with many
-//! vectors. A project's exact scan costs O(N·d) per query (about 10 ms at 100k vectors
-//! of 384 dimensions on one core); the graph answers in well under a millisecond.
+//! vectors. A project's exact scan costs O(N·d) per query; the graph answers in about a
+//! millisecond.
 //!
 //! The graph is built from the vectors already in memory the first time a project
 //! holds `ANN_MIN_VECTORS`, then kept up to date as vectors arrive and episodes go.
-//! Keys are episode row ids. Vectors are unit length, so inner-product distance
-//! (`1 - cos`) ranks as cosine does.
+//! Keys are episode row ids. It holds each vector as the int8 codes of
+//! `quantized.rs` (a quarter of f32), and is then the project's only copy of them.
+//! USearch's own f32-to-int8 cast scales by the norm, which leaves a unit vector of 384
+//! dimensions with codes of about ±6; codes scaled by the largest component keep about
+//! 7 bits each. Their scale differs per vector, so the metric is the cosine, which
+//! ignores it (and, for unit vectors, ranks as the inner product does).
 
 use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
 
@@ -29,30 +33,46 @@ impl std::fmt::Debug for AnnIndex {
 }
 
 impl AnnIndex {
-    /// A graph over `items` (`(id, vector)`); vectors of another length than the
-    /// first are left out (they are searched by no query of that length anyway).
-    pub fn build<'a>(
+    /// A graph over `items` (`(id, codes)`, codes of `dimensions` values), added from
+    /// `threads` threads (the build is the long part of a large project's first load).
+    pub fn build(
         dimensions: usize,
-        items: impl Iterator<Item = (i64, &'a [f32])>,
+        items: &[(i64, &[i8])],
         expected: usize,
+        threads: usize,
     ) -> Result<AnnIndex, String> {
         let options = IndexOptions {
             dimensions,
-            metric: MetricKind::IP,
-            quantization: ScalarKind::F32,
+            metric: MetricKind::Cos,
+            quantization: ScalarKind::I8,
             connectivity: 0,
             expansion_add: 0,
             expansion_search: EXPANSION_SEARCH,
             multi: false,
         };
         let index = Index::new(&options).map_err(|e| format!("cannot create the graph: {e}"))?;
+        let threads = threads.max(1);
         index
-            .reserve(expected.max(16))
+            .reserve_capacity_and_threads(expected.max(16), threads)
             .map_err(|e| format!("cannot reserve the graph: {e}"))?;
         let ann = AnnIndex { index, dimensions };
-        for (id, vector) in items {
-            ann.insert(id, vector)?;
-        }
+        let chunk = items.len().div_ceil(threads).max(1);
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = items
+                .chunks(chunk)
+                .map(|part| {
+                    let ann = &ann;
+                    scope.spawn(move || {
+                        part.iter()
+                            .try_for_each(|(id, codes)| ann.add_new(*id, codes))
+                    })
+                })
+                .collect();
+            workers.into_iter().try_for_each(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err("a graph builder panicked".into()))
+            })
+        })?;
         Ok(ann)
     }
 
@@ -68,9 +88,20 @@ impl AnnIndex {
         self.dimensions
     }
 
-    /// Adds (or replaces) the vector of `id`; other lengths are ignored.
-    pub fn insert(&self, id: i64, vector: &[f32]) -> Result<(), String> {
-        if vector.len() != self.dimensions {
+    /// Bytes the graph holds (vectors and links).
+    pub fn memory_usage(&self) -> usize {
+        self.index.memory_usage()
+    }
+
+    fn add_new(&self, id: i64, codes: &[i8]) -> Result<(), String> {
+        self.index
+            .add(id as u64, codes)
+            .map_err(|e| format!("cannot add to the graph: {e}"))
+    }
+
+    /// Adds (or replaces) the codes of `id`; other lengths are ignored.
+    pub fn insert(&self, id: i64, codes: &[i8]) -> Result<(), String> {
+        if codes.len() != self.dimensions {
             return Ok(());
         }
         let key = id as u64;
@@ -83,9 +114,7 @@ impl AnnIndex {
                 .reserve(grown)
                 .map_err(|e| format!("cannot grow the graph: {e}"))?;
         }
-        self.index
-            .add(key, vector)
-            .map_err(|e| format!("cannot add to the graph: {e}"))
+        self.add_new(id, codes)
     }
 
     pub fn remove(&self, id: i64) {
@@ -93,12 +122,19 @@ impl AnnIndex {
         let _ = self.index.remove(id as u64);
     }
 
-    /// Up to `limit` ids most similar to `query` among those `accept`ed, best first,
-    /// as `(id, cosine)`. The filter runs during the walk, so it applies before the cut
-    /// (a very selective filter may leave fewer than `limit`: the caller then scans).
+    /// The codes held for `id`, written into `codes` (of the graph's length); false
+    /// when it holds none.
+    pub fn get(&self, id: i64, codes: &mut [i8]) -> bool {
+        codes.len() == self.dimensions && matches!(self.index.get(id as u64, codes), Ok(n) if n > 0)
+    }
+
+    /// Up to `limit` ids most similar to `query` (codes) among those `accept`ed, best
+    /// first, as `(id, cosine of the codes)`. The filter runs during the walk, so it
+    /// applies before the cut (a very selective filter may leave fewer than `limit`:
+    /// the caller then scans).
     pub fn search(
         &self,
-        query: &[f32],
+        query: &[i8],
         limit: usize,
         accept: impl Fn(i64) -> bool,
     ) -> Result<Vec<(i64, f32)>, String> {
@@ -121,7 +157,7 @@ impl AnnIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::retrieval::dense;
+    use crate::retrieval::{dense, quantized};
 
     /// Deterministic unit vectors (a small linear congruential generator).
     fn vectors(n: usize, dims: usize, seed: u64) -> Vec<(i64, Vec<f32>)> {
@@ -142,13 +178,14 @@ mod tests {
             .collect()
     }
 
+    fn codes(v: &[f32]) -> Vec<i8> {
+        quantized::quantized(v).0
+    }
+
     fn build(items: &[(i64, Vec<f32>)], dims: usize) -> AnnIndex {
-        AnnIndex::build(
-            dims,
-            items.iter().map(|(id, v)| (*id, v.as_slice())),
-            items.len(),
-        )
-        .unwrap()
+        let coded: Vec<(i64, Vec<i8>)> = items.iter().map(|(id, v)| (*id, codes(v))).collect();
+        let refs: Vec<(i64, &[i8])> = coded.iter().map(|(id, c)| (*id, c.as_slice())).collect();
+        AnnIndex::build(dims, &refs, items.len(), 2).unwrap()
     }
 
     #[test]
@@ -161,13 +198,16 @@ mod tests {
         let mut found = 0;
         for (_, query) in &queries {
             let exact = dense::top_k(items.iter().map(|(i, v)| (*i, v.as_slice())), query, 10);
-            let approx = ann.search(query, 10, |_| true).unwrap();
+            let approx = ann.search(&codes(query), 10, |_| true).unwrap();
             assert_eq!(approx.len(), 10);
             // Similarities are the cosine, best first.
             assert!(approx.windows(2).all(|w| w[0].1 >= w[1].1 - 1e-6));
             let (id, sim) = approx[0];
             let v = &items[(id - 1) as usize].1;
-            assert!((dense::dot(v, query) - sim).abs() < 1e-4);
+            assert!(
+                (dense::dot(v, query) - sim).abs() < 1e-2,
+                "the cosine of the codes"
+            );
             found += approx
                 .iter()
                 .filter(|(id, _)| exact.iter().any(|(e, _)| e == id))
@@ -183,6 +223,7 @@ mod tests {
         let items = vectors(2000, dims, 3);
         let ann = build(&items, dims);
         let query = &items[10].1;
+        let query = &codes(query);
         let even = ann.search(query, 20, |id| id % 2 == 0).unwrap();
         assert_eq!(even.len(), 20);
         assert!(even.iter().all(|(id, _)| id % 2 == 0));
@@ -202,20 +243,23 @@ mod tests {
     fn grows_past_its_reservation_and_replaces_vectors() {
         let dims = 8;
         let items = vectors(100, dims, 5);
-        let ann = AnnIndex::build(dims, std::iter::empty(), 0).unwrap();
+        let ann = AnnIndex::build(dims, &[], 0, 1).unwrap();
         for (id, v) in &items {
-            ann.insert(*id, v).unwrap();
+            ann.insert(*id, &codes(v)).unwrap();
         }
         assert_eq!(ann.len(), 100);
         // A replaced vector is found by its new value, and counted once.
-        ann.insert(1, &items[50].1).unwrap();
+        ann.insert(1, &codes(&items[50].1)).unwrap();
         assert_eq!(ann.len(), 100);
-        let best = ann.search(&items[50].1, 2, |_| true).unwrap();
+        let mut held = vec![0i8; dims];
+        assert!(ann.get(1, &mut held) && held == codes(&items[50].1));
+        assert!(!ann.get(5000, &mut held), "not held");
+        let best = ann.search(&codes(&items[50].1), 2, |_| true).unwrap();
         let ids: Vec<i64> = best.iter().map(|b| b.0).collect();
         assert!(ids.contains(&1) && ids.contains(&51), "{ids:?}");
         // Another length is ignored, and a query of another length finds nothing.
-        ann.insert(500, &[1.0; 3]).unwrap();
+        ann.insert(500, &[1; 3]).unwrap();
         assert_eq!(ann.len(), 100);
-        assert!(ann.search(&[1.0; 3], 5, |_| true).unwrap().is_empty());
+        assert!(ann.search(&[1; 3], 5, |_| true).unwrap().is_empty());
     }
 }

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 
+use super::rescore::{Dense, Hit};
 use super::{fusion, tokenize};
 
 const K1: f32 = 1.2;
@@ -58,6 +59,10 @@ pub struct Bm25Index<T = ()> {
     /// Live documents holding each term.
     df: Vec<u32>,
     docs: Vec<Doc<T>>,
+    /// Per slot: whether it is live, and the document's length; the docs' own copies
+    /// mirrored densely, so per-query passes over every slot stay in cache.
+    alive: Vec<bool>,
+    lens: Vec<u32>,
     slot_of: HashMap<i64, u32>,
     live: usize,
     total_len: u64,
@@ -73,6 +78,8 @@ impl<T> Default for Bm25Index<T> {
             postings: Vec::new(),
             df: Vec::new(),
             docs: Vec::new(),
+            alive: Vec::new(),
+            lens: Vec::new(),
             slot_of: HashMap::new(),
             live: 0,
             total_len: 0,
@@ -132,6 +139,8 @@ impl<T> Bm25Index<T> {
             terms: terms.into_boxed_slice(),
             live: true,
         });
+        self.alive.push(true);
+        self.lens.push(len);
         self.slot_of.insert(id, slot);
         self.live += 1;
         self.total_len += u64::from(len);
@@ -166,6 +175,7 @@ impl<T> Bm25Index<T> {
         };
         let doc = &mut self.docs[slot as usize];
         doc.live = false;
+        self.alive[slot as usize] = false;
         for &(term, _) in doc.terms.iter() {
             self.df[term as usize] -= 1;
         }
@@ -181,6 +191,8 @@ impl<T> Bm25Index<T> {
     fn compact(&mut self) {
         let docs = std::mem::take(&mut self.docs);
         self.slot_of.clear();
+        self.alive.clear();
+        self.lens.clear();
         self.postings.iter_mut().for_each(Vec::clear);
         for doc in docs.into_iter().filter(|d| d.live) {
             let slot = self.docs.len() as u32;
@@ -188,6 +200,8 @@ impl<T> Bm25Index<T> {
                 self.postings[term as usize].push(Posting { slot, tf });
             }
             self.slot_of.insert(doc.id, slot);
+            self.alive.push(true);
+            self.lens.push(doc.len);
             self.docs.push(doc);
         }
     }
@@ -294,20 +308,21 @@ impl<T> Bm25Index<T> {
     /// every live document is a candidate, so one sharing no word with the query can
     /// still be found. A large project passes the nearest documents its vector graph
     /// found instead: then those, and the best `LEXICAL_CANDIDATES` by BM25, are ranked.
+    /// `similarity` is given each document's id and payload.
     pub fn search_hybrid(
         &self,
         terms: &[String],
-        similarity: impl Fn(&T) -> Option<f32>,
+        similarity: impl Fn(i64, &T) -> Option<f32>,
         limit: usize,
         accept: impl Fn(&T) -> bool,
         dense_candidates: Option<&[i64]>,
         prior: impl Fn(&T) -> f32,
-    ) -> Vec<(i64, f32)> {
+    ) -> Vec<Hit> {
         if self.live == 0 || limit == 0 {
             return Vec::new();
         }
         let (lexical, touched) = self.lexical_scores(terms);
-        let live: Vec<bool> = self.docs.iter().map(|doc| doc.live).collect();
+        let live = &self.alive;
         let all_live = || (0..self.docs.len() as u32).filter(|slot| live[*slot as usize]);
         let (candidates, sample): (Vec<u32>, Vec<u32>) = match dense_candidates {
             None => {
@@ -327,11 +342,14 @@ impl<T> Bm25Index<T> {
                 (candidates, all_live().step_by(stride).collect())
             }
         };
-        let similarity_at = |slot: usize| similarity(&self.docs[slot].payload);
-        let mut fused = fusion::hybrid(
+        let similarity_at = |slot: usize| {
+            let doc = &self.docs[slot];
+            similarity(doc.id, &doc.payload)
+        };
+        let (mut fused, own_weight) = fusion::hybrid(
             &lexical,
             similarity_at,
-            &live,
+            live,
             self.context_window,
             &candidates,
             &sample,
@@ -339,7 +357,21 @@ impl<T> Bm25Index<T> {
         for &slot in &candidates {
             fused[slot as usize] += prior(&self.docs[slot as usize].payload);
         }
-        self.select(&fused, candidates, limit, accept)
+        let best = self.select(&fused, candidates, limit, accept);
+        best.into_iter()
+            .map(|(id, score)| {
+                let slot = self.slot_of[&id] as usize;
+                let dense = similarity_at(slot).map(|similarity| Dense {
+                    similarity,
+                    weight: own_weight,
+                });
+                Hit {
+                    handle: id,
+                    score,
+                    dense,
+                }
+            })
+            .collect()
     }
 
     /// BM25 scores by slot (own text plus weighted context), and the slots scored.
@@ -363,11 +395,11 @@ impl<T> Bm25Index<T> {
             }
             let idf = bm25_idf(n, df);
             for posting in &self.postings[term_id as usize] {
-                let doc = &self.docs[posting.slot as usize];
-                if !doc.live {
+                if !self.alive[posting.slot as usize] {
                     continue;
                 }
-                let norm = K1 * (1.0 - B + B * doc.len as f32 / avg_len);
+                let len = self.lens[posting.slot as usize];
+                let norm = K1 * (1.0 - B + B * len as f32 / avg_len);
                 add_score(
                     &mut scores,
                     &mut touched,
@@ -385,7 +417,7 @@ impl<T> Bm25Index<T> {
             let context_idf = bm25_idf(n, context_touched.len() as f32);
             for slot in context_touched.drain(..) {
                 let tf = std::mem::take(&mut context_tf[slot as usize]);
-                let len: u32 = self.window(slot).map(|s| self.docs[s as usize].len).sum();
+                let len: u32 = self.window(slot).map(|s| self.lens[s as usize]).sum();
                 let norm = K1 * (1.0 - B + B * len as f32 / avg_context_len);
                 let score = CONTEXT_WEIGHT * context_idf * saturate(tf, norm);
                 add_score(&mut scores, &mut touched, slot, score);
@@ -449,7 +481,7 @@ impl<T> Bm25Index<T> {
     fn window(&self, slot: u32) -> impl Iterator<Item = u32> + '_ {
         let first = slot.saturating_sub(self.context_window as u32);
         let last = (slot as usize + self.context_window).min(self.docs.len() - 1) as u32;
-        (first..=last).filter(|s| self.docs[*s as usize].live)
+        (first..=last).filter(|s| self.alive[*s as usize])
     }
 }
 
@@ -559,16 +591,22 @@ mod tests {
         index.insert(3, "stock market news", Some(0.0));
         index.insert(4, "not embedded yet", None);
         let terms = query_terms("apple dessert");
-        let hits = index.search_hybrid(&terms, |sim| *sim, 10, |_| true, None, |_| 0.0);
-        let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
+        let hits = index.search_hybrid(&terms, |_, sim| *sim, 10, |_| true, None, |_| 0.0);
+        let ids: Vec<i64> = hits.iter().map(|h| h.handle).collect();
         assert_eq!(ids.len(), 4, "every live document is a candidate");
         assert_eq!(ids[3], 3, "matching neither way comes last: {hits:?}");
-        let filtered =
-            index.search_hybrid(&terms, |sim| *sim, 10, |sim| sim.is_some(), None, |_| 0.0);
+        let filtered = index.search_hybrid(
+            &terms,
+            |_, sim| *sim,
+            10,
+            |sim| sim.is_some(),
+            None,
+            |_| 0.0,
+        );
         assert_eq!(filtered.len(), 3);
         index.remove(2);
-        let after = index.search_hybrid(&terms, |sim| *sim, 10, |_| true, None, |_| 0.0);
-        assert!(after.iter().all(|h| h.0 != 2));
+        let after = index.search_hybrid(&terms, |_, sim| *sim, 10, |_| true, None, |_| 0.0);
+        assert!(after.iter().all(|h| h.handle != 2));
     }
 
     #[test]
@@ -583,13 +621,14 @@ mod tests {
             index.insert(i, text, Some(((i * 37) % 41) as f32 / 41.0));
         }
         let terms = query_terms("red kite");
-        let full = index.search_hybrid(&terms, |sim| *sim, 40, |_| true, None, |_| 0.0);
+        let full = index.search_hybrid(&terms, |_, sim| *sim, 40, |_| true, None, |_| 0.0);
         // The nearest by vector (as a graph would propose them) plus the lexical matches.
         let mut nearest: Vec<i64> = (0..40).collect();
         nearest.sort_by_key(|id| std::cmp::Reverse((id * 37) % 41));
         nearest.truncate(5);
-        let some = index.search_hybrid(&terms, |sim| *sim, 40, |_| true, Some(&nearest), |_| 0.0);
-        let ids: Vec<i64> = some.iter().map(|h| h.0).collect();
+        let some =
+            index.search_hybrid(&terms, |_, sim| *sim, 40, |_| true, Some(&nearest), |_| 0.0);
+        let ids: Vec<i64> = some.iter().map(|h| h.handle).collect();
         for id in [3, 13, 23, 33].iter().chain(&nearest) {
             assert!(ids.contains(id), "{id} missing from {ids:?}");
         }
@@ -601,8 +640,11 @@ mod tests {
         );
         assert!(ids.len() < 40);
         // Every document is in the sample here, so the scores are the full ranking's.
-        for (id, score) in &some {
-            let exact = full.iter().find(|h| h.0 == *id).unwrap().1;
+        for Hit {
+            handle: id, score, ..
+        } in &some
+        {
+            let exact = full.iter().find(|h| h.handle == *id).unwrap().score;
             assert!((exact - score).abs() < 1e-4, "{id}: {exact} vs {score}");
         }
     }

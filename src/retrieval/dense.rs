@@ -56,15 +56,19 @@ pub fn top_k<'a>(
     query: &[f32],
     limit: usize,
 ) -> Vec<(i64, f32)> {
+    let scored = items
+        .filter(|(_, vector)| vector.len() == query.len())
+        .map(|(id, vector)| (id, dot(vector, query)));
+    top_k_scored(scored, limit)
+}
+
+/// The `limit` best of `(id, score)` items, best first (ties: lower id first).
+pub fn top_k_scored(items: impl Iterator<Item = (i64, f32)>, limit: usize) -> Vec<(i64, f32)> {
     if limit == 0 {
         return Vec::new();
     }
     let mut heap: BinaryHeap<Entry> = BinaryHeap::with_capacity(limit + 1);
-    for (id, vector) in items {
-        if vector.len() != query.len() {
-            continue;
-        }
-        let score = dot(vector, query);
+    for (id, score) in items {
         if heap.len() < limit {
             heap.push(Entry(score, id));
         } else if heap.peek().is_some_and(|worst| score > worst.0) {

@@ -26,7 +26,9 @@ pub const PARTICIPANT_WEIGHT: f32 = 3.0;
 /// `live` which slots hold documents. The lexical side is standardised over every live
 /// slot; the dense side over the slots of `sample`, which is every live slot for an
 /// exact ranking and an even sample of them when a large project ranks only the
-/// candidates its vector graph and its postings propose.
+/// candidates its vector graph and its postings propose. Also returns how much a
+/// fused score moves per unit of the document's own similarity (what exact rescoring
+/// of that similarity adjusts by).
 pub fn hybrid(
     lexical: &[f32],
     similarity: impl Fn(usize) -> Option<f32>,
@@ -34,11 +36,21 @@ pub fn hybrid(
     window: usize,
     slots: &[u32],
     sample: &[u32],
-) -> Vec<f32> {
+) -> (Vec<f32>, f32) {
     let n = live.len();
-    // Each similarity is computed once, however many windows it falls in.
-    let mut cache: Vec<Option<Option<f32>>> = vec![None; n];
-    let mut similarity_at = |slot: usize| *cache[slot].get_or_insert_with(|| similarity(slot));
+    // Each similarity is computed once, however many windows it falls in; a large
+    // project ranking few candidates keeps them in a map, not a vector of every slot.
+    let sparse = (slots.len() + sample.len()) * 64 < n;
+    let mut dense_cache: Vec<Option<Option<f32>>> = if sparse { Vec::new() } else { vec![None; n] };
+    let mut sparse_cache: std::collections::HashMap<usize, Option<f32>> =
+        std::collections::HashMap::new();
+    let mut similarity_at = |slot: usize| {
+        if sparse {
+            *sparse_cache.entry(slot).or_insert_with(|| similarity(slot))
+        } else {
+            *dense_cache[slot].get_or_insert_with(|| similarity(slot))
+        }
+    };
     let sampled: Vec<f32> = sample
         .iter()
         .filter_map(|slot| similarity_at(*slot as usize))
@@ -70,7 +82,7 @@ pub fn hybrid(
     };
     let sample_smoothed: Vec<f32> = sample.iter().map(|s| smoothed(*s as usize)).collect();
     let (dense_mean, dense_sd) = mean_sd(&sample_smoothed);
-    let lexical = standardise(lexical, live);
+    let (lexical_mean, lexical_sd) = mean_sd_live(lexical, live);
     let mut fused = vec![f32::NEG_INFINITY; n];
     for &slot in slots {
         let slot = slot as usize;
@@ -82,9 +94,19 @@ pub fn hybrid(
         } else {
             ((f64::from(smoothed(slot)) - dense_mean) / dense_sd) as f32
         };
-        fused[slot] = lexical[slot] + DENSE_WEIGHT * dense;
+        let lexical = if lexical_sd < 1e-12 {
+            0.0
+        } else {
+            ((f64::from(lexical[slot]) - lexical_mean) / lexical_sd) as f32
+        };
+        fused[slot] = lexical + DENSE_WEIGHT * dense;
     }
-    fused
+    let own_weight = if dense_sd < 1e-12 {
+        0.0
+    } else {
+        (f64::from(DENSE_WEIGHT * SELF_WEIGHT) / dense_sd) as f32
+    };
+    (fused, own_weight)
 }
 
 /// Mean and standard deviation.
@@ -100,6 +122,22 @@ fn mean_sd(values: &[f32]) -> (f64, f64) {
         .sum::<f64>()
         / n;
     (mean, var.sqrt())
+}
+
+/// Mean and standard deviation of the live slots' scores, in one pass.
+fn mean_sd_live(scores: &[f32], live: &[bool]) -> (f64, f64) {
+    let (mut n, mut sum, mut squares) = (0usize, 0f64, 0f64);
+    for (score, _) in scores.iter().zip(live).filter(|(_, l)| **l) {
+        let x = f64::from(*score);
+        n += 1;
+        sum += x;
+        squares += x * x;
+    }
+    if n == 0 {
+        return (0.0, 0.0);
+    }
+    let mean = sum / n as f64;
+    (mean, (squares / n as f64 - mean * mean).max(0.0).sqrt())
 }
 
 /// `(x - mean) / sd` over the live slots; all zeros when the scores do not vary.
@@ -133,7 +171,7 @@ mod tests {
         let all: Vec<u32> = (0..live.len() as u32)
             .filter(|s| live[*s as usize])
             .collect();
-        hybrid(lexical, |slot| sims[slot], live, window, &all, &all)
+        hybrid(lexical, |slot| sims[slot], live, window, &all, &all).0
     }
 
     #[test]

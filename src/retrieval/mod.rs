@@ -10,4 +10,6 @@ pub mod index_cache;
 pub mod participants;
 pub mod project_index;
 pub mod project_search;
+pub mod quantized;
+pub mod rescore;
 pub mod tokenize;

@@ -1,7 +1,11 @@
 //! What the domain keeps in memory of a project, derived from its stored rows: the BM25
 //! index over its episodes (with each episode's filterable fields and vector), and, once
-//! it holds `ANN_MIN_VECTORS` vectors, the HNSW graph over those vectors. Ranking over it
-//! is in `project_search.rs`; keeping it current is `index_cache.rs`.
+//! it holds `ANN_MIN_VECTORS` vectors, the HNSW graph over those vectors. Vectors are
+//! held as int8 codes (`quantized.rs`): in the project's slab, or, once there is a
+//! graph, in the graph alone (one copy, not two). Ranking over it is in
+//! `project_search.rs`; keeping it current is `index_cache.rs`.
+
+use std::cell::RefCell;
 
 use crate::model::Episode;
 use crate::model::filter::{Field, SystemField};
@@ -10,14 +14,30 @@ use crate::retrieval::ann::{ANN_MIN_VECTORS, AnnIndex};
 use crate::retrieval::bm25::Bm25Index;
 use crate::retrieval::episode_fields::EpisodeFields;
 use crate::retrieval::participants::Participants;
+use crate::retrieval::quantized::{self, Slab};
 use crate::store::IndexedEpisode;
+
+/// Threads that build a large project's graph (the machines this serves have few cores,
+/// and searches go on meanwhile).
+const GRAPH_THREADS: usize = 2;
 
 /// What the index keeps of each episode: its filterable fields and its vector.
 #[derive(Debug)]
 pub struct Entry {
     pub(super) fields: EpisodeFields,
-    pub(super) vector: Option<Box<[f32]>>,
+    pub(super) vector: Option<Coded>,
 }
+
+/// Where an episode's int8 codes are, and their scale.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Coded {
+    /// Its slot in the project's slab, or `IN_GRAPH`.
+    slot: u32,
+    scale: f32,
+}
+
+/// The codes are held by the graph (keyed by the episode's handle).
+const IN_GRAPH: u32 = u32::MAX;
 
 impl Fields for Entry {
     fn get(&self, field: &Field) -> Option<FieldValue<'_>> {
@@ -28,6 +48,8 @@ impl Fields for Entry {
 #[derive(Debug, Default)]
 pub struct ProjectIndex {
     pub(super) text: Bm25Index<Entry>,
+    /// The codes of vectors not in the graph (all of them while there is none).
+    codes: Slab,
     /// The vector graph of a large project (`None` below `ANN_MIN_VECTORS` vectors,
     /// while it is being built, or if building it failed: then searches scan, as for
     /// a small project).
@@ -49,7 +71,7 @@ pub struct ProjectIndex {
 }
 
 /// Per-episode memory of the index: postings of its text and of its context field,
-/// its fields, its vector (and its share of the graph), and fixed overheads.
+/// its fields, its vector's codes (and its share of the graph), and fixed overheads.
 fn estimated_bytes(episode: &Episode, vector: Option<&[f32]>) -> usize {
     let text = episode.content.len() + episode.producer_id.len();
     let metadata: usize = episode
@@ -57,8 +79,12 @@ fn estimated_bytes(episode: &Episode, vector: Option<&[f32]>) -> usize {
         .iter()
         .map(|(k, v)| k.len() + v.len() + 32)
         .sum();
-    let vector = vector.map_or(0, |v| v.len() * 4 + 160);
-    256 + text * 3 + metadata + vector
+    256 + text * 3 + metadata + vector.map_or(0, |v| vector_bytes(v.len()))
+}
+
+/// Codes, scale and graph links of one vector.
+fn vector_bytes(dimensions: usize) -> usize {
+    dimensions + 160
 }
 
 /// What BM25 indexes of an episode: who said it as well as what was said, so that
@@ -107,18 +133,43 @@ impl ProjectIndex {
         }
     }
 
-    /// Indexes an episode.
-    fn insert(&mut self, id: i64, producer: &str, content: &str, entry: Entry) {
-        if self.text.payload(id).is_some() {
-            return;
+    /// The codes and scale of `vector`, or `None` when its length is not the project's
+    /// (the first vector's: one embedder's vectors all have one length).
+    fn encode(&mut self, vector: &[f32]) -> Option<(Vec<i8>, f32)> {
+        if self.codes.dimensions() == 0 && !vector.is_empty() {
+            let dimensions = self.ann.as_ref().map_or(vector.len(), AnnIndex::dimensions);
+            self.codes = Slab::new(dimensions);
         }
-        let has_vector = entry.vector.is_some();
-        self.count_participants(entry_participants(&entry), true);
-        self.text
-            .insert(id, &indexed_text(producer, content), entry);
-        if has_vector {
-            self.vectors += 1;
-            self.add_to_graph(id);
+        if vector.len() != self.codes.dimensions() || vector.is_empty() {
+            tracing::debug!(length = vector.len(), "vector of another length ignored");
+            return None;
+        }
+        Some(quantized::quantized(vector))
+    }
+
+    /// Stores codes for episode `id` (in the graph when there is one and none is being
+    /// built, else in the slab, reusing `previous` slab slot).
+    fn place(&mut self, id: i64, codes: &[i8], previous: Option<Coded>) -> u32 {
+        if self.building.is_none()
+            && let Some(ann) = &self.ann
+        {
+            if let Some(Coded { slot, .. }) = previous.filter(|c| c.slot != IN_GRAPH) {
+                self.codes.remove(slot);
+            }
+            match ann.insert(id, codes) {
+                Ok(()) => return IN_GRAPH,
+                Err(err) => {
+                    tracing::warn!(error = %err, "vector graph update failed; scanning instead");
+                    self.abandon_graph();
+                }
+            }
+        }
+        match previous {
+            Some(Coded { slot, .. }) if slot != IN_GRAPH => {
+                self.codes.get_mut(slot).copy_from_slice(codes);
+                slot
+            }
+            _ => self.codes.insert(codes),
         }
     }
 
@@ -130,12 +181,29 @@ impl ProjectIndex {
             episode,
             vector,
         } = stored;
-        self.bytes += estimated_bytes(&episode, vector.as_deref());
+        if self.text.payload(handle).is_some() {
+            return;
+        }
+        let coded = vector.as_deref().and_then(|v| self.encode(v));
+        self.bytes += estimated_bytes(&episode, vector.as_deref().filter(|_| coded.is_some()));
+        let vector = coded.map(|(codes, scale)| Coded {
+            slot: self.place(handle, &codes, None),
+            scale,
+        });
         let entry = Entry {
             fields: EpisodeFields::of(&episode),
-            vector: vector.map(Vec::into_boxed_slice),
+            vector,
         };
-        self.insert(handle, &episode.producer_id, &episode.content, entry);
+        self.count_participants(entry_participants(&entry), true);
+        self.text.insert(
+            handle,
+            &indexed_text(&episode.producer_id, &episode.content),
+            entry,
+        );
+        if vector.is_some() {
+            self.vectors += 1;
+            self.note_changed(handle);
+        }
     }
 
     /// Episodes indexed.
@@ -156,51 +224,110 @@ impl ProjectIndex {
         let Some(entry) = self.text.payload(id) else {
             return;
         };
-        let had_vector = entry.vector.is_some();
+        let vector = entry.vector;
         let names = entry_participants(entry);
         self.count_participants(names, false);
         self.text.remove(id);
-        if had_vector {
+        if let Some(Coded { slot, .. }) = vector {
             self.vectors -= 1;
-            if let Some(ann) = &self.ann {
-                ann.remove(id);
+            if slot == IN_GRAPH {
+                if let Some(ann) = &self.ann {
+                    ann.remove(id);
+                }
+            } else {
+                self.codes.remove(slot);
             }
-            if let Some(dirty) = &mut self.building {
-                dirty.push(id);
-            }
+            self.note_changed(id);
         }
     }
 
     /// Sets (or replaces) the vector of episode `id`, if it is indexed.
     pub fn set_vector(&mut self, id: i64, vector: Box<[f32]>) {
-        let Some(entry) = self.text.payload_mut(id) else {
+        let Some(previous) = self.text.payload(id).map(|e| e.vector) else {
             return;
         };
-        if entry.vector.is_none() {
+        let Some((codes, scale)) = self.encode(&vector) else {
+            return;
+        };
+        if previous.is_none() {
             self.vectors += 1;
-            self.bytes += vector.len() * 4 + 160;
+            self.bytes += vector_bytes(codes.len());
         }
-        entry.vector = Some(vector);
-        self.add_to_graph(id);
+        let slot = self.place(id, &codes, previous);
+        if let Some(entry) = self.text.payload_mut(id) {
+            entry.vector = Some(Coded { slot, scale });
+        }
+        self.note_changed(id);
     }
 
-    fn vector_of(&self, id: i64) -> Option<&[f32]> {
-        self.text.payload(id)?.vector.as_deref()
+    /// The codes of episode `id` (`coded` its entry's), from the slab or the graph
+    /// (written into `buffer`).
+    fn codes_of<'a>(&'a self, id: i64, coded: Coded, buffer: &'a mut Vec<i8>) -> Option<&'a [i8]> {
+        if coded.slot != IN_GRAPH {
+            return Some(self.codes.get(coded.slot));
+        }
+        let ann = self.ann.as_ref()?;
+        buffer.resize(ann.dimensions(), 0);
+        ann.get(id, buffer).then_some(&buffer[..])
     }
 
-    /// Keeps the graph in step with the vector just set on episode `id`: adds it when
-    /// there is a graph, or notes it for the graph being built.
-    fn add_to_graph(&mut self, id: i64) {
+    /// The approximate similarity of episode `id` (its entry `entry`) to `query`:
+    /// `None` without a vector of the query's length.
+    pub(super) fn similarity(
+        &self,
+        id: i64,
+        entry: &Entry,
+        query: &[f32],
+        buffer: &RefCell<Vec<i8>>,
+    ) -> Option<f32> {
+        let coded = entry.vector?;
+        let mut buffer = buffer.borrow_mut();
+        let codes = self.codes_of(id, coded, &mut buffer)?;
+        (codes.len() == query.len()).then(|| quantized::dot(codes, coded.scale, query))
+    }
+
+    /// The codes of `query` for a graph search.
+    pub(super) fn query_codes(query: &[f32]) -> Vec<i8> {
+        quantized::quantized(query).0
+    }
+
+    /// Notes, for the graph being built, that episode `id`'s vector changed.
+    fn note_changed(&mut self, id: i64) {
         if let Some(dirty) = &mut self.building {
             dirty.push(id);
-            return;
         }
-        let Some(ann) = &self.ann else { return };
-        let vector = self.vector_of(id).expect("a vector was just set");
-        if let Err(err) = ann.insert(id, vector) {
-            tracing::warn!(error = %err, "vector graph update failed; scanning instead");
-            self.ann = None;
-            self.ann_failed = true;
+    }
+
+    /// Moves every vector out of the graph back into the slab and drops the graph:
+    /// searches scan from then on.
+    fn abandon_graph(&mut self) {
+        let Some(ann) = self.ann.take() else { return };
+        self.ann_failed = true;
+        if self.codes.dimensions() == 0 {
+            self.codes = Slab::new(ann.dimensions());
+        }
+        let mut buffer = vec![0i8; ann.dimensions()];
+        let in_graph: Vec<i64> = self
+            .text
+            .live()
+            .filter(|(_, e)| e.vector.is_some_and(|c| c.slot == IN_GRAPH))
+            .map(|(id, _)| id)
+            .collect();
+        for id in in_graph {
+            let slot = ann.get(id, &mut buffer).then(|| self.codes.insert(&buffer));
+            if let Some(entry) = self.text.payload_mut(id) {
+                match slot {
+                    Some(slot) => {
+                        if let Some(coded) = &mut entry.vector {
+                            coded.slot = slot;
+                        }
+                    }
+                    None => {
+                        entry.vector = None;
+                        self.vectors -= 1;
+                    }
+                }
+            }
         }
     }
 
@@ -214,36 +341,47 @@ impl ProjectIndex {
             && self.vectors >= self.ann_min
     }
 
-    /// Starts building the graph: a copy of every vector held (of the first one's
-    /// length). Changes from now on are replayed when it is installed.
+    /// Starts building the graph: a copy of every vector's codes, in one allocation.
+    /// Changes from now on are replayed when it is installed.
     pub fn begin_graph(&mut self) -> GraphInput {
         self.building = Some(Vec::new());
-        let vectors: Vec<(i64, Box<[f32]>)> = self
-            .text
-            .live()
-            .filter_map(|(id, entry)| Some((id, entry.vector.clone()?)))
-            .collect();
-        let dimensions = vectors.first().map_or(0, |(_, v)| v.len());
+        let dimensions = self.codes.dimensions();
+        let mut ids = Vec::with_capacity(self.vectors);
+        let mut codes = Vec::with_capacity(self.vectors * dimensions);
+        for (id, entry) in self.text.live() {
+            if let Some(coded) = entry.vector.filter(|c| c.slot != IN_GRAPH) {
+                ids.push(id);
+                codes.extend_from_slice(self.codes.get(coded.slot));
+            }
+        }
         GraphInput {
             dimensions,
-            vectors,
+            ids,
+            codes,
         }
     }
 
     /// Builds a graph from `input`, without the index (the long part).
     pub fn build_graph(input: GraphInput) -> Result<AnnIndex, String> {
         let started = std::time::Instant::now();
-        let items = input.vectors.iter().map(|(id, v)| (*id, &v[..]));
-        let ann = AnnIndex::build(input.dimensions, items, input.vectors.len() * 2)?;
+        let items: Vec<(i64, &[i8])> = input
+            .ids
+            .iter()
+            .zip(input.codes.chunks_exact(input.dimensions.max(1)))
+            .map(|(id, codes)| (*id, codes))
+            .collect();
+        let ann = AnnIndex::build(input.dimensions, &items, input.ids.len() * 2, GRAPH_THREADS)?;
         tracing::info!(
             vectors = ann.len(),
             elapsed_ms = started.elapsed().as_millis() as u64,
+            graph_bytes = ann.memory_usage(),
             "vector graph built"
         );
         Ok(ann)
     }
 
-    /// Installs the graph `begin_graph` started, with the changes made meanwhile.
+    /// Installs the graph `begin_graph` started, with the changes made meanwhile; the
+    /// graph then holds every vector, and the slab goes.
     pub fn finish_graph(&mut self, built: Result<AnnIndex, String>) {
         let dirty = self.building.take().unwrap_or_default();
         let ann = match built {
@@ -255,8 +393,13 @@ impl ProjectIndex {
             }
         };
         for id in dirty {
-            let replayed = match self.vector_of(id) {
-                Some(vector) => ann.insert(id, vector),
+            let codes = self
+                .text
+                .payload(id)
+                .and_then(|e| e.vector)
+                .map(|c| self.codes.get(c.slot));
+            let replayed = match codes {
+                Some(codes) => ann.insert(id, codes),
                 None => {
                     ann.remove(id);
                     Ok(())
@@ -268,6 +411,18 @@ impl ProjectIndex {
                 return;
             }
         }
+        let held: Vec<i64> = self
+            .text
+            .live()
+            .filter(|(_, e)| e.vector.is_some())
+            .map(|(id, _)| id)
+            .collect();
+        for id in held {
+            if let Some(coded) = self.text.payload_mut(id).and_then(|e| e.vector.as_mut()) {
+                coded.slot = IN_GRAPH;
+            }
+        }
+        self.codes = Slab::new(ann.dimensions());
         self.ann = Some(ann);
     }
 
@@ -280,37 +435,42 @@ impl ProjectIndex {
     }
 }
 
-/// The vectors a graph is built from, copied out of the index.
+/// The vectors' codes a graph is built from, copied out of the index.
 pub struct GraphInput {
     dimensions: usize,
-    vectors: Vec<(i64, Box<[f32]>)>,
+    ids: Vec<i64>,
+    codes: Vec<i8>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn entry(vector: Option<Vec<f32>>) -> Entry {
-        entry_by("ada", vector)
-    }
-
-    fn entry_by(producer: &str, vector: Option<Vec<f32>>) -> Entry {
+    /// Indexes episode `id` as the store would hand it over.
+    fn add(
+        index: &mut ProjectIndex,
+        id: i64,
+        producer: &str,
+        content: &str,
+        vector: Option<Vec<f32>>,
+    ) {
         let episode = Episode {
             uid: uuid::Uuid::new_v4(),
-            content: "hello".into(),
+            content: content.into(),
             producer_id: producer.into(),
             producer_role: String::new(),
             produced_for_id: String::new(),
-            sequence_num: 1,
+            sequence_num: id,
             episode_type: "message".into(),
             content_type: "string".into(),
             created_at_micros: 0,
             metadata: Default::default(),
         };
-        Entry {
-            fields: EpisodeFields::of(&episode),
-            vector: vector.map(Vec::into_boxed_slice),
-        }
+        index.insert_stored(IndexedEpisode {
+            handle: id,
+            episode,
+            vector,
+        });
     }
 
     fn unit(i: usize) -> Vec<f32> {
@@ -322,23 +482,20 @@ mod tests {
     fn a_question_naming_a_participant_prefers_their_turns_and_embeds_without_them() {
         let mut index = ProjectIndex::new();
         let same = vec![1.0, 0.0, 0.0];
-        index.insert(
+        add(
+            &mut index,
             1,
             "Ada Lovelace",
             "the race was fun",
-            entry_by("Ada Lovelace", Some(same.clone())),
+            Some(same.clone()),
         );
-        index.insert(
-            2,
-            "Bob",
-            "the race was fun",
-            entry_by("Bob", Some(same.clone())),
-        );
-        index.insert(
+        add(&mut index, 2, "Bob", "the race was fun", Some(same.clone()));
+        add(
+            &mut index,
             3,
             "Bob",
             "we ate soup",
-            entry_by("Bob", Some(vec![0.0, 1.0, 0.0])),
+            Some(vec![0.0, 1.0, 0.0]),
         );
         let named = index
             .named_participants("What did Ada Lovelace's friend say about the race?")
@@ -349,7 +506,7 @@ mod tests {
         );
         assert_eq!(named.ids, [Box::<str>::from("Ada Lovelace")]);
         let terms = crate::retrieval::tokenize::query_terms("Ada Lovelace race");
-        let first = |named: &[Box<str>]| index.hybrid(&terms, &same, named, None, 3)[0].0;
+        let first = |named: &[Box<str>]| index.hybrid(&terms, &same, named, None, 3)[0].handle;
         assert_eq!(first(&named.ids), 1);
         assert_eq!(first(&[Box::from("Bob")]), 2, "the named one wins a tie");
         // A participant whose every turn is gone is no longer one.
@@ -362,15 +519,16 @@ mod tests {
     fn the_graph_is_built_at_the_threshold_and_kept_in_step() {
         let mut index = ProjectIndex::with_ann_min(10);
         for i in 0..5 {
-            index.insert(
+            add(
+                &mut index,
                 i,
                 "ada",
                 "stored with a vector",
-                entry(Some(unit(i as usize))),
+                Some(unit(i as usize)),
             );
         }
         for i in 5..20 {
-            index.insert(i, "ada", "new, embedded later", entry(None));
+            add(&mut index, i, "ada", "new, embedded later", None);
         }
         assert!(!index.graph_wanted(), "5 vectors: below the threshold");
         for i in 5..10 {
@@ -385,17 +543,46 @@ mod tests {
         assert!(!index.graph_wanted(), "one build at a time");
         index.set_vector(10, unit(10).into_boxed_slice());
         index.set_vector(11, unit(11).into_boxed_slice());
+        index.remove(2);
         index.finish_graph(ProjectIndex::build_graph(input));
         let ann = index.ann.as_ref().expect("a graph");
-        assert_eq!(ann.len(), 12, "built from every vector held, then added to");
+        assert_eq!(ann.len(), 11, "built from every vector held, then added to");
+        assert_eq!(index.codes.bytes(), 0, "the graph holds the only copy");
         // Replacing a vector does not count it twice; removing takes it out.
         index.set_vector(3, unit(3).into_boxed_slice());
         index.remove(4);
         index.remove(15); // no vector: the graph is untouched
         let ann = index.ann.as_ref().unwrap();
-        assert_eq!(ann.len(), 11);
-        let near = ann.search(&unit(4), 3, |_| true).unwrap();
-        assert!(near.iter().all(|(id, _)| *id != 4), "{near:?}");
-        assert_eq!(index.vectors, 11);
+        assert_eq!(ann.len(), 10);
+        let near = index.dense(&unit(4), None, 3);
+        assert!(
+            near.iter().all(|h| h.handle != 4 && h.handle != 2),
+            "{near:?}"
+        );
+        assert_eq!(near[0].handle, 3, "{near:?}");
+        assert_eq!(index.vectors, 10);
+        // Similarities come from the graph's codes, for ranking and for rescoring.
+        let buffer = RefCell::new(Vec::new());
+        let entry = index.text.payload(3).unwrap();
+        let sim = index.similarity(3, entry, &unit(3), &buffer).unwrap();
+        assert!((sim - 1.0).abs() < 1e-2, "{sim}");
+    }
+
+    #[test]
+    fn a_dropped_graph_gives_its_vectors_back_to_the_scan() {
+        let mut index = ProjectIndex::with_ann_min(4);
+        for i in 0..8 {
+            add(&mut index, i, "ada", "words", Some(unit(i as usize * 10)));
+        }
+        index.build_graph_now();
+        assert!(index.ann.is_some());
+        index.abandon_graph();
+        assert!(index.ann.is_none() && !index.graph_wanted());
+        let near = index.dense(&unit(30), None, 2);
+        assert_eq!(near[0].handle, 3, "{near:?}");
+        assert_eq!(near.len(), 2);
+        // A vector of another length is left out.
+        index.set_vector(1, vec![1.0; 5].into_boxed_slice());
+        assert_eq!(index.vectors, 8);
     }
 }

@@ -3,9 +3,12 @@
 //! (neighbours of a hit, the newest episodes). Each answers store handles, best first;
 //! the rows are then read from the store.
 
+use std::cell::RefCell;
+
 use super::ann::ANN_MIN_VECTORS;
 use super::fusion::PARTICIPANT_WEIGHT;
 use super::project_index::{Entry, ProjectIndex};
+use super::rescore::Hit;
 use crate::model::filter::{Expr, Field, SystemField};
 use crate::model::filter_eval::{Fields, Value, matches};
 
@@ -21,33 +24,39 @@ fn passes(filter: Option<&Expr>) -> impl Fn(&Entry) -> bool + '_ {
 
 impl ProjectIndex {
     /// BM25 ranking for `terms` (already analysed), filtered before the cut to `limit`.
-    pub fn lexical(
-        &self,
-        terms: &[String],
-        filter: Option<&Expr>,
-        limit: usize,
-    ) -> Vec<(i64, f32)> {
+    pub fn lexical(&self, terms: &[String], filter: Option<&Expr>, limit: usize) -> Vec<Hit> {
         if terms.is_empty() {
             return Vec::new();
         }
-        self.text.search(terms, limit, passes(filter))
+        self.text
+            .search(terms, limit, passes(filter))
+            .into_iter()
+            .map(|(id, score)| Hit::lexical(id, score))
+            .collect()
     }
 
-    /// The `limit` episodes whose vectors are most similar to `query`, filtered first.
-    pub fn dense(&self, query: &[f32], filter: Option<&Expr>, limit: usize) -> Vec<(i64, f32)> {
+    /// The `limit` episodes whose vectors are most similar to `query`, filtered first,
+    /// by the int8 codes (the caller rescores the best exactly, `rescore.rs`).
+    pub fn dense(&self, query: &[f32], filter: Option<&Expr>, limit: usize) -> Vec<Hit> {
         let accept = passes(filter);
         let graph = if self.few_pass(filter, &accept) {
             None
         } else {
             self.nearest(query, limit, limit, &accept)
         };
-        graph.unwrap_or_else(|| {
-            let candidates = self.text.live().filter_map(|(id, entry)| {
-                let vector = entry.vector.as_deref()?;
-                accept(entry).then_some((id, vector))
+        let best = graph.unwrap_or_else(|| {
+            let buffer = RefCell::new(Vec::new());
+            let scored = self.text.live().filter_map(|(id, entry)| {
+                if !accept(entry) {
+                    return None;
+                }
+                Some((id, self.similarity(id, entry, query, &buffer)?))
             });
-            super::dense::top_k(candidates, query, limit)
-        })
+            super::dense::top_k_scored(scored, limit)
+        });
+        best.into_iter()
+            .map(|(id, similarity)| Hit::dense(id, similarity))
+            .collect()
     }
 
     /// BM25 fused with vector similarity, filtered before the cut; episodes produced by
@@ -60,17 +69,15 @@ impl ProjectIndex {
         named: &[Box<str>],
         filter: Option<&Expr>,
         limit: usize,
-    ) -> Vec<(i64, f32)> {
+    ) -> Vec<Hit> {
         let accept = passes(filter);
         // A question naming participants prefers what they said.
         let prior = |entry: &Entry| match entry.get(&Field::System(SystemField::ProducerId)) {
             Some(Value::Text(id)) if named.iter().any(|n| **n == *id) => PARTICIPANT_WEIGHT,
             _ => 0.0,
         };
-        let similarity = |entry: &Entry| {
-            let vector = entry.vector.as_deref()?;
-            (vector.len() == query.len()).then(|| super::dense::dot(vector, query))
-        };
+        let buffer = RefCell::new(Vec::new());
+        let similarity = |id: i64, entry: &Entry| self.similarity(id, entry, query, &buffer);
         let proposed = if self.few_pass(filter, &accept) {
             None
         } else {
@@ -128,7 +135,7 @@ impl ProjectIndex {
     ) -> Option<Vec<(i64, f32)>> {
         let ann = self.ann.as_ref()?;
         let accepted = |id: i64| self.text.payload(id).is_some_and(accept);
-        match ann.search(query, want, accepted) {
+        match ann.search(&ProjectIndex::query_codes(query), want, accepted) {
             Ok(hits) if hits.len() >= needed => Some(hits),
             Ok(_) => None,
             Err(err) => {

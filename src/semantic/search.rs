@@ -108,18 +108,23 @@ impl ProjectFeatures {
         };
         match vector {
             None => self.index.search(&terms, limit, accept),
-            Some((embedder, query_vector)) => self.index.search_hybrid(
-                &terms,
-                |f: &FeatureFields| {
-                    let (id, v) = f.vector.as_ref()?;
-                    (&**id == embedder && v.len() == query_vector.len())
-                        .then(|| crate::retrieval::dense::dot(v, query_vector))
-                },
-                limit,
-                accept,
-                None,
-                |_: &FeatureFields| 0.0,
-            ),
+            Some((embedder, query_vector)) => self
+                .index
+                .search_hybrid(
+                    &terms,
+                    |_, f: &FeatureFields| {
+                        let (id, v) = f.vector.as_ref()?;
+                        (&**id == embedder && v.len() == query_vector.len())
+                            .then(|| crate::retrieval::dense::dot(v, query_vector))
+                    },
+                    limit,
+                    accept,
+                    None,
+                    |_: &FeatureFields| 0.0,
+                )
+                .into_iter()
+                .map(|hit| (hit.handle, hit.score))
+                .collect(),
         }
     }
 

@@ -221,6 +221,15 @@ pub trait VectorStore: Send + Sync {
     /// Stores vectors made by `embedder` (episodes deleted meanwhile are skipped), takes
     /// them off the queue, and appends a `Vector` change to each one's project log.
     async fn store_embeddings(&self, embedder: &str, vectors: Vec<(i64, Vec<f32>)>) -> Result<()>;
+    /// The vectors from `embedder` of this project's episodes with these handles, in
+    /// the order asked; handles not in the project, deleted, or without a vector from
+    /// `embedder` are left out. `NotFound` when the project does not exist.
+    async fn vectors(
+        &self,
+        key: &ProjectKey,
+        embedder: &str,
+        handles: &[i64],
+    ) -> Result<Vec<(i64, Vec<f32>)>>;
 }
 
 #[async_trait]

@@ -158,6 +158,7 @@ macro_rules! conformance {
                     fresh abandoned_episodes_leave_the_queue,
                     fresh stored_vectors_dequeue_and_deleted_episodes_are_skipped,
                     fresh a_vector_for_the_old_embedder_leaves_the_new_queue_alone,
+                    fresh vectors_are_read_by_handle_for_the_project_and_embedder,
                 }
                 keys {
                     fresh api_keys_are_kept_listed_and_revoked,

@@ -360,3 +360,55 @@ pub async fn a_vector_for_the_old_embedder_leaves_the_new_queue_alone(store: Arc
         "still queued for the embedder the project uses now"
     );
 }
+
+pub async fn vectors_are_read_by_handle_for_the_project_and_embedder(store: Arc<dyn Store>) {
+    let (embedder, other) = (TestEmbedder::new(3), TestEmbedder::new(4));
+    let (k, elsewhere) = (project(&store).await, project(&store).await);
+    let batch = numbered("v", 4);
+    add(&store, &k, batch.clone()).await;
+    let theirs = numbered("w", 1);
+    add(&store, &elsewhere, theirs.clone()).await;
+    let h = handles(&store, &k, &batch).await;
+    let foreign = handles(&store, &elsewhere, &theirs).await[0];
+    let vector = |h: i64| vec![h as f32, 0.5, -1.25];
+    store
+        .store_embeddings(
+            embedder.id(),
+            [h[0], h[1], h[2], foreign]
+                .iter()
+                .map(|h| (*h, vector(*h)))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    // h[3] has a vector from another embedder only.
+    store
+        .store_embeddings(other.id(), vec![(h[3], vec![1.0; 4])])
+        .await
+        .unwrap();
+    store.delete_episodes(&k, &[batch[1].uid]).await.unwrap();
+    let asked = [h[2], h[3], foreign, h[1], h[0], 987_654_321];
+    let read = store.vectors(&k, embedder.id(), &asked).await.unwrap();
+    assert_eq!(
+        read,
+        [(h[2], vector(h[2])), (h[0], vector(h[0]))],
+        "in the order asked; deleted, other embedders', other projects' and unknown left out"
+    );
+    assert_eq!(
+        store.vectors(&k, other.id(), &[h[3]]).await.unwrap(),
+        [(h[3], vec![1.0; 4])]
+    );
+    assert!(
+        store
+            .vectors(&k, embedder.id(), &[])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let ghost = crate::support::key(&crate::support::org(), "ghost");
+    let missing = store.vectors(&ghost, embedder.id(), &[h[0]]).await;
+    assert!(
+        matches!(missing, Err(memmachine::error::Error::NotFound(_))),
+        "{missing:?}"
+    );
+}

@@ -8,6 +8,7 @@
 pub mod api_key;
 pub mod call_stats;
 pub mod chat;
+pub mod corpus;
 pub mod cpu;
 pub mod latencies;
 pub mod locomo;

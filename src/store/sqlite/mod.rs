@@ -368,4 +368,16 @@ impl VectorStore for SqliteStore {
             .write(move |conn| vectors::store(conn, &embedder, &new))
             .await
     }
+
+    async fn vectors(
+        &self,
+        key: &ProjectKey,
+        embedder: &str,
+        handles: &[i64],
+    ) -> Result<Vec<(i64, Vec<f32>)>> {
+        let (key, embedder, handles) = (key.clone(), embedder.to_string(), handles.to_vec());
+        self.readers
+            .read(move |tx| vectors::by_handle(tx, &key, &embedder, &handles))
+            .await
+    }
 }

@@ -178,3 +178,42 @@ pub(super) fn store(conn: &Connection, embedder: &str, vectors: &[(i64, Vec<f32>
     }
     Ok(())
 }
+
+/// The vectors from `embedder` of the project's episodes with these handles, in the
+/// order asked (absent ones left out).
+pub(super) fn by_handle(
+    conn: &Connection,
+    key: &ProjectKey,
+    embedder: &str,
+    handles: &[i64],
+) -> Result<Vec<(i64, Vec<f32>)>> {
+    let project = super::projects::require(conn, key)?;
+    if handles.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<rusqlite::types::Value> = handles
+        .iter()
+        .copied()
+        .map(rusqlite::types::Value::Integer)
+        .collect();
+    // CROSS JOIN keeps the id list as the outer loop: one row-id lookup each.
+    let mut found: std::collections::HashMap<i64, Vec<f32>> = conn
+        .prepare_cached(
+            "SELECT v.episode, v.vector FROM rarray(?1) r
+             CROSS JOIN embeddings v ON v.episode = r.value
+             JOIN episodes e ON e.id = v.episode
+             WHERE e.project = ?2 AND v.embedder = ?3",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_map(params![std::rc::Rc::new(ids), project, embedder], |row| {
+                let bytes: Vec<u8> = row.get(1)?;
+                Ok((row.get::<_, i64>(0)?, decode(&bytes).into_vec()))
+            })?
+            .collect()
+        })
+        .map_err(storage_error)?;
+    Ok(handles
+        .iter()
+        .filter_map(|h| Some((*h, found.remove(h)?)))
+        .collect())
+}

@@ -48,6 +48,12 @@ pub struct ServeArgs {
     /// Largest top_k and page_size [default: 1000]
     #[arg(long, env = "MEMMACHINE_MAX_PAGE_SIZE")]
     pub max_page_size: Option<usize>,
+    /// Most distinct words in a search query [default: 1024]
+    #[arg(long, env = "MEMMACHINE_MAX_QUERY_WORDS")]
+    pub max_query_words: Option<usize>,
+    /// Most bytes of episodes in one ListMemories page [default: 2097152]
+    #[arg(long, env = "MEMMACHINE_MAX_PAGE_BYTES")]
+    pub max_page_bytes: Option<usize>,
     /// Largest encoded request, in bytes [default: 67108864]
     #[arg(long, env = "MEMMACHINE_MAX_REQUEST_BYTES")]
     pub max_request_bytes: Option<usize>,
@@ -123,6 +129,20 @@ pub struct ServeArgs {
     /// [default: 10]
     #[arg(long, env = "MEMMACHINE_KEEPALIVE_TIMEOUT")]
     pub keepalive_timeout: Option<f64>,
+    /// Most connections held at once on the gRPC and REST listeners together [default:
+    /// the open-file limit, raised to its hard limit, less 64; at most 10000]
+    #[arg(long, env = "MEMMACHINE_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Seconds a new connection may take to send its first bytes before it is closed
+    /// [default: 5]
+    #[arg(long, env = "MEMMACHINE_PREFACE_TIMEOUT")]
+    pub preface_timeout: Option<f64>,
+    /// Most concurrent HTTP/2 streams (calls) on one gRPC connection [default: 100]
+    #[arg(long, env = "MEMMACHINE_MAX_STREAMS_PER_CONNECTION")]
+    pub max_streams_per_connection: Option<u32>,
+    /// Most open health Watch streams per client address [default: 16]
+    #[arg(long, env = "MEMMACHINE_MAX_WATCH_STREAMS_PER_PEER")]
+    pub max_watch_streams_per_peer: Option<usize>,
     /// Cap on language-model calls per minute; 0 is no cap [default: 60]
     #[arg(long, env = "MEMMACHINE_LLM_MAX_CALLS_PER_MINUTE")]
     pub llm_max_calls_per_minute: Option<u32>,
@@ -367,6 +387,9 @@ pub struct ServeConfig {
     pub request_timeout: std::time::Duration,
     pub drain_delay: std::time::Duration,
     pub keepalive: Keepalive,
+    pub connections: crate::connections::ConnectionLimits,
+    pub max_streams_per_connection: u32,
+    pub max_watch_streams_per_peer: usize,
     pub otlp_endpoint: Option<String>,
     pub llm: LlmConfig,
     pub ingest: crate::semantic::ingest::IngestSettings,
@@ -427,6 +450,8 @@ impl ServeConfig {
             ),
             format!("max_content_bytes = {}", self.limits.max_content_bytes),
             format!("max_page_size = {}", self.limits.max_page_size),
+            format!("max_query_words = {}", self.limits.max_query_words),
+            format!("max_page_bytes = {}", self.limits.max_page_bytes),
             format!("max_request_bytes = {}", self.max_request_bytes),
             format!("shutdown_grace = {:?}", self.shutdown_grace.as_secs_f64()),
             format!("drain_delay = {:?}", self.drain_delay.as_secs_f64()),
@@ -437,6 +462,19 @@ impl ServeConfig {
             format!(
                 "keepalive_timeout = {:?}",
                 self.keepalive.timeout.as_secs_f64()
+            ),
+            format!("max_connections = {}", self.connections.max),
+            format!(
+                "preface_timeout = {:?}",
+                self.connections.preface_timeout.as_secs_f64()
+            ),
+            format!(
+                "max_streams_per_connection = {}",
+                self.max_streams_per_connection
+            ),
+            format!(
+                "max_watch_streams_per_peer = {}",
+                self.max_watch_streams_per_peer
             ),
             format!("request_timeout = {:?}", self.request_timeout.as_secs_f64()),
             format!("auth = {}", self.auth),
@@ -559,10 +597,14 @@ impl ServeArgs {
             short_term_max_chars: merged
                 .short_term_max_chars
                 .unwrap_or(defaults.short_term_max_chars),
+            max_query_words: merged.max_query_words.unwrap_or(defaults.max_query_words),
+            max_page_bytes: merged.max_page_bytes.unwrap_or(defaults.max_page_bytes),
         };
         if limits.max_messages_per_add == 0
             || limits.max_content_bytes == 0
             || limits.max_page_size == 0
+            || limits.max_query_words == 0
+            || limits.max_page_bytes == 0
         {
             return Err("limits must be at least 1".into());
         }
@@ -663,6 +705,19 @@ impl ServeArgs {
                 interval: nonzero(keepalive_interval),
                 timeout: keepalive_timeout,
             },
+            connections: crate::connections::ConnectionLimits {
+                max: match merged.max_connections {
+                    Some(0) => return Err("--max-connections must be at least 1".into()),
+                    Some(n) => n,
+                    None => crate::connections::ConnectionLimits::default_max(),
+                },
+                preface_timeout: positive(merged.preface_timeout, 5.0, "preface-timeout")?,
+            },
+            max_streams_per_connection: match merged.max_streams_per_connection {
+                Some(0) => return Err("--max-streams-per-connection must be at least 1".into()),
+                n => n.unwrap_or(100),
+            },
+            max_watch_streams_per_peer: merged.max_watch_streams_per_peer.unwrap_or(16),
             otlp_endpoint: merged.otlp_endpoint,
             llm: LlmConfig {
                 base_url: merged.llm_base_url,
@@ -728,6 +783,8 @@ impl ServeArgs {
             max_messages_per_add: self.max_messages_per_add.or(other.max_messages_per_add),
             max_content_bytes: self.max_content_bytes.or(other.max_content_bytes),
             max_page_size: self.max_page_size.or(other.max_page_size),
+            max_query_words: self.max_query_words.or(other.max_query_words),
+            max_page_bytes: self.max_page_bytes.or(other.max_page_bytes),
             max_request_bytes: self.max_request_bytes.or(other.max_request_bytes),
             shutdown_grace: self.shutdown_grace.or(other.shutdown_grace),
             embedder: self.embedder.or(other.embedder),
@@ -750,6 +807,14 @@ impl ServeArgs {
             drain_delay: self.drain_delay.or(other.drain_delay),
             keepalive_interval: self.keepalive_interval.or(other.keepalive_interval),
             keepalive_timeout: self.keepalive_timeout.or(other.keepalive_timeout),
+            max_connections: self.max_connections.or(other.max_connections),
+            preface_timeout: self.preface_timeout.or(other.preface_timeout),
+            max_streams_per_connection: self
+                .max_streams_per_connection
+                .or(other.max_streams_per_connection),
+            max_watch_streams_per_peer: self
+                .max_watch_streams_per_peer
+                .or(other.max_watch_streams_per_peer),
             otlp_endpoint: self.otlp_endpoint.or(other.otlp_endpoint),
             llm_base_url: self.llm_base_url.or(other.llm_base_url),
             llm_model: self.llm_model.or(other.llm_model),

@@ -64,6 +64,68 @@ impl Error {
     }
 }
 
+/// Longest field name or description sent to a client: input echoed in them is cut, so
+/// a huge bad key cannot make an answer (or a `grpc-message` header) clients refuse.
+const MAX_ECHOED_CHARS: usize = 256;
+/// Longest message of the other errors sent to a client.
+const MAX_MESSAGE_CHARS: usize = 1024;
+/// Most violations listed in one answer; the rest are counted in a last one.
+const MAX_LISTED_VIOLATIONS: usize = 20;
+
+impl Error {
+    /// This error as a client may be sent it: echoed values cut, violations capped.
+    pub fn bounded(self) -> Error {
+        let cut = |m: String| truncate(m, MAX_MESSAGE_CHARS);
+        match self {
+            Error::InvalidArgument(violations) => {
+                let total = violations.len();
+                let mut listed: Vec<FieldViolation> = violations
+                    .into_iter()
+                    .take(MAX_LISTED_VIOLATIONS)
+                    .map(|v| FieldViolation {
+                        field: truncate(v.field, MAX_ECHOED_CHARS),
+                        description: truncate(v.description, MAX_ECHOED_CHARS),
+                    })
+                    .collect();
+                if total > listed.len() {
+                    listed.push(FieldViolation {
+                        field: String::new(),
+                        description: format!("and {} more violations", total - listed.len()),
+                    });
+                }
+                Error::InvalidArgument(listed)
+            }
+            Error::NotFound(m) => Error::NotFound(cut(m)),
+            Error::AlreadyExists(m) => Error::AlreadyExists(cut(m)),
+            Error::FailedPrecondition(m) => Error::FailedPrecondition(cut(m)),
+            Error::Unimplemented(m) => Error::Unimplemented(cut(m)),
+            Error::Unavailable(m) => Error::Unavailable(cut(m)),
+            Error::Unauthenticated(m) => Error::Unauthenticated(cut(m)),
+            Error::PermissionDenied(m) => Error::PermissionDenied(cut(m)),
+            Error::DeadlineExceeded(m) => Error::DeadlineExceeded(cut(m)),
+            Error::ResourceExhausted {
+                message,
+                retry_after,
+            } => Error::ResourceExhausted {
+                message: cut(message),
+                retry_after,
+            },
+            other @ (Error::Closed | Error::Internal(_)) => other,
+        }
+    }
+}
+
+/// `text` cut to `max` characters, saying how much was left out.
+fn truncate(text: String, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text,
+        Some((end, _)) => {
+            let left = text[end..].chars().count();
+            format!("{}… ({left} more characters)", &text[..end])
+        }
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Collects field violations so a request reports all of them at once.
@@ -99,5 +161,40 @@ impl Violations {
         } else {
             Err(Error::InvalidArgument(self.0))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn echoed_values_are_cut_and_violations_capped() {
+        let key = "k".repeat(30_000);
+        let mut violations = Violations::default();
+        for i in 0..10_000 {
+            violations.add(format!("metadata[{key}]"), format!("bad id {i}"));
+        }
+        let Err(Error::InvalidArgument(listed)) = violations.into_result().map_err(Error::bounded)
+        else {
+            panic!("expected invalid argument");
+        };
+        assert_eq!(listed.len(), MAX_LISTED_VIOLATIONS + 1);
+        assert!(listed[0].field.starts_with("metadata[kkk"));
+        assert!(listed[0].field.ends_with("more characters)"));
+        assert!(listed[0].field.chars().count() < MAX_ECHOED_CHARS + 40);
+        assert_eq!(listed[20].description, "and 9980 more violations");
+        let message = Error::InvalidArgument(listed).to_string();
+        assert!(message.len() < 16 * 1024, "{} bytes", message.len());
+    }
+
+    #[test]
+    fn short_values_and_messages_pass_unchanged() {
+        assert_eq!(truncate("héllo".into(), 5), "héllo");
+        assert_eq!(truncate("héllo".into(), 2), "hé… (3 more characters)");
+        let Error::NotFound(m) = Error::NotFound("x".repeat(5000)).bounded() else {
+            panic!()
+        };
+        assert!(m.len() < MAX_MESSAGE_CHARS + 40);
     }
 }

@@ -8,6 +8,7 @@ pub mod admission;
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod connections;
 pub mod domain;
 pub mod embed;
 pub mod episodic;

@@ -13,6 +13,11 @@ pub struct Limits {
     /// Most characters those episodes hold together (0: no bound); the newest is
     /// always returned.
     pub short_term_max_chars: usize,
+    /// Most distinct words in a search query.
+    pub max_query_words: usize,
+    /// Most bytes of episodes in one `ListMemories` page (the first is always sent), so
+    /// that a page fits the 4 MiB a stock gRPC client reads.
+    pub max_page_bytes: usize,
 }
 
 impl Default for Limits {
@@ -23,11 +28,31 @@ impl Default for Limits {
             max_page_size: 1000,
             short_term_window: 20,
             short_term_max_chars: 0,
+            max_query_words: 1024,
+            max_page_bytes: 2 * 1024 * 1024,
         }
     }
 }
 
 impl Limits {
+    /// Validates a search query: not blank, and at most `max_query_words` distinct words
+    /// (a query of very many costs time for nothing: only 64 terms rank).
+    pub fn query(&self, field: &str, query: &str) -> crate::error::Result<()> {
+        if query.trim().is_empty() {
+            return Err(crate::error::Error::invalid(field, "must not be empty"));
+        }
+        if crate::retrieval::tokenize::more_distinct_words_than(query, self.max_query_words) {
+            return Err(crate::error::Error::invalid(
+                field,
+                format!(
+                    "holds more than {} distinct words (--max-query-words)",
+                    self.max_query_words
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Validates an optional page size or `top_k` (1 to `max_page_size`).
     pub fn page_size(
         &self,

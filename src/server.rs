@@ -8,6 +8,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tonic::transport::server::TcpIncoming;
@@ -19,6 +20,7 @@ use crate::admission::limits::Limiter;
 use crate::admission::{Admission, AdmissionLayer};
 use crate::auth::Authenticator;
 use crate::config::{ServeConfig, TlsFiles};
+use crate::connections::{Gate, GatedListener};
 use crate::error::{Error, Result};
 use crate::grpc::{Deferred, MemoryGrpc, ProjectGrpc, SemanticGrpc, v1};
 use crate::metrics::Metrics;
@@ -89,6 +91,8 @@ pub async fn run(
     }
 
     let metrics = Arc::new(Metrics::new());
+    // One bound on the connections of both listeners, which share the open-file limit.
+    let gate = Gate::new(config.connections);
     let (health, health_service) = tonic_health::server::health_reporter();
     let lifecycle = Arc::new(Lifecycle::new(health).await);
     let admission = Arc::new(Admission {
@@ -99,6 +103,7 @@ pub async fn run(
         request_timeout: config.request_timeout,
         max_request_bytes: config.max_request_bytes,
         methods: crate::grpc::methods(),
+        watchers: crate::admission::watch::Watchers::new(config.max_watch_streams_per_peer),
     });
     let project_service = ProjectService::default();
     let memory_service = MemoryService::default();
@@ -151,6 +156,10 @@ pub async fn run(
             let bound = listener.local_addr().map_or(rest_addr, |a| a);
             tracing::info!(addr = %bound, "REST gateway listening (/api/v2)");
             let mut stop = stop.clone();
+            let listener = GatedListener {
+                listener,
+                gate: gate.clone(),
+            };
             let task = crate::rest::serve(listener, gateway.clone(), async move {
                 let _ = stop.wait_for(|stopped| *stopped).await;
             });
@@ -193,9 +202,18 @@ pub async fn run(
         }
     };
     // Without TCP_NODELAY small responses wait for the peer's delayed ACK (~40 ms).
-    let incoming = TcpIncoming::from(listener)
-        .with_nodelay(Some(true))
-        .with_keepalive(Some(Duration::from_secs(60)));
+    let incoming = {
+        let gate = gate.clone();
+        TcpIncoming::from(listener)
+            .with_nodelay(Some(true))
+            .with_keepalive(Some(Duration::from_secs(60)))
+            .filter_map(move |accepted| {
+                std::future::ready(match accepted {
+                    Ok(tcp) => gate.admit(tcp).map(Ok),
+                    Err(err) => Some(Err(err)),
+                })
+            })
+    };
     let mut serve = tokio::spawn(router.serve_with_incoming_shutdown(incoming, drain));
     tracing::info!(
         addr = %addr,
@@ -269,7 +287,8 @@ fn server_builder(config: &ServeConfig) -> Result<Server> {
     let builder = Server::builder()
         .accept_http1(true)
         .http2_keepalive_interval(config.keepalive.interval)
-        .http2_keepalive_timeout(Some(config.keepalive.timeout));
+        .http2_keepalive_timeout(Some(config.keepalive.timeout))
+        .max_concurrent_streams(Some(config.max_streams_per_connection));
     match &config.tls {
         None => Ok(builder),
         Some(files) => builder

@@ -8,6 +8,7 @@
 pub mod cors;
 pub mod lifecycle;
 pub mod limits;
+pub mod watch;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -42,6 +43,8 @@ pub struct Admission {
     pub max_request_bytes: usize,
     /// `Service/Method` of every method served, the metrics' labels.
     pub methods: std::collections::HashSet<String>,
+    /// Open health Watch streams per client address.
+    pub watchers: Arc<watch::Watchers>,
 }
 
 #[derive(Clone)]
@@ -89,6 +92,22 @@ where
         // The clone that was polled ready serves this call.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
+        if request.uri().path() == watch::WATCH_PATH {
+            let Some(guard) = self.admission.watchers.admit(&peer_ip(&request)) else {
+                let refused = tonic::Status::from(Error::ResourceExhausted {
+                    message: "this address holds as many health Watch streams as it may \
+                              (--max-watch-streams-per-peer)"
+                        .into(),
+                    retry_after: None,
+                });
+                return Box::pin(std::future::ready(Ok(refused.into_http())));
+            };
+            let call = inner.call(request);
+            return Box::pin(async move {
+                let response = call.await?;
+                Ok(response.map(|body| watch::hold(body, guard)))
+            });
+        }
         if request.uri().path().starts_with(HEALTH_PREFIX) {
             return Box::pin(inner.call(request));
         }
@@ -338,11 +357,15 @@ pub struct Entry {
     _permit: Option<OwnedSemaphorePermit>,
 }
 
-/// How tonic's answers to undecodable requests begin.
-const DECODE_FAILURES: [&str; 3] = [
+/// How tonic's (and tonic-web's) answers to undecodable requests begin: an empty body,
+/// a truncated frame, bad base64 are the client's mistakes, not the server's.
+const DECODE_FAILURES: [&str; 6] = [
     "failed to decode Protobuf message",
     "protocol error:",
     "Error decompressing",
+    "Missing request message",
+    "Unexpected EOF decoding stream",
+    "tonic-web: ",
 ];
 
 /// The client's request id when it is short printable ASCII, else a new one.

@@ -89,8 +89,7 @@ impl Authenticator {
         let rejected = || Error::Unauthenticated("the API key is not valid".into());
         let token = std::str::from_utf8(value)
             .ok()
-            .and_then(|v| v.strip_prefix("Bearer ").or(v.strip_prefix("bearer ")))
-            .map(str::trim)
+            .and_then(bearer_token)
             .ok_or_else(rejected)?;
         let (id, secret) = keys::parse(token).ok_or_else(rejected)?;
         let record = self.store.find_key(id).await?.ok_or_else(rejected)?;
@@ -105,6 +104,15 @@ impl Authenticator {
             },
         })
     }
+}
+
+/// The credentials of `Bearer <token>`; the scheme is case-insensitive (RFC 9110).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
 }
 
 /// The caller the admission layer recorded on a request. A request without one was not
@@ -135,5 +143,21 @@ mod tests {
         let admin = Caller::Admin { key_id: "a".into() };
         assert!(admin.check_org("globex").is_ok());
         assert_eq!(admin.list_scope(None).unwrap(), None);
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for value in [
+            "Bearer k",
+            "bearer k",
+            "BEARER k",
+            "bEaReR   k ",
+            " Bearer k",
+        ] {
+            assert_eq!(bearer_token(value), Some("k"), "{value:?}");
+        }
+        for value in ["Basic k", "Bearer", "Bearer ", "Bearerk", "k"] {
+            assert_eq!(bearer_token(value), None, "{value:?}");
+        }
     }
 }

@@ -32,8 +32,8 @@ use tonic::transport::{Channel, Endpoint};
 mod support;
 
 use support::corpus::{Corpus, SEED, load_corpus, message};
-use support::rng::Rng;
 use support::latencies::Latencies;
+use support::rng::Rng;
 use support::server::Server;
 use support::{BoxError, Result};
 
@@ -298,6 +298,9 @@ async fn search_pass(
             .await?;
     }
     let mut latencies = Vec::with_capacity(args.queries);
+    // A small project may share no word with a question; a pass without any hit means
+    // the index is not being searched.
+    let mut empty = 0;
     for query in questions.take(args.queries) {
         let request = search_request(rng.below(shape.projects), query, args.top_k);
         let sent = Instant::now();
@@ -307,8 +310,14 @@ async fn search_pass(
             .episodic_memory
             .is_none_or(|m| m.long_term_memory.is_empty())
         {
-            return Err(format!("no hits for {query:?}").into());
+            empty += 1;
         }
+    }
+    if empty == latencies.len() {
+        return Err("no search found anything".into());
+    }
+    if empty > 0 {
+        println!("   {empty} of {} searches found nothing", latencies.len());
     }
     Ok(Latencies::new(latencies))
 }

@@ -24,6 +24,8 @@ use crate::store::Store;
 
 /// Largest `expand_context` accepted.
 pub const MAX_EXPAND_CONTEXT: i32 = 100;
+/// Episodes read from the store at a time while a page fills up to its byte budget.
+const LIST_CHUNK: usize = 64;
 
 #[derive(Debug, Clone, Default)]
 pub struct SearchInput {
@@ -120,9 +122,7 @@ impl EpisodicMemory {
 
     pub async fn search(&self, project: &Project, input: SearchInput) -> Result<EpisodicSearch> {
         let mut violations = Violations::default();
-        if input.query.trim().is_empty() {
-            violations.add("query", "must not be empty");
-        }
+        violations.check(self.limits.query("query", &input.query));
         let top_k = violations.check(self.limits.page_size("top_k", input.top_k, 10));
         let filter = violations.check(parse_filter("filter", &input.filter));
         if !(0..=MAX_EXPAND_CONTEXT).contains(&input.expand_context) {
@@ -296,13 +296,33 @@ impl EpisodicMemory {
             filter.expect("validated"),
             after.expect("validated"),
         );
-        let mut episodes = self
-            .store
-            .list_episodes(key, filter.as_ref(), after, limit + 1)
-            .await?;
-        let next =
-            crate::model::page::cut(&mut episodes, limit, |last| last.sequence_num.to_string());
-        Ok((episodes, next))
+        // Read in chunks, so that a page of large episodes ends at the byte budget
+        // without the rest of it ever being read.
+        let mut page: Vec<Episode> = Vec::new();
+        let (mut bytes, mut cursor) = (0usize, after);
+        loop {
+            let wanted = (limit + 1 - page.len()).min(LIST_CHUNK);
+            let chunk = self
+                .store
+                .list_episodes(key, filter.as_ref(), cursor, wanted)
+                .await?;
+            let exhausted = chunk.len() < wanted;
+            for episode in chunk {
+                bytes += episode.approximate_bytes();
+                // The first episode is always sent, however large.
+                if page.len() == limit || (bytes > self.limits.max_page_bytes && !page.is_empty()) {
+                    let next = page
+                        .last()
+                        .map_or_else(String::new, |last| last.sequence_num.to_string());
+                    return Ok((page, next));
+                }
+                cursor = episode.sequence_num;
+                page.push(episode);
+            }
+            if exhausted {
+                return Ok((page, String::new()));
+            }
+        }
     }
 
     /// The episodes of this project with these uids, in the order asked (`None` for a

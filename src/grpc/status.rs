@@ -26,6 +26,7 @@ impl Error {
 
 impl From<Error> for Status {
     fn from(err: Error) -> Status {
+        let err = err.bounded();
         match err {
             Error::InvalidArgument(violations) => {
                 let message = Error::InvalidArgument(violations.clone()).to_string();

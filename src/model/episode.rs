@@ -31,6 +31,25 @@ pub struct Episode {
     pub metadata: BTreeMap<String, String>,
 }
 
+impl Episode {
+    /// About how many bytes the episode takes in an answer (its strings, and a little
+    /// for the fixed fields and framing).
+    pub fn approximate_bytes(&self) -> usize {
+        let strings = self.content.len()
+            + self.producer_id.len()
+            + self.producer_role.len()
+            + self.produced_for_id.len()
+            + self.episode_type.len()
+            + self.content_type.len();
+        let metadata: usize = self
+            .metadata
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 8)
+            .sum();
+        strings + metadata + 96
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScoredEpisode {
     pub episode: Episode,

@@ -1,5 +1,9 @@
 //! Identifier rules of the contract: `^[\p{L}\p{N}_:-]+$`, 1 to 128 characters, with
-//! empty org and project ids meaning "universal".
+//! empty org and project ids meaning "universal". An id must also be its own Unicode
+//! NFKC form, so two ids that look the same (`acme`, fullwidth `ａｃｍｅ`, a decomposed
+//! `é`) cannot name two tenants: the other forms are refused, naming the one to use.
+
+use unicode_normalization::{IsNormalized, UnicodeNormalization};
 
 use crate::error::{Error, Result};
 
@@ -14,6 +18,19 @@ pub fn validate_id(field: &str, id: &str) -> Result<()> {
             field,
             format!("must be 1 to {MAX_ID_CHARS} characters, got {chars}"),
         ));
+    }
+    if unicode_normalization::is_nfkc_quick(id.chars()) != IsNormalized::Yes {
+        let normal: String = id.nfkc().collect();
+        if normal != id {
+            return Err(Error::invalid(
+                field,
+                format!(
+                    "must be in Unicode normal form NFKC: write {normal:?} (fullwidth, \
+                     compatibility and decomposed characters are refused, as they look \
+                     like other ids)"
+                ),
+            ));
+        }
     }
     if let Some(bad) = id
         .chars()
@@ -80,6 +97,26 @@ pub fn or_universal(id: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_that_look_like_others_are_refused_naming_the_normal_form() {
+        for (id, normal) in [
+            ("ａｃｍｅ", "acme"),
+            ("proje\u{301}t", "projét"),
+            ("ﬁle", "file"),
+        ] {
+            let Err(Error::InvalidArgument(v)) = validate_id("org_id", id) else {
+                panic!("{id:?} was accepted");
+            };
+            assert!(
+                v[0].description.contains(&format!("{normal:?}")),
+                "{}",
+                v[0].description
+            );
+        }
+        validate_id("org_id", "projét").unwrap();
+        validate_id("org_id", "東京_支店").unwrap();
+    }
 
     #[test]
     fn empty_ids_mean_universal() {

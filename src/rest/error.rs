@@ -55,21 +55,22 @@ pub fn http_status(code: tonic::Code) -> StatusCode {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let code = self.error.grpc_code();
+        let error = self.error.bounded();
+        let code = error.grpc_code();
         let status = self.status.unwrap_or_else(|| http_status(code));
-        let retry_after = match &self.error {
+        let retry_after = match &error {
             Error::ResourceExhausted { retry_after, .. } => retry_after.map(|d| d.as_secs().max(1)),
             Error::Unavailable(_) | Error::Closed => Some(1),
             _ => None,
         };
-        let violations: Vec<_> = match &self.error {
+        let violations: Vec<_> = match &error {
             Error::InvalidArgument(v) => v
                 .iter()
                 .map(|v| json!({"field": v.field, "description": v.description}))
                 .collect(),
             _ => Vec::new(),
         };
-        let message = match self.error {
+        let message = match error {
             Error::Internal(m) => {
                 // The details stay in the log; the client learns only that it failed.
                 tracing::error!(error = %m, "internal error");

@@ -18,7 +18,6 @@ use std::sync::{Arc, OnceLock};
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use tokio::net::TcpListener;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
@@ -115,14 +114,14 @@ fn api() -> OpenApiRouter<Gateway> {
 
 /// Serves the gateway on `listener` until `shutdown` resolves.
 pub async fn serve(
-    listener: TcpListener,
+    listener: crate::connections::GatedListener,
     gateway: Gateway,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use axum::serve::ListenerExt;
     // Without TCP_NODELAY small responses wait for the peer's delayed ACK.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
+    let listener = listener.tap_io(|gated| {
+        let _ = gated.get_ref().set_nodelay(true);
     });
     let app = gateway.router();
     axum::serve(

@@ -68,6 +68,7 @@ pub struct Bm25Index<T = ()> {
     total_len: u64,
     /// Documents on either side in a document's context field (0: no context field).
     context_window: usize,
+    pool: ScorePool,
 }
 
 impl<T> Default for Bm25Index<T> {
@@ -84,6 +85,7 @@ impl<T> Default for Bm25Index<T> {
             live: 0,
             total_len: 0,
             context_window: CONTEXT_WINDOW,
+            pool: ScorePool::default(),
         }
     }
 }
@@ -298,8 +300,8 @@ impl<T> Bm25Index<T> {
         if self.live == 0 || limit == 0 {
             return Vec::new();
         }
-        let (scores, touched) = self.lexical_scores(terms);
-        self.select(&scores, touched, limit, accept)
+        let scores = self.lexical_scores(terms);
+        self.select(&scores.values, scores.touched.clone(), limit, accept)
     }
 
     /// Hybrid ranking: BM25 fused with the documents' `similarity` to the query (the
@@ -321,7 +323,8 @@ impl<T> Bm25Index<T> {
         if self.live == 0 || limit == 0 {
             return Vec::new();
         }
-        let (lexical, touched) = self.lexical_scores(terms);
+        let scores = self.lexical_scores(terms);
+        let (lexical, touched) = (&scores.values[..], scores.touched.clone());
         let live = &self.alive;
         let all_live = || (0..self.docs.len() as u32).filter(|slot| live[*slot as usize]);
         let (candidates, sample): (Vec<u32>, Vec<u32>) = match dense_candidates {
@@ -334,7 +337,7 @@ impl<T> Bm25Index<T> {
                 (accepted.clone(), accepted)
             }
             Some(ids) => {
-                let mut candidates = self.best_by(&lexical, touched, LEXICAL_CANDIDATES);
+                let mut candidates = self.best_by(lexical, touched, LEXICAL_CANDIDATES);
                 candidates.extend(ids.iter().filter_map(|id| self.slot_of.get(id).copied()));
                 candidates.sort_unstable();
                 candidates.dedup();
@@ -347,7 +350,7 @@ impl<T> Bm25Index<T> {
             similarity(doc.id, &doc.payload)
         };
         let (mut fused, own_weight) = fusion::hybrid(
-            &lexical,
+            lexical,
             similarity_at,
             live,
             self.context_window,
@@ -375,16 +378,13 @@ impl<T> Bm25Index<T> {
     }
 
     /// BM25 scores by slot (own text plus weighted context), and the slots scored.
-    fn lexical_scores(&self, terms: &[String]) -> (Vec<f32>, Vec<u32>) {
+    fn lexical_scores(&self, terms: &[String]) -> Scores<'_> {
         let n = self.live as f32;
         let avg_len = self.total_len as f32 / n;
         // A context spans up to 2w+1 documents (fewer at the ends of a small index).
         let avg_context_len = avg_len * ((2 * self.context_window + 1) as f32).min(n);
-        let with_context = self.context_window > 0;
-        let mut scores = vec![0f32; self.docs.len()];
-        let mut touched: Vec<u32> = Vec::new();
-        let mut context_tf = vec![0u32; self.docs.len()];
-        let mut context_touched: Vec<u32> = Vec::new();
+        let mut scores = self.pool.take(self.docs.len());
+        let mut context: Vec<(u32, u32)> = Vec::new();
         for term in terms {
             let Some(&term_id) = self.vocab.get(term) else {
                 continue;
@@ -394,36 +394,63 @@ impl<T> Bm25Index<T> {
                 continue;
             }
             let idf = bm25_idf(n, df);
-            for posting in &self.postings[term_id as usize] {
+            let postings = &self.postings[term_id as usize];
+            for posting in postings {
                 if !self.alive[posting.slot as usize] {
                     continue;
                 }
                 let len = self.lens[posting.slot as usize];
                 let norm = K1 * (1.0 - B + B * len as f32 / avg_len);
-                add_score(
-                    &mut scores,
-                    &mut touched,
-                    posting.slot,
-                    idf * saturate(posting.tf, norm),
-                );
-                for slot in self.window(posting.slot).filter(|_| with_context) {
-                    if context_tf[slot as usize] == 0 {
-                        context_touched.push(slot);
-                    }
-                    context_tf[slot as usize] += posting.tf;
-                }
+                scores.add(posting.slot, idf * saturate(posting.tf, norm));
+            }
+            if self.context_window == 0 {
+                continue;
             }
             // The context field: its own document frequency and lengths.
-            let context_idf = bm25_idf(n, context_touched.len() as f32);
-            for slot in context_touched.drain(..) {
-                let tf = std::mem::take(&mut context_tf[slot as usize]);
+            context.clear();
+            self.context_sweep(postings, |slot, tf| context.push((slot, tf)));
+            let context_idf = bm25_idf(n, context.len() as f32);
+            for &(slot, tf) in &context {
                 let len: u32 = self.window(slot).map(|s| self.lens[s as usize]).sum();
                 let norm = K1 * (1.0 - B + B * len as f32 / avg_context_len);
-                let score = CONTEXT_WEIGHT * context_idf * saturate(tf, norm);
-                add_score(&mut scores, &mut touched, slot, score);
+                scores.add(slot, CONTEXT_WEIGHT * context_idf * saturate(tf, norm));
             }
         }
-        (scores, touched)
+        scores
+    }
+
+    /// Every live slot within the context window of one of `postings` (one term's,
+    /// in slot order), ascending, with the summed frequency of the live postings in its
+    /// window: one sweep, so each slot is visited once however many postings share it.
+    fn context_sweep(&self, postings: &[Posting], mut visit: impl FnMut(u32, u32)) {
+        let w = self.context_window as u32;
+        let last = self.docs.len() as u32 - 1;
+        let live = |p: &Posting| self.alive[p.slot as usize];
+        // Postings in `lo..hi` are those with a slot in [s - w, s + w]; `tf` sums them.
+        let (mut lo, mut hi, mut tf) = (0usize, 0usize, 0u32);
+        let mut next = 0u32;
+        for posting in postings.iter().filter(|p| live(p)) {
+            let start = posting.slot.saturating_sub(w).max(next);
+            let end = (posting.slot + w).min(last);
+            for slot in start..=end {
+                while hi < postings.len() && postings[hi].slot <= slot + w {
+                    if live(&postings[hi]) {
+                        tf += postings[hi].tf;
+                    }
+                    hi += 1;
+                }
+                while lo < hi && postings[lo].slot + w < slot {
+                    if live(&postings[lo]) {
+                        tf -= postings[lo].tf;
+                    }
+                    lo += 1;
+                }
+                if self.alive[slot as usize] {
+                    visit(slot, tf);
+                }
+            }
+            next = end + 1;
+        }
     }
 
     /// The (at most) `count` slots of `slots` with the highest scores, in no order.
@@ -496,18 +523,95 @@ fn saturate(tf: u32, norm: f32) -> f32 {
     tf * (K1 + 1.0) / (tf + norm)
 }
 
-fn add_score(scores: &mut [f32], touched: &mut Vec<u32>, slot: u32, score: f32) {
-    let current = &mut scores[slot as usize];
-    if *current == 0.0 {
-        touched.push(slot);
+/// Score buffers of one entry per slot, all zero, kept between queries: a fresh one
+/// for a large index costs page faults and zeroing on every query.
+#[derive(Debug, Default)]
+struct ScorePool(std::sync::Mutex<Vec<Vec<f32>>>);
+
+/// Buffers kept: about one per core searching at once.
+const POOLED_BUFFERS: usize = 4;
+
+impl ScorePool {
+    fn take(&self, slots: usize) -> Scores<'_> {
+        let mut values = self.0.lock().expect("pool lock").pop().unwrap_or_default();
+        values.resize(slots, 0.0);
+        Scores {
+            values,
+            touched: Vec::new(),
+            pool: self,
+        }
     }
-    *current += score;
+}
+
+/// Scores by slot, and the slots scored; zeroed and pooled again when dropped.
+struct Scores<'a> {
+    values: Vec<f32>,
+    touched: Vec<u32>,
+    pool: &'a ScorePool,
+}
+
+impl Scores<'_> {
+    fn add(&mut self, slot: u32, score: f32) {
+        let current = &mut self.values[slot as usize];
+        if *current == 0.0 {
+            self.touched.push(slot);
+        }
+        *current += score;
+    }
+}
+
+impl Drop for Scores<'_> {
+    fn drop(&mut self) {
+        for &slot in &self.touched {
+            self.values[slot as usize] = 0.0;
+        }
+        let mut pool = self.pool.0.lock().expect("pool lock");
+        if pool.len() < POOLED_BUFFERS {
+            pool.push(std::mem::take(&mut self.values));
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::retrieval::tokenize::query_terms;
+
+    #[test]
+    fn the_context_sweep_counts_each_window_as_a_scan_would() {
+        // Documents with and without the term, some removed, windows of 1 to 3.
+        let words = ["dog", "cat", "dog dog", "bird", "dog cat", "fish", "cat"];
+        for window in 1..=3 {
+            let mut index: Bm25Index = Bm25Index::with_context_window(window);
+            for i in 0..200i64 {
+                index.insert(
+                    i,
+                    words[(i as usize * 7 + i as usize / 3) % words.len()],
+                    (),
+                );
+            }
+            for i in (0..200).filter(|i| i % 5 == 1 || i % 11 == 0) {
+                index.remove(i);
+            }
+            let term = index.vocab["dog"];
+            let postings = &index.postings[term as usize];
+            let mut swept = Vec::new();
+            index.context_sweep(postings, |slot, tf| swept.push((slot, tf)));
+            let mut scanned = Vec::new();
+            for slot in 0..index.docs.len() as u32 {
+                let tf: u32 = postings
+                    .iter()
+                    .filter(|p| index.alive[p.slot as usize])
+                    .filter(|p| p.slot.abs_diff(slot) <= window as u32)
+                    .map(|p| p.tf)
+                    .sum();
+                if index.alive[slot as usize] && tf > 0 {
+                    scanned.push((slot, tf));
+                }
+            }
+            assert_eq!(swept, scanned, "window {window}");
+        }
+    }
 
     /// An index of `docs` without the context field (plain BM25).
     fn index_with(window: usize, docs: &[&str]) -> Bm25Index {

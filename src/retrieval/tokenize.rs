@@ -4,6 +4,7 @@
 //! "hikes". Queries also drop common English function words unless nothing else is
 //! left, since they match nearly every document and only cost time.
 
+use std::collections::HashSet;
 use std::sync::LazyLock;
 
 use rust_stemmers::{Algorithm, Stemmer};
@@ -37,14 +38,11 @@ pub fn stem(word: &str) -> String {
     STEMMER.stem(word).into_owned()
 }
 
-/// The distinct terms of a query, stopwords removed when others remain.
+/// The distinct terms of a query, stopwords removed when others remain. Linear in the
+/// query's length, however many distinct words it holds.
 pub fn query_terms(query: &str) -> Vec<String> {
-    let mut all: Vec<String> = Vec::new();
-    for word in words(query) {
-        if !all.contains(&word) {
-            all.push(word);
-        }
-    }
+    let mut seen = HashSet::new();
+    let all: Vec<String> = words(query).filter(|w| seen.insert(w.clone())).collect();
     let content: Vec<&String> = all
         .iter()
         .filter(|w| !STOPWORDS.contains(&w.as_str()))
@@ -54,15 +52,22 @@ pub fn query_terms(query: &str) -> Vec<String> {
     } else {
         content
     };
-    let mut terms: Vec<String> = Vec::new();
-    for word in chosen {
-        let term = stem(word);
-        if !terms.contains(&term) {
-            terms.push(term);
-        }
-    }
-    terms.truncate(MAX_QUERY_TERMS);
-    terms
+    let mut stems = HashSet::new();
+    chosen
+        .into_iter()
+        .map(|word| stem(word))
+        .filter(|term| stems.insert(term.clone()))
+        .take(MAX_QUERY_TERMS)
+        .collect()
+}
+
+/// Whether `query` holds more than `max` distinct words (it stops counting there).
+pub fn more_distinct_words_than(query: &str, max: usize) -> bool {
+    let mut seen = HashSet::new();
+    words(query)
+        .filter(|w| seen.insert(w.clone()))
+        .nth(max)
+        .is_some()
 }
 
 #[cfg(test)]

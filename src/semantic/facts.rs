@@ -187,9 +187,7 @@ impl SemanticMemory {
         input: FeatureSearch,
     ) -> Result<Vec<ScoredFeature>> {
         let mut violations = Violations::default();
-        if input.query.trim().is_empty() {
-            violations.add("query", "must not be empty");
-        }
+        violations.check(self.limits.query("query", &input.query));
         let top_k = violations.check(self.limits.page_size("top_k", input.top_k, 10));
         let filter = violations.check(parse_filter("filter", &input.filter));
         if input.score_threshold.is_some_and(f64::is_nan) {

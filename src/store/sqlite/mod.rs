@@ -49,15 +49,16 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens (creating if needed) the database in `data_dir` and migrates it.
     pub fn open(data_dir: &Path) -> Result<SqliteStore> {
-        std::fs::create_dir_all(data_dir).map_err(|err| {
-            Error::Unavailable(format!(
-                "cannot create data dir {}: {err}",
-                data_dir.display()
-            ))
-        })?;
+        prepare_data_dir(data_dir)?;
         let path = data_dir.join(DB_FILE);
-        let mut conn = open_connection(&path)?;
-        schema::migrate(&mut conn)?;
+        let named = |err: Error| match err {
+            Error::Unavailable(m) | Error::Internal(m) => {
+                Error::Unavailable(format!("cannot open the database {}: {m}", path.display()))
+            }
+            other => other,
+        };
+        let mut conn = open_connection(&path).map_err(named)?;
+        schema::migrate(&mut conn).map_err(named)?;
         let readers = std::thread::available_parallelism().map_or(4, |n| n.get() * 2);
         Ok(SqliteStore {
             readers: ReadPool::new(path.clone(), readers),
@@ -77,6 +78,38 @@ impl SqliteStore {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Makes sure `dir` is a directory the server can write, creating it if missing, and
+/// says what is wrong with which path otherwise.
+fn prepare_data_dir(dir: &Path) -> Result<()> {
+    let shown = dir.display();
+    let unusable = |what: String| Error::Unavailable(format!("--data-dir {shown} {what}"));
+    match (std::fs::symlink_metadata(dir), std::fs::metadata(dir)) {
+        (Ok(link), Err(_)) if link.file_type().is_symlink() => {
+            let target = std::fs::read_link(dir).unwrap_or_default();
+            return Err(unusable(format!(
+                "is a symbolic link to {}, which does not exist",
+                target.display()
+            )));
+        }
+        (_, Ok(meta)) if !meta.is_dir() => {
+            return Err(unusable("is a file, not a directory".into()));
+        }
+        (_, Ok(_)) => {}
+        (_, Err(_)) => std::fs::create_dir_all(dir)
+            .map_err(|err| unusable(format!("does not exist and cannot be created: {err}")))?,
+    }
+    // SQLite writes its journal beside the database: the directory must be writable.
+    let probe = dir.join(format!(".memmachine-probe-{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&probe)
+        .map_err(|err| unusable(format!("is not writable: {err}")))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
 }
 
 #[async_trait]

@@ -35,5 +35,6 @@ if [[ -n "${MEMMACHINE_TEST_POSTGRES:-}" && $# -eq 0 ]]; then
   MEMMACHINE_TEST_BACKEND=postgres cargo test --locked \
     --test grpc_api --test auth --test durability --test external_clients \
     --test observability --test semantic_crash --test semantic_isolation \
-    --test semantic_memory --test legacy_v1 --test rest_api --test cli_client --test mcp
+    --test semantic_memory --test legacy_v1 --test rest_api --test cli_client --test mcp \
+    --test isolation_model
 fi

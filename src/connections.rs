@@ -32,12 +32,20 @@ pub struct ConnectionLimits {
 }
 
 impl ConnectionLimits {
-    /// The default bound: the open-file limit (raised to its hard limit first, as a
-    /// server should) less a reserve, capped at 10,000.
+    /// The default bound: the hard open-file limit (which `raise_open_file_limit`
+    /// makes the soft one at start) less a reserve, capped at 10,000.
     pub fn default_max() -> usize {
-        let files = rlimit::increase_nofile_limit(u64::MAX).unwrap_or(1024);
+        let files = rlimit::Resource::NOFILE
+            .get()
+            .map_or(1024, |(_, hard)| hard);
         files.saturating_sub(RESERVED_FDS).clamp(16, 10_000) as usize
     }
+}
+
+/// Raises the soft open-file limit to the hard one, as a server holding many
+/// connections should; the limit it has, or 1024 when it cannot be read.
+pub fn raise_open_file_limit() -> u64 {
+    rlimit::increase_nofile_limit(u64::MAX).unwrap_or(1024)
 }
 
 /// Counts and bounds the open connections; shared by both listeners.

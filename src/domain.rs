@@ -68,7 +68,7 @@ pub async fn start(
     );
     let semantic = SemanticMemory::new(store.clone(), config.limits, embedders.clone(), llm);
     crate::semantic::ingest::spawn_workers(semantic.clone(), config.ingest, metrics.clone());
-    crate::semantic::embedding::spawn(semantic.clone());
+    crate::semantic::embedding::spawn(semantic.clone(), config.embedding_lease);
     crate::semantic::summary::spawn(
         semantic.clone(),
         crate::semantic::summary::Window {

@@ -8,7 +8,7 @@ pub struct FieldViolation {
     pub description: String,
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     /// The client sent bad input; every offending field is listed.
     #[error("invalid argument: {}", describe(.0))]

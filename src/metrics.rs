@@ -1,8 +1,8 @@
 //! Prometheus metrics (`--metrics-listen`): calls by method and status code with their
 //! latency, calls turned away by limits, episodes stored, the embedding queue's depth
-//! and lag, embedding latency, volume and tokens, language-model calls (by purpose and
-//! outcome, with their tokens and latency), the semantic worker's events, and rerank
-//! calls (latency, failures).
+//! and lag, embedding latency, volume, tokens and failures (and whether each embedder
+//! answers), language-model calls (by purpose and outcome, with their tokens and
+//! latency), the semantic worker's events, and rerank calls (latency, failures).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -37,6 +37,12 @@ struct LimitLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EmbedderLabels {
     embedder: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EmbedFailureLabels {
+    embedder: String,
+    kind: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -92,6 +98,8 @@ pub struct Metrics {
     embedded_texts: Family<EmbedderLabels, Counter>,
     embedding_tokens: Family<EmbedderLabels, Counter>,
     refused_texts: Family<EmbedderLabels, Counter>,
+    embedding_failures: Family<EmbedFailureLabels, Counter>,
+    embedder_up: Family<EmbedderLabels, Gauge>,
     llm_calls: Family<LlmCallLabels, Counter>,
     llm_prompt_tokens: Family<PurposeLabels, Counter>,
     llm_completion_tokens: Family<PurposeLabels, Counter>,
@@ -181,6 +189,18 @@ impl Metrics {
                 &mut registry,
                 "embedding_refused",
                 "Episodes left without a vector because the embedder refused their text, by embedder",
+                Family::default(),
+            ),
+            embedding_failures: registered(
+                &mut registry,
+                "embedding_failures",
+                "Calls to an embedder that failed, by embedder and kind (unavailable: down, overloaded or timed out, tried again later; failed: refused, or an answer that is not embeddings)",
+                Family::default(),
+            ),
+            embedder_up: registered(
+                &mut registry,
+                "embedder_up",
+                "1 while the embedder answers, 0 while it is known to be unavailable (searches then rank without it)",
                 Family::default(),
             ),
             llm_calls: registered(
@@ -275,6 +295,25 @@ impl Metrics {
                 embedder: embedder.to_string(),
             })
             .inc_by(episodes as u64);
+    }
+
+    /// A call to `embedder` that failed: `kind` is `unavailable` or `failed`.
+    pub fn record_embedding_failure(&self, embedder: &str, kind: &str) {
+        self.embedding_failures
+            .get_or_create(&EmbedFailureLabels {
+                embedder: embedder.to_string(),
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+
+    /// Whether `embedder` answers (false while it is known to be unavailable).
+    pub fn set_embedder_up(&self, embedder: &str, up: bool) {
+        self.embedder_up
+            .get_or_create(&EmbedderLabels {
+                embedder: embedder.to_string(),
+            })
+            .set(i64::from(up));
     }
 
     /// One language-model call. `purpose` is a [`crate::llm::Purpose`] label, `outcome`

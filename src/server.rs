@@ -92,6 +92,14 @@ pub async fn run(
 
     let metrics = Arc::new(Metrics::new());
     // One bound on the connections of both listeners, which share the open-file limit.
+    let files = crate::connections::raise_open_file_limit();
+    if (files as usize) < config.connections.max {
+        tracing::warn!(
+            open_files = files,
+            max_connections = config.connections.max,
+            "--max-connections is above the open-file limit: connections past it fail to open"
+        );
+    }
     let gate = Gate::new(config.connections);
     let (health, health_service) = tonic_health::server::health_reporter();
     let lifecycle = Arc::new(Lifecycle::new(health).await);

@@ -430,3 +430,64 @@ fn an_unusable_data_dir_says_what_is_wrong_with_which_path() {
     assert!(log.contains("is a symbolic link to"), "{log}");
     assert!(log.contains("which does not exist"), "{log}");
 }
+
+/// Starts an AddMemories call by hand over HTTP/2 whose body stops half-way (a frame
+/// that announces more bytes than are sent), then leaves: by resetting the stream, or
+/// by closing the connection.
+async fn leave_mid_request(addr: &str, reset: bool) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (send, connection) = h2::client::handshake(tcp).await.unwrap();
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let mut send = send.ready().await.unwrap();
+    let request = http::Request::post(format!(
+        "http://{addr}/memmachine.v2.MemoryService/AddMemories"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .unwrap();
+    let (_response, mut body) = send.send_request(request, false).unwrap();
+    let mut partial = vec![0u8];
+    partial.extend_from_slice(&1000u32.to_be_bytes());
+    partial.extend_from_slice(b"half a message");
+    body.send_data(partial.into(), false).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    if reset {
+        body.send_reset(h2::Reason::CANCEL);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    driver.abort();
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_mid_call_is_cancelled_not_unknown() {
+    let metrics_addr = common::free_port();
+    let server = InProcess::start_with(|config| config.metrics_listen = Some(metrics_addr)).await;
+    let addr = server.url.trim_start_matches("http://").to_string();
+    leave_mid_request(&addr, true).await;
+    leave_mid_request(&addr, false).await;
+
+    let url = format!("http://{metrics_addr}/metrics");
+    let series = |code: &str| {
+        format!(
+            "memmachine_grpc_requests_total{{method=\"memmachine.v2.MemoryService/AddMemories\",code=\"{code}\"}}"
+        )
+    };
+    let count = |text: &str, code: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(&series(code))?.trim().parse::<f64>().ok())
+    };
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = reqwest::get(&url).await.unwrap().text().await.unwrap();
+        if count(&text, "CANCELLED") == Some(2.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(count(&text, "CANCELLED"), Some(2.0), "{text}");
+    assert_eq!(count(&text, "UNKNOWN"), None, "{text}");
+    assert_eq!(count(&text, "INTERNAL"), None, "{text}");
+}

@@ -6,6 +6,7 @@
 //! schema) needs no key either.
 
 pub mod cors;
+pub mod departure;
 pub mod lifecycle;
 pub mod limits;
 pub mod watch;
@@ -73,12 +74,11 @@ pub struct AdmissionService<S> {
     admission: Arc<Admission>,
 }
 
-impl<S, B> tower::Service<Request<B>> for AdmissionService<S>
+impl<S> tower::Service<Request<Body>> for AdmissionService<S>
 where
-    S: tower::Service<Request<B>, Response = Response<Body>> + Clone + Send + 'static,
+    S: tower::Service<Request<Body>, Response = Response<Body>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
-    B: Send + 'static,
 {
     type Response = Response<Body>;
     type Error = S::Error;
@@ -88,7 +88,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<B>) -> Self::Future {
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
         // The clone that was polled ready serves this call.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
@@ -166,15 +166,18 @@ impl Drop for CallRecord {
 }
 
 impl Admission {
-    async fn admit<S, B>(
+    async fn admit<S>(
         self: Arc<Self>,
-        mut request: Request<B>,
+        request: Request<Body>,
         mut inner: S,
         deadline: Instant,
     ) -> Result<Response<Body>, S::Error>
     where
-        S: tower::Service<Request<B>, Response = Response<Body>>,
+        S: tower::Service<Request<Body>, Response = Response<Body>>,
     {
+        let (parts, body) = request.into_parts();
+        let (body, departure) = departure::watch(body);
+        let mut request = Request::from_parts(parts, body);
         let path = request.uri().path().to_string();
         let method = path.trim_start_matches('/').to_string();
         // Only methods the server has get their own label, so that callers cannot grow
@@ -222,7 +225,11 @@ impl Admission {
         };
         let mut code = tonic::Status::from_header_map(response.headers())
             .map_or(tonic::Code::Ok, |status| status.code());
-        if let Some(status) = self.client_fault(&response) {
+        if code != tonic::Code::Ok && departure.left() {
+            code = tonic::Code::Cancelled;
+            response = tonic::Status::cancelled("the client left before its request arrived whole")
+                .into_http();
+        } else if let Some(status) = self.client_fault(&response) {
             code = status.code();
             response = status.into_http();
         }
@@ -365,7 +372,7 @@ const DECODE_FAILURES: [&str; 6] = [
     "Error decompressing",
     "Missing request message",
     "Unexpected EOF decoding stream",
-    "tonic-web: ",
+    departure::GRPC_WEB_DECODING,
 ];
 
 /// The client's request id when it is short printable ASCII, else a new one.

@@ -390,6 +390,9 @@ struct Shared {
     /// Calls finished so far, and how many failed (warm-up included): for the samples.
     finished: AtomicU64,
     failed: AtomicU64,
+    /// Latencies of the calls finished since the last sample: each sample's p50/p99,
+    /// so that a soak shows whether latency holds steady.
+    recent: Mutex<Vec<Duration>>,
     top_k: i32,
     page_size: i32,
     add_batch: usize,
@@ -444,6 +447,7 @@ impl Client {
             // the generator's work, not the server's answer to the delete.
             let latency = slot.due.elapsed().saturating_sub(untimed);
             self.shared.finished.fetch_add(1, Ordering::Relaxed);
+            self.shared.recent.lock().unwrap().push(latency);
             if outcome.is_err() {
                 self.shared.failed.fetch_add(1, Ordering::Relaxed);
             }
@@ -695,6 +699,8 @@ struct Sample {
     /// Calls finished and failed so far (warm-up included).
     finished: u64,
     failed: u64,
+    /// Latencies of the calls finished since the previous sample.
+    interval: Latencies,
 }
 
 impl Sample {
@@ -706,6 +712,7 @@ impl Sample {
             label,
             finished: shared.finished.load(Ordering::Relaxed),
             failed: shared.failed.load(Ordering::Relaxed),
+            interval: Latencies::new(std::mem::take(&mut *shared.recent.lock().unwrap())),
         }
     }
 
@@ -717,6 +724,9 @@ impl Sample {
         value["label"] = json!(self.label);
         value["calls_finished"] = json!(self.finished);
         value["calls_failed"] = json!(self.failed);
+        value["interval_calls"] = json!(self.interval.len());
+        value["interval_p50_ms"] = json!(self.interval.percentile(50.0));
+        value["interval_p99_ms"] = json!(self.interval.percentile(99.0));
         value
     }
 }
@@ -805,6 +815,7 @@ async fn run(args: &Args) -> Result<(Report, Target)> {
         deletable: Mutex::new(Vec::new()),
         finished: AtomicU64::new(0),
         failed: AtomicU64::new(0),
+        recent: Mutex::default(),
         top_k: args.top_k,
         page_size: args.page_size,
         add_batch: args.add_batch,
@@ -1048,12 +1059,15 @@ fn print_report(args: &Args, target: &Target, report: &Report) {
     }
     if report.samples.iter().any(|s| s.process.is_some()) {
         println!();
-        println!("| t s | phase | RSS MiB | open fds | threads | CPU s | calls done | failed |");
-        println!("|---:|---|---:|---:|---:|---:|---:|---:|");
+        println!(
+            "| t s | phase | RSS MiB | open fds | threads | CPU s | calls done | failed | \
+             p50 / p99 ms since the last |"
+        );
+        println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
         for s in &report.samples {
             let p = s.process.as_ref();
             println!(
-                "| {:.1} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 s.at_secs,
                 s.label,
                 p.and_then(|p| p.rss_bytes)
@@ -1062,7 +1076,16 @@ fn print_report(args: &Args, target: &Target, report: &Report) {
                 or_na(p.and_then(|p| p.threads)),
                 opt_secs(p.and_then(|p| p.cpu_seconds)),
                 s.finished,
-                s.failed
+                s.failed,
+                if s.interval.is_empty() {
+                    "n/a".to_string()
+                } else {
+                    format!(
+                        "{:.2} / {:.2}",
+                        s.interval.percentile(50.0),
+                        s.interval.percentile(99.0)
+                    )
+                }
             );
         }
     }

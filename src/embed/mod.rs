@@ -12,7 +12,15 @@ pub mod registry;
 
 pub use registry::Embedders;
 
+use std::time::Duration;
+
 use async_trait::async_trait;
+
+/// Longest a search waits for the vector of its query. Embedding a question takes
+/// milliseconds on the CPU and a few hundred on a remote endpoint; one that takes longer
+/// is down, overloaded or retrying, and the search goes on without it (hybrid ranks by
+/// text, dense answers `UNAVAILABLE`) rather than wait out its timeouts and retries.
+pub const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Why embedding failed.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +45,25 @@ pub trait Embedder: Send + Sync {
     /// One L2-normalised vector per text, in order. Implementations that compute must
     /// not block the async executor (use `spawn_blocking` or a thread of their own).
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
+
+    /// The vector of a search's query: `embed` of that one text, within
+    /// [`QUERY_TIMEOUT`] (past it, [`EmbedError::Unavailable`]).
+    async fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
+        let texts = [text.to_string()];
+        match tokio::time::timeout(QUERY_TIMEOUT, self.embed(&texts)).await {
+            Ok(Ok(mut vectors)) if vectors.len() == 1 => Ok(vectors.remove(0)),
+            Ok(Ok(vectors)) => Err(EmbedError::Failed(format!(
+                "{} returned {} vectors for one query",
+                self.id(),
+                vectors.len()
+            ))),
+            Ok(Err(err)) => Err(err),
+            Err(_) => Err(EmbedError::Unavailable(format!(
+                "{} did not embed the query within {QUERY_TIMEOUT:?}",
+                self.id()
+            ))),
+        }
+    }
 
     /// Tokens embedded so far, as the model counts them (0 for embedders without
     /// tokens).
@@ -104,6 +131,9 @@ async fn load_local(
         })
 }
 
+/// Longest the server waits at start-up for the embeddings endpoint's first answer.
+const STARTUP_PROBE: Duration = Duration::from_secs(5);
+
 async fn connect_openai(
     config: &crate::config::EmbedderConfig,
 ) -> Result<openai::OpenAiEmbedder, String> {
@@ -114,10 +144,14 @@ async fn connect_openai(
     settings.api_key = config.api_key.clone();
     settings.dimensions = config.dimensions;
     let embedder = openai::OpenAiEmbedder::new(settings).map_err(|e| e.to_string())?;
-    // Learn the vector length now; an endpoint that is down must not stop the server
-    // (episodes stay queued until it answers).
-    if let Err(err) = embedder.probe().await {
-        tracing::warn!(error = %err, endpoint = embedder.endpoint(), "embeddings endpoint not answering yet");
-    }
+    // Learn the vector length now; an endpoint that is down or hangs must not stop the
+    // server, nor keep it from serving for long (episodes stay queued until it answers,
+    // and the length is learnt from its first answer).
+    let error = match tokio::time::timeout(STARTUP_PROBE, embedder.probe()).await {
+        Ok(Ok(_)) => return Ok(embedder),
+        Ok(Err(err)) => err.to_string(),
+        Err(_) => format!("no answer within {STARTUP_PROBE:?}"),
+    };
+    tracing::warn!(%error, endpoint = embedder.endpoint(), "embeddings endpoint not answering yet");
     Ok(embedder)
 }

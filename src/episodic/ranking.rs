@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::embed::{EmbedError, Embedder};
+use crate::embed::Embedder;
 use crate::error::{Error, Result};
 use crate::model::filter::Expr;
 use crate::model::{ProjectKey, ScoredEpisode};
@@ -84,16 +84,22 @@ pub async fn rank(
                  embedder (--embedder)"
             )));
         }
-        (_, Some(embedder)) => match embedder.embed(&[embedded]).await {
-            Ok(mut vectors) if vectors.len() == 1 => Some(vectors.remove(0)),
-            Ok(_) => return Err(Error::Internal("the embedder returned no vector".into())),
+        // Within `embed::QUERY_TIMEOUT`, and at once while the embedder is known to be
+        // down: a search never waits out an endpoint's timeouts and retries.
+        (_, Some(embedder)) => match embedder.embed_query(&embedded).await {
+            Ok(vector) => Some(vector),
             Err(err) if mode == Mode::Hybrid => {
                 // Lexical results beat none: answer with them and say why in the log.
                 tracing::warn!(error = %err, "query embedding failed; answering lexically");
                 None
             }
-            Err(EmbedError::Unavailable(m)) => return Err(Error::Unavailable(m)),
-            Err(EmbedError::Failed(m)) => return Err(Error::Internal(m)),
+            // The embedder's fault (down, or answering garbage), neither the server's nor
+            // the client's: worth retrying once it is fixed.
+            Err(err) => {
+                return Err(Error::Unavailable(format!(
+                    "dense search needs the query's vector: {err}"
+                )));
+            }
         },
     };
     // With a query vector the index ranks by int8 codes: it proposes more candidates

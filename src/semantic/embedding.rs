@@ -12,17 +12,18 @@ const BATCH: usize = 64;
 const POLL: Duration = Duration::from_millis(500);
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
-/// How long a claimed batch is ours: another replica takes it over after that.
-const LEASE: Duration = Duration::from_secs(120);
 
-pub fn spawn(memory: SemanticMemory) {
+/// Starts the worker; it holds what it claims for `lease` (`--embedding-lease`, as the
+/// episodes' workers do): a server killed mid-batch leaves the batch to the next one
+/// (or a replica) once that has passed.
+pub fn spawn(memory: SemanticMemory, lease: Duration) {
     if memory.embedders().all().is_empty() {
         return;
     }
     tokio::spawn(async move {
         let mut backoff = FIRST_BACKOFF;
         loop {
-            let pending = match memory.store().claim_feature_embeddings(BATCH, LEASE).await {
+            let pending = match memory.store().claim_feature_embeddings(BATCH, lease).await {
                 Ok(pending) => pending,
                 Err(Error::Closed) => return,
                 Err(err) => {

@@ -234,9 +234,8 @@ impl SemanticMemory {
         let embedder = self.embedders.for_project(&project.config.embedder);
         let vector = match embedder {
             None => None,
-            Some(e) => match e.embed(&[query.to_string()]).await {
-                Ok(mut v) if v.len() == 1 => Some((e.id().to_string(), v.remove(0))),
-                Ok(_) => None,
+            Some(e) => match e.embed_query(query).await {
+                Ok(v) => Some((e.id().to_string(), v)),
                 Err(err) => {
                     tracing::warn!(error = %err, "query embedding failed; ranking features by text");
                     None

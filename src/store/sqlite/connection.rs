@@ -157,7 +157,7 @@ fn run_group(conn: &Connection, group: Vec<Job>) {
     if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
         tracing::error!(error = %err, "cannot begin a write transaction");
         for job in group {
-            let (_, finish) = job(Err(super::error::classify(&err)));
+            let (_, finish) = job(Err(super::error::classify_on(conn, &err)));
             finish(Ok(()));
         }
         return;
@@ -189,12 +189,13 @@ fn run_group(conn: &Connection, group: Vec<Job>) {
         finishes.push(finish);
     }
     let commit = conn.execute_batch("COMMIT").map_err(|err| {
+        let err = super::error::classify_on(conn, &err);
         tracing::error!(error = %err, "write transaction failed to commit");
         let _ = conn.execute_batch("ROLLBACK");
         err
     });
     for finish in finishes {
-        finish(commit.as_ref().map(|_| ()).map_err(super::error::classify));
+        finish(commit.clone());
     }
 }
 

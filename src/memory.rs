@@ -56,6 +56,21 @@ pub enum Listed {
     Features(Vec<Feature>, String),
 }
 
+/// Most episodes read by id in one call: a feature's citations, not a listing (which
+/// pages by bytes).
+pub const MAX_GET_EPISODES: usize = 100;
+
+/// Parses episode uids, naming the first that is not one (`field[i]`).
+fn episode_uids(field: &str, ids: &[String]) -> Result<Vec<uuid::Uuid>> {
+    ids.iter()
+        .enumerate()
+        .map(|(i, id)| {
+            uuid::Uuid::parse_str(id)
+                .map_err(|_| Error::invalid(format!("{field}[{i}]"), "is not an episode uid"))
+        })
+        .collect()
+}
+
 #[derive(Clone)]
 pub struct Memories {
     projects: Projects,
@@ -230,6 +245,28 @@ impl Memories {
         self.episodic.get(&key, uids).await
     }
 
+    /// The episodes of the project with these ids (at most [`MAX_GET_EPISODES`]), in the
+    /// order asked, `None` for an id not in it; `field` names the ids in errors.
+    pub async fn get_episodes_by_id(
+        &self,
+        org_id: &str,
+        project_id: &str,
+        field: &str,
+        ids: &[String],
+    ) -> Result<Vec<Option<Episode>>> {
+        if ids.is_empty() || ids.len() > MAX_GET_EPISODES {
+            return Err(Error::invalid(
+                field,
+                format!(
+                    "must name 1 to {MAX_GET_EPISODES} episodes, got {}",
+                    ids.len()
+                ),
+            ));
+        }
+        let uids = episode_uids(field, ids)?;
+        self.get_episodes(org_id, project_id, &uids).await
+    }
+
     /// Deletes episodes said by `producer` (an agent's user scope): any other id, of
     /// another user or project, is `NotFound` and nothing is deleted.
     pub async fn delete_episodes_of(
@@ -239,14 +276,7 @@ impl Memories {
         producer: &str,
         ids: &[String],
     ) -> Result<u64> {
-        let uids = ids
-            .iter()
-            .enumerate()
-            .map(|(i, id)| {
-                uuid::Uuid::parse_str(id)
-                    .map_err(|_| Error::invalid(format!("ids[{i}]"), "is not an episode uid"))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let uids = episode_uids("ids", ids)?;
         let found = self.get_episodes(org_id, project_id, &uids).await?;
         if let Some(i) = found
             .iter()

@@ -240,11 +240,12 @@ fn projects_and_episodic_memory_speak_memmachine_v2() {
 
     // Unknown projects are 404 on every memory route; nothing is created implicitly.
     let ghost = json!({"org_id": "smoke_org", "project_id": "ghost", "query": "x",
-                       "messages": [{"content": "x"}], "episodic_id": dog});
+                       "messages": [{"content": "x"}], "episodic_id": dog, "episodic_ids": [dog]});
     for path in [
         "/memories",
         "/memories/search",
         "/memories/list",
+        "/memories/episodic/get",
         "/memories/episodic/delete",
         "/projects/episode_count/get",
         "/projects/delete",
@@ -620,6 +621,146 @@ fn keys_limits_request_ids_and_cors_are_those_of_grpc() {
 }
 
 #[test]
+fn episodes_are_read_by_id_and_paged_by_token_within_the_callers_project_only() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let acme = create_key(data.path(), &["--org", "acme"]);
+    let other = create_key(data.path(), &["--org", "other"]);
+    let server = ServerProcess::start(data.path(), &["--rest-listen", "127.0.0.1:0", "--auth"]);
+    let rest = Rest::new(&server).with_key(&acme);
+    for project in ["crm", "notes"] {
+        let created = rest.post(
+            "/projects",
+            json!({"org_id": "acme", "project_id": project}),
+        );
+        assert_eq!(created.0, StatusCode::CREATED, "{}", created.1);
+    }
+    let add = |project: &str, content: &str| -> String {
+        let added = rest.post(
+            "/memories",
+            json!({"org_id": "acme", "project_id": project, "types": ["episodic"],
+                   "messages": [{"content": content}]}),
+        );
+        assert_eq!(added.0, StatusCode::OK, "{}", added.1);
+        added.1["results"][0]["uid"].as_str().unwrap().to_string()
+    };
+    let first = add("crm", "the first message");
+    let second = add("crm", "the second message");
+    let elsewhere = add("notes", "a note");
+    let absent = "00000000-0000-4000-8000-000000000000";
+    let get = |ids: Vec<&str>| {
+        rest.post(
+            "/memories/episodic/get",
+            json!({"org_id": "acme", "project_id": "crm", "episodic_ids": ids}),
+        )
+    };
+
+    // In the order asked; an id of another project, or of nothing, is missing.
+    let (status, got) = get(vec![&second, absent, &first, &elsewhere]);
+    assert_eq!(status, StatusCode::OK, "{got}");
+    let contents: Vec<&str> = got["content"]["episodic_memory"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(contents, ["the second message", "the first message"]);
+    assert_eq!(got["content"]["missing"], json!([absent, elsewhere]));
+
+    // Paged by token on request (one read a page); MemMachine's callers never see one.
+    let page = |token: Option<&str>| {
+        let mut body = json!({"org_id": "acme", "project_id": "crm", "page_size": 1});
+        if let Some(token) = token {
+            body["page_token"] = json!(token);
+        }
+        let (status, listed) = rest.post("/memories/list", body);
+        assert_eq!(status, StatusCode::OK, "{listed}");
+        listed["content"].clone()
+    };
+    assert!(page(None).get("next_page_token").is_none());
+    let one = page(Some(""));
+    assert_eq!(one["episodic_memory"][0]["uid"], json!(first));
+    let two = page(Some(one["next_page_token"].as_str().unwrap()));
+    assert_eq!(two["episodic_memory"][0]["uid"], json!(second));
+    assert_eq!(two["next_page_token"], "", "the last page");
+
+    // Deleted episodes are missing too.
+    let deleted = rest.post(
+        "/memories/episodic/delete",
+        json!({"org_id": "acme", "project_id": "crm", "episodic_id": first}),
+    );
+    assert_eq!(deleted.0, StatusCode::NO_CONTENT, "{}", deleted.1);
+    assert_eq!(get(vec![&first]).1["content"]["missing"], json!([first]));
+
+    // Bad ids, none or too many are the caller's mistake; so is another org.
+    let bad = get(vec![&second, "not-a-uid"]);
+    assert_error(&bad, 422, "INVALID_ARGUMENT");
+    assert!(bad.1.to_string().contains("episodic_ids[1]"), "{}", bad.1);
+    assert_error(&get(vec![]), 422, "INVALID_ARGUMENT");
+    assert_error(&get(vec![absent; 101]), 422, "INVALID_ARGUMENT");
+    assert_error(
+        &rest.post(
+            "/memories/episodic/get",
+            json!({"org_id": "acme", "project_id": "nope", "episodic_ids": [second]}),
+        ),
+        404,
+        "NOT_FOUND",
+    );
+    assert_error(
+        &Rest::new(&server).with_key(&other).post(
+            "/memories/episodic/get",
+            json!({"org_id": "acme", "project_id": "crm", "episodic_ids": [second]}),
+        ),
+        403,
+        "PERMISSION_DENIED",
+    );
+}
+
+#[test]
+fn the_console_is_served_without_a_key_and_may_only_talk_to_its_own_origin() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start(data.path(), &["--rest-listen", "127.0.0.1:0", "--auth"]);
+    let base = server.rest_url();
+    let http = reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let moved = http.get(format!("{base}/ui")).send().unwrap();
+    assert_eq!(moved.status(), StatusCode::PERMANENT_REDIRECT);
+    assert_eq!(moved.headers()["location"], "/ui/");
+    for (path, kind) in [
+        ("/ui/", "text/html"),
+        ("/ui/console.js", "text/javascript"),
+        ("/ui/console.css", "text/css"),
+    ] {
+        let response = http.get(format!("{base}{path}")).send().unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        let headers = response.headers().clone();
+        assert!(
+            headers["content-type"].to_str().unwrap().starts_with(kind),
+            "{path}: {headers:?}"
+        );
+        let policy = headers["content-security-policy"].to_str().unwrap();
+        assert!(policy.contains("connect-src 'self'"), "{policy}");
+        assert!(policy.contains("script-src 'self'"), "{policy}");
+        assert!(!response.text().unwrap().is_empty(), "{path}");
+    }
+    assert_eq!(
+        http.get(format!("{base}/ui/nothing.js"))
+            .send()
+            .unwrap()
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+    // The page needs no key; the memory it shows does.
+    let listed = http
+        .post(format!("{base}/api/v2/projects/list"))
+        .json(&json!({}))
+        .send()
+        .unwrap();
+    assert_eq!(listed.status(), StatusCode::UNAUTHORIZED);
+}
+
+#[test]
 fn without_auth_no_other_origin_may_call() {
     let (_data, server) = start(&[]);
     let rest = Rest::new(&server);
@@ -662,6 +803,7 @@ fn the_openapi_document_describes_exactly_the_routes_served() {
         "/memories",
         "/memories/search",
         "/memories/list",
+        "/memories/episodic/get",
         "/memories/episodic/delete",
         "/memories/semantic/delete",
         "/memories/semantic/feature",

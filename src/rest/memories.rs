@@ -24,6 +24,7 @@ pub fn routes() -> OpenApiRouter<Gateway> {
         .routes(routes!(add_memories))
         .routes(routes!(search_memories))
         .routes(routes!(list_memories))
+        .routes(routes!(get_episodic))
         .routes(routes!(delete_episodic))
         .routes(routes!(delete_semantic))
 }
@@ -318,6 +319,11 @@ pub struct ListMemories {
     /// 0-based page number.
     #[serde(default)]
     page_num: u32,
+    /// This server's addition: the `next_page_token` of the page before (empty for the
+    /// first). Given, even empty, the answer carries `next_page_token`, and each page
+    /// costs one read however deep (a `page_num` walks the pages before it).
+    #[serde(default)]
+    page_token: Option<String>,
     #[serde(default)]
     filter: String,
     #[serde(default)]
@@ -339,6 +345,9 @@ pub struct ListContent {
     episodic_memory: Option<Vec<EpisodeJson>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     semantic_memory: Option<Vec<FeatureJson>>,
+    /// Only when the request gave `page_token`: the next page's, empty after the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_page_token: Option<String>,
 }
 
 /// One page of episodes in `sequence_num` order, or of features.
@@ -359,7 +368,7 @@ async fn list_memories(
     let input = ListInput {
         kind: r.memory_type.map(MemoryKind::from),
         page_size: r.page_size,
-        page_token: String::new(),
+        page_token: r.page_token.clone().unwrap_or_default(),
         page_num: r.page_num,
         filter: r.filter,
         set_metadata: r.set_metadata,
@@ -369,8 +378,9 @@ async fn list_memories(
         .memories
         .list(&r.org_id, &r.project_id, input)
         .await?;
+    let wants_token = r.page_token.is_some();
     let content = match listed {
-        Listed::Episodes(episodes, _) => ListContent {
+        Listed::Episodes(episodes, next) => ListContent {
             episodic_memory: Some(
                 episodes
                     .into_iter()
@@ -378,8 +388,9 @@ async fn list_memories(
                     .collect(),
             ),
             semantic_memory: None,
+            next_page_token: wants_token.then_some(next),
         },
-        Listed::Features(features, _) => ListContent {
+        Listed::Features(features, next) => ListContent {
             episodic_memory: None,
             semantic_memory: Some(
                 features
@@ -387,9 +398,68 @@ async fn list_memories(
                     .map(|f| FeatureJson::new(f, None, true))
                     .collect(),
             ),
+            next_page_token: wants_token.then_some(next),
         },
     };
     Ok(Json(ListResponse { status: 0, content }))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct GetEpisodic {
+    #[serde(default)]
+    org_id: String,
+    #[serde(default)]
+    project_id: String,
+    /// Episode uids, 1 to 100.
+    episodic_ids: Vec<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GetEpisodicResponse {
+    status: i32,
+    content: GetEpisodicContent,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GetEpisodicContent {
+    /// The episodes found, in the order asked.
+    episodic_memory: Vec<EpisodeJson>,
+    /// The ids asked that are not episodes of this project (deleted, or never were).
+    missing: Vec<String>,
+}
+
+/// Episodes of this project by uid (this server's addition, as the gRPC `GetEpisodes`
+/// of the MCP and v1 paths): what a feature's citations name.
+#[utoipa::path(post, path = "/memories/episodic/get", tag = "Memories", request_body = GetEpisodic,
+    responses((status = 200, body = GetEpisodicResponse), (status = 404), (status = 422)))]
+async fn get_episodic(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+    Body(r): Body<GetEpisodic>,
+) -> Reply<Json<GetEpisodicResponse>> {
+    let key = key(
+        &caller,
+        &ProjectRef {
+            org_id: r.org_id.clone(),
+            project_id: r.project_id.clone(),
+        },
+    )?;
+    let found = gateway
+        .domain()?
+        .memories
+        .get_episodes_by_id(&r.org_id, &r.project_id, "episodic_ids", &r.episodic_ids)
+        .await?;
+    let mut content = GetEpisodicContent {
+        episodic_memory: Vec::new(),
+        missing: Vec::new(),
+    };
+    for (id, episode) in r.episodic_ids.into_iter().zip(found) {
+        match episode {
+            Some(e) => content.episodic_memory.push(EpisodeJson::new(&key, e)),
+            None => content.missing.push(id),
+        }
+    }
+    Ok(Json(GetEpisodicResponse { status: 0, content }))
 }
 
 /// One id, a list of ids, or both.

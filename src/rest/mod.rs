@@ -1,10 +1,12 @@
 //! The MemMachine-compatible JSON gateway (`--rest-listen`): MemMachine 0.4's v2 paths
 //! under `/api/v2`, with its request and response shapes, so that its published client
 //! works unchanged. Handlers are thin adapters over the same domain calls as gRPC, behind
-//! the same admission (keys, limits, deadlines, metrics) and CORS rule.
+//! the same admission (keys, limits, deadlines, metrics) and CORS rule. `/ui` serves the
+//! memory console, a page over these same routes.
 
 mod admission;
 mod body;
+mod console;
 mod error;
 mod health;
 mod memories;
@@ -81,6 +83,7 @@ impl Gateway {
                 self.clone(),
                 admission::admit,
             ))
+            .merge(console::routes())
             .layer(DefaultBodyLimit::max(self.admission.max_request_bytes))
             .layer(crate::admission::cors::layer(
                 self.settings.auth,

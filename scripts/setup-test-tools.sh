@@ -71,58 +71,43 @@ else
   echo "setup-test-tools: buf $got installed"
 fi
 
-# --- Node.js gRPC client -------------------------------------------------------------
-# Its own prefix, not .tools/npm: `npm install --no-save` prunes what an earlier one put
-# into the same prefix.
-NODE_PREFIX="$TOOLS/node"
-NODE_STAMP="$NODE_PREFIX/.memmachine-packages"
-NODE_WANT="$(printf '%s\n' "${NODE_PACKAGES[@]}")"
-node_packages_match() {
-  # Every pinned package present at its pinned version.
-  local spec name version got
-  for spec in "${NODE_PACKAGES[@]}"; do
+# --- npm packages in their own prefixes ---------------------------------------------
+# Each set has its own prefix, not .tools/npm: `npm install --no-save` prunes what an
+# earlier one put into the same prefix.
+npm_packages_match() { # PREFIX SPEC...: every pinned package present at its version
+  local prefix="$1" spec name version got
+  shift
+  for spec in "$@"; do
     name="${spec%@*}" version="${spec##*@}"
     got="$(node -p "require(process.argv[1]).version" \
-      "$NODE_PREFIX/node_modules/$name/package.json" 2>/dev/null)" || return 1
+      "$prefix/node_modules/$name/package.json" 2>/dev/null)" || return 1
     [[ "$got" == "$version" ]] || return 1
   done
 }
-if command -v node >/dev/null && [[ -f "$NODE_STAMP" ]] \
-  && [[ "$(cat "$NODE_STAMP")" == "$NODE_WANT" ]] && node_packages_match; then
-  echo "setup-test-tools: node gRPC client already installed ($NODE_PREFIX)"
-else
+npm_install_pinned() { # WHAT PREFIX SPEC...
+  local what="$1" prefix="$2"
+  shift 2
+  local stamp="$prefix/.memmachine-packages" want
+  want="$(printf '%s\n' "$@")"
+  if command -v node >/dev/null && [[ -f "$stamp" ]] \
+    && [[ "$(cat "$stamp")" == "$want" ]] && npm_packages_match "$prefix" "$@"; then
+    echo "setup-test-tools: $what already installed ($prefix)"
+    return
+  fi
   command -v node >/dev/null || { echo "setup-test-tools: node is required" >&2; exit 1; }
   command -v npm >/dev/null || { echo "setup-test-tools: npm is required" >&2; exit 1; }
-  echo "setup-test-tools: installing ${NODE_PACKAGES[*]} into $NODE_PREFIX"
-  mkdir -p "$NODE_PREFIX"
-  npm install --prefix "$NODE_PREFIX" --no-audit --no-fund --no-save "${NODE_PACKAGES[@]}"
-  node_packages_match || { echo "setup-test-tools: $NODE_PREFIX lacks ${NODE_PACKAGES[*]} after npm install" >&2; exit 1; }
-  printf '%s\n' "$NODE_WANT" >"$NODE_STAMP"
-  echo "setup-test-tools: node gRPC client installed ($NODE_PREFIX)"
-fi
-
-# --- Playwright (browser tests of the memory console) ---------------------------------
-PW_PREFIX="$TOOLS/playwright"
-PW_STAMP="$PW_PREFIX/.memmachine-packages"
-PW_VERSION="${PLAYWRIGHT_PACKAGE##*@}"
-pw_matches() {
-  [[ "$(node -p "require(process.argv[1]).version" \
-    "$PW_PREFIX/node_modules/playwright-core/package.json" 2>/dev/null)" == "$PW_VERSION" ]]
+  echo "setup-test-tools: installing $* into $prefix"
+  mkdir -p "$prefix"
+  npm install --prefix "$prefix" --no-audit --no-fund --no-save "$@"
+  npm_packages_match "$prefix" "$@" \
+    || { echo "setup-test-tools: $prefix lacks $* after npm install" >&2; exit 1; }
+  printf '%s\n' "$want" >"$stamp"
+  echo "setup-test-tools: $what installed ($prefix)"
 }
-if command -v node >/dev/null && [[ -f "$PW_STAMP" ]] \
-  && [[ "$(cat "$PW_STAMP")" == "$PLAYWRIGHT_PACKAGE" ]] && pw_matches; then
-  echo "setup-test-tools: $PLAYWRIGHT_PACKAGE already installed ($PW_PREFIX)"
-else
-  command -v node >/dev/null || { echo "setup-test-tools: node is required" >&2; exit 1; }
-  command -v npm >/dev/null || { echo "setup-test-tools: npm is required" >&2; exit 1; }
-  echo "setup-test-tools: installing $PLAYWRIGHT_PACKAGE into $PW_PREFIX"
-  mkdir -p "$PW_PREFIX"
-  # playwright-core has no install script: no browser is downloaded.
-  npm install --prefix "$PW_PREFIX" --no-audit --no-fund --no-save "$PLAYWRIGHT_PACKAGE"
-  pw_matches || { echo "setup-test-tools: $PW_PREFIX lacks $PLAYWRIGHT_PACKAGE after npm install" >&2; exit 1; }
-  printf '%s\n' "$PLAYWRIGHT_PACKAGE" >"$PW_STAMP"
-  echo "setup-test-tools: $PLAYWRIGHT_PACKAGE installed ($PW_PREFIX)"
-fi
+
+npm_install_pinned "node gRPC client" "$TOOLS/node" "${NODE_PACKAGES[@]}"
+# playwright-core has no install script: no browser is downloaded.
+npm_install_pinned "Playwright ($PLAYWRIGHT_PACKAGE)" "$TOOLS/playwright" "$PLAYWRIGHT_PACKAGE"
 
 # --- Python venv -------------------------------------------------------------------
 VENV="$TOOLS/venv"

@@ -28,7 +28,8 @@ const LEXICAL_CANDIDATES: usize = 1000;
 /// Documents whose similarity estimates the spread of similarities in a large project.
 const SIMILARITY_SAMPLE: usize = 1024;
 /// Compaction drops deleted documents from the postings once they are this many and
-/// outnumber the live ones.
+/// more than a quarter of the live ones: under steady churn an index stays within a
+/// quarter of its live size (a long soak's memory grew while they piled up to parity).
 const COMPACT_AFTER: usize = 1024;
 
 #[derive(Debug, Clone, Copy)]
@@ -181,17 +182,19 @@ impl<T> Bm25Index<T> {
         for &(term, _) in doc.terms.iter() {
             self.df[term as usize] -= 1;
         }
+        // Only live documents' terms are read again (by compaction).
+        doc.terms = Box::default();
         self.live -= 1;
         self.total_len -= u64::from(doc.len);
         let dead = self.docs.len() - self.live;
-        if dead >= COMPACT_AFTER && dead > self.live {
+        if dead >= COMPACT_AFTER && dead * 4 > self.live {
             self.compact();
         }
     }
 
     /// Rebuilds postings and slots without the removed documents.
     fn compact(&mut self) {
-        let docs = std::mem::take(&mut self.docs);
+        let docs = std::mem::replace(&mut self.docs, Vec::with_capacity(self.live));
         self.slot_of.clear();
         self.alive.clear();
         self.lens.clear();
@@ -848,5 +851,27 @@ mod tests {
             fresh.search(&terms, 1000, |_| true)
         );
         assert!(index.docs.len() < 3000, "compacted");
+    }
+
+    #[test]
+    fn steady_churn_keeps_deleted_documents_under_a_quarter_of_the_live_ones() {
+        let mut index = Bm25Index::new();
+        let live = 8000;
+        for i in 0..live {
+            index.insert(i, &format!("message {i} about the weather"), ());
+        }
+        let mut most_dead = 0;
+        for i in live..live + 30_000 {
+            index.remove(i - live);
+            index.insert(i, &format!("message {i} about the weather"), ());
+            most_dead = most_dead.max(index.docs.len() - index.len());
+        }
+        assert_eq!(index.len(), live as usize);
+        assert!(
+            most_dead <= (live as usize / 4).max(COMPACT_AFTER),
+            "{most_dead} deleted documents held beside {live} live ones"
+        );
+        let terms = query_terms("message 37999");
+        assert_eq!(index.search(&terms, 1, |_| true)[0].0, 37_999);
     }
 }

@@ -132,6 +132,7 @@ fn start() -> Server {
             watchers: memmachine::admission::watch::Watchers::new(
                 config.max_watch_streams_per_peer,
             ),
+            browsers: Default::default(),
         });
         let gateway = memmachine::rest::Gateway::new(admission, store, &config);
         gateway.set(domain.clone());

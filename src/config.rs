@@ -91,6 +91,23 @@ pub struct ServeArgs {
     /// writes every org's memories)
     #[arg(long, env = "MEMMACHINE_INSECURE_LISTEN", num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
     pub insecure_listen: Option<bool>,
+    /// A browser origin (scheme://host:port) that may call the server besides its own
+    /// pages; repeatable. With --auth and none given, any origin may (keys are bearer
+    /// tokens) [default: none]
+    #[arg(
+        long = "allowed-origin",
+        env = "MEMMACHINE_ALLOWED_ORIGINS",
+        value_delimiter = ','
+    )]
+    pub allowed_origins: Option<Vec<String>>,
+    /// A host name the server answers to without --auth, besides IP addresses and
+    /// localhost (a guard against DNS rebinding); repeatable, `*` for any [default: none]
+    #[arg(
+        long = "allowed-host",
+        env = "MEMMACHINE_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Option<Vec<String>>,
     /// TLS certificate chain (PEM); with --tls-key, gRPC is served over TLS
     #[arg(long, env = "MEMMACHINE_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,
@@ -380,6 +397,8 @@ pub struct ServeConfig {
     pub reranker: RerankerConfig,
     pub auth: bool,
     pub insecure_listen: bool,
+    pub allowed_origins: Vec<String>,
+    pub allowed_hosts: Vec<String>,
     pub tls: Option<TlsFiles>,
     pub metrics_listen: Option<SocketAddr>,
     pub rest_listen: Option<SocketAddr>,
@@ -401,6 +420,9 @@ impl ServeConfig {
     pub fn to_toml(&self) -> String {
         let text = |s: &str| toml::Value::String(s.to_string()).to_string();
         let path = |p: &Path| text(&p.display().to_string());
+        let list = |items: &[String]| {
+            toml::Value::Array(items.iter().cloned().map(toml::Value::String).collect()).to_string()
+        };
         let mut lines = vec![
             format!("listen = {}", text(&self.listen.to_string())),
             match &self.store {
@@ -479,6 +501,8 @@ impl ServeConfig {
             format!("request_timeout = {:?}", self.request_timeout.as_secs_f64()),
             format!("auth = {}", self.auth),
             format!("insecure_listen = {}", self.insecure_listen),
+            format!("allowed_origins = {}", list(&self.allowed_origins)),
+            format!("allowed_hosts = {}", list(&self.allowed_hosts)),
             format!("rate_limit = {}", self.caller_limits.rate),
             format!("rate_burst = {}", self.caller_limits.burst),
             format!("max_concurrent_per_key = {}", self.caller_limits.concurrent),
@@ -695,6 +719,8 @@ impl ServeArgs {
             listen,
             auth,
             insecure_listen,
+            allowed_origins: merged.allowed_origins.unwrap_or_default(),
+            allowed_hosts: merged.allowed_hosts.unwrap_or_default(),
             tls,
             metrics_listen: merged.metrics_listen,
             rest_listen: merged.rest_listen,
@@ -796,6 +822,8 @@ impl ServeArgs {
             embedder_api_key: self.embedder_api_key.or(other.embedder_api_key),
             auth: self.auth.or(other.auth),
             insecure_listen: self.insecure_listen.or(other.insecure_listen),
+            allowed_origins: self.allowed_origins.or(other.allowed_origins),
+            allowed_hosts: self.allowed_hosts.or(other.allowed_hosts),
             tls_cert: self.tls_cert.or(other.tls_cert),
             tls_key: self.tls_key.or(other.tls_key),
             tls_client_ca: self.tls_client_ca.or(other.tls_client_ca),

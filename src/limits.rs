@@ -53,6 +53,27 @@ impl Limits {
         Ok(())
     }
 
+    /// Validates how many ids (or items) one call names: 1 to `max_page_size`, checked
+    /// before any of them is read.
+    pub fn ids(&self, field: &str, count: usize) -> crate::error::Result<()> {
+        if count == 0 {
+            return Err(crate::error::Error::invalid(
+                field,
+                "must name at least one",
+            ));
+        }
+        if count > self.max_page_size {
+            return Err(crate::error::Error::invalid(
+                field,
+                format!(
+                    "names {count}, more than the {} one call may (--max-page-size)",
+                    self.max_page_size
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Validates an optional page size or `top_k` (1 to `max_page_size`).
     pub fn page_size(
         &self,

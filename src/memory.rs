@@ -60,6 +60,9 @@ pub enum Listed {
 /// pages by bytes).
 pub const MAX_GET_EPISODES: usize = 100;
 
+/// Deepest `page_num` a listing walks to.
+pub const MAX_PAGE_NUM: u32 = 10_000;
+
 /// Parses episode uids, naming the first that is not one (`field[i]`).
 fn episode_uids(field: &str, ids: &[String]) -> Result<Vec<uuid::Uuid>> {
     ids.iter()
@@ -121,6 +124,13 @@ impl Memories {
     ) -> Result<SearchResult> {
         let key = ProjectKey::parse(org_id, project_id)?;
         let want = wanted(types);
+        // Both halves rank with `top_k`: it is checked before either runs (the episodic
+        // rules, whose errors win), never in one half only.
+        let top_k = if want.episodic {
+            Some(self.episodic.check_search(&input)?.0)
+        } else {
+            None
+        };
         let project = self.projects.get(&key).await?;
         let semantic = async {
             if !want.semantic {
@@ -137,8 +147,7 @@ impl Memories {
                 };
                 return self.semantic.search(&project, search).await;
             }
-            // The episodic half validates the request (and its error wins).
-            let top_k = input.top_k.map_or(10, |k| k.max(1) as usize);
+            let top_k = top_k.expect("checked when episodic memory is searched");
             // The filter applies to features when it names only their fields.
             let filter = crate::semantic::parse_filter("filter", &input.filter)
                 .ok()
@@ -179,6 +188,13 @@ impl Memories {
         project_id: &str,
         mut input: ListInput,
     ) -> Result<Listed> {
+        // Each page walked is a read of the store: a deep one is a page token's job.
+        if input.page_num > MAX_PAGE_NUM {
+            return Err(Error::invalid(
+                "page_num",
+                format!("must be at most {MAX_PAGE_NUM} (page deeper with next_page_token)"),
+            ));
+        }
         for _ in 0..input.page_num {
             let skip = ListInput {
                 page_num: 0,
@@ -276,6 +292,7 @@ impl Memories {
         producer: &str,
         ids: &[String],
     ) -> Result<u64> {
+        self.episodic.limits().ids("ids", ids.len())?;
         let uids = episode_uids("ids", ids)?;
         let found = self.get_episodes(org_id, project_id, &uids).await?;
         if let Some(i) = found
@@ -299,6 +316,7 @@ impl Memories {
         set_id: &str,
         ids: &[String],
     ) -> Result<u64> {
+        self.episodic.limits().ids("ids", ids.len())?;
         let key = ProjectKey::parse(org_id, project_id)?;
         let project = self.projects.get(&key).await?;
         for id in ids {

@@ -112,6 +112,11 @@ pub async fn run(
         max_request_bytes: config.max_request_bytes,
         methods: crate::grpc::methods(),
         watchers: crate::admission::watch::Watchers::new(config.max_watch_streams_per_peer),
+        browsers: crate::admission::browsers::BrowserPolicy::new(
+            config.auth,
+            &config.allowed_origins,
+            &config.allowed_hosts,
+        ),
     });
     let project_service = ProjectService::default();
     let memory_service = MemoryService::default();
@@ -120,7 +125,10 @@ pub async fn run(
     let router = server_builder(&config)?
         .layer(
             tower::ServiceBuilder::new()
-                .layer(crate::admission::cors::layer(config.auth, Transport::Grpc))
+                .layer(crate::admission::cors::layer(
+                    &admission.browsers,
+                    Transport::Grpc,
+                ))
                 .layer(tonic_web::GrpcWebLayer::new())
                 .layer(AdmissionLayer::new(admission.clone()))
                 .into_inner(),

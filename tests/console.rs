@@ -170,3 +170,90 @@ async fn the_console_in_a_browser() {
     );
     drop(server);
 }
+
+/// Serves one static page on a loopback port of its own: another origin than the server.
+fn attacker_page() -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let page = "<!doctype html><title>attacker</title><body></body>";
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\n\
+                 connection: close\r\n\r\n{page}",
+                page.len()
+            );
+        }
+    });
+    format!("http://localhost:{port}/")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_of_other_origins_and_rebound_names_cannot_act() {
+    let Some(playwright) = browser_tools() else {
+        return;
+    };
+    let data = tempfile::tempdir().expect("temp dir");
+    // No keys: what a browser could reach is all there is to guard.
+    let server = ServerProcess::start(data.path(), &["--rest-listen", "127.0.0.1:0"]);
+    let rest = server.rest_url();
+    let http = reqwest::Client::new();
+    let project = json!({"org_id": "acme", "project_id": "victim"});
+    let created = http
+        .post(format!("{rest}/api/v2/projects"))
+        .json(&project)
+        .send()
+        .await
+        .expect("create the project");
+    assert_eq!(created.status(), 201);
+    let count = || async {
+        let answer: serde_json::Value = http
+            .post(format!("{rest}/api/v2/projects/episode_count/get"))
+            .json(&project)
+            .send()
+            .await
+            .expect("count")
+            .json()
+            .await
+            .expect("a JSON count");
+        answer["count"].as_i64().expect("a count")
+    };
+    assert_eq!(count().await, 0);
+
+    let run = tokio::process::Command::new("node")
+        .arg(repo_root().join("tests/ui/cross_site.mjs"))
+        .env("REST_URL", &rest)
+        .env("ATTACKER_URL", attacker_page())
+        .env("ORG", "acme")
+        .env("PROJECT", "victim")
+        .env("PLAYWRIGHT_PREFIX", &playwright)
+        .env("CHROMIUM", CHROMIUM)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(180), run)
+        .await
+        .expect("the browser run finished within 180 s")
+        .expect("run node (is Node.js installed?)");
+    println!("{}", String::from_utf8_lossy(&output.stdout));
+    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "the cross-site browser test failed ({}); see its output above",
+        output.status
+    );
+    // From outside: the project is still there, and nothing was planted in it.
+    let got = http
+        .post(format!("{rest}/api/v2/projects/get"))
+        .json(&project)
+        .send()
+        .await
+        .expect("get the project");
+    assert_eq!(got.status(), 200, "the project survived the foreign pages");
+    assert_eq!(count().await, 0, "no episode was planted");
+    drop(server);
+}

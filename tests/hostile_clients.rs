@@ -395,6 +395,45 @@ async fn ids_that_look_like_others_are_refused() {
     assert!(err.message().contains("\"acme\""), "{}", err.message());
 }
 
+/// A page whose name was rebound to the server would call it as `:authority` NAME: without
+/// keys the server answers only to addresses, localhost and names it was given.
+#[tokio::test]
+async fn a_rebound_name_is_refused_over_grpc_without_keys() {
+    let server = InProcess::start_with(|config| {
+        config.allowed_hosts = vec!["memory.internal".into()];
+    })
+    .await;
+    let port = server.url.rsplit(':').next().unwrap().to_string();
+    let via = |authority: &str| {
+        let origin: http::Uri = format!("http://{authority}:{port}").parse().unwrap();
+        tonic::transport::Endpoint::from_shared(server.url.clone())
+            .unwrap()
+            .origin(origin)
+    };
+    let rebound = via("evil.example").connect().await.unwrap();
+    let err = ProjectServiceClient::new(rebound.clone())
+        .list_projects(pb::ListProjectsRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied, "{err}");
+    assert!(
+        err.message().contains("--allowed-host"),
+        "{}",
+        err.message()
+    );
+    let health = HealthClient::new(rebound)
+        .check(tonic_health::pb::HealthCheckRequest::default())
+        .await;
+    assert_eq!(health.unwrap_err().code(), Code::PermissionDenied);
+    for name in ["memory.internal", "localhost", "127.0.0.1"] {
+        let channel = via(name).connect().await.unwrap();
+        ProjectServiceClient::new(channel)
+            .list_projects(pb::ListProjectsRequest::default())
+            .await
+            .unwrap_or_else(|err| panic!("{name}: {err}"));
+    }
+}
+
 /// `memmachine serve` on this data directory: its exit status and what it printed.
 fn serve_on(data_dir: &std::path::Path) -> (bool, String) {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_memmachine"))

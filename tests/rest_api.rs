@@ -587,7 +587,11 @@ fn keys_limits_request_ids_and_cors_are_those_of_grpc() {
             .json(&json!({})),
     );
     assert_eq!(response.headers()["x-request-id"], "req-abc-123");
-    let response = rest.send(rest.http.post(format!("{}/projects/list", rest.base)));
+    let response = rest.send(
+        rest.http
+            .post(format!("{}/projects/list", rest.base))
+            .json(&json!({})),
+    );
     assert_eq!(response.headers()["x-request-id"].len(), 32);
 
     // With --auth any origin may call with a key (it is a bearer token, not a cookie).
@@ -780,6 +784,110 @@ fn without_auth_no_other_origin_may_call() {
             .is_none(),
         "{:?}",
         preflight.headers()
+    );
+}
+
+/// What a browser can send without a preflight, and names it was rebound to: refused
+/// before anything is read or done (the project stays).
+#[test]
+fn simple_requests_rebound_hosts_and_foreign_origins_are_refused() {
+    let (_data, server) = start(&[
+        "--allowed-host",
+        "memory.internal",
+        "--allowed-origin",
+        "https://app.example",
+    ]);
+    let rest = Rest::new(&server);
+    let project = json!({"org_id": "acme", "project_id": "victim"});
+    assert_eq!(
+        rest.post("/projects", project.clone()).0,
+        StatusCode::CREATED
+    );
+    let body = project.to_string();
+    let raw = |content_type: Option<&str>| {
+        let request = rest
+            .http
+            .post(format!("{}/projects/delete", rest.base))
+            .body(body.clone());
+        let request = match content_type {
+            Some(t) => request.header("content-type", t),
+            None => request,
+        };
+        answer(rest.send(request))
+    };
+    for content_type in [
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        Some("multipart/form-data; boundary=x"),
+        None,
+    ] {
+        let refused = raw(content_type);
+        assert_error(&refused, 415, "INVALID_ARGUMENT");
+    }
+    // A POST that is not JSON is refused even without a body (a form sends one so).
+    let empty = answer(rest.send(rest.http.post(format!("{}/projects/list", rest.base))));
+    assert_eq!(empty.0.as_u16(), 415, "{}", empty.1);
+    let header = |name: &'static str, value: &'static str| {
+        answer(
+            rest.send(
+                rest.http
+                    .post(format!("{}/projects/get", rest.base))
+                    .header(name, value)
+                    .json(&project),
+            ),
+        )
+    };
+    assert_error(&header("host", "evil.example"), 403, "PERMISSION_DENIED");
+    assert_error(
+        &header("host", "127.0.0.1.nip.io:80"),
+        403,
+        "PERMISSION_DENIED",
+    );
+    assert_eq!(header("host", "memory.internal:8080").0, StatusCode::OK);
+    assert_eq!(header("host", "localhost").0, StatusCode::OK);
+    assert_error(
+        &header("origin", "https://evil.example"),
+        403,
+        "PERMISSION_DENIED",
+    );
+    assert_error(&header("origin", "null"), 403, "PERMISSION_DENIED");
+    assert_eq!(header("origin", "https://app.example").0, StatusCode::OK);
+    // The page's own origin (as the console's requests carry it).
+    let own = server.rest_url();
+    let same = answer(
+        rest.send(
+            rest.http
+                .post(format!("{}/projects/get", rest.base))
+                .header("origin", own)
+                .json(&project),
+        ),
+    );
+    assert_eq!(same.0, StatusCode::OK, "{}", same.1);
+    // A listed origin's preflight is granted; another's is not.
+    let preflight = |origin: &'static str| {
+        rest.send(
+            rest.http
+                .request(
+                    reqwest::Method::OPTIONS,
+                    format!("{}/projects/get", rest.base),
+                )
+                .header("origin", origin)
+                .header("access-control-request-method", "POST")
+                .header("access-control-request-headers", "content-type"),
+        )
+        .headers()
+        .get("access-control-allow-origin")
+        .map(|v| v.to_str().unwrap().to_string())
+    };
+    assert_eq!(
+        preflight("https://app.example").as_deref(),
+        Some("https://app.example")
+    );
+    assert_eq!(preflight("https://evil.example"), None);
+    assert_eq!(
+        rest.post("/projects/get", project).0,
+        StatusCode::OK,
+        "still there"
     );
 }
 

@@ -1,11 +1,14 @@
-//! Browsers calling from other origins (gRPC-Web, the REST gateway). With `--auth` any
-//! origin may call (keys are bearer tokens the page must hold, not cookies); without it
-//! none may, or any page open in a browser could read and write every org's memories.
+//! Browsers calling from other origins (gRPC-Web, the REST gateway). With `--auth` and
+//! no `--allowed-origin`, any origin may call (keys are bearer tokens the page must
+//! hold, not cookies); otherwise only the origins listed, or with none listed and no
+//! keys, none: any page open in a browser could read and write every org's memories.
 
 use std::time::Duration;
 
-use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName};
+use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
 use tower_http::cors::{AllowOrigin, CorsLayer};
+
+use super::browsers::BrowserPolicy;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
@@ -13,10 +16,15 @@ pub enum Transport {
     Rest,
 }
 
-pub fn layer(auth: bool, transport: Transport) -> CorsLayer {
-    if !auth {
-        return CorsLayer::new();
-    }
+pub fn layer(policy: &BrowserPolicy, transport: Transport) -> CorsLayer {
+    let origins = match policy.cross_origins() {
+        None => AllowOrigin::mirror_request(),
+        Some([]) => return CorsLayer::new(),
+        Some(list) => AllowOrigin::list(
+            list.iter()
+                .filter_map(|origin| HeaderValue::from_str(origin).ok()),
+        ),
+    };
     let headers = |names: &[&'static str]| -> Vec<HeaderName> {
         names.iter().map(|n| HeaderName::from_static(n)).collect()
     };
@@ -47,7 +55,7 @@ pub fn layer(auth: bool, transport: Transport) -> CorsLayer {
         ),
     };
     CorsLayer::new()
-        .allow_origin(AllowOrigin::mirror_request())
+        .allow_origin(origins)
         .allow_methods(methods)
         .allow_headers(allowed)
         .expose_headers(exposed)

@@ -5,6 +5,7 @@
 //! Health checks pass straight through, so probes need no key; reflection (the public
 //! schema) needs no key either.
 
+pub mod browsers;
 pub mod cors;
 pub mod departure;
 pub mod lifecycle;
@@ -46,6 +47,8 @@ pub struct Admission {
     pub methods: std::collections::HashSet<String>,
     /// Open health Watch streams per client address.
     pub watchers: Arc<watch::Watchers>,
+    /// The hosts and origins browsers may call from.
+    pub browsers: browsers::BrowserPolicy,
 }
 
 #[derive(Clone)]
@@ -92,6 +95,15 @@ where
         // The clone that was polled ready serves this call.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
+        if let Err(refusal) = self
+            .admission
+            .browsers
+            .check(request.uri(), request.headers())
+        {
+            self.admission.metrics.record_refusal("browser");
+            let refused = tonic::Status::from(Error::from(refusal));
+            return Box::pin(std::future::ready(Ok(refused.into_http())));
+        }
         if request.uri().path() == watch::WATCH_PATH {
             let Some(guard) = self.admission.watchers.admit(&peer_ip(&request)) else {
                 let refused = tonic::Status::from(Error::ResourceExhausted {

@@ -71,6 +71,11 @@ impl EpisodicMemory {
         }
     }
 
+    /// The request limits it enforces.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
     /// Reranks the candidates of projects that name one of `rerankers`.
     pub fn with_rerankers(mut self, rerankers: Rerankers) -> Self {
         self.rerankers = rerankers;
@@ -120,7 +125,9 @@ impl EpisodicMemory {
         Ok(uids)
     }
 
-    pub async fn search(&self, project: &Project, input: SearchInput) -> Result<EpisodicSearch> {
+    /// Checks a search request before anything is allocated from it: its `top_k` and
+    /// parsed filter. `Memories::search` calls it before either memory type ranks.
+    pub fn check_search(&self, input: &SearchInput) -> Result<(usize, Option<Expr>)> {
         let mut violations = Violations::default();
         violations.check(self.limits.query("query", &input.query));
         let top_k = violations.check(self.limits.page_size("top_k", input.top_k, 10));
@@ -135,8 +142,11 @@ impl EpisodicMemory {
             violations.add("score_threshold", "must be a number");
         }
         violations.into_result()?;
-        let (top_k, filter) = (top_k.expect("validated"), filter.expect("validated"));
+        Ok((top_k.expect("validated"), filter.expect("validated")))
+    }
 
+    pub async fn search(&self, project: &Project, input: SearchInput) -> Result<EpisodicSearch> {
+        let (top_k, filter) = self.check_search(&input)?;
         let embedder = self.embedders.for_project(&project.config.embedder);
         // A name that is not a ranking mode is a reranker's, which reranks candidates
         // of the default mode (one the server no longer offers fails as a reranker does).
@@ -157,7 +167,7 @@ impl EpisodicMemory {
         // The two reads are independent: run them side by side.
         let long_term = async {
             if !config.long_term_memory_enabled {
-                return Ok(Vec::new());
+                return Ok::<_, Error>(Vec::new());
             }
             let mut hits = ranking::rank(
                 &self.store,

@@ -167,6 +167,16 @@ impl Legacy {
         episodes: Vec<EpisodeInput>,
     ) -> Result<Vec<uuid::Uuid>> {
         let mut violations = Violations::default();
+        // Bounded before any episode is looked at.
+        if episodes.len() > self.limits.max_messages_per_add {
+            return Err(Error::invalid(
+                "episodes",
+                format!(
+                    "at most {} per call (--max-messages-per-add)",
+                    self.limits.max_messages_per_add
+                ),
+            ));
+        }
         check_context(&mut violations, ctx, true);
         let mut seen = std::collections::HashMap::new();
         let mut uids = Vec::with_capacity(episodes.len());
@@ -324,6 +334,9 @@ impl Legacy {
                 "uuids",
                 "must name at least one episode (or set whole_session)",
             );
+        } else if let Err(err) = self.limits.ids("uuids", uuids.len()) {
+            // Bounded before any is parsed or read.
+            return Err(err);
         }
         let mut parsed = Vec::with_capacity(uuids.len());
         for (i, id) in uuids.iter().enumerate() {

@@ -13,6 +13,7 @@ use http::HeaderValue;
 use tracing::Instrument;
 
 use super::{ApiError, Gateway};
+use crate::admission::browsers::Refusal;
 use crate::admission::{CallRecord, REQUEST_ID, authorization, call_span, log_answer, request_id};
 use crate::error::Error;
 
@@ -80,6 +81,38 @@ pub async fn admit(State(gateway): State<Gateway>, mut request: Request, next: N
         response.headers_mut().insert(REQUEST_ID, value);
     }
     response
+}
+
+/// Refuses what a browser should not have sent (`crate::admission::browsers`): a host
+/// or origin the server does not answer to, or a POST to the API that is not JSON.
+pub async fn browsers(State(gateway): State<Gateway>, request: Request, next: Next) -> Response {
+    let api = ["/api/", "/mcp"]
+        .iter()
+        .any(|prefix| request.uri().path().starts_with(prefix));
+    let checked = gateway
+        .admission
+        .browsers
+        .check(request.uri(), request.headers())
+        .and_then(|()| {
+            if api {
+                crate::admission::browsers::require_json(request.method(), request.headers())
+            } else {
+                Ok(())
+            }
+        });
+    match checked {
+        Ok(()) => next.run(request).await,
+        Err(refusal) => {
+            gateway.admission.metrics.record_refusal("browser");
+            let status = match refusal {
+                Refusal::Forbidden(_) => http::StatusCode::FORBIDDEN,
+                Refusal::NotJson(_) => http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            };
+            ApiError::from(Error::from(refusal))
+                .with_status(status)
+                .into_response()
+        }
+    }
 }
 
 fn deadline_passed(timeout: Duration) -> Error {

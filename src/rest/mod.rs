@@ -85,8 +85,12 @@ impl Gateway {
             ))
             .merge(console::routes())
             .layer(DefaultBodyLimit::max(self.admission.max_request_bytes))
+            .layer(axum::middleware::from_fn_with_state(
+                self.clone(),
+                admission::browsers,
+            ))
             .layer(crate::admission::cors::layer(
-                self.settings.auth,
+                &self.admission.browsers,
                 Transport::Rest,
             ))
             .with_state(self.clone())

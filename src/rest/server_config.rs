@@ -16,7 +16,6 @@ use crate::error::Error;
 
 /// What the server was started with, for the configuration API.
 pub struct Settings {
-    pub auth: bool,
     store: String,
     llm_model: Option<String>,
     short_term_window: usize,
@@ -27,7 +26,6 @@ pub struct Settings {
 impl Settings {
     pub fn of(config: &crate::config::ServeConfig) -> Settings {
         Settings {
-            auth: config.auth,
             store: config.store.describe(),
             llm_model: config.llm.model.clone(),
             short_term_window: config.limits.short_term_window,

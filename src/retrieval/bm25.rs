@@ -482,9 +482,11 @@ impl<T> Bm25Index<T> {
         };
         // Best first, in growing chunks, so the filter runs on as few documents as
         // it must: a selective filter costs a few more chunks, never a full sort.
+        // Never more than there are candidates, whatever `limit` a caller got through.
+        let limit = limit.min(candidates.len());
         let mut best = Vec::with_capacity(limit);
         let mut rest: &mut [u32] = &mut candidates;
-        let mut chunk = (limit * 4).max(64);
+        let mut chunk = limit.saturating_mul(4).max(64);
         while best.len() < limit && !rest.is_empty() {
             let take = chunk.min(rest.len());
             if take < rest.len() {

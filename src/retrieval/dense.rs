@@ -67,7 +67,9 @@ pub fn top_k_scored(items: impl Iterator<Item = (i64, f32)>, limit: usize) -> Ve
     if limit == 0 {
         return Vec::new();
     }
-    let mut heap: BinaryHeap<Entry> = BinaryHeap::with_capacity(limit + 1);
+    // Capacity from what there is to rank, not from a caller's `limit`.
+    let mut heap: BinaryHeap<Entry> =
+        BinaryHeap::with_capacity(limit.min(items.size_hint().0).saturating_add(1));
     for (id, score) in items {
         if heap.len() < limit {
             heap.push(Entry(score, id));

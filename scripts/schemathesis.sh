@@ -47,7 +47,7 @@ done
 [[ -n "$addr" ]] || { cat "$log" >&2; echo "schemathesis.sh: no REST address logged" >&2; exit 1; }
 # Memory routes answer 503 until the domain is ready; wait for it.
 for _ in $(seq 300); do
-  status="$(curl -s -o /dev/null -w '%{http_code}' -X POST -d '{}' "http://$addr/api/v2/projects/list" || true)"
+  status="$(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'content-type: application/json' -d '{}' "http://$addr/api/v2/projects/list" || true)"
   [[ "$status" == "200" ]] && break
   sleep 0.1
 done

@@ -1,6 +1,6 @@
-//! Request bodies: JSON read whatever the content type says (MemMachine's clients and
-//! `curl -d` alike), an empty (or `null`) body read as `{}`, and every decoding failure a 422 naming
-//! the field, in the gateway's error body.
+//! Request bodies: JSON (the browsers guard, `admission::browsers`, has refused any other
+//! content type by now), an empty (or `null`) body read as `{}`, and every decoding
+//! failure a 422 naming the field, in the gateway's error body.
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};

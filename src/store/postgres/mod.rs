@@ -73,7 +73,7 @@ impl PostgresStore {
 
     /// `connect` with these pool settings.
     pub async fn connect_with(url: &str, settings: PoolSettings) -> Result<PostgresStore> {
-        let options: PgConnectOptions = url.parse().map_err(|err| {
+        let options: PgConnectOptions = url.parse::<PgConnectOptions>().map_err(|err| {
             Error::invalid("postgres_url", crate::urls::redact_in(&err.to_string()))
         })?;
         let describe = format!(

@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use crate::admission::limits::CallerLimits;
 use crate::limits::Limits;
+use crate::urls::redact;
 
 /// Where `memmachine model fetch` puts all-MiniLM-L6-v2, and where `serve` looks.
 pub const DEFAULT_MODEL_DIR: &str = "./memmachine-models/all-MiniLM-L6-v2";
@@ -252,7 +253,7 @@ impl std::fmt::Debug for LlmConfig {
     /// As derived, but never the API key.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LlmConfig")
-            .field("base_url", &self.base_url)
+            .field("base_url", &self.base_url.as_deref().map(redact))
             .field("model", &self.model)
             .field("api_key", &self.api_key.as_ref().map(|_| MASKED))
             .field("max_calls_per_minute", &self.max_calls_per_minute)
@@ -334,7 +335,7 @@ impl std::fmt::Debug for RerankerConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RerankerConfig")
             .field("model_dir", &self.model_dir)
-            .field("base_url", &self.base_url)
+            .field("base_url", &self.base_url.as_deref().map(redact))
             .field("model", &self.model)
             .field("api", &self.api)
             .field("api_key", &self.api_key.as_ref().map(|_| MASKED))
@@ -354,7 +355,12 @@ pub enum LogFormat {
 }
 
 /// What a secret is shown as.
-const MASKED: &str = "***";
+const MASKED: &str = crate::urls::MASK;
+
+/// A secret as shown: masked when set.
+fn masked(secret: &Option<String>) -> Option<String> {
+    secret.as_ref().map(|_| MASKED.to_string())
+}
 
 impl std::fmt::Debug for EmbedderConfig {
     /// As derived, but never the API key.
@@ -362,7 +368,7 @@ impl std::fmt::Debug for EmbedderConfig {
         f.debug_struct("EmbedderConfig")
             .field("kind", &self.kind)
             .field("model_dir", &self.model_dir)
-            .field("base_url", &self.base_url)
+            .field("base_url", &self.base_url.as_deref().map(redact))
             .field("model", &self.model)
             .field("dimensions", &self.dimensions)
             .field("precision", &self.precision)
@@ -428,10 +434,7 @@ impl ServeConfig {
             match &self.store {
                 crate::store::StoreLocation::Sqlite(dir) => format!("data_dir = {}", path(dir)),
                 crate::store::StoreLocation::Postgres(url) => {
-                    format!(
-                        "store = {}",
-                        text(&crate::store::open::without_password(url))
-                    )
+                    format!("store = {}", text(&redact(url)))
                 }
             },
             format!("index_memory = {}", text(&self.index_memory.to_string())),
@@ -508,7 +511,7 @@ impl ServeConfig {
             format!("max_concurrent_per_key = {}", self.caller_limits.concurrent),
         ];
         if let Some(endpoint) = &self.otlp_endpoint {
-            lines.push(format!("otlp_endpoint = {}", text(endpoint)));
+            lines.push(format!("otlp_endpoint = {}", text(&redact(endpoint))));
         }
         if let Some(addr) = self.metrics_listen {
             lines.push(format!("metrics_listen = {}", text(&addr.to_string())));
@@ -535,22 +538,22 @@ impl ServeConfig {
         }
         lines.push(format!("model_dir = {}", path(&embedder.model_dir)));
         let optional = [
-            ("embedder_base_url", embedder.base_url.as_deref()),
-            ("embedder_model", embedder.model.as_deref()),
             (
-                "embedder_api_key",
-                embedder.api_key.as_ref().map(|_| MASKED),
+                "embedder_base_url",
+                embedder.base_url.as_deref().map(redact),
             ),
+            ("embedder_model", embedder.model.clone()),
+            ("embedder_api_key", masked(&embedder.api_key)),
         ];
         let llm = &self.llm;
         let optional = optional.into_iter().chain([
-            ("llm_base_url", llm.base_url.as_deref()),
-            ("llm_model", llm.model.as_deref()),
-            ("llm_api_key", llm.api_key.as_ref().map(|_| MASKED)),
+            ("llm_base_url", llm.base_url.as_deref().map(redact)),
+            ("llm_model", llm.model.clone()),
+            ("llm_api_key", masked(&llm.api_key)),
         ]);
         for (key, value) in optional {
             if let Some(value) = value {
-                lines.push(format!("{key} = {}", text(value)));
+                lines.push(format!("{key} = {}", text(&value)));
             }
         }
         lines.push(format!(
@@ -565,16 +568,16 @@ impl ServeConfig {
             lines.push(format!("reranker_model_dir = {}", path(dir)));
         }
         let optional = [
-            ("reranker_base_url", reranker.base_url.as_deref()),
-            ("reranker_model", reranker.model.as_deref()),
             (
-                "reranker_api_key",
-                reranker.api_key.as_ref().map(|_| MASKED),
+                "reranker_base_url",
+                reranker.base_url.as_deref().map(redact),
             ),
+            ("reranker_model", reranker.model.clone()),
+            ("reranker_api_key", masked(&reranker.api_key)),
         ];
         for (key, value) in optional {
             if let Some(value) = value {
-                lines.push(format!("{key} = {}", text(value)));
+                lines.push(format!("{key} = {}", text(&value)));
             }
         }
         if reranker.base_url.is_some() {

@@ -26,6 +26,7 @@ pub(crate) mod openai_http;
 pub mod probe;
 pub mod projects;
 pub mod rerank;
+pub mod resource_status;
 pub mod rest;
 pub mod retrieval;
 pub mod semantic;
@@ -33,6 +34,7 @@ pub mod server;
 pub mod store;
 pub mod telemetry;
 pub mod transfer;
+pub mod urls;
 
 /// Generated protobuf and gRPC code.
 pub mod pb {

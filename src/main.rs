@@ -436,9 +436,10 @@ fn main() -> ExitCode {
                 let listener = tokio::net::TcpListener::bind(config.listen)
                     .await
                     .map_err(|err| format!("cannot listen on {}: {err}", config.listen))?;
+                // A start-up error may quote a configured URL (a library's message).
                 memmachine::server::run(config, listener, memmachine::server::shutdown_signal())
                     .await
-                    .map_err(|err| err.to_string())
+                    .map_err(|err| memmachine::urls::redact_in(&err.to_string()))
             });
             match result {
                 Ok(()) => ExitCode::SUCCESS,

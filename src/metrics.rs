@@ -3,6 +3,10 @@
 //! and lag, embedding latency, volume, tokens and failures (and whether each embedder
 //! answers), language-model calls (by purpose and outcome, with their tokens and
 //! latency), the semantic worker's events, and rerank calls (latency, failures).
+//!
+//! `--metrics-listen` is the operator's listener: it serves the whole server's figures
+//! without a key, so it belongs on loopback or a private network. Over the REST gateway
+//! an org key sees only its own org's store figures ([`Metrics::render_for`]).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -107,6 +111,8 @@ pub struct Metrics {
     semantic_events: Family<EventLabels, Counter>,
     rerank_seconds: Histograms<RerankerLabels>,
     rerank_failures: Family<RerankerLabels, Counter>,
+    /// How the last call to each model ended, for `/config/resources`.
+    last_calls: crate::resource_status::LastCalls,
 }
 
 impl Default for Metrics {
@@ -245,6 +251,7 @@ impl Metrics {
                 "Searches answered in the fused order because the reranker failed or timed out, by reranker",
                 Family::default(),
             ),
+            last_calls: Default::default(),
             // Last: the fields above borrow it to register themselves.
             registry,
         }
@@ -383,6 +390,23 @@ impl Metrics {
         text
     }
 
+    /// How the last call to each model ended.
+    pub fn last_calls(&self) -> &crate::resource_status::LastCalls {
+        &self.last_calls
+    }
+
+    /// What `caller` may see of the exposition text: everything for an admin key (or
+    /// without `--auth`); for an org key only the store's figures of its own org, since
+    /// the call, limit and model series mix every org's traffic.
+    pub async fn render_for(&self, caller: &crate::auth::Caller, store: &dyn StatsStore) -> String {
+        match caller {
+            crate::auth::Caller::Org { org_id, .. } => render_org(store, org_id).await,
+            crate::auth::Caller::Admin { .. } | crate::auth::Caller::Anyone => {
+                self.render(store).await
+            }
+        }
+    }
+
     /// The exposition text, with the store's figures read now.
     pub async fn render(&self, store: &dyn StatsStore) -> String {
         match store.stats().await {
@@ -397,6 +421,57 @@ impl Metrics {
         }
         self.encode()
     }
+}
+
+/// The store's figures of one org, under the same names as the server-wide ones. Its
+/// own registry: the shared gauges hold the server-wide figures.
+async fn render_org(store: &dyn StatsStore, org_id: &str) -> String {
+    let mut registry = Registry::with_prefix("memmachine");
+    let episodes: Gauge = registered(
+        &mut registry,
+        "episodes_stored",
+        "Episodes of this org in the store",
+        Gauge::default(),
+    );
+    let queue_depth: Gauge = registered(
+        &mut registry,
+        "embedding_queue_depth",
+        "Episodes of this org waiting for a vector",
+        Gauge::default(),
+    );
+    let queue_lag: Gauge<f64, AtomicU64> = registered(
+        &mut registry,
+        "embedding_queue_lag_seconds",
+        "How long the oldest episode of this org waiting for a vector has waited",
+        Gauge::default(),
+    );
+    let semantic_queue: Gauge = registered(
+        &mut registry,
+        "semantic_queue_depth",
+        "Messages of this org waiting for semantic ingestion",
+        Gauge::default(),
+    );
+    let semantic_failed: Gauge = registered(
+        &mut registry,
+        "semantic_queue_failed",
+        "Queued messages of this org whose ingestion failed",
+        Gauge::default(),
+    );
+    match store.org_stats(org_id).await {
+        Ok(stats) => {
+            episodes.set(stats.episodes);
+            queue_depth.set(stats.embedding_queue);
+            queue_lag.set(stats.embedding_lag_secs);
+            semantic_queue.set(stats.semantic_queue);
+            semantic_failed.set(stats.semantic_failed);
+        }
+        Err(err) => tracing::warn!(error = %err, "reading an org's store figures for metrics"),
+    }
+    let mut text = String::new();
+    if let Err(err) = prometheus_client::encoding::text::encode(&mut text, &registry) {
+        tracing::warn!(error = %err, "encoding metrics");
+    }
+    text
 }
 
 /// The canonical upper-snake name of a status code (`NOT_FOUND`).

@@ -42,7 +42,7 @@ pub(crate) struct Endpoint {
     api: &'static Api,
     client: reqwest::Client,
     url: Url,
-    /// `url` without any password, for messages and logs.
+    /// `url` without any password or query value, for messages and logs.
     display: String,
     /// `Bearer <key>`, marked sensitive; none without a key.
     authorization: Option<HeaderValue>,
@@ -117,8 +117,7 @@ impl Endpoint {
         api_key: Option<&str>,
         timeout: Duration,
     ) -> Result<Endpoint, String> {
-        let base = base_url.trim().trim_end_matches('/');
-        let url = checked_url(api, base_url, &format!("{base}/{}", api.path))?;
+        let url = crate::urls::join_path(&checked_url(api, base_url)?, api.path);
         Self::build(api, url, api_key, timeout)
     }
 
@@ -131,7 +130,7 @@ impl Endpoint {
         if timeout.is_zero() {
             return Err(format!("{}: timeout must be above zero", api.name));
         }
-        let display = redacted(&url);
+        let display = crate::urls::redact(url.as_str());
 
         let authorization = match api_key.map(str::trim) {
             Some(key) if !key.is_empty() => {
@@ -164,7 +163,7 @@ impl Endpoint {
         })
     }
 
-    /// The URL requests go to (user info, if any, redacted).
+    /// The URL requests go to (password and query values redacted).
     pub(crate) fn display(&self) -> &str {
         &self.display
     }
@@ -288,37 +287,30 @@ impl Endpoint {
     }
 }
 
-/// `{base}/v1/{path}`, or `{base}/{path}` when `base` already ends in `/v1`.
+/// `{base}/v1/{path}`, or `{base}/{path}` when `base` already ends in `/v1`; a query of
+/// the base (`?api-version=...`, `?key=...`) stays after the whole path.
 fn endpoint_url(api: &Api, base_url: &str) -> Result<Url, String> {
-    let base = base_url.trim().trim_end_matches('/');
-    let full = if base.ends_with("/v1") {
-        format!("{base}/{}", api.path)
+    let base = checked_url(api, base_url)?;
+    let suffix = if base.path().trim_end_matches('/').ends_with("/v1") {
+        api.path.to_string()
     } else {
-        format!("{base}/v1/{}", api.path)
+        format!("v1/{}", api.path)
     };
-    checked_url(api, base_url, &full)
+    Ok(crate::urls::join_path(&base, &suffix))
 }
 
-/// `full` (made from `base_url`) parsed, if it is an http(s) URL with a host.
-fn checked_url(api: &Api, base_url: &str, full: &str) -> Result<Url, String> {
-    let url = Url::parse(full)
-        .map_err(|e| format!("{}: invalid base_url {base_url:?}: {e}", api.name))?;
+/// `base_url` parsed, if it is an http(s) URL with a host. Errors show it redacted.
+fn checked_url(api: &Api, base_url: &str) -> Result<Url, String> {
+    let shown = crate::urls::redact(base_url.trim());
+    let url = Url::parse(base_url.trim())
+        .map_err(|e| format!("{}: invalid base_url {shown:?}: {e}", api.name))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err(format!(
-            "{}: base_url {base_url:?} is not an http(s) URL",
+            "{}: base_url {shown:?} is not an http(s) URL",
             api.name
         ));
     }
     Ok(url)
-}
-
-/// `url` with any password replaced, for messages and logs.
-fn redacted(url: &Url) -> String {
-    let mut url = url.clone();
-    if url.password().is_some() {
-        let _ = url.set_password(Some("redacted"));
-    }
-    url.to_string()
 }
 
 fn retryable(status: StatusCode) -> bool {
@@ -469,8 +461,6 @@ mod tests {
 
     #[test]
     fn redacts_password_in_endpoint() {
-        let url = endpoint_url(&TEST_API, "https://user:secret@h/").unwrap();
-        assert!(!redacted(&url).contains("secret"));
         let e = Endpoint::new(
             &TEST_API,
             "https://user:secret@h/",
@@ -479,6 +469,33 @@ mod tests {
         )
         .unwrap();
         assert!(!e.display().contains("secret"));
+    }
+
+    #[test]
+    fn the_query_of_a_base_stays_after_the_path_and_is_never_shown() {
+        let timeout = Duration::from_secs(1);
+        for (base, url) in [
+            ("https://h/v1?key=sk-q", "https://h/v1/things/make?key=sk-q"),
+            (
+                "https://u:pw@h/openai/?api-version=2024-02-01&key=sk-q",
+                "https://u:pw@h/openai/v1/things/make?api-version=2024-02-01&key=sk-q",
+            ),
+        ] {
+            assert_eq!(endpoint_url(&TEST_API, base).unwrap().as_str(), url);
+            let e = Endpoint::new(&TEST_API, base, None, timeout).unwrap();
+            assert!(!e.display().contains("sk-q"), "{}", e.display());
+            assert!(!e.display().contains("pw"), "{}", e.display());
+            assert!(e.display().contains("/things/make?"), "{}", e.display());
+        }
+        let unversioned =
+            Endpoint::unversioned(&TEST_API, "http://h:1/?key=sk-q", None, timeout).unwrap();
+        assert_eq!(unversioned.url.as_str(), "http://h:1/things/make?key=sk-q");
+        assert_eq!(unversioned.display(), "http://h:1/things/make?key=***");
+        // A base that is refused is not shown with its secrets either.
+        let bad = Endpoint::new(&TEST_API, "ftp://u:pw@h/?key=sk-q", None, timeout)
+            .err()
+            .unwrap();
+        assert!(!bad.contains("sk-q") && !bad.contains("pw@"), "{bad}");
     }
 
     #[test]

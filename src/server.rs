@@ -150,6 +150,12 @@ pub async fn run(
                 Error::FailedPrecondition(format!("cannot listen on {metrics_addr}: {err}"))
             })?;
             tracing::info!(addr = %metrics_addr, "metrics at /metrics");
+            if config.auth && !metrics_addr.ip().is_loopback() {
+                tracing::warn!(
+                    addr = %metrics_addr,
+                    "--metrics-listen needs no key and shows every org's figures: keep it off networks tenants reach"
+                );
+            }
             let task = crate::metrics::serve(
                 listener,
                 metrics.clone(),

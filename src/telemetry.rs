@@ -79,22 +79,22 @@ pub fn init(format: LogFormat, otlp: Option<&str>) -> Result<Telemetry, String> 
     let mut layers = vec![logs];
     let mut traces = None;
     if let Some(endpoint) = otlp {
-        let url = if endpoint.trim_end_matches('/').ends_with("/v1/traces") {
-            endpoint.to_string()
-        } else {
-            format!("{}/v1/traces", endpoint.trim_end_matches('/'))
+        // Errors may quote the URL: never with its secrets.
+        let failed = |err: &dyn std::fmt::Display| {
+            crate::urls::redact_in(&format!("--otlp-endpoint {endpoint}: {err}"))
         };
+        let url = traces_url(endpoint).map_err(|err| failed(&err))?;
         let client = reqwest::blocking::Client::builder()
             .timeout(EXPORT_TIMEOUT)
             .build()
-            .map_err(|err| format!("--otlp-endpoint {endpoint}: {err}"))?;
+            .map_err(|err| failed(&err))?;
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_http_client(OtlpClient(client))
             .with_endpoint(url)
             .with_timeout(EXPORT_TIMEOUT)
             .build()
-            .map_err(|err| format!("--otlp-endpoint {endpoint}: {err}"))?;
+            .map_err(|err| failed(&err))?;
         let provider = SdkTracerProvider::builder()
             .with_batch_exporter(exporter)
             .with_resource(
@@ -115,4 +115,32 @@ pub fn init(format: LogFormat, otlp: Option<&str>) -> Result<Telemetry, String> 
         .with(filter)
         .init();
     Ok(Telemetry { traces })
+}
+
+/// The collector's traces URL: `endpoint` itself when its path ends in `/v1/traces`,
+/// else `/v1/traces` appended to its path (before any query).
+fn traces_url(endpoint: &str) -> Result<String, String> {
+    let base = reqwest::Url::parse(endpoint.trim()).map_err(|err| err.to_string())?;
+    if base.path().trim_end_matches('/').ends_with("/v1/traces") {
+        return Ok(base.to_string());
+    }
+    Ok(crate::urls::join_path(&base, "v1/traces").to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::traces_url;
+
+    #[test]
+    fn traces_go_to_v1_traces_before_the_query() {
+        for (endpoint, url) in [
+            ("http://h:4318", "http://h:4318/v1/traces"),
+            ("http://h:4318/", "http://h:4318/v1/traces"),
+            ("http://h:4318/v1/traces", "http://h:4318/v1/traces"),
+            ("https://h/otlp?token=t", "https://h/otlp/v1/traces?token=t"),
+        ] {
+            assert_eq!(traces_url(endpoint).unwrap(), url, "{endpoint}");
+        }
+        assert!(traces_url("not a url").is_err());
+    }
 }

@@ -2,7 +2,8 @@
 //! and knows when it is down: once a call fails for want of an answer (the endpoint is
 //! down, overloaded or timing out), searches do not wait for it ([`Embedder::embed_query`]
 //! answers `Unavailable` at once) until a call succeeds again (the embedding worker keeps
-//! trying its queue), or [`RETRY_AFTER`] has passed and one search tries it.
+//! trying its queue), or [`RETRY_AFTER`] has passed and one search tries it. How the
+//! last call ended is what `/config/resources` reports.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -55,10 +56,13 @@ impl Measured {
         );
     }
 
-    /// Notes how a call ended: failures counted by kind, and whether the embedder is
-    /// down (logged when that changes).
+    /// Notes how a call ended: its outcome for `/config/resources`, failures counted by
+    /// kind, and whether the embedder is down (logged when that changes).
     fn outcome<T>(&self, result: &Result<T, EmbedError>) {
         let id = self.inner.id();
+        self.metrics
+            .last_calls()
+            .record(crate::resource_status::Kind::Embedder, id, result);
         let mut down = self.down.lock().unwrap_or_else(|p| p.into_inner());
         let message = match result {
             Ok(_) => {

@@ -96,7 +96,7 @@ impl OpenAiConfig {
 impl fmt::Debug for OpenAiConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenAiConfig")
-            .field("base_url", &self.base_url)
+            .field("base_url", &crate::urls::redact(&self.base_url))
             .field("model", &self.model)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("dimensions", &self.dimensions)
@@ -178,7 +178,7 @@ impl OpenAiEmbedder {
         })
     }
 
-    /// The URL requests go to (user info, if any, redacted).
+    /// The URL requests go to (password and query values redacted).
     pub fn endpoint(&self) -> &str {
         self.http.display()
     }

@@ -1,5 +1,6 @@
 //! A language model that records its calls in the server's metrics: how many, how they
-//! ended, the tokens they used and how long they took, by purpose.
+//! ended, the tokens they used and how long they took, by purpose; and how the last one
+//! ended, for `/config/resources`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -34,6 +35,11 @@ impl LanguageModel for Measured {
             Err(LlmError::Unavailable { .. }) => ("unavailable", 0, 0),
             Err(LlmError::Failed(_)) => ("failed", 0, 0),
         };
+        self.metrics.last_calls().record(
+            crate::resource_status::Kind::LanguageModel,
+            self.inner.id(),
+            &result,
+        );
         self.metrics.record_llm_call(
             request.purpose.as_str(),
             outcome,

@@ -100,7 +100,7 @@ impl OpenAiChatConfig {
 impl fmt::Debug for OpenAiChatConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenAiChatConfig")
-            .field("base_url", &self.base_url)
+            .field("base_url", &crate::urls::redact(&self.base_url))
             .field("model", &self.model)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("timeout", &self.timeout)
@@ -240,7 +240,7 @@ impl OpenAiChat {
         })
     }
 
-    /// The URL requests go to (user info, if any, redacted).
+    /// The URL requests go to (password and query values redacted).
     pub fn endpoint(&self) -> &str {
         self.http.display()
     }

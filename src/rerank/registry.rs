@@ -95,6 +95,11 @@ impl Rerankers {
                 Ok(_) => metrics.record_rerank(name, started.elapsed()),
                 Err(_) => metrics.record_rerank_failure(name),
             }
+            // Only rerankers offered: a name a caller made up is no resource.
+            if self.offers(name) {
+                let kind = crate::resource_status::Kind::Reranker;
+                metrics.last_calls().record(kind, name, &result);
+            }
         }
         result
     }

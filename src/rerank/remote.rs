@@ -80,7 +80,7 @@ impl RemoteConfig {
 impl fmt::Debug for RemoteConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RemoteConfig")
-            .field("base_url", &self.base_url)
+            .field("base_url", &crate::urls::redact(&self.base_url))
             .field("model", &self.model)
             .field("api", &self.api)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
@@ -138,7 +138,7 @@ impl RemoteReranker {
         })
     }
 
-    /// The URL requests go to (user info, if any, redacted).
+    /// The URL requests go to (password and query values redacted).
     pub fn endpoint(&self) -> &str {
         self.http.display()
     }

@@ -1,9 +1,9 @@
 //! `GET /api/v2/health` and `GET /api/v2/metrics`.
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
+use axum::{Extension, Json};
 use http::StatusCode;
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -11,6 +11,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::Gateway;
+use crate::auth::Caller;
 
 pub fn routes() -> OpenApiRouter<Gateway> {
     OpenApiRouter::new()
@@ -46,10 +47,14 @@ async fn health(State(gateway): State<Gateway>) -> (StatusCode, Json<Health>) {
     )
 }
 
-/// Prometheus metrics (the same as `--metrics-listen` serves); needs a key with --auth.
+/// Prometheus metrics; needs a key with --auth. An admin key (or none without --auth)
+/// gets what `--metrics-listen` serves; an org key only its own org's store figures.
 #[utoipa::path(get, path = "/metrics", tag = "System",
     responses((status = 200, content_type = "application/openmetrics-text")))]
-async fn metrics(State(gateway): State<Gateway>) -> impl IntoResponse {
+async fn metrics(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+) -> impl IntoResponse {
     (
         [(
             CONTENT_TYPE,
@@ -58,7 +63,7 @@ async fn metrics(State(gateway): State<Gateway>) -> impl IntoResponse {
         gateway
             .admission
             .metrics
-            .render(gateway.stats.as_ref())
+            .render_for(&caller, gateway.stats.as_ref())
             .await,
     )
 }

@@ -3,8 +3,8 @@
 //! server starts, so they are shown and cannot be changed at run time: a change answers
 //! 412 naming the flag. Per-project episodic switches live at `/memory/episodic/config`.
 
-use axum::Json;
 use axum::extract::{Path, State};
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -12,11 +12,16 @@ use utoipa_axum::routes;
 
 use super::body::Body;
 use super::{ApiError, Gateway};
+use crate::auth::Caller;
 use crate::error::Error;
+use crate::resource_status::{Kind, Status};
 
 /// What the server was started with, for the configuration API.
 pub struct Settings {
+    /// The store's description (URL redacted), shown to admin keys.
     store: String,
+    /// The store's kind alone, shown to org keys: where it is concerns the operator.
+    store_kind: &'static str,
     llm_model: Option<String>,
     short_term_window: usize,
     trigger_messages: usize,
@@ -27,6 +32,7 @@ impl Settings {
     pub fn of(config: &crate::config::ServeConfig) -> Settings {
         Settings {
             store: config.store.describe(),
+            store_kind: config.store.kind(),
             llm_model: config.llm.model.clone(),
             short_term_window: config.limits.short_term_window,
             trigger_messages: config.ingest.trigger_messages,
@@ -156,43 +162,104 @@ fn rerankers(gateway: &Gateway) -> Result<Vec<(String, String)>, ApiError> {
     Ok(modes.chain(offered).collect())
 }
 
-fn ready(name: String, provider: &str) -> ResourceInfo {
-    ResourceInfo {
-        name,
-        provider: provider.to_string(),
-        status: "ready",
-        error: None,
+/// What an org key is told of a failure: that it failed. The error names the server's
+/// endpoints and hosts, which concern the operator (an admin key sees it).
+const FAILED_FOR_ORG: &str = "the last call failed; an admin key sees why";
+
+/// Who sees the server's own details (store location, endpoints, errors): an admin
+/// key, or anyone without --auth. An org key sees what concerns its org.
+fn operator(caller: &Caller) -> bool {
+    !matches!(caller, Caller::Org { .. })
+}
+
+/// Where the store is, as `caller` may see it.
+fn store_shown(gateway: &Gateway, caller: &Caller) -> String {
+    if operator(caller) {
+        gateway.settings.store.clone()
+    } else {
+        gateway.settings.store_kind.to_string()
     }
 }
 
-fn resources(gateway: &Gateway) -> Result<Resources, ApiError> {
+fn info(name: String, provider: String, status: Status, caller: &Caller) -> ResourceInfo {
+    let error = status.error().map(|e| {
+        if operator(caller) {
+            e.to_string()
+        } else {
+            FAILED_FOR_ORG.to_string()
+        }
+    });
+    ResourceInfo {
+        name,
+        provider,
+        status: status.name(),
+        error,
+    }
+}
+
+/// The last outcome of the language model's calls (`Pending` without one).
+fn language_model_status(gateway: &Gateway) -> Result<Status, ApiError> {
+    let calls = gateway.admission.metrics.last_calls();
+    Ok(gateway
+        .domain()?
+        .semantic
+        .model()
+        .map_or(Status::Pending, |m| {
+            calls.status(Kind::LanguageModel, m.id())
+        }))
+}
+
+/// Each resource with how its last real call ended; the database is asked now.
+async fn resources(gateway: &Gateway, caller: &Caller) -> Result<Resources, ApiError> {
     let settings = &gateway.settings;
-    let provider = |name: &str| name.split(':').next().unwrap_or(name).to_string();
+    let calls = gateway.admission.metrics.last_calls();
+    let kind_of = |id: &str| id.split(':').next().unwrap_or(id).to_string();
+    let llm = language_model_status(gateway)?;
+    let database = Status::of(&gateway.domain()?.semantic.store().health().await);
     Ok(Resources {
         embedders: embedders(gateway)?
             .into_iter()
-            .map(|(name, _)| {
-                let p = provider(&name);
-                ready(name, &p)
+            .map(|(id, _)| {
+                let status = calls.status(Kind::Embedder, &id);
+                info(id.clone(), kind_of(&id), status, caller)
             })
             .collect(),
         language_models: settings
             .llm_model
             .iter()
-            .map(|m| ready(m.clone(), "openai-chat-completions"))
+            .map(|m| {
+                let provider = "openai-chat-completions".to_string();
+                info(m.clone(), provider, llm.clone(), caller)
+            })
             .collect(),
         rerankers: rerankers(gateway)?
             .into_iter()
-            .map(|(name, provider)| ready(name, &provider))
+            .map(|(name, provider)| {
+                // Ranking modes run in-process: nothing to call, always ready.
+                let status = if provider == "memmachine" {
+                    Status::Ready
+                } else {
+                    calls.status(Kind::Reranker, &name)
+                };
+                // `remote:<endpoint>` names a URL when no model was given.
+                let provider = if operator(caller) || !provider.contains("://") {
+                    provider
+                } else {
+                    kind_of(&provider)
+                };
+                info(name, provider, status, caller)
+            })
             .collect(),
-        databases: vec![ready(
-            settings.store.clone(),
-            settings.store.split([' ', ':']).next().unwrap_or("store"),
+        databases: vec![info(
+            store_shown(gateway, caller),
+            settings.store_kind.to_string(),
+            database,
+            caller,
         )],
     })
 }
 
-fn episodic(gateway: &Gateway) -> Result<EpisodicConfig, ApiError> {
+fn episodic(gateway: &Gateway, caller: &Caller) -> Result<EpisodicConfig, ApiError> {
     let settings = &gateway.settings;
     Ok(EpisodicConfig {
         long_term_memory: LongTermConfig {
@@ -201,7 +268,7 @@ fn episodic(gateway: &Gateway) -> Result<EpisodicConfig, ApiError> {
             reranker: Some("hybrid".into()),
             vector_graph_store: None,
             vector_store: None,
-            segment_store: Some(settings.store.clone()),
+            segment_store: Some(store_shown(gateway, caller)),
             properties_schema: None,
             enabled: true,
         },
@@ -214,12 +281,12 @@ fn episodic(gateway: &Gateway) -> Result<EpisodicConfig, ApiError> {
     })
 }
 
-fn semantic(gateway: &Gateway) -> Result<SemanticConfig, ApiError> {
+fn semantic(gateway: &Gateway, caller: &Caller) -> Result<SemanticConfig, ApiError> {
     let settings = &gateway.settings;
     Ok(SemanticConfig {
         enabled: gateway.domain()?.semantic.has_model(),
-        database: Some(settings.store.clone()),
-        storage_backend: Some(settings.store.clone()),
+        database: Some(store_shown(gateway, caller)),
+        storage_backend: Some(store_shown(gateway, caller)),
         feature_store: None,
         vector_collection: None,
         llm_model: settings.llm_model.clone(),
@@ -229,45 +296,66 @@ fn semantic(gateway: &Gateway) -> Result<SemanticConfig, ApiError> {
     })
 }
 
-/// Every setting and resource.
+/// Every setting and resource. An org key is shown what concerns its org: the store's
+/// kind, not where it is, and that a resource failed, not why.
 #[utoipa::path(get, path = "/config", tag = "Configuration",
     responses((status = 200, body = Config)))]
-async fn get_config(State(gateway): State<Gateway>) -> Reply<Config> {
+async fn get_config(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+) -> Reply<Config> {
     Ok(Json(Config {
-        resources: resources(&gateway)?,
-        episodic_memory: episodic(&gateway)?,
-        semantic_memory: semantic(&gateway)?,
+        resources: resources(&gateway, &caller).await?,
+        episodic_memory: episodic(&gateway, &caller)?,
+        semantic_memory: semantic(&gateway, &caller)?,
     }))
 }
 
+/// Each resource: `ready` after its last call succeeded, `failed` (with the error) after
+/// it failed, `pending` before any call; the database is asked at once.
 #[utoipa::path(get, path = "/config/resources", tag = "Configuration",
     responses((status = 200, body = Resources)))]
-async fn get_resources(State(gateway): State<Gateway>) -> Reply<Resources> {
-    Ok(Json(resources(&gateway)?))
+async fn get_resources(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+) -> Reply<Resources> {
+    Ok(Json(resources(&gateway, &caller).await?))
 }
 
 #[utoipa::path(get, path = "/config/memory/episodic", tag = "Configuration",
     responses((status = 200, body = EpisodicConfig)))]
-async fn get_episodic(State(gateway): State<Gateway>) -> Reply<EpisodicConfig> {
-    Ok(Json(episodic(&gateway)?))
+async fn get_episodic(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+) -> Reply<EpisodicConfig> {
+    Ok(Json(episodic(&gateway, &caller)?))
 }
 
 #[utoipa::path(get, path = "/config/memory/episodic/long_term", tag = "Configuration",
     responses((status = 200, body = LongTermConfig)))]
-async fn get_long_term(State(gateway): State<Gateway>) -> Reply<LongTermConfig> {
-    Ok(Json(episodic(&gateway)?.long_term_memory))
+async fn get_long_term(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+) -> Reply<LongTermConfig> {
+    Ok(Json(episodic(&gateway, &caller)?.long_term_memory))
 }
 
 #[utoipa::path(get, path = "/config/memory/episodic/short_term", tag = "Configuration",
     responses((status = 200, body = ShortTermConfig)))]
-async fn get_short_term(State(gateway): State<Gateway>) -> Reply<ShortTermConfig> {
-    Ok(Json(episodic(&gateway)?.short_term_memory))
+async fn get_short_term(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+) -> Reply<ShortTermConfig> {
+    Ok(Json(episodic(&gateway, &caller)?.short_term_memory))
 }
 
 #[utoipa::path(get, path = "/config/memory/semantic", tag = "Configuration",
     responses((status = 200, body = SemanticConfig)))]
-async fn get_semantic(State(gateway): State<Gateway>) -> Reply<SemanticConfig> {
-    Ok(Json(semantic(&gateway)?))
+async fn get_semantic(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+) -> Reply<SemanticConfig> {
+    Ok(Json(semantic(&gateway, &caller)?))
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -392,23 +480,27 @@ fn language_model_named(gateway: &Gateway, name: &str) -> Result<(), ApiError> {
     }
 }
 
-fn still_ready() -> Reply<ResourceUpdated> {
+/// The resource's status as it stands: calls are retried by the work that needs them
+/// (the embedding and ingestion workers, the next search), not by this route.
+fn as_it_stands(status: Status, caller: &Caller) -> Reply<ResourceUpdated> {
+    let shown = info(String::new(), String::new(), status, caller);
     Ok(Json(ResourceUpdated {
-        success: true,
-        status: "ready",
-        error: None,
+        success: shown.error.is_none(),
+        status: shown.status,
+        error: shown.error,
     }))
 }
 
-/// Resources here are ready once the server serves, so a retry has nothing to do.
 #[utoipa::path(post, path = "/config/resources/embedders/{name}/retry", tag = "Configuration",
     params(("name" = String, Path)), responses((status = 200, body = ResourceUpdated), (status = 404)))]
 async fn retry_embedder(
     State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Reply<ResourceUpdated> {
     embedder_named(&gateway, &name)?;
-    still_ready()
+    let calls = gateway.admission.metrics.last_calls();
+    as_it_stands(calls.status(Kind::Embedder, &name), &caller)
 }
 
 #[utoipa::path(post, path = "/config/resources/language_models/{name}/retry",
@@ -416,21 +508,26 @@ async fn retry_embedder(
     responses((status = 200, body = ResourceUpdated), (status = 404)))]
 async fn retry_language_model(
     State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Reply<ResourceUpdated> {
     language_model_named(&gateway, &name)?;
-    still_ready()
+    as_it_stands(language_model_status(&gateway)?, &caller)
 }
 
 #[utoipa::path(post, path = "/config/resources/rerankers/{name}/retry", tag = "Configuration",
     params(("name" = String, Path)), responses((status = 200, body = ResourceUpdated), (status = 404)))]
 async fn retry_reranker(
     State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Reply<ResourceUpdated> {
-    if rerankers(&gateway)?.iter().any(|(n, _)| *n == name) {
-        still_ready()
-    } else {
-        Err(Error::NotFound(format!("no reranker named {name:?}")).into())
+    match rerankers(&gateway)?.into_iter().find(|(n, _)| *n == name) {
+        Some((_, provider)) if provider == "memmachine" => as_it_stands(Status::Ready, &caller),
+        Some(_) => {
+            let calls = gateway.admission.metrics.last_calls();
+            as_it_stands(calls.status(Kind::Reranker, &name), &caller)
+        }
+        None => Err(Error::NotFound(format!("no reranker named {name:?}")).into()),
     }
 }

@@ -275,6 +275,9 @@ pub struct StoreStats {
 #[async_trait]
 pub trait StatsStore: Send + Sync {
     async fn stats(&self) -> Result<StoreStats>;
+
+    /// The same figures, of one org's projects only (what its key may see).
+    async fn org_stats(&self, org_id: &str) -> Result<StoreStats>;
 }
 
 /// Everything the server needs from a backend.

@@ -8,7 +8,7 @@ use super::sqlite::{DB_FILE, SqliteStore};
 use crate::error::{Error, Result};
 
 /// Where the store is.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum StoreLocation {
     /// The embedded default: a SQLite file in this directory.
     Sqlite(PathBuf),
@@ -29,30 +29,40 @@ impl StoreLocation {
                 Ok(StoreLocation::Postgres(url.to_string()))
             }
             Some(other) => Err(format!(
-                "unknown --store {other:?}: use sqlite, sqlite:///DIR or postgres://USER@HOST:PORT/DB"
+                "unknown --store {:?}: use sqlite, sqlite:///DIR or postgres://USER@HOST:PORT/DB",
+                crate::urls::redact(other)
             )),
         }
     }
 
-    /// For logs and messages: never a password.
+    /// For logs and messages: never a password nor a query value.
     pub fn describe(&self) -> String {
         match self {
             StoreLocation::Sqlite(dir) => format!("sqlite {}", dir.join(DB_FILE).display()),
-            StoreLocation::Postgres(url) => format!("postgres {}", without_password(url)),
+            StoreLocation::Postgres(url) => format!("postgres {}", crate::urls::redact(url)),
+        }
+    }
+
+    /// The kind of backend alone (`sqlite`, `postgres`): what an org's key is shown.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreLocation::Sqlite(_) => "sqlite",
+            StoreLocation::Postgres(_) => "postgres",
         }
     }
 }
 
-/// `postgres://user:secret@host/db` as `postgres://user@host/db`.
-pub fn without_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let Some((userinfo, host)) = rest.split_once('@') else {
-        return url.to_string();
-    };
-    let user = userinfo.split(':').next().unwrap_or_default();
-    format!("{scheme}://{user}@{host}")
+/// As derived, but the URL redacted: a config printed with `{:?}` shows no password.
+impl std::fmt::Debug for StoreLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreLocation::Sqlite(dir) => f.debug_tuple("Sqlite").field(dir).finish(),
+            StoreLocation::Postgres(url) => f
+                .debug_tuple("Postgres")
+                .field(&crate::urls::redact(url))
+                .finish(),
+        }
+    }
 }
 
 /// Opens (and migrates) the store. Unless `create`, an embedded store must exist
@@ -89,8 +99,12 @@ mod tests {
         assert_eq!(sqlite, StoreLocation::Sqlite("/d".into()));
         let file = StoreLocation::parse(None, Some("sqlite:///x/y")).unwrap();
         assert_eq!(file, StoreLocation::Sqlite("/x/y".into()));
-        let pg = StoreLocation::parse(None, Some("postgres://u:pw@h:5432/db")).unwrap();
-        assert_eq!(pg.describe(), "postgres postgres://u@h:5432/db");
+        let pg = StoreLocation::parse(None, Some("postgres://u:pw@h:5432/db?password=pw")).unwrap();
+        assert_eq!(
+            pg.describe(),
+            "postgres postgres://u:***@h:5432/db?password=***"
+        );
+        assert!(!format!("{pg:?}").contains("pw"), "{pg:?}");
         assert!(StoreLocation::parse(None, Some("mysql://h")).is_err());
     }
 }

@@ -73,9 +73,9 @@ impl PostgresStore {
 
     /// `connect` with these pool settings.
     pub async fn connect_with(url: &str, settings: PoolSettings) -> Result<PostgresStore> {
-        let options: PgConnectOptions = url
-            .parse()
-            .map_err(|err| Error::invalid("postgres_url", format!("{err}")))?;
+        let options: PgConnectOptions = url.parse::<PgConnectOptions>().map_err(|err| {
+            Error::invalid("postgres_url", crate::urls::redact_in(&err.to_string()))
+        })?;
         let describe = format!(
             "postgres {}:{}/{}",
             options.get_host(),

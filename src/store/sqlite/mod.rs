@@ -162,6 +162,13 @@ impl StatsStore for SqliteStore {
     async fn stats(&self) -> Result<StoreStats> {
         self.readers.read(|tx| stats::stats(tx)).await
     }
+
+    async fn org_stats(&self, org_id: &str) -> Result<StoreStats> {
+        let org_id = org_id.to_string();
+        self.readers
+            .read(move |tx| stats::org_stats(tx, &org_id))
+            .await
+    }
 }
 
 #[async_trait]

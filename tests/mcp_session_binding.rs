@@ -1,7 +1,8 @@
 //! An MCP session over Streamable HTTP belongs to the key that opened it (issue 26,
-//! finding 5): its id sent with another org's key, another key of the same org, or no
-//! key is answered 404 (as an unknown session) for POST, GET and DELETE alike, and the
-//! session lives on for its owner. Real server, real HTTP.
+//! finding 5): its id sent with another org's key (at a URL of that org), or another
+//! key of the same org, is answered 404 (as an unknown session) for POST, GET and
+//! DELETE alike; without a key the gateway answers 401; and the session lives on for
+//! its owner. Real server, real HTTP.
 
 mod common;
 #[path = "common/mcp_http.rs"]
@@ -43,11 +44,22 @@ async fn a_session_id_works_for_the_key_that_opened_it_only() {
         .expect("open a session");
     let tools = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {}});
 
-    for (who, key) in [
-        ("another org's key", Some(globex.as_str())),
-        ("another key of the same org", Some(acme_too.as_str())),
+    // Another caller holding the id sends it with a URL its key reaches.
+    for (who, key, scope) in [
+        (
+            "another org's key",
+            globex.as_str(),
+            ("globex", "notes", "alice"),
+        ),
+        (
+            "another key of the same org",
+            acme_too.as_str(),
+            ("acme", "notes", "alice"),
+        ),
     ] {
-        let listed = session.post(key, &tools).await;
+        let listed = session
+            .raw_at(scope, Method::POST, Some(key), Some(&tools))
+            .await;
         assert_eq!(
             listed.status,
             StatusCode::NOT_FOUND,
@@ -57,19 +69,22 @@ async fn a_session_id_works_for_the_key_that_opened_it_only() {
             !listed.body.contains("add_memory"),
             "tools/list with {who} listed the tools: {listed:?}"
         );
-        let stream = session.raw(Method::GET, key, None).await;
+        let stream = session.raw_at(scope, Method::GET, Some(key), None).await;
         assert_eq!(
             stream.status,
             StatusCode::NOT_FOUND,
             "GET with {who}: {stream:?}"
         );
-        let ended = session.raw(Method::DELETE, key, None).await;
+        let ended = session.raw_at(scope, Method::DELETE, Some(key), None).await;
         assert_eq!(
             ended.status,
             StatusCode::NOT_FOUND,
             "DELETE with {who}: {ended:?}"
         );
     }
+    // With the session's own URL another org's key is refused by the org check.
+    let foreign = session.post(Some(&globex), &tools).await;
+    assert_eq!(foreign.status, StatusCode::FORBIDDEN, "{foreign:?}");
     // Without a key the gateway refuses before the session is looked at.
     let anonymous = session.post(None, &tools).await;
     assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED, "{anonymous:?}");

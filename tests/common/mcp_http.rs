@@ -157,13 +157,25 @@ impl Session {
         self.raw(Method::POST, key, Some(body)).await
     }
 
-    /// Any method in this session with `key`.
+    /// Any method in this session with `key`, at the session's URL.
     pub async fn raw(&self, method: Method, key: Option<&str>, body: Option<&Value>) -> Answer {
         let scope = (
             self.scope.0.as_str(),
             self.scope.1.as_str(),
             self.scope.2.as_str(),
         );
+        self.raw_at(scope, method, key, body).await
+    }
+
+    /// Any method with this session's id, `key` and the URL of `scope` (as another
+    /// caller holding the id would send it).
+    pub async fn raw_at(
+        &self,
+        scope: (&str, &str, &str),
+        method: Method,
+        key: Option<&str>,
+        body: Option<&Value>,
+    ) -> Answer {
         send(
             &self.http,
             &self.base,

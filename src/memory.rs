@@ -45,6 +45,9 @@ pub struct ListInput {
     /// Pages to skip after `page_token` (MemMachine's page numbers), 0 for none.
     pub page_num: u32,
     pub filter: String,
+    /// A narrowing the transport built (MCP's user or profile set, a v1 session), ANDed
+    /// onto the parsed `filter`.
+    pub scope: Option<crate::model::filter::Expr>,
     /// Selects semantic sets.
     pub set_metadata: BTreeMap<String, String>,
 }
@@ -226,6 +229,7 @@ impl Memories {
                     input.page_size,
                     &input.page_token,
                     &input.filter,
+                    input.scope.as_ref(),
                     &input.set_metadata,
                 )
                 .await?;
@@ -233,7 +237,13 @@ impl Memories {
         }
         let (episodes, next) = self
             .episodic
-            .list(&key, input.page_size, &input.page_token, &input.filter)
+            .list(
+                &key,
+                input.page_size,
+                &input.page_token,
+                &input.filter,
+                input.scope.as_ref(),
+            )
             .await?;
         Ok(Listed::Episodes(episodes, next))
     }

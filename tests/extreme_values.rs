@@ -13,7 +13,7 @@ mod common;
 use std::time::Duration;
 
 use common::ServerProcess;
-use common::mcp_http::McpSession;
+use common::mcp_http::Session;
 use memmachine::pb;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
 use memmachine::pb::project_service_client::ProjectServiceClient;
@@ -171,7 +171,7 @@ struct Harness {
     channel: Channel,
     http: reqwest::Client,
     rest: String,
-    mcp: tokio::sync::Mutex<McpSession>,
+    mcp: tokio::sync::Mutex<Session>,
     feature_id: String,
 }
 
@@ -261,12 +261,9 @@ impl Harness {
             .await
             .expect("open a v1 session");
         let rest = server.rest_url();
-        let mcp = McpSession::open(
-            &format!("{rest}/mcp?org={ORG}&project={PROJECT}&user=alice"),
-            None,
-        )
-        .await
-        .expect("open an MCP session");
+        let mcp = Session::open(&reqwest::Client::new(), &rest, (ORG, PROJECT, "alice"), None)
+            .await
+            .expect("open an MCP session");
         Harness {
             channel,
             http: reqwest::Client::new(),
@@ -299,19 +296,33 @@ impl Harness {
     }
 
     async fn mcp(&self, tool: &str, arguments: Value) -> Answer {
-        let answer = self.mcp.lock().await.call(tool, arguments).await;
-        match answer {
-            Err(err) => Answer::Fault(format!("MCP {tool}: {err}")),
-            Ok(answer) if !answer.is_error => Answer::Served,
-            Ok(answer) if answer.text.contains("internal error") => {
-                Answer::Fault(format!("MCP {tool}: {}", answer.text))
-            }
-            Ok(answer)
-                if answer.text.contains("invalid") || answer.text.contains("deserialize") =>
-            {
-                Answer::Invalid
-            }
-            Ok(answer) => Answer::Refused(answer.text),
+        let answer = self
+            .mcp
+            .lock()
+            .await
+            .request("tools/call", json!({"name": tool, "arguments": arguments}))
+            .await;
+        let (is_error, text) = match answer {
+            Ok(result) => (
+                result["isError"].as_bool().unwrap_or(false),
+                result["content"][0]["text"].as_str().unwrap_or_default().to_string(),
+            ),
+            // Arguments that do not decode are a JSON-RPC error the agent reads.
+            Err(answer) => match answer.messages.iter().find_map(|m| m.get("error")) {
+                Some(error) if answer.status.is_success() => {
+                    (true, error["message"].as_str().unwrap_or_default().to_string())
+                }
+                _ => return Answer::Fault(format!("MCP {tool}: {answer:?}")),
+            },
+        };
+        if !is_error {
+            Answer::Served
+        } else if text.contains("internal error") {
+            Answer::Fault(format!("MCP {tool}: {text}"))
+        } else if text.contains("invalid") || text.contains("deserialize") {
+            Answer::Invalid
+        } else {
+            Answer::Refused(text)
         }
     }
 

@@ -959,3 +959,65 @@ async fn reflection_serves_the_v1_services_to_buf_curl() {
     .await
     .unwrap();
 }
+
+/// A session narrows what its calls see as a value ANDed onto the caller's parsed
+/// filter (issue 26, item 3): no filter text reaches another session's episodes, and a
+/// malformed one is refused at its own position.
+#[tokio::test]
+async fn no_filter_reaches_outside_the_session() {
+    let server = InProcess::start().await;
+    let mut c = clients(&server).await;
+    c.add(context("g", "s1", &[], &[]), vec![text("pizza in one")])
+        .await
+        .unwrap();
+    c.add(context("g", "s2", &[], &[]), vec![text("pizza in two")])
+        .await
+        .unwrap();
+    for filter in [
+        "m.v1.session_id = 's2'",
+        "m.v1.session_id = 's2' OR m.v1.session_id = 's1'",
+        "NOT m.v1.session_id = 's1'",
+        "m.v1.session_id IS NOT NULL",
+        "producer_id = 'user' OR producer_id != 'user'",
+    ] {
+        let hits = c.search("g", "s1", "pizza", filter).await.unwrap();
+        let listed = c
+            .memory
+            .list_episodes(v1::ListEpisodesRequest {
+                context: Some(context("g", "s1", &[], &[])),
+                filter: filter.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .episodes;
+        let contents: Vec<&str> = hits
+            .iter()
+            .map(|h| h.episode.as_ref().unwrap().content.as_str())
+            .chain(listed.iter().map(|e| e.content.as_str()))
+            .collect();
+        assert!(
+            contents.iter().all(|c| *c == "pizza in one"),
+            "{filter}: {contents:?}"
+        );
+    }
+    let err = c
+        .search(
+            "g",
+            "s1",
+            "pizza",
+            "m.v1.session_id = 's2') OR (m.v1.session_id = 's2'",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(violated_fields(&err), ["filter"]);
+    assert!(
+        err.message().contains("at position 23:"),
+        "{}",
+        err.message()
+    );
+    // Deleting a session takes its episodes only.
+    assert_eq!(c.delete("g", "s2", &[], true).await.unwrap(), 1);
+    assert_eq!(c.list("g", "").await.unwrap().len(), 1);
+}

@@ -34,6 +34,9 @@ pub struct SearchInput {
     pub filter: String,
     pub expand_context: i32,
     pub score_threshold: Option<f64>,
+    /// A narrowing the transport built (MCP's user, a v1 session), ANDed onto the
+    /// parsed `filter`; it applies to episodes only.
+    pub scope: Option<Expr>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -142,7 +145,11 @@ impl EpisodicMemory {
             violations.add("score_threshold", "must be a number");
         }
         violations.into_result()?;
-        Ok((top_k.expect("validated"), filter.expect("validated")))
+        // The transport's scope is ANDed onto the parsed filter, never pasted into it.
+        Ok((
+            top_k.expect("validated"),
+            filter::confine(filter.expect("validated"), input.scope.clone()),
+        ))
     }
 
     pub async fn search(&self, project: &Project, input: SearchInput) -> Result<EpisodicSearch> {
@@ -288,13 +295,15 @@ impl EpisodicMemory {
             .map(|e| e.id())
     }
 
-    /// One page of episodes in sequence order, and the next page's token.
+    /// One page of episodes in sequence order passing `filter` within `scope`, and the
+    /// next page's token (a position, so it holds whatever the scope).
     pub async fn list(
         &self,
         key: &ProjectKey,
         page_size: Option<i32>,
         page_token: &str,
         filter: &str,
+        scope: Option<&Expr>,
     ) -> Result<(Vec<Episode>, String)> {
         let mut violations = Violations::default();
         let limit = violations.check(self.limits.page_size("page_size", page_size, 100));
@@ -303,7 +312,7 @@ impl EpisodicMemory {
         violations.into_result()?;
         let (limit, filter, after) = (
             limit.expect("validated"),
-            filter.expect("validated"),
+            filter::confine(filter.expect("validated"), scope.cloned()),
             after.expect("validated"),
         );
         // Read in chunks, so that a page of large episodes ends at the byte budget

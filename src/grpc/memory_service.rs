@@ -58,6 +58,7 @@ impl MemoryService for MemoryGrpc {
             filter: r.filter,
             expand_context: r.expand_context,
             score_threshold: r.score_threshold,
+            scope: None,
         };
         let set_metadata = r.set_metadata.into_iter().collect();
         let found = self
@@ -108,6 +109,7 @@ impl MemoryService for MemoryGrpc {
             page_num: 0,
             filter: r.filter,
             set_metadata: r.set_metadata.into_iter().collect(),
+            scope: None,
         };
         let listed = self.memories.list(&r.org_id, &r.project_id, input).await?;
         let key = ProjectKey::parse(&r.org_id, &r.project_id)?;

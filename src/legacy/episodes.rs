@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use super::sessions::as_group_error;
-use super::{Context, Legacy, RESERVED_ORG, check_context, keys, scoped_filter};
+use super::{Context, Legacy, RESERVED_ORG, check_context, keys, session_scope};
 use crate::episodic::{MessageInput, SearchInput};
 use crate::error::{Error, FieldViolation, Result, Violations};
 use crate::memory::{ListInput, Listed, MemoryKind};
@@ -246,15 +246,16 @@ impl Legacy {
     ) -> Result<Vec<(LegacyEpisode, f64)>> {
         let mut violations = Violations::default();
         check_context(&mut violations, ctx, false);
-        // The caller's filter is checked alone, so errors point into it.
+        // Checked with the context, so that one answer names every mistake.
         violations.check(crate::episodic::parse_filter("filter", filter));
         violations.into_result()?;
         let input = SearchInput {
             query: query.to_string(),
             top_k: limit,
-            filter: scoped_filter(filter, &ctx.session_id),
+            filter: filter.to_string(),
             expand_context: 0,
             score_threshold: None,
+            scope: session_scope(&ctx.session_id),
         };
         let found = self
             .memories
@@ -302,7 +303,8 @@ impl Legacy {
             page_size,
             page_token: page_token.to_string(),
             page_num: 0,
-            filter: scoped_filter(filter, &ctx.session_id),
+            filter: filter.to_string(),
+            scope: session_scope(&ctx.session_id),
             set_metadata: BTreeMap::new(),
         };
         let listed = self
@@ -416,7 +418,9 @@ impl Legacy {
                 page_size: Some(self.limits.max_page_size as i32),
                 page_token: String::new(),
                 page_num: 0,
-                filter: super::session_filter(session_id),
+                filter: String::new(),
+                // Even an empty id names one session, never the whole group.
+                scope: Some(super::session_episodes(session_id)),
                 set_metadata: BTreeMap::new(),
             };
             let Listed::Episodes(page, _) = self

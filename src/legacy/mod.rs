@@ -118,21 +118,17 @@ pub(crate) fn check_members(violations: &mut Violations, field: &str, members: &
     }
 }
 
-/// The filter selecting the episodes of one session.
-pub(crate) fn session_filter(session_id: &str) -> String {
-    format!(
-        "m.{} = {}",
-        keys::SESSION_ID,
-        crate::model::filter::quote(session_id)
+/// The episodes of session `session_id`: a value the domain ANDs onto the caller's
+/// parsed filter, never filter text.
+pub(crate) fn session_episodes(session_id: &str) -> crate::model::filter::Expr {
+    crate::model::filter::equals(
+        crate::model::filter::Field::Metadata(keys::SESSION_ID.to_string()),
+        session_id,
     )
 }
 
-/// A caller's filter confined to a session (when one is named).
-pub(crate) fn scoped_filter(filter: &str, session_id: &str) -> String {
-    match (filter.trim().is_empty(), session_id.is_empty()) {
-        (true, true) => String::new(),
-        (true, false) => session_filter(session_id),
-        (false, true) => filter.to_string(),
-        (false, false) => format!("({filter}) AND {}", session_filter(session_id)),
-    }
+/// A context's narrowing: its session's episodes, or none (the whole group) when it
+/// names no session.
+pub(crate) fn session_scope(session_id: &str) -> Option<crate::model::filter::Expr> {
+    (!session_id.is_empty()).then(|| session_episodes(session_id))
 }

@@ -1,12 +1,15 @@
 //! MCP over Streamable HTTP at `/mcp` on the REST listener. The scope is the URL's
 //! (`/mcp?org=O&project=P&user=U`, each optional), checked against the authenticated
-//! caller on every request before rmcp sees it: another org is HTTP 403.
+//! caller on every request before rmcp sees it: another org is HTTP 403. A session is
+//! bound to the caller (the key) whose `initialize` opened it: its id sent by anyone
+//! else is HTTP 404, as an unknown session's, whatever the method.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use axum::body::Body;
-use axum::extract::Request;
-use axum::http::StatusCode;
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -15,6 +18,7 @@ use tower::Layer;
 
 use super::Scope;
 use super::tools::MemoryTools;
+use crate::auth::Caller;
 use crate::domain::Domain;
 use crate::error::Error;
 
@@ -33,17 +37,65 @@ pub fn service(
     // Host checks guard a local server against DNS rebinding; this listener's other
     // routes answer any host, and --auth is what guards them all.
     let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
+    let manager = Arc::new(LocalSessionManager::default());
+    let owners = Owners {
+        by_session: Arc::default(),
+        manager: manager.clone(),
+    };
     let mcp = StreamableHttpService::new(
         move || Ok(MemoryTools::per_session(domain.clone())),
-        Arc::new(LocalSessionManager::default()),
+        manager,
         config,
     );
-    axum::middleware::from_fn(admit).layer(mcp)
+    axum::middleware::from_fn_with_state(owners, admit).layer(mcp)
 }
 
-/// Resolves the URL's scope, refuses it unless the caller reaches its org, and hands
-/// it to the tools in the request's extensions.
-async fn admit(mut request: Request, next: Next) -> Response {
+/// The header carrying a session's id, both ways.
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// Which caller opened each live session. rmcp's session manager sees no callers, so
+/// the binding lives here, learned from the `initialize` answer's session header.
+#[derive(Clone)]
+struct Owners {
+    by_session: Arc<Mutex<HashMap<String, Caller>>>,
+    /// rmcp's sessions: a binding goes when its session has ended, however it ended.
+    manager: Arc<LocalSessionManager>,
+}
+
+impl Owners {
+    fn owner(&self, session: &str) -> Option<Caller> {
+        let owners = self
+            .by_session
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        owners.get(session).cloned()
+    }
+
+    /// Binds a new session, dropping the bindings of sessions that ended (idle ones
+    /// rmcp closed, say) on the way.
+    async fn bind(&self, session: &str, caller: Caller) {
+        let live = self.manager.sessions.read().await;
+        let mut owners = self
+            .by_session
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        owners.retain(|id, _| live.contains_key(id.as_str()));
+        owners.insert(session.to_string(), caller);
+    }
+
+    fn forget(&self, session: &str) {
+        let mut owners = self
+            .by_session
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        owners.remove(session);
+    }
+}
+
+/// Resolves the URL's scope, refuses it unless the caller reaches its org and (for a
+/// session's request) opened the session, and hands the scope to the tools in the
+/// request's extensions.
+async fn admit(State(owners): State<Owners>, mut request: Request, next: Next) -> Response {
     let scope = match scope_of(request.uri().query().unwrap_or("")) {
         Ok(scope) => scope,
         Err(err) => return refusal(StatusCode::BAD_REQUEST, &err),
@@ -56,8 +108,41 @@ async fn admit(mut request: Request, next: Next) -> Response {
     if let Err(err) = caller.check_org(&scope.project.org_id) {
         return refusal(StatusCode::FORBIDDEN, &err);
     }
+    let caller = caller.clone();
+    // Another caller's session is answered as one that does not exist: nothing says
+    // whether it does.
+    let session = match request.headers().get(SESSION_HEADER) {
+        None => None,
+        Some(value) => match value.to_str() {
+            Ok(id) if owners.owner(id).as_ref() == Some(&caller) => Some(id.to_string()),
+            _ => {
+                return refusal(
+                    StatusCode::NOT_FOUND,
+                    &Error::NotFound(
+                        "no such MCP session for this caller: open one with initialize".into(),
+                    ),
+                );
+            }
+        },
+    };
+    let ends = request.method() == Method::DELETE;
     request.extensions_mut().insert(scope);
-    next.run(request).await
+    let response = next.run(request).await;
+    match session {
+        // An `initialize` that opened a session: bound to its caller.
+        None => {
+            if let Some(id) = response
+                .headers()
+                .get(SESSION_HEADER)
+                .and_then(|v| v.to_str().ok())
+            {
+                owners.bind(id, caller).await;
+            }
+        }
+        Some(id) if ends && response.status().is_success() => owners.forget(&id),
+        Some(_) => {}
+    }
+    response
 }
 
 fn scope_of(query: &str) -> Result<Scope, Error> {

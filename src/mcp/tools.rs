@@ -23,7 +23,7 @@ use crate::episodic::{MessageInput, SearchInput};
 use crate::error::Error;
 use crate::memory::{ListInput, Listed, MemoryKind};
 use crate::model::Episode;
-use crate::model::filter::quote;
+use crate::model::filter::{self, Expr, Field, SystemField};
 use crate::semantic::model::Feature;
 
 /// Where a handler's scope comes from.
@@ -184,14 +184,10 @@ fn time(micros: i64) -> String {
         .map_or_else(|| micros.to_string(), |t| t.to_rfc3339())
 }
 
-/// `filter` confined to the scoped user's episodes.
-fn users_episodes(user: &str, filter: &str) -> String {
-    let own = format!("producer_id = {}", quote(user));
-    if filter.trim().is_empty() {
-        own
-    } else {
-        format!("{own} AND ({filter})")
-    }
+/// The scoped user's episodes: a value the domain ANDs onto the caller's parsed
+/// filter, so no filter text can reach another user's.
+fn users_episodes(user: &str) -> Expr {
+    filter::equals(Field::System(SystemField::ProducerId), user)
 }
 
 /// A domain error as the agent sees it; faults of the server stay in its log.
@@ -329,21 +325,15 @@ impl MemoryTools {
             Err(refusal) => return Ok(refusal),
         };
         let types: Vec<MemoryKind> = input.types.iter().copied().map(Into::into).collect();
-        let filter = input.filter.unwrap_or_default();
-        let episodic = types.is_empty() || types.contains(&MemoryKind::Episodic);
         // Episodes: the user's own. Features: the org's, the project's and the user's
-        // sets (a semantic-only search takes the filter as a feature filter).
-        let filter = if episodic {
-            users_episodes(&scope.user, &filter)
-        } else {
-            filter
-        };
+        // sets, which `sets` selects.
         let search = SearchInput {
             query: input.query,
             top_k: input.top_k,
-            filter,
+            filter: input.filter.unwrap_or_default(),
             expand_context: 0,
             score_threshold: None,
+            scope: Some(users_episodes(&scope.user)),
         };
         let sets = BTreeMap::from([(
             crate::semantic::sets::PRODUCER_TAG.to_string(),
@@ -390,15 +380,16 @@ impl MemoryTools {
             Err(refusal) => return Ok(refusal),
         };
         let kind = input.memory_type.unwrap_or(MemoryType::Episodic);
-        let filter = input.filter.unwrap_or_default();
         let list = ListInput {
             kind: Some(kind.into()),
             page_size: input.page_size,
             page_token: input.page_token.unwrap_or_default(),
             page_num: 0,
-            filter: match kind {
-                MemoryType::Episodic => users_episodes(&scope.user, &filter),
-                MemoryType::Semantic => filter,
+            filter: input.filter.unwrap_or_default(),
+            // Features are confined by the sets `set_metadata` selects.
+            scope: match kind {
+                MemoryType::Episodic => Some(users_episodes(&scope.user)),
+                MemoryType::Semantic => None,
             },
             set_metadata: BTreeMap::from([(
                 crate::semantic::sets::PRODUCER_TAG.to_string(),
@@ -488,7 +479,8 @@ impl MemoryTools {
             page_size: input.page_size,
             page_token: input.page_token.unwrap_or_default(),
             page_num: 0,
-            filter: format!("set_id = {}", quote(&user_set)),
+            filter: String::new(),
+            scope: Some(filter::equals(Field::System(SystemField::SetId), &user_set)),
             set_metadata: BTreeMap::from([(
                 crate::semantic::sets::PRODUCER_TAG.to_string(),
                 scope.user.clone(),
@@ -546,13 +538,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn filters_confine_to_the_user_and_quote_it() {
-        assert_eq!(users_episodes("alice", ""), "producer_id = 'alice'");
-        assert_eq!(
-            users_episodes("o'brien\\", "m.a = 'b' OR m.c = 'd'"),
-            "producer_id = 'o\\'brien\\\\' AND (m.a = 'b' OR m.c = 'd')"
-        );
-        let parsed = crate::model::filter::parse(&users_episodes("o'brien", "m.a = 'b'"));
-        assert!(parsed.is_ok(), "{parsed:?}");
+    fn the_user_scope_is_a_value_whatever_the_name() {
+        for user in ["alice", "o'brien\\", "x') OR ('1' = '1"] {
+            assert_eq!(
+                users_episodes(user),
+                Expr::Cmp {
+                    field: Field::System(SystemField::ProducerId),
+                    op: filter::CmpOp::Eq,
+                    value: filter::Literal::Str(user.to_string()),
+                }
+            );
+        }
     }
 }

@@ -146,12 +146,33 @@ impl FilterError {
     }
 }
 
-/// Parses a filter; an empty or blank filter is `None` (match everything).
-/// `value` as a string literal of the filter language, for filters the server writes.
+/// `value` as a string literal of the filter language, for clients and tests that write
+/// filters. The server never composes a scope as text: see [`confine`].
 pub fn quote(value: &str) -> String {
     format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
+/// `field = value`: a scope the server builds as a value (never as filter text).
+pub fn equals(field: Field, value: &str) -> Expr {
+    Expr::Cmp {
+        field,
+        op: CmpOp::Eq,
+        value: Literal::Str(value.to_string()),
+    }
+}
+
+/// The caller's parsed filter narrowed by a scope the server built: an AND node over
+/// both, so nothing the caller wrote can widen the scope (and the caller's errors were
+/// found, at the caller's positions, before the scope joined it).
+pub fn confine(caller: Option<Expr>, scope: Option<Expr>) -> Option<Expr> {
+    match (caller, scope) {
+        (Some(caller), Some(scope)) => Some(Expr::And(Box::new(scope), Box::new(caller))),
+        (caller, None) => caller,
+        (None, scope) => scope,
+    }
+}
+
+/// Parses a filter; an empty or blank filter is `None` (match everything).
 pub fn parse(input: &str) -> Result<Option<Expr>, FilterError> {
     parse_with(input, &SystemField::ALL)
 }
@@ -610,6 +631,24 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_scope_is_an_and_node_over_the_parsed_filter() {
+        let scope = || equals(Field::System(SystemField::ProducerId), "alice");
+        assert_eq!(confine(None, None), None);
+        assert_eq!(confine(None, Some(scope())), Some(scope()));
+        // What reads as an escape in text is one OR inside the caller's own subtree.
+        let caller = parse("producer_id = 'bob' OR producer_id = 'bob'").unwrap();
+        let Some(Expr::And(left, right)) = confine(caller.clone(), Some(scope())) else {
+            panic!("expected an AND at the top")
+        };
+        assert_eq!((*left, Some(*right)), (scope(), caller.clone()));
+        assert_eq!(confine(caller.clone(), None), caller);
+        // Text that would have closed the server's parenthesis does not parse, and its
+        // error points into what the caller wrote.
+        let err = parse("producer_id = 'bob') OR (producer_id = 'bob'").unwrap_err();
+        assert_eq!(err.position, 20, "{err}");
     }
 
     #[test]

@@ -265,6 +265,7 @@ async fn search_memories(
         filter: r.filter,
         expand_context: r.expand_context,
         score_threshold: r.score_threshold,
+        scope: None,
     };
     let found = gateway
         .domain()?
@@ -372,6 +373,7 @@ async fn list_memories(
         page_num: r.page_num,
         filter: r.filter,
         set_metadata: r.set_metadata,
+        scope: None,
     };
     let listed = gateway
         .domain()?

@@ -267,13 +267,15 @@ impl SemanticMemory {
             .collect())
     }
 
-    /// One page of the selected sets' features in id order, and the next page's token.
+    /// One page of the selected sets' features in id order passing `filter` within
+    /// `scope` (a narrowing the transport built), and the next page's token.
     pub async fn list(
         &self,
         project: &Project,
         page_size: Option<i32>,
         page_token: &str,
         filter: &str,
+        scope: Option<&crate::model::filter::Expr>,
         set_metadata: &BTreeMap<String, String>,
     ) -> Result<(Vec<Feature>, String)> {
         let mut violations = Violations::default();
@@ -290,7 +292,10 @@ impl SemanticMemory {
             }
         }
         violations.into_result()?;
-        let (limit, filter) = (limit.expect("validated"), filter.expect("validated"));
+        let (limit, filter) = (
+            limit.expect("validated"),
+            crate::model::filter::confine(filter.expect("validated"), scope.cloned()),
+        );
         let sets = self.selected_sets(project, set_metadata).await?;
         let set_ids: Vec<i64> = sets.iter().map(|s| s.internal_id).collect();
         let mut page = Vec::new();

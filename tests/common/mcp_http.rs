@@ -1,153 +1,237 @@
-//! A minimal MCP client over Streamable HTTP (`/mcp` on the REST listener): the
-//! `initialize` handshake, then `tools/call` on the session it opened. Answers may come
-//! as JSON or as a server-sent event stream; the one answering the request is returned.
+//! A small MCP client over Streamable HTTP for tests that drive `/mcp` directly: JSON-RPC
+//! requests POSTed with the session's `mcp-session-id` header, answers read as JSON or
+//! as SSE `data:` lines.
+#![allow(dead_code)]
 
+use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-const PROTOCOL: &str = "2025-06-18";
+/// The protocol version asked for (one without the per-request standard headers).
+pub const PROTOCOL: &str = "2025-06-18";
 
-pub struct McpSession {
-    http: reqwest::Client,
-    /// `http://ADDR/mcp?org=..&project=..&user=..`
-    url: String,
-    key: Option<String>,
-    pub session_id: String,
+/// One HTTP request's answer: its status, session header and JSON-RPC messages.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub session: Option<String>,
+    pub body: String,
+    pub messages: Vec<Value>,
+}
+
+/// The JSON-RPC messages of a body: the body itself, or its SSE `data:` lines.
+fn messages(body: &str) -> Vec<Value> {
+    if let Ok(value) = serde_json::from_str::<Value>(body) {
+        return vec![value];
+    }
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .filter_map(|data| serde_json::from_str(data.trim()).ok())
+        .collect()
+}
+
+/// Sends one request to `{base}/mcp` with the scope `org`, `project`, `user`; `key` and
+/// `session` are sent when given.
+pub async fn send(
+    http: &reqwest::Client,
+    base: &str,
+    scope: (&str, &str, &str),
+    method: Method,
+    key: Option<&str>,
+    session: Option<&str>,
+    body: Option<&Value>,
+) -> Answer {
+    let (org, project, user) = scope;
+    let mut request = http
+        .request(method, format!("{base}/mcp"))
+        .query(&[("org", org), ("project", project), ("user", user)])
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", PROTOCOL);
+    if let Some(key) = key {
+        request = request.header("authorization", format!("Bearer {key}"));
+    }
+    if let Some(session) = session {
+        request = request.header("mcp-session-id", session);
+    }
+    if let Some(body) = body {
+        request = request
+            .header("content-type", "application/json")
+            .body(body.to_string());
+    }
+    let response = request.send().await.expect("send an MCP request");
+    let status = response.status();
+    let session = response
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    // A GET opens the session's standing stream: its status is all a test needs.
+    let body = if status.is_success()
+        && response
+            .headers()
+            .get("content-type")
+            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"))
+        && body.is_none()
+    {
+        String::new()
+    } else {
+        response.text().await.unwrap_or_default()
+    };
+    Answer {
+        status,
+        session,
+        messages: messages(&body),
+        body,
+    }
+}
+
+/// What a tool call answered: its `isError` and its text.
+#[derive(Debug, Clone)]
+pub struct ToolAnswer {
+    pub is_error: bool,
+    pub text: String,
+}
+
+/// An open session: the scope and key it was opened with.
+pub struct Session {
+    pub http: reqwest::Client,
+    pub base: String,
+    pub scope: (String, String, String),
+    pub key: Option<String>,
+    pub id: String,
     next_id: u64,
 }
 
-/// What a tool call answered: its text, and whether it is an error (`isError`).
-#[derive(Debug, Clone)]
-pub struct ToolAnswer {
-    pub text: String,
-    pub is_error: bool,
-}
-
-impl McpSession {
-    /// Opens a session at `url` (with a bearer `key` when given).
-    pub async fn open(url: &str, key: Option<&str>) -> Result<McpSession, String> {
-        let mut session = McpSession {
-            http: reqwest::Client::new(),
-            url: url.to_string(),
+impl Session {
+    /// `initialize` and `notifications/initialized`; `Err` with the answer when the
+    /// server refused.
+    pub async fn open(
+        http: &reqwest::Client,
+        base: &str,
+        scope: (&str, &str, &str),
+        key: Option<&str>,
+    ) -> Result<Session, Answer> {
+        let initialize = json!({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {
+                "protocolVersion": PROTOCOL,
+                "capabilities": {},
+                "clientInfo": {"name": "memmachine-tests", "version": "0"},
+            },
+        });
+        let answer = send(
+            http,
+            base,
+            scope,
+            Method::POST,
+            key,
+            None,
+            Some(&initialize),
+        )
+        .await;
+        let Some(id) = answer
+            .session
+            .clone()
+            .filter(|_| answer.status.is_success())
+        else {
+            return Err(answer);
+        };
+        let session = Session {
+            http: http.clone(),
+            base: base.to_string(),
+            scope: (scope.0.into(), scope.1.into(), scope.2.into()),
             key: key.map(str::to_string),
-            session_id: String::new(),
+            id,
             next_id: 1,
         };
-        let (answer, headers) = session
-            .request(
-                "initialize",
-                json!({
-                    "protocolVersion": PROTOCOL,
-                    "capabilities": {},
-                    "clientInfo": {"name": "memmachine-tests", "version": "1"},
-                }),
-            )
-            .await?;
-        if answer.get("error").is_some() {
-            return Err(format!("initialize failed: {answer}"));
-        }
-        session.session_id = headers
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-            .ok_or("initialize answered no mcp-session-id")?
-            .to_string();
-        let status = session
-            .post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-            .send()
-            .await
-            .map_err(|e| e.to_string())?
-            .status();
-        if !status.is_success() {
-            return Err(format!("notifications/initialized answered {status}"));
-        }
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let answer = session.post(key, &initialized).await;
+        assert!(
+            answer.status.is_success(),
+            "notifications/initialized: {answer:?}"
+        );
         Ok(session)
     }
 
-    /// Calls the tool `name` with `arguments`.
-    pub async fn call(&mut self, name: &str, arguments: Value) -> Result<ToolAnswer, String> {
-        let (answer, _) = self
-            .request("tools/call", json!({"name": name, "arguments": arguments}))
-            .await?;
-        if let Some(error) = answer.get("error") {
-            // A protocol error (arguments that do not decode): an error the agent reads.
-            return Ok(ToolAnswer {
-                text: error["message"].as_str().unwrap_or_default().to_string(),
-                is_error: true,
-            });
-        }
-        let result = &answer["result"];
-        let text = result["content"]
-            .as_array()
-            .map(|blocks| {
-                blocks
-                    .iter()
-                    .filter_map(|b| b["text"].as_str())
-                    .collect::<String>()
-            })
-            .unwrap_or_default();
-        Ok(ToolAnswer {
-            text,
-            is_error: result["isError"].as_bool().unwrap_or(false),
-        })
+    /// POSTs `body` in this session with `key` (not necessarily the session's).
+    pub async fn post(&self, key: Option<&str>, body: &Value) -> Answer {
+        self.raw(Method::POST, key, Some(body)).await
     }
 
-    fn post(&self, body: &Value) -> reqwest::RequestBuilder {
-        let mut request = self
-            .http
-            .post(&self.url)
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", PROTOCOL)
-            .json(body);
-        if !self.session_id.is_empty() {
-            request = request.header("mcp-session-id", &self.session_id);
-        }
-        if let Some(key) = &self.key {
-            request = request.bearer_auth(key);
-        }
-        request
+    /// Any method in this session with `key`, at the session's URL.
+    pub async fn raw(&self, method: Method, key: Option<&str>, body: Option<&Value>) -> Answer {
+        let scope = (
+            self.scope.0.as_str(),
+            self.scope.1.as_str(),
+            self.scope.2.as_str(),
+        );
+        self.raw_at(scope, method, key, body).await
     }
 
-    async fn request(
+    /// Any method with this session's id, `key` and the URL of `scope` (as another
+    /// caller holding the id would send it).
+    pub async fn raw_at(
+        &self,
+        scope: (&str, &str, &str),
+        method: Method,
+        key: Option<&str>,
+        body: Option<&Value>,
+    ) -> Answer {
+        send(
+            &self.http,
+            &self.base,
+            scope,
+            method,
+            key,
+            Some(&self.id),
+            body,
+        )
+        .await
+    }
+
+    /// A JSON-RPC request with `key`: its answer's `result`, or the whole answer.
+    pub async fn request_as(
         &mut self,
+        key: Option<&str>,
         method: &str,
         params: Value,
-    ) -> Result<(Value, reqwest::header::HeaderMap), String> {
+    ) -> Result<Value, Answer> {
         let id = self.next_id;
         self.next_id += 1;
-        let mut response = self
-            .post(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        if !status.is_success() {
-            let body = response.text().await.unwrap_or_default();
-            return Err(format!("{method} answered HTTP {status}: {body}"));
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let answer = self.post(key, &body).await;
+        let result = answer
+            .messages
+            .iter()
+            .find(|m| m["id"] == json!(id))
+            .and_then(|m| m.get("result"))
+            .cloned();
+        match result {
+            Some(result) if answer.status.is_success() => Ok(result),
+            _ => Err(answer),
         }
-        // An event stream may stay open after the answer: read until it arrives.
-        let mut text = String::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
-            text.push_str(&String::from_utf8_lossy(&chunk));
-            if let Some(answer) = answer_in(&text, id) {
-                return Ok((answer, headers));
-            }
-        }
-        answer_in(&text, id)
-            .map(|answer| (answer, headers))
-            .ok_or_else(|| format!("{method} got no answer: {text}"))
     }
-}
 
-/// The JSON-RPC answer with `id` in a JSON body or in an event stream's `data:` lines.
-fn answer_in(text: &str, id: u64) -> Option<Value> {
-    let is_answer = |v: &Value| v["id"].as_u64() == Some(id);
-    if let Ok(value) = serde_json::from_str::<Value>(text.trim())
-        && is_answer(&value)
-    {
-        return Some(value);
+    /// A JSON-RPC request with the session's own key.
+    pub async fn request(&mut self, method: &str, params: Value) -> Result<Value, Answer> {
+        let key = self.key.clone();
+        self.request_as(key.as_deref(), method, params).await
     }
-    text.lines()
-        .filter_map(|line| line.strip_prefix("data:"))
-        .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
-        .find(is_answer)
+
+    /// `tools/call`; panics when the call is not answered with a result.
+    pub async fn call_tool(&mut self, name: &str, arguments: Value) -> ToolAnswer {
+        let result = self
+            .request("tools/call", json!({"name": name, "arguments": arguments}))
+            .await
+            .unwrap_or_else(|answer| panic!("tools/call {name}: {answer:?}"));
+        let text = result["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["text"].as_str())
+            .collect::<String>();
+        ToolAnswer {
+            is_error: result["isError"].as_bool().unwrap_or(false),
+            text,
+        }
+    }
 }

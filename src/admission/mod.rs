@@ -310,9 +310,15 @@ impl Admission {
                 retry_after: None,
             })),
             // tonic-web reports a failed body (one cut off for slowness) as its own.
-            tonic::Code::Internal if status.message().contains(crate::connections::arrival::TOO_SLOW) => {
+            tonic::Code::Internal
+                if status
+                    .message()
+                    .contains(crate::connections::arrival::TOO_SLOW) =>
+            {
                 let message = status.message();
-                let start = message.find(crate::connections::arrival::TOO_SLOW).unwrap_or(0);
+                let start = message
+                    .find(crate::connections::arrival::TOO_SLOW)
+                    .unwrap_or(0);
                 Some(tonic::Status::deadline_exceeded(&message[start..]))
             }
             tonic::Code::Internal

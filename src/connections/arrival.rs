@@ -106,6 +106,8 @@ where
     B: Rewrap,
     S: tower::Service<Request<B>, Response = Response<R>> + Clone + Send + 'static,
     S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    R: Send + 'static,
 {
     type Response = Response<R>;
     type Error = S::Error;
@@ -288,7 +290,9 @@ mod tests {
             mut self: Pin<&mut Self>,
             cx: &mut Context<'_>,
         ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-            self.0.poll_recv(cx).map(|chunk| chunk.map(|c| Ok(Frame::data(c))))
+            self.0
+                .poll_recv(cx)
+                .map(|chunk| chunk.map(|c| Ok(Frame::data(c))))
         }
     }
 
@@ -310,8 +314,7 @@ mod tests {
     /// Reads the body to its end; the bytes, or the error.
     async fn read(mut body: MinRate<Fed>) -> Result<usize, BoxError> {
         let mut total = 0;
-        while let Some(frame) =
-            std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await
+        while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await
         {
             total += frame?.into_data().map_or(0, |d| d.len());
         }

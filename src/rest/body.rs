@@ -57,8 +57,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
 /// The answer to a body over `--max-request-bytes`.
 fn too_large() -> ApiError {
     ApiError::from(Error::ResourceExhausted {
-        message: "the request body is larger than this server accepts (--max-request-bytes)"
-            .into(),
+        message: "the request body is larger than this server accepts (--max-request-bytes)".into(),
         retry_after: None,
     })
     .with_status(http::StatusCode::PAYLOAD_TOO_LARGE)

@@ -62,7 +62,8 @@ pub async fn serve(
         let close_rx = close_rx.clone();
         tokio::spawn(async move {
             let hyper_service = TowerToHyperService::new(service);
-            let mut conn = pin!(builder.serve_connection_with_upgrades(TokioIo::new(io), hyper_service));
+            let mut conn =
+                pin!(builder.serve_connection_with_upgrades(TokioIo::new(io), hyper_service));
             let mut signalled = pin!(signal_tx.closed());
             let mut draining = false;
             loop {

@@ -155,6 +155,16 @@ pub struct ServeArgs {
     /// [default: 5]
     #[arg(long, env = "MEMMACHINE_PREFACE_TIMEOUT")]
     pub preface_timeout: Option<f64>,
+    /// Seconds a connection may take to send a request's headers (its first from when
+    /// it opens, each next HTTP/1 one from the previous answer) before it is closed;
+    /// also a request body's allowance before --min-body-rate applies [default: 10]
+    #[arg(long, env = "MEMMACHINE_HEADER_TIMEOUT")]
+    pub header_timeout: Option<f64>,
+    /// Bytes a second a request body must keep up, after the header timeout's
+    /// allowance, until the server answers; a slower one is cut off (408,
+    /// DEADLINE_EXCEEDED) [default: 1024]
+    #[arg(long, env = "MEMMACHINE_MIN_BODY_RATE")]
+    pub min_body_rate: Option<u64>,
     /// Most concurrent HTTP/2 streams (calls) on one gRPC connection [default: 100]
     #[arg(long, env = "MEMMACHINE_MAX_STREAMS_PER_CONNECTION")]
     pub max_streams_per_connection: Option<u32>,
@@ -494,6 +504,11 @@ impl ServeConfig {
                 self.connections.preface_timeout.as_secs_f64()
             ),
             format!(
+                "header_timeout = {:?}",
+                self.connections.header_timeout.as_secs_f64()
+            ),
+            format!("min_body_rate = {}", self.connections.min_body_rate),
+            format!(
                 "max_streams_per_connection = {}",
                 self.max_streams_per_connection
             ),
@@ -741,6 +756,11 @@ impl ServeArgs {
                     None => crate::connections::ConnectionLimits::default_max(),
                 },
                 preface_timeout: positive(merged.preface_timeout, 5.0, "preface-timeout")?,
+                header_timeout: positive(merged.header_timeout, 10.0, "header-timeout")?,
+                min_body_rate: match merged.min_body_rate {
+                    Some(0) => return Err("--min-body-rate must be at least 1".into()),
+                    rate => rate.unwrap_or(1024),
+                },
             },
             max_streams_per_connection: match merged.max_streams_per_connection {
                 Some(0) => return Err("--max-streams-per-connection must be at least 1".into()),
@@ -840,6 +860,8 @@ impl ServeArgs {
             keepalive_timeout: self.keepalive_timeout.or(other.keepalive_timeout),
             max_connections: self.max_connections.or(other.max_connections),
             preface_timeout: self.preface_timeout.or(other.preface_timeout),
+            header_timeout: self.header_timeout.or(other.header_timeout),
+            min_body_rate: self.min_body_rate.or(other.min_body_rate),
             max_streams_per_connection: self
                 .max_streams_per_connection
                 .or(other.max_streams_per_connection),

@@ -15,11 +15,13 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 use crate::admission::cors::Transport;
+use crate::admission::declared_length::DeclaredLengthLayer;
 use crate::admission::lifecycle::Lifecycle;
 use crate::admission::limits::Limiter;
 use crate::admission::{Admission, AdmissionLayer};
 use crate::auth::Authenticator;
 use crate::config::{ServeConfig, TlsFiles};
+use crate::connections::arrival::ArrivalLayer;
 use crate::connections::{Gate, GatedListener};
 use crate::error::{Error, Result};
 use crate::grpc::{Deferred, MemoryGrpc, ProjectGrpc, SemanticGrpc, v1};
@@ -125,10 +127,12 @@ pub async fn run(
     let router = server_builder(&config)?
         .layer(
             tower::ServiceBuilder::new()
+                .layer(ArrivalLayer::new(gate.clone()))
                 .layer(crate::admission::cors::layer(
                     &admission.browsers,
                     Transport::Grpc,
                 ))
+                .layer(DeclaredLengthLayer::new(config.max_request_bytes))
                 .layer(tonic_web::GrpcWebLayer::new())
                 .layer(AdmissionLayer::new(admission.clone()))
                 .into_inner(),

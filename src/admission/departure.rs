@@ -48,9 +48,13 @@ impl HttpBody for Watched {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let polled = Pin::new(&mut self.body).poll_frame(cx);
-        // tonic-web's decoding fails here too (bad base64): that is a bad request.
+        // tonic-web's decoding fails here too (bad base64): that is a bad request; and
+        // a body cut off for slowness is the server's doing.
         if let Poll::Ready(Some(Err(status))) = &polled
             && !status.message().starts_with(GRPC_WEB_DECODING)
+            && !status
+                .message()
+                .starts_with(crate::connections::arrival::TOO_SLOW)
         {
             self.failed.store(true, Ordering::Relaxed);
         }

@@ -7,6 +7,7 @@
 
 pub mod browsers;
 pub mod cors;
+pub mod declared_length;
 pub mod departure;
 pub mod lifecycle;
 pub mod limits;
@@ -320,6 +321,18 @@ impl Admission {
                 ),
                 retry_after: None,
             })),
+            // tonic-web reports a failed body (one cut off for slowness) as its own.
+            tonic::Code::Internal
+                if status
+                    .message()
+                    .contains(crate::connections::arrival::TOO_SLOW) =>
+            {
+                let message = status.message();
+                let start = message
+                    .find(crate::connections::arrival::TOO_SLOW)
+                    .unwrap_or(0);
+                Some(tonic::Status::deadline_exceeded(&message[start..]))
+            }
             tonic::Code::Internal
                 if DECODE_FAILURES
                     .iter()

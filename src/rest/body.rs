@@ -1,9 +1,12 @@
 //! Request bodies: JSON (the browsers guard, `admission::browsers`, has refused any other
 //! content type by now), an empty (or `null`) body read as `{}`, and every decoding
-//! failure a 422 naming the field, in the gateway's error body.
+//! failure a 422 naming the field, in the gateway's error body. A body declared larger
+//! than the limit is refused before it is read; one that comes too slowly is a 408.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
 use super::ApiError;
@@ -20,13 +23,10 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
             .await
             .map_err(|rejection| {
                 if rejection.status() == http::StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::from(Error::ResourceExhausted {
-                        message: "the request body is larger than this server accepts \
-                              (--max-request-bytes)"
-                            .into(),
-                        retry_after: None,
-                    })
-                    .with_status(http::StatusCode::PAYLOAD_TOO_LARGE)
+                    too_large()
+                } else if let Some(slow) = crate::connections::arrival::too_slow_in(&rejection) {
+                    ApiError::from(Error::DeadlineExceeded(slow.to_string()))
+                        .with_status(http::StatusCode::REQUEST_TIMEOUT)
                 } else {
                     ApiError::from(Error::invalid("", rejection.body_text()))
                 }
@@ -52,4 +52,32 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
             }
         }
     }
+}
+
+/// The answer to a body over `--max-request-bytes`.
+fn too_large() -> ApiError {
+    ApiError::from(Error::ResourceExhausted {
+        message: "the request body is larger than this server accepts (--max-request-bytes)".into(),
+        retry_after: None,
+    })
+    .with_status(http::StatusCode::PAYLOAD_TOO_LARGE)
+}
+
+/// Refuses a request whose `Content-Length` is over `limit` before its body is read,
+/// and so before hyper answers `Expect: 100-continue`: reading a body only to refuse
+/// it costs the server the time and the memory the limit is there to save.
+pub async fn refuse_declared_oversize(
+    State(limit): State<usize>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let declared = request
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return too_large().into_response();
+    }
+    next.run(request).await
 }

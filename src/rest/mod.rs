@@ -12,10 +12,10 @@ mod health;
 mod memories;
 mod projects;
 mod semantic;
+mod serve;
 mod server_config;
 mod shapes;
 
-use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
 use axum::Router;
@@ -29,6 +29,7 @@ use crate::domain::Domain;
 use crate::store::StatsStore;
 
 pub use error::ApiError;
+pub use serve::serve;
 
 /// What every handler reaches: the domain once it is ready, and what serves before it.
 #[derive(Clone)]
@@ -89,6 +90,10 @@ impl Gateway {
                 self.clone(),
                 admission::browsers,
             ))
+            .layer(axum::middleware::from_fn_with_state(
+                self.admission.max_request_bytes,
+                body::refuse_declared_oversize,
+            ))
             .layer(crate::admission::cors::layer(
                 &self.admission.browsers,
                 Transport::Rest,
@@ -117,24 +122,4 @@ fn api() -> OpenApiRouter<Gateway> {
         .merge(memories::routes())
         .merge(semantic::routes())
         .merge(server_config::routes())
-}
-
-/// Serves the gateway on `listener` until `shutdown` resolves.
-pub async fn serve(
-    listener: crate::connections::GatedListener,
-    gateway: Gateway,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    // Without TCP_NODELAY small responses wait for the peer's delayed ACK.
-    let listener = listener.tap_io(|gated| {
-        let _ = gated.get_ref().set_nodelay(true);
-    });
-    let app = gateway.router();
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
 }

@@ -261,9 +261,14 @@ impl Harness {
             .await
             .expect("open a v1 session");
         let rest = server.rest_url();
-        let mcp = Session::open(&reqwest::Client::new(), &rest, (ORG, PROJECT, "alice"), None)
-            .await
-            .expect("open an MCP session");
+        let mcp = Session::open(
+            &reqwest::Client::new(),
+            &rest,
+            (ORG, PROJECT, "alice"),
+            None,
+        )
+        .await
+        .expect("open an MCP session");
         Harness {
             channel,
             http: reqwest::Client::new(),
@@ -305,13 +310,17 @@ impl Harness {
         let (is_error, text) = match answer {
             Ok(result) => (
                 result["isError"].as_bool().unwrap_or(false),
-                result["content"][0]["text"].as_str().unwrap_or_default().to_string(),
+                result["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
             ),
             // Arguments that do not decode are a JSON-RPC error the agent reads.
             Err(answer) => match answer.messages.iter().find_map(|m| m.get("error")) {
-                Some(error) if answer.status.is_success() => {
-                    (true, error["message"].as_str().unwrap_or_default().to_string())
-                }
+                Some(error) if answer.status.is_success() => (
+                    true,
+                    error["message"].as_str().unwrap_or_default().to_string(),
+                ),
                 _ => return Answer::Fault(format!("MCP {tool}: {answer:?}")),
             },
         };

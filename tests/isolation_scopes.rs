@@ -14,15 +14,13 @@
 //! `MEMMACHINE_ISOLATION_CASES` sets the number of cases (default 64).
 
 mod common;
-#[path = "common/mcp_http.rs"]
-mod mcp_http;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use common::ServerProcess;
 use common::calls::{create_project, with_key};
-use mcp_http::Session;
+use common::mcp_http::Session;
 use memmachine::model::filter::{self, Expr};
 use memmachine::model::filter_eval;
 use memmachine::pb;

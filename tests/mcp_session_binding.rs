@@ -5,12 +5,10 @@
 //! its owner. Real server, real HTTP.
 
 mod common;
-#[path = "common/mcp_http.rs"]
-mod mcp_http;
 
 use common::ServerProcess;
 use common::keys::create_key;
-use mcp_http::Session;
+use common::mcp_http::Session;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 

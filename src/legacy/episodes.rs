@@ -336,9 +336,9 @@ impl Legacy {
                 "uuids",
                 "must name at least one episode (or set whole_session)",
             );
-        } else if let Err(err) = self.limits.ids("uuids", uuids.len()) {
+        } else {
             // Bounded before any is parsed or read.
-            return Err(err);
+            self.limits.ids("uuids", uuids.len())?;
         }
         let mut parsed = Vec::with_capacity(uuids.len());
         for (i, id) in uuids.iter().enumerate() {

@@ -34,8 +34,8 @@ pub fn service(
 + Send
 + Sync
 + 'static {
-    // Host checks guard a local server against DNS rebinding; this listener's other
-    // routes answer any host, and --auth is what guards them all.
+    // rmcp's own host check is off: the gateway's browsers guard
+    // (`admission::browsers`) checks the host of every route, this one included.
     let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
     let manager = Arc::new(LocalSessionManager::default());
     let owners = Owners {

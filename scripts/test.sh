@@ -36,5 +36,6 @@ if [[ -n "${MEMMACHINE_TEST_POSTGRES:-}" && $# -eq 0 ]]; then
     --test grpc_api --test auth --test durability --test external_clients \
     --test observability --test semantic_crash --test semantic_isolation \
     --test semantic_memory --test legacy_v1 --test rest_api --test cli_client --test mcp \
-    --test isolation_model
+    --test isolation_model --test isolation_scopes --test mcp_session_binding \
+    --test extreme_values --test ops_visibility
 fi

@@ -667,8 +667,12 @@ fn cases() -> u32 {
         .unwrap_or(64)
 }
 
-#[test]
-fn no_filter_reaches_outside_the_scope_over_mcp_or_rest() {
+/// A server with the REST gateway and `--auth`, and a key of each org.
+fn serve_with_keys() -> (
+    tempfile::TempDir,
+    ServerProcess,
+    HashMap<&'static str, String>,
+) {
     let dir = tempfile::tempdir().unwrap();
     let server = ServerProcess::start(
         dir.path(),
@@ -680,10 +684,16 @@ fn no_filter_reaches_outside_the_scope_over_mcp_or_rest() {
             "--auth",
         ],
     );
-    let keys: HashMap<&'static str, String> = ORGS
+    let keys = ORGS
         .iter()
         .map(|org| (*org, common::keys::create_key(dir.path(), &["--org", org])))
         .collect();
+    (dir, server, keys)
+}
+
+#[test]
+fn no_filter_reaches_outside_the_scope_over_mcp_or_rest() {
+    let (_dir, server, keys) = serve_with_keys();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let episodes = runtime.block_on(fill(&server, &keys));
     let world = RefCell::new(World {
@@ -741,21 +751,7 @@ fn no_filter_reaches_outside_the_scope_over_mcp_or_rest() {
 /// the position in the caller's own filter.
 #[test]
 fn the_reported_injection_is_refused_at_the_callers_position() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = ServerProcess::start(
-        dir.path(),
-        &[
-            "--embedder",
-            "none",
-            "--rest-listen",
-            "127.0.0.1:0",
-            "--auth",
-        ],
-    );
-    let keys: HashMap<&'static str, String> = ORGS
-        .iter()
-        .map(|org| (*org, common::keys::create_key(dir.path(), &["--org", org])))
-        .collect();
+    let (_dir, server, keys) = serve_with_keys();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         fill(&server, &keys).await;

@@ -11,6 +11,14 @@ use http::{HeaderValue, Request, Response, header};
 
 use crate::error::Error;
 
+/// The body length a request declares (`Content-Length`), when it declares a valid one.
+pub fn declared(headers: &http::HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+}
+
 #[derive(Clone)]
 pub struct DeclaredLengthLayer {
     max_request_bytes: usize,
@@ -54,10 +62,7 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let headers = request.headers();
-        let declared = headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok());
+        let declared = declared(headers);
         let content_type = headers.get(header::CONTENT_TYPE).cloned();
         let allowed = largest_body(self.max_request_bytes as u64, content_type.as_ref());
         if declared.is_none_or(|length| length <= allowed) {

@@ -71,11 +71,7 @@ pub async fn refuse_declared_oversize(
     request: Request,
     next: Next,
 ) -> Response {
-    let declared = request
-        .headers()
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
+    let declared = crate::admission::declared_length::declared(request.headers());
     if declared.is_some_and(|length| length > limit as u64) {
         return too_large().into_response();
     }

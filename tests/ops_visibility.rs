@@ -103,11 +103,10 @@ async fn an_org_key_sees_its_own_orgs_metrics_and_no_server_details() {
         Some(2.0),
         "{own}"
     );
-    assert_eq!(
-        sample(&own, "memmachine_embedding_queue_depth"),
-        Some(0.0),
-        "{own}"
-    );
+    // The embedder may still be at work: the depth counts this org's 2 at most, never
+    // the other org's 3.
+    let depth = sample(&own, "memmachine_embedding_queue_depth").expect("queue depth");
+    assert!(depth <= 2.0, "{own}");
     for server_wide in [
         "grpc_requests",
         "rate_limited",

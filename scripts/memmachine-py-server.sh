@@ -10,6 +10,10 @@
 #   scripts/memmachine-py-server.sh start     a fresh store and cfg.yml, starts, waits for health, prints the URL
 #   scripts/memmachine-py-server.sh stop      stops the server that start started
 #   scripts/memmachine-py-server.sh bench [ARGS]   bench/rest_client_latency.py against it
+#   scripts/memmachine-py-server.sh compat-install   venv + MemMachine only (no torch: ~300 MB)
+#   scripts/memmachine-py-server.sh compat-start     as start, but embeddings and chat from
+#       tests/compat/fake_openai.py, so semantic memory and the /config API are on: the
+#       baseline of tests/compat/differential.py
 #
 # Environment: MEMMACHINE_PY_DIR (scratch directory, default /tmp/memmachine-py),
 # MEMMACHINE_PY_PORT (default 18795), MEMMACHINE_PY_PYTHON (a Python >= 3.12; default
@@ -37,6 +41,9 @@ PACKAGES=(
   "sentence-transformers==6.2.0"
   "torch==2.15.0"
 )
+COMPAT_PACKAGES=("memmachine-server==0.4.0" "memmachine-client==0.4.0")
+FAKE_PORT="${MEMMACHINE_PY_FAKE_PORT:-18796}"
+FAKE_PIDFILE="$RUN/fake-openai.pid"
 
 die() { echo "memmachine-py-server: $*" >&2; exit 1; }
 
@@ -53,10 +60,14 @@ python_bin() {
   die "no Python >= 3.12 runs here (memmachine-server needs it); set MEMMACHINE_PY_PYTHON (with pyenv: PYENV_VERSION=3.12.1)"
 }
 
+# install [PACKAGE...]: the pinned packages (default: all of PACKAGES); a set already
+# installed, or a superset of it, is kept.
 install() {
-  local stamp="$VENV/.memmachine-py-packages" want
-  want="$(printf '%s\n' "${PACKAGES[@]}")"
-  if [[ -x "$VENV/bin/memmachine-server" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+  local stamp="$VENV/.memmachine-py-packages" want packages=("$@")
+  [[ ${#packages[@]} -gt 0 ]] || packages=("${PACKAGES[@]}")
+  want="$(printf '%s\n' "${packages[@]}")"
+  if [[ -x "$VENV/bin/memmachine-server" && -f "$stamp" ]] \
+    && [[ -z "$(comm -23 <(sort <<<"$want") <(sort "$stamp"))" ]]; then
     echo "memmachine-py-server: already installed ($VENV)"
     return
   fi
@@ -64,8 +75,8 @@ install() {
   py="$(python_bin)"
   mkdir -p "$DIR"
   [[ -x "$VENV/bin/python" ]] || "$py" -m venv "$VENV"
-  echo "memmachine-py-server: installing ${PACKAGES[*]} into $VENV"
-  "$VENV/bin/python" -m pip install --disable-pip-version-check --quiet "${PACKAGES[@]}"
+  echo "memmachine-py-server: installing ${packages[*]} into $VENV"
+  "$VENV/bin/python" -m pip install --disable-pip-version-check --quiet "${packages[@]}"
   printf '%s\n' "$want" >"$stamp"
   echo "memmachine-py-server: installed ($VENV)"
 }
@@ -126,13 +137,92 @@ resources:
 EOF
 }
 
+# The configuration of write_config, with an OpenAI-compatible embedder and chat model
+# served by tests/compat/fake_openai.py, so that MemMachine turns on semantic memory and
+# short-term summaries (it disables them without a model).
+write_compat_config() {
+  mkdir -p "$RUN"
+  cat >"$RUN/cfg.yml" <<EOF
+episodic_memory:
+  long_term_memory:
+    backend: event
+    embedder: fake_embedder
+    reranker: rrf
+    segment_store: sqlite_db
+    vector_store: vectors
+  short_term_memory:
+    llm_model: fake_llm
+    message_capacity: 64000
+semantic_memory:
+  enabled: true
+  storage_backend: vector_store
+  feature_store: sqlite_db
+  vector_collection: vectors
+  config_database: sqlite_db
+  llm_model: fake_llm
+  embedding_model: fake_embedder
+episode_store:
+  database: sqlite_db
+session_manager:
+  database: sqlite_db
+logging:
+  level: WARNING
+  path: $RUN/MemMachine.log
+server:
+  host: 127.0.0.1
+  port: $PORT
+resources:
+  databases:
+    sqlite_db:
+      provider: sqlite
+      config:
+        path: $RUN/memmachine.db
+    vectors:
+      provider: sqlite_vector_store
+      config:
+        path: $RUN/memmachine_vectors.db
+        index_directory: $RUN/memmachine_vector_indexes
+  embedders:
+    fake_embedder:
+      provider: openai
+      config:
+        model: fake-embed
+        api_key: fake
+        base_url: http://127.0.0.1:$FAKE_PORT/v1
+        dimensions: 64
+  language_models:
+    fake_llm:
+      provider: openai-chat-completions
+      config:
+        model: fake-chat
+        api_key: fake
+        base_url: http://127.0.0.1:$FAKE_PORT/v1
+  rerankers:
+    bm25:
+      provider: bm25
+      config:
+        tokenizer: simple
+    identity:
+      provider: identity
+      config: {}
+    rrf:
+      provider: rrf-hybrid
+      config:
+        reranker_ids: [bm25, identity]
+EOF
+}
+
 running_pid() {
   [[ -f "$PIDFILE" ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null && cat "$PIDFILE"
 }
 
+# start [compat]
 start() {
+  local mode="${1:-}" extra=()
   [[ -x "$VENV/bin/memmachine-server" ]] || die "not installed: run '$0 install' first"
-  [[ -f "$MODEL/config.json" ]] || die "no model at $MODEL: run scripts/setup-test-tools.sh or set MEMMACHINE_PY_MODEL"
+  if [[ "$mode" != compat ]]; then
+    [[ -f "$MODEL/config.json" ]] || die "no model at $MODEL: run scripts/setup-test-tools.sh or set MEMMACHINE_PY_MODEL"
+  fi
   if pid="$(running_pid)"; then
     echo "memmachine-py-server: already running (pid $pid)" >&2
     echo "http://127.0.0.1:$PORT"
@@ -140,14 +230,21 @@ start() {
   fi
   # Every start begins with an empty store, so runs do not measure each other's data.
   rm -rf "$RUN"
-  write_config
+  if [[ "$mode" == compat ]]; then
+    write_compat_config
+    "$VENV/bin/python" "$ROOT/tests/compat/fake_openai.py" "$FAKE_PORT" >"$RUN/fake-openai.out" 2>&1 </dev/null &
+    echo $! >"$FAKE_PIDFILE"
+    extra=(MEMMACHINE_CONFIG_API=1)
+  else
+    write_config
+  fi
   # Something else on the port would answer the health check (and the bench) instead.
   if port_answers; then
     die "127.0.0.1:$PORT already answers; set MEMMACHINE_PY_PORT"
   fi
   # Offline: the model is a local directory; nothing may be fetched from a model hub.
   # exec, so that the recorded pid is the server's own.
-  (cd "$RUN" && exec env MEMORY_CONFIG="$RUN/cfg.yml" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
+  (cd "$RUN" && exec env "${extra[@]}" MEMORY_CONFIG="$RUN/cfg.yml" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
     "$VENV/bin/memmachine-server" >"$RUN/server.out" 2>&1 </dev/null) &
   echo $! >"$PIDFILE"
   local i
@@ -182,11 +279,17 @@ stop() {
     echo "memmachine-py-server: not running"
   fi
   rm -f "$PIDFILE"
+  if [[ -f "$FAKE_PIDFILE" ]]; then
+    kill "$(cat "$FAKE_PIDFILE")" 2>/dev/null || true
+    rm -f "$FAKE_PIDFILE"
+  fi
 }
 
 case "${1:-}" in
   install) install ;;
+  compat-install) install "${COMPAT_PACKAGES[@]}" ;;
   start) start ;;
+  compat-start) start compat ;;
   stop) stop ;;
   bench)
     shift
@@ -194,5 +297,5 @@ case "${1:-}" in
     "$VENV/bin/python" "$ROOT/bench/rest_client_latency.py" \
       --base-url "http://127.0.0.1:$PORT" --label "memmachine-server 0.4.0" "$@"
     ;;
-  *) die "usage: $0 install|start|stop|bench [rest_client_latency.py args]" ;;
+  *) die "usage: $0 install|compat-install|start|compat-start|stop|bench [rest_client_latency.py args]" ;;
 esac

@@ -354,4 +354,77 @@ impl Memories {
         let project = self.projects.get(&key).await?;
         self.semantic.delete_features(&project, ids).await
     }
+
+    /// Deletes those of `ids` that are episodes of the project and skips the others, as
+    /// MemMachine's REST delete does (gRPC's all-or-none delete answers `NotFound`).
+    pub async fn delete_episodes_present(
+        &self,
+        org_id: &str,
+        project_id: &str,
+        ids: &[String],
+    ) -> Result<u64> {
+        self.episodic.limits().ids("episodic_ids", ids.len())?;
+        let uids = episode_uids("episodic_ids", ids)?;
+        if uids.is_empty() {
+            return self.delete_episodes(org_id, project_id, ids).await;
+        }
+        // A concurrent delete can take one away between the read and the delete: then
+        // read again (twice at most, as each retry follows another caller's progress).
+        for _ in 0..2 {
+            let found = self.get_episodes(org_id, project_id, &uids).await?;
+            let present = present(ids, found.iter().map(Option::is_some));
+            if present.is_empty() {
+                return Ok(0);
+            }
+            match self.delete_episodes(org_id, project_id, &present).await {
+                Err(Error::NotFound(_)) => continue,
+                deleted => return deleted,
+            }
+        }
+        Ok(0)
+    }
+
+    /// Deletes those of `ids` that are features the project sees and skips the others
+    /// (see [`Memories::delete_episodes_present`]).
+    pub async fn delete_features_present(
+        &self,
+        org_id: &str,
+        project_id: &str,
+        ids: &[String],
+    ) -> Result<u64> {
+        self.episodic.limits().ids("semantic_ids", ids.len())?;
+        let key = ProjectKey::parse(org_id, project_id)?;
+        let project = self.projects.get(&key).await?;
+        if ids.is_empty() {
+            return self.semantic.delete_features(&project, ids).await;
+        }
+        for _ in 0..2 {
+            let mut seen = Vec::with_capacity(ids.len());
+            for id in ids {
+                seen.push(match self.semantic.get_feature(&project, id).await {
+                    Ok(_) => true,
+                    Err(Error::NotFound(_)) => false,
+                    Err(err) => return Err(err),
+                });
+            }
+            let present = present(ids, seen.into_iter());
+            if present.is_empty() {
+                return Ok(0);
+            }
+            match self.semantic.delete_features(&project, &present).await {
+                Err(Error::NotFound(_)) => continue,
+                deleted => return deleted,
+            }
+        }
+        Ok(0)
+    }
+}
+
+/// The ids whose flag is set.
+fn present(ids: &[String], found: impl Iterator<Item = bool>) -> Vec<String> {
+    ids.iter()
+        .zip(found)
+        .filter(|(_, found)| *found)
+        .map(|(id, _)| id.clone())
+        .collect()
 }

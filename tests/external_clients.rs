@@ -92,6 +92,76 @@ fn memmachine_client_over_rest() {
     );
 }
 
+/// The same request sequences MemMachine 0.4.0's own server answered (recorded in
+/// `tests/compat/memmachine-0.4.0.json` by `tests/compat/differential.py record`) give the
+/// same status codes and answer shapes here, but for the listed deliberate differences.
+/// Both servers have semantic memory: their models are `tests/compat/fake_openai.py`.
+#[test]
+fn rest_gateway_answers_as_memmachine_does() {
+    let python = tool(
+        "MEMMACHINE_TEST_CLIENT_PYTHON",
+        ".tools/client-venv/bin/python",
+    );
+    let port = common::free_port();
+    let _fake = Killed(
+        Command::new(&python)
+            .arg(repo_root().join("tests/compat/fake_openai.py"))
+            .arg(port.port().to_string())
+            .spawn()
+            .expect("start fake_openai.py"),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(port).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "fake_openai.py did not listen"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let models = format!("http://{port}/v1");
+    let data = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start(
+        data.path(),
+        &[
+            "--rest-listen",
+            "127.0.0.1:0",
+            "--embedder",
+            "openai",
+            "--embedder-base-url",
+            &models,
+            "--embedder-model",
+            "fake-embed",
+            "--llm-base-url",
+            &models,
+            "--llm-model",
+            "fake-chat",
+        ],
+    );
+    let output = run(Command::new(&python)
+        .arg(repo_root().join("tests/compat/differential.py"))
+        .args(["compare", "--base", &server.rest_url()])
+        .args(["--expect", "tests/compat/memmachine-0.4.0.json"])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .current_dir(repo_root()));
+    assert!(
+        output.status.success(),
+        "the gateway differs from MemMachine\n{}",
+        describe(&output)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains(" steps)"), "{}", describe(&output));
+}
+
+/// A child process killed when the test ends, passed or not.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn python_grpcio_client() {
     let python = tool("MEMMACHINE_TEST_PYTHON", ".tools/venv/bin/python");

@@ -619,7 +619,6 @@
       ep.produced_for_id ? h('span', null, ` → ${ep.produced_for_id}`) : null,
       ep.producer_role ? h('span', { class: 'chip' }, ep.producer_role) : null,
       time(ep.created_at),
-      ep.sequence_num !== undefined ? h('span', { class: 'seq' }, `#${ep.sequence_num}`) : null,
       typeof ep.score === 'number' ? h('span', { class: 'score', 'data-score': String(ep.score) }, `score ${ep.score.toFixed(4)}`) : null);
     const metadata = Object.entries(ep.metadata || {});
     return h('li', { class: 'card episode', 'data-uid': ep.uid },
@@ -659,7 +658,7 @@
     }
     const list = h('ol', { class: 'episodes', start: String(first), 'aria-label': 'Episodes' });
     for (const ep of episodes) {
-      const del = h('button', { type: 'button', class: 'danger quiet', 'aria-label': `Delete episode #${ep.sequence_num}` }, 'Delete');
+      const del = h('button', { type: 'button', class: 'danger quiet', 'aria-label': `Delete episode ${ep.uid}` }, 'Delete');
       del.addEventListener('click', () => deleteEpisode(route, ep, del, episodes.length));
       list.append(episodeCard(ep, del));
     }

@@ -173,7 +173,9 @@ impl EpisodicMemory {
         }
         // The two reads are independent: run them side by side.
         let long_term = async {
-            if !config.long_term_memory_enabled {
+            // A blank query asks for nothing to rank by: the recent window still answers
+            // (MemMachine answers such a search normally).
+            if !config.long_term_memory_enabled || input.query.trim().is_empty() {
                 return Ok::<_, Error>(Vec::new());
             }
             let mut hits = ranking::rank(

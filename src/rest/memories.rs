@@ -329,7 +329,7 @@ pub struct ListMemories {
     filter: String,
     #[serde(default)]
     set_metadata: BTreeMap<String, String>,
-    /// [default: episodic]
+    /// [default: both kinds, as MemMachine; episodic when `page_token` is given]
     #[serde(default, rename = "type")]
     memory_type: Option<MemoryTypeJson>,
 }
@@ -366,22 +366,32 @@ async fn list_memories(
             project_id: r.project_id.clone(),
         },
     )?;
-    let input = ListInput {
-        kind: r.memory_type.map(MemoryKind::from),
+    let memories = &gateway.domain()?.memories;
+    let wants_token = r.page_token.is_some();
+    // No type and no token: MemMachine answers the page of both kinds.
+    let both = r.memory_type.is_none() && !wants_token;
+    let input = |kind| ListInput {
+        kind,
         page_size: r.page_size,
         page_token: r.page_token.clone().unwrap_or_default(),
         page_num: r.page_num,
-        filter: r.filter,
-        set_metadata: r.set_metadata,
+        filter: r.filter.clone(),
+        set_metadata: r.set_metadata.clone(),
         scope: None,
     };
-    let listed = gateway
-        .domain()?
-        .memories
-        .list(&r.org_id, &r.project_id, input)
-        .await?;
-    let wants_token = r.page_token.is_some();
-    let content = match listed {
+    let kind = r.memory_type.map(MemoryKind::from);
+    let listed = memories.list(&r.org_id, &r.project_id, input(kind)).await?;
+    let features = match both {
+        true => match memories
+            .list(&r.org_id, &r.project_id, input(Some(MemoryKind::Semantic)))
+            .await?
+        {
+            Listed::Features(features, _) => Some(features),
+            Listed::Episodes(..) => None,
+        },
+        false => None,
+    };
+    let mut content = match listed {
         Listed::Episodes(episodes, next) => ListContent {
             episodic_memory: Some(
                 episodes
@@ -403,6 +413,14 @@ async fn list_memories(
             next_page_token: wants_token.then_some(next),
         },
     };
+    if let Some(features) = features {
+        content.semantic_memory = Some(
+            features
+                .into_iter()
+                .map(|f| FeatureJson::new(f, None, true))
+                .collect(),
+        );
+    }
     Ok(Json(ListResponse { status: 0, content }))
 }
 
@@ -498,7 +516,8 @@ fn ids(one: String, many: Vec<String>) -> Vec<String> {
     ids
 }
 
-/// Deletes episodes of this project (all or none; an id of another project is 404).
+/// Deletes the episodes of this project among the ids; an id that is not one (deleted, of
+/// another project, never was) is skipped, as MemMachine succeeds for it.
 #[utoipa::path(post, path = "/memories/episodic/delete", tag = "Memories",
     request_body = DeleteEpisodic, responses((status = 204), (status = 404), (status = 422)))]
 async fn delete_episodic(
@@ -510,7 +529,7 @@ async fn delete_episodic(
     gateway
         .domain()?
         .memories
-        .delete_episodes(
+        .delete_episodes_present(
             &r.org_id,
             &r.project_id,
             &ids(r.episodic_id, r.episodic_ids),
@@ -530,7 +549,7 @@ async fn delete_semantic(
     gateway
         .domain()?
         .memories
-        .delete_features(
+        .delete_features_present(
             &r.org_id,
             &r.project_id,
             &ids(r.semantic_id, r.semantic_ids),

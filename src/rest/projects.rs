@@ -13,6 +13,7 @@ use super::body::Body;
 use super::shapes::{ProjectConfigJson, ProjectJson, ProjectRef};
 use super::{ApiError, Gateway};
 use crate::auth::Caller;
+use crate::error::{Error, Violations};
 use crate::model::{EpisodicConfigUpdate, ProjectConfig, ProjectKey};
 
 pub fn routes() -> OpenApiRouter<Gateway> {
@@ -38,11 +39,41 @@ pub fn key(caller: &Caller, r: &ProjectRef) -> Result<ProjectKey, ApiError> {
     Ok(ProjectKey::parse(&r.org_id, &r.project_id)?)
 }
 
+/// A project named in full, as MemMachine's project routes require (422 when an id is
+/// missing or blank; memory routes default to `universal` instead).
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct NamedProject {
+    org_id: String,
+    project_id: String,
+}
+
+impl NamedProject {
+    fn key(&self, caller: &Caller) -> Result<ProjectKey, ApiError> {
+        named(&self.org_id, &self.project_id)?;
+        key(
+            caller,
+            &ProjectRef {
+                org_id: self.org_id.clone(),
+                project_id: self.project_id.clone(),
+            },
+        )
+    }
+}
+
+/// Refuses a blank id where MemMachine requires one.
+fn named(org_id: &str, project_id: &str) -> Result<(), ApiError> {
+    let mut violations = Violations::default();
+    for (field, value) in [("org_id", org_id), ("project_id", project_id)] {
+        if value.trim().is_empty() {
+            violations.add(field, "must not be empty");
+        }
+    }
+    Ok(violations.into_result()?)
+}
+
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct CreateProject {
-    #[serde(default)]
     org_id: String,
-    #[serde(default)]
     project_id: String,
     #[serde(default)]
     description: String,
@@ -50,35 +81,44 @@ pub struct CreateProject {
     config: ProjectConfigJson,
 }
 
-/// Creates a project (409 when it exists).
+/// Creates a project; one that exists is answered as it is (as MemMachine 0.4 does; gRPC
+/// answers `ALREADY_EXISTS`).
 #[utoipa::path(post, path = "/projects", tag = "Projects", request_body = CreateProject,
-    responses((status = 201, body = ProjectJson), (status = 409), (status = 422)))]
+    responses((status = 201, body = ProjectJson), (status = 422)))]
 async fn create_project(
     State(gateway): State<Gateway>,
     Extension(caller): Extension<Caller>,
     Body(r): Body<CreateProject>,
 ) -> Reply<(StatusCode, Json<ProjectJson>)> {
+    named(&r.org_id, &r.project_id)?;
     caller.check_org(&r.org_id)?;
     let config = ProjectConfig {
         embedder: r.config.embedder,
         reranker: r.config.reranker,
     };
-    let project = gateway
-        .domain()?
-        .projects
+    let projects = &gateway.domain()?.projects;
+    let project = match projects
         .create(&r.org_id, &r.project_id, &r.description, config)
-        .await?;
+        .await
+    {
+        Err(Error::AlreadyExists(_)) => {
+            projects
+                .get(&ProjectKey::parse(&r.org_id, &r.project_id)?)
+                .await?
+        }
+        created => created?,
+    };
     Ok((StatusCode::CREATED, Json(project.into())))
 }
 
-#[utoipa::path(post, path = "/projects/get", tag = "Projects", request_body = ProjectRef,
+#[utoipa::path(post, path = "/projects/get", tag = "Projects", request_body = NamedProject,
     responses((status = 200, body = ProjectJson), (status = 404)))]
 async fn get_project(
     State(gateway): State<Gateway>,
     Extension(caller): Extension<Caller>,
-    Body(r): Body<ProjectRef>,
+    Body(r): Body<NamedProject>,
 ) -> Reply<Json<ProjectJson>> {
-    let key = key(&caller, &r)?;
+    let key = r.key(&caller)?;
     let project = gateway.domain()?.projects.get(&key).await?;
     Ok(Json(project.into()))
 }
@@ -119,14 +159,14 @@ async fn list_projects(
 }
 
 /// Deletes the project and every memory in it before answering.
-#[utoipa::path(post, path = "/projects/delete", tag = "Projects", request_body = ProjectRef,
+#[utoipa::path(post, path = "/projects/delete", tag = "Projects", request_body = NamedProject,
     responses((status = 204), (status = 404)))]
 async fn delete_project(
     State(gateway): State<Gateway>,
     Extension(caller): Extension<Caller>,
-    Body(r): Body<ProjectRef>,
+    Body(r): Body<NamedProject>,
 ) -> Reply<StatusCode> {
-    let key = key(&caller, &r)?;
+    let key = r.key(&caller)?;
     gateway.domain()?.projects.delete(&key).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -137,13 +177,13 @@ pub struct EpisodeCount {
 }
 
 #[utoipa::path(post, path = "/projects/episode_count/get", tag = "Projects",
-    request_body = ProjectRef, responses((status = 200, body = EpisodeCount), (status = 404)))]
+    request_body = NamedProject, responses((status = 200, body = EpisodeCount), (status = 404)))]
 async fn episode_count(
     State(gateway): State<Gateway>,
     Extension(caller): Extension<Caller>,
-    Body(r): Body<ProjectRef>,
+    Body(r): Body<NamedProject>,
 ) -> Reply<Json<EpisodeCount>> {
-    let key = key(&caller, &r)?;
+    let key = r.key(&caller)?;
     let projects = &gateway.domain()?.projects;
     projects.get(&key).await?;
     let count = projects.episode_count(&key).await?;

@@ -262,14 +262,14 @@ spec!(DeleteSetType {
 });
 
 #[utoipa::path(post, path = "/memories/semantic/set_type/delete", tag = "Semantic memory",
-    request_body = DeleteSetType, responses((status = 204), (status = 404)))]
+    request_body = DeleteSetType, responses((status = 204)))]
 async fn delete_set_type(
     State(gateway): State<Gateway>,
     Extension(caller): Extension<Caller>,
     Body(r): Body<DeleteSetType>,
 ) -> Reply<StatusCode> {
     let (project, semantic) = project(&gateway, &caller, &r.org_id, &r.project_id).await?;
-    semantic.delete_set_type(&project, &r.set_type_id).await?;
+    deleted(semantic.delete_set_type(&project, &r.set_type_id).await)?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -570,14 +570,14 @@ spec!(DeleteCategory {
 });
 
 #[utoipa::path(post, path = "/memories/semantic/category/delete", tag = "Semantic memory",
-    request_body = DeleteCategory, responses((status = 204), (status = 404)))]
+    request_body = DeleteCategory, responses((status = 204)))]
 async fn delete_category(
     State(gateway): State<Gateway>,
     Extension(caller): Extension<Caller>,
     Body(r): Body<DeleteCategory>,
 ) -> Reply<StatusCode> {
     let (project, semantic) = project(&gateway, &caller, &r.org_id, &r.project_id).await?;
-    semantic.delete_category(&project, &r.category_id).await?;
+    deleted(semantic.delete_category(&project, &r.category_id).await)?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -610,13 +610,22 @@ async fn add_tag(
 spec!(DeleteTag { tag_id: String });
 
 #[utoipa::path(post, path = "/memories/semantic/category/tag/delete", tag = "Semantic memory",
-    request_body = DeleteTag, responses((status = 204), (status = 404)))]
+    request_body = DeleteTag, responses((status = 204)))]
 async fn delete_tag(
     State(gateway): State<Gateway>,
     Extension(caller): Extension<Caller>,
     Body(r): Body<DeleteTag>,
 ) -> Reply<StatusCode> {
     let (project, semantic) = project(&gateway, &caller, &r.org_id, &r.project_id).await?;
-    semantic.delete_tag(&project, &r.tag_id).await?;
+    deleted(semantic.delete_tag(&project, &r.tag_id).await)?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// A delete's outcome as MemMachine's REST answers it: an id that is not there (or not
+/// the caller's project's) is already deleted (gRPC answers `NOT_FOUND`).
+fn deleted<T>(outcome: crate::error::Result<T>) -> crate::error::Result<()> {
+    match outcome {
+        Ok(_) | Err(crate::error::Error::NotFound(_)) => Ok(()),
+        Err(err) => Err(err),
+    }
 }

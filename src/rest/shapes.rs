@@ -115,8 +115,6 @@ pub struct EpisodeJson {
     pub episode_type: String,
     pub content_type: String,
     pub metadata: BTreeMap<String, String>,
-    /// Monotonic within the project (this server's addition).
-    pub sequence_num: i64,
 }
 
 impl EpisodeJson {
@@ -132,7 +130,6 @@ impl EpisodeJson {
             episode_type: e.episode_type,
             content_type: e.content_type,
             metadata: e.metadata,
-            sequence_num: e.sequence_num,
         }
     }
 }

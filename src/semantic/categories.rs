@@ -78,6 +78,13 @@ pub fn defaults(kind: SetKind) -> Vec<Effective> {
     }
 }
 
+/// The built-in category `name` of any kind of set, if there is one.
+pub fn builtin(name: &str) -> Option<Effective> {
+    defaults(SetKind::User)
+        .into_iter()
+        .find(|c| c.name.eq_ignore_ascii_case(name.trim()))
+}
+
 /// The categories of a set, in order: own, inherited templates, defaults not disabled.
 pub fn resolve(
     own: &[Category],

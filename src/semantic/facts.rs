@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::categories::Effective;
+use super::categories::{self, Effective};
 use super::model::{Feature, FeatureUpdate, SetRow};
 use super::{
     FeatureChange, FeatureInput, FeatureSearch, MAX_VALUE_BYTES, ScoredFeature, SemanticMemory,
@@ -45,9 +45,6 @@ impl SemanticMemory {
         check_name(&mut violations, "category_name", &input.category_name);
         check_name(&mut violations, "tag", &input.tag);
         check_name(&mut violations, "feature", &input.feature);
-        if input.value.trim().is_empty() {
-            violations.add("value", "must not be empty");
-        }
         check_text(&mut violations, "value", &input.value, MAX_VALUE_BYTES);
         check_metadata(&mut violations, "feature_metadata", &input.metadata);
         if input.citations.len() > self.limits.max_page_size {
@@ -59,7 +56,14 @@ impl SemanticMemory {
         let uids = parse_uids(&mut violations, "citations", &input.citations);
         violations.into_result()?;
         let set = self.set(project, &input.set_id).await?;
-        let category = self.category_of_set(&set, &input.category_name).await?;
+        let category = match self.category_of_set(&set, &input.category_name).await {
+            // MemMachine's project sets have `profile` built in (here user sets do): a
+            // feature filed by hand under a built-in category is kept in any set.
+            Err(Error::NotFound(message)) => {
+                categories::builtin(&input.category_name).ok_or(Error::NotFound(message))?
+            }
+            found => found?,
+        };
         let citations = self.store.resolve_episodes(&project.key, uids).await?;
         let feature = features::new_feature(
             &category.name,
@@ -108,9 +112,6 @@ impl SemanticMemory {
             }
         }
         if let Some(value) = &change.value {
-            if value.trim().is_empty() {
-                violations.add("value", "must not be empty");
-            }
             check_text(&mut violations, "value", value, MAX_VALUE_BYTES);
         }
         if let Some(metadata) = &change.metadata {
@@ -227,6 +228,9 @@ impl SemanticMemory {
                     .collect(),
             )
         };
+        if query.trim().is_empty() {
+            return Ok(Vec::new());
+        }
         let index = self.indexes.current(&self.store, project).await?;
         if index.is_empty() {
             return Ok(Vec::new());

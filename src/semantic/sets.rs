@@ -129,6 +129,75 @@ pub fn requested_set(
     )
 }
 
+/// The tag holding the id a caller gave a set it named itself.
+const NAME_TAG: &str = "set_name";
+
+/// The prefixes of MemMachine's set ids (`mem_{kind}_...`), by which a client names a set
+/// itself.
+const MEMMACHINE_PREFIXES: [&str; 4] = [
+    "mem_set_type_",
+    "mem_project_set_",
+    "mem_user_set_",
+    "mem_other_set_",
+];
+
+/// The set of the caller's project that `given` names when no stored set has that id:
+/// this server's id of the project's own org, project set; MemMachine's id of the org,
+/// project or user set of the caller's org and project (`mem_project_set_org_{org}_project_
+/// {project}_0_{hash}__`, `mem_set_type_org_{org}_0_{hash}__`, `mem_user_set_org_{org}_1_
+/// {hash}__producer_id_{user}`); any other id of MemMachine's form, a set of its own in the
+/// caller's project (another org's id never reaches that org). `None`: not a set id.
+pub fn named_set(key: &ProjectKey, given: &str) -> Option<NewSet> {
+    let (org, project) = (org_set(key), project_set(key));
+    if given == org.set_id {
+        return Some(org);
+    }
+    if given == project.set_id {
+        return Some(project);
+    }
+    // This server's own ids are not names: one of another project is `NotFound`.
+    if !MEMMACHINE_PREFIXES.iter().any(|p| given.starts_with(p)) || is_own_form(given) {
+        return None;
+    }
+    let hashed = |rest: &str, count: &str| -> Option<String> {
+        let rest = rest.strip_prefix(count)?;
+        let (hash, tags) = rest.split_at_checked(12)?;
+        hash.bytes()
+            .all(|b| b.is_ascii_hexdigit())
+            .then(|| tags.strip_prefix("__").map(str::to_string))?
+    };
+    let org_part = format!("org_{}_", key.org_id);
+    if let Some(rest) = given.strip_prefix(&format!(
+        "mem_project_set_{org_part}project_{}_",
+        key.project_id
+    )) && hashed(rest, "0_").is_some_and(|tags| tags.is_empty())
+    {
+        return Some(project);
+    }
+    if let Some(rest) = given.strip_prefix(&format!("mem_set_type_{org_part}"))
+        && hashed(rest, "0_").is_some_and(|tags| tags.is_empty())
+    {
+        return Some(org);
+    }
+    if let Some(rest) = given.strip_prefix(&format!("mem_user_set_{org_part}"))
+        && let Some(user) =
+            hashed(rest, "1_").and_then(|t| t.strip_prefix("producer_id_").map(str::to_string))
+        && !user.is_empty()
+    {
+        return Some(user_set(key, &user));
+    }
+    let tags = BTreeMap::from([(NAME_TAG.to_string(), given.to_string())]);
+    Some(new_set(SetKind::Custom, false, key, tags, None))
+}
+
+/// Whether `id` has the form of [`set_id`]'s ids.
+fn is_own_form(id: &str) -> bool {
+    ["org", "project", "user", "other"].iter().any(|kind| {
+        id.strip_prefix(&format!("mem_{kind}_set_"))
+            .is_some_and(|hex| hex.len() == 24 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+    })
+}
+
 /// Whether a message with this role is about its producer (a user speaking).
 pub fn speaks_as_user(role: &str) -> bool {
     !matches!(
@@ -195,6 +264,35 @@ pub fn selected_ids(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_set_named_by_memmachines_convention_is_one_of_the_callers_project() {
+        let a = key("acme", "crm");
+        let named = |id: &str| named_set(&a, id).map(|s| s.set_id);
+        let project = "mem_project_set_org_acme_project_crm_0_46b9dd2b0ba8__";
+        assert_eq!(named(project), Some(project_set(&a).set_id));
+        assert_eq!(
+            named("mem_set_type_org_acme_0_46b9dd2b0ba8__"),
+            Some(org_set(&a).set_id)
+        );
+        assert_eq!(
+            named("mem_user_set_org_acme_1_3491f35dd96f__producer_id_alice"),
+            Some(user_set(&a, "alice").set_id)
+        );
+        assert_eq!(named(&project_set(&a).set_id), Some(project_set(&a).set_id));
+        // Another org's or project's id, or a name of the caller's own: a set of the
+        // caller's project, never the other one's.
+        let foreign = "mem_project_set_org_globex_project_crm_0_46b9dd2b0ba8__";
+        let made = named(foreign).unwrap();
+        assert_ne!(made, project_set(&key("globex", "crm")).set_id);
+        assert_ne!(
+            made,
+            named_set(&key("globex", "crm"), foreign).unwrap().set_id
+        );
+        assert_ne!(named("mem_other_set_mine").unwrap(), made);
+        assert_eq!(named("whatever"), None);
+        assert_eq!(named(&project_set(&key("acme", "other")).set_id), None);
+    }
 
     fn key(org: &str, project: &str) -> ProjectKey {
         ProjectKey::parse(org, project).unwrap()

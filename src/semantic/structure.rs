@@ -20,12 +20,26 @@ impl SemanticMemory {
         self.store.list_sets(&project.key).await
     }
 
-    /// The set with this id, if the project sees it; else `NotFound`.
+    /// The set with this id, if the project sees it. A set the caller names itself (by
+    /// MemMachine's convention, or one of the project's own not made yet) is made on first
+    /// use, inside the caller's project; any other id is `NotFound`.
     pub(super) async fn set(&self, project: &Project, set_id: &str) -> Result<SetRow> {
-        match self.store.find_set(set_id).await? {
-            Some(set) if visible_set(project, &set) => Ok(set),
-            _ => Err(not_found("set", set_id)),
+        if let Some(set) = self.store.find_set(set_id).await?
+            && visible_set(project, &set)
+        {
+            return Ok(set);
         }
+        let Some(mut named) = sets::named_set(&project.key, set_id) else {
+            return Err(not_found("set", set_id));
+        };
+        if named.kind == SetKind::User {
+            named.set_type = user_set_type(&self.store.list_set_types(&project.key).await?);
+        }
+        let made = self.store.ensure_sets(&project.key, vec![named]).await?;
+        made.into_iter()
+            .next()
+            .filter(|set| visible_set(project, set))
+            .ok_or_else(|| not_found("set", set_id))
     }
 
     pub(super) async fn set_type(&self, project: &Project, id: &str) -> Result<SetType> {
@@ -49,9 +63,7 @@ impl SemanticMemory {
         let mut sorted: Vec<String> = tags.iter().map(|t| t.trim().to_string()).collect();
         sorted.sort();
         sorted.dedup();
-        if sorted.is_empty() {
-            violations.add("metadata_tags", "must name at least one metadata key");
-        }
+        // No tags, as MemMachine allows: one set of the type holds every message.
         if sorted.len() > MAX_SET_TYPE_TAGS {
             violations.add("metadata_tags", format!("at most {MAX_SET_TYPE_TAGS} keys"));
         }

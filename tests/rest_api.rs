@@ -1116,8 +1116,14 @@ fn a_fresh_server_says_what_it_serves_and_reads_what_newcomers_send() {
     // gRPC's names for the same ids are read too.
     let got = rest.post("/memories/episodic/get", json!({"episode_ids": [uids[0]]}));
     assert_eq!(got.0, StatusCode::OK, "{}", got.1);
-    assert_eq!(got.1["content"]["episodic_memory"][0]["uid"], uids[0].as_str());
-    let deleted = rest.post("/memories/episodic/delete", json!({"episode_ids": [uids[0]]}));
+    assert_eq!(
+        got.1["content"]["episodic_memory"][0]["uid"],
+        uids[0].as_str()
+    );
+    let deleted = rest.post(
+        "/memories/episodic/delete",
+        json!({"episode_ids": [uids[0]]}),
+    );
     assert_eq!(deleted.0, StatusCode::NO_CONTENT, "{}", deleted.1);
     let count = rest.post("/projects/episode_count/get", json!({}));
     assert_eq!(count.1["count"], 2, "{}", count.1);

@@ -118,7 +118,7 @@ impl ProjectFeatures {
                 // no word with the query and unlike it in meaning is left out.
                 let worded: HashSet<i64> = self
                     .index
-                    .search(&terms, self.index.len(), &accept)
+                    .search(&terms, self.index.len(), accept)
                     .into_iter()
                     .map(|(id, _)| id)
                     .collect();
@@ -131,7 +131,7 @@ impl ProjectFeatures {
                                 .then(|| crate::retrieval::dense::dot(v, query_vector))
                         },
                         limit,
-                        &accept,
+                        accept,
                         None,
                         |_: &FeatureFields| 0.0,
                     )

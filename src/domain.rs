@@ -40,9 +40,10 @@ pub async fn start(
         .measured(&metrics);
     let waiting = crate::episodic::embedding::queue_missing(store.as_ref(), &embedders).await?;
     match embedders.default_embedder() {
-        None => tracing::info!(
+        None => tracing::warn!(
             model_dir = %config.embedder.model_dir.display(),
-            "no embedder: search is lexical only (run `memmachine model fetch` or pass --embedder)"
+            "{}",
+            crate::resource_status::NO_EMBEDDER
         ),
         Some(embedder) => tracing::info!(
             embedder = embedder.id(),

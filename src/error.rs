@@ -49,7 +49,14 @@ pub enum Error {
 fn describe(violations: &[FieldViolation]) -> String {
     violations
         .iter()
-        .map(|v| format!("{}: {}", v.field, v.description))
+        .map(|v| {
+            // A violation of no one field ("and 3 more violations") has no name to show.
+            if v.field.is_empty() {
+                v.description.clone()
+            } else {
+                format!("{}: {}", v.field, v.description)
+            }
+        })
         .collect::<Vec<_>>()
         .join("; ")
 }

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use memmachine::config::{LogFormat, ServeArgs, StoreArgs};
 
 #[derive(Parser)]
@@ -338,7 +338,10 @@ fn limit_malloc_arenas() {}
 
 fn main() -> ExitCode {
     limit_malloc_arenas();
-    let cli = Cli::parse();
+    let matches = Cli::command()
+        .mut_subcommand("mcp", memmachine::mcp::stdio::hide_listener_flags)
+        .get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
     match cli.command {
         Command::Config(ConfigCommand::Print(args)) => match args.resolve() {
             Ok(config) => {

@@ -26,10 +26,10 @@ pub async fn check(
     tls: Option<&ProbeTls>,
 ) -> Result<ServingStatus, String> {
     let (endpoint, url) = endpoint(addr, timeout, tls)?;
-    let channel = endpoint
-        .connect()
-        .await
-        .map_err(|err| format!("cannot connect to {url}: {err}"))?;
+    let channel = endpoint.connect().await.map_err(|err| {
+        let reason = connect_reason(&err, tls.is_some());
+        format!("cannot connect to {url}: {reason}")
+    })?;
     let response = HealthClient::new(channel)
         .check(HealthCheckRequest {
             service: service.to_string(),
@@ -77,4 +77,58 @@ pub fn endpoint(
             .map_err(|err| format!("TLS: {err}"))?;
     }
     Ok((endpoint, url))
+}
+
+/// Why a connection failed, named first (connection refused, timed out, DNS, TLS) and
+/// then tonic's causes: its own message says only "transport error". `tls`: whether a
+/// handshake was attempted, the one step left once the address resolved and answered.
+pub fn connect_reason(err: &(dyn std::error::Error + 'static), tls: bool) -> String {
+    let chain = error_chain(err);
+    let lower = chain.to_lowercase();
+    let mut kind = None;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => kind = Some("connection refused"),
+                std::io::ErrorKind::TimedOut => kind = kind.or(Some("timed out")),
+                _ => {}
+            }
+        }
+        if cause.is::<tokio::time::error::Elapsed>() {
+            kind = kind.or(Some("timed out"));
+        }
+        source = cause.source();
+    }
+    let kind = kind.or_else(|| {
+        if lower.contains("timed out") || lower.contains("timeout") {
+            Some("timed out")
+        } else if lower.contains("dns error") || lower.contains("failed to lookup address") {
+            Some("DNS lookup failed")
+        } else if tls {
+            Some("TLS handshake failed")
+        } else {
+            None
+        }
+    });
+    match kind {
+        Some(kind) => format!("{kind} ({chain})"),
+        None => chain,
+    }
+}
+
+/// An error with its sources ("transport error: tcp connect error: Connection
+/// refused").
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }

@@ -6,6 +6,18 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+/// What a server without an embedder means for its searches, and how to get one: said
+/// in the start-up log and by `/config/resources`.
+pub const NO_EMBEDDER: &str = "no embedder in use: search is lexical (BM25) only, so \"dog\" \
+     does not find \"golden retriever\"; to search by meaning run `memmachine model fetch` \
+     and restart (or pass --embedder openai --embedder-base-url URL --embedder-model NAME)";
+
+/// What a server without a language model means for semantic memory (log and
+/// `/config/resources`).
+pub const NO_LANGUAGE_MODEL: &str = "no language model configured: semantic memory is not \
+     extracted from messages (AddMemories with empty types stores episodic memory only, and \
+     one naming semantic is refused); start with --llm-base-url URL --llm-model NAME";
+
 /// How much of an error a status keeps.
 const MAX_ERROR_CHARS: usize = 300;
 

@@ -153,7 +153,11 @@ pub async fn run(
             let listener = TcpListener::bind(metrics_addr).await.map_err(|err| {
                 Error::FailedPrecondition(format!("cannot listen on {metrics_addr}: {err}"))
             })?;
-            tracing::info!(addr = %metrics_addr, "metrics at /metrics");
+            tracing::info!(
+                addr = %metrics_addr,
+                url = %format!("http://{metrics_addr}/metrics"),
+                "Prometheus metrics at /metrics"
+            );
             if config.auth && !metrics_addr.ip().is_loopback() {
                 tracing::warn!(
                     addr = %metrics_addr,
@@ -180,7 +184,15 @@ pub async fn run(
             })?;
             let gateway = crate::rest::Gateway::new(admission.clone(), store.clone(), &config);
             let bound = listener.local_addr().map_or(rest_addr, |a| a);
-            tracing::info!(addr = %bound, "REST gateway listening (/api/v2)");
+            // The gateway speaks plain HTTP (--tls-* apply to gRPC).
+            let base = format!("http://{bound}");
+            tracing::info!(
+                addr = %bound,
+                api = %format!("{base}/api/v2"),
+                console = %format!("{base}/ui"),
+                mcp = %format!("{base}/mcp"),
+                "REST gateway listening: MemMachine's REST API at /api/v2, the memory console at /ui, MCP (Streamable HTTP) at /mcp"
+            );
             let mut stop = stop.clone();
             let listener = GatedListener {
                 listener,

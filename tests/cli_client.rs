@@ -208,7 +208,8 @@ fn projects_memories_and_features_through_the_binary() {
         "{line}"
     );
     let count = ok(mm(&["projects", "count"]));
-    assert_eq!(count.trim(), "2507");
+    // Labelled, as the README shows it; --json keeps the bare number.
+    assert_eq!(count.trim(), "episodes: 2507");
     assert_eq!(
         json(mm(&["projects", "count", "demo", "--json"]))["count"],
         2507
@@ -374,7 +375,7 @@ fn projects_memories_and_features_through_the_binary() {
         ok(mm(&["delete", uids[0], uids[1]])).trim(),
         "deleted 2 episodes"
     );
-    assert_eq!(ok(mm(&["projects", "count"])).trim(), "2505");
+    assert_eq!(ok(mm(&["projects", "count"])).trim(), "episodes: 2505");
 
     // Delete the project; it is gone.
     assert_eq!(
@@ -451,7 +452,10 @@ fn the_key_comes_from_the_environment() {
     );
     let mut count = vec!["projects", "count"];
     count.extend_from_slice(&notes);
-    assert_eq!(ok(run(addr, &count, None, Some(&acme))).trim(), "3");
+    assert_eq!(
+        ok(run(addr, &count, None, Some(&acme))).trim(),
+        "episodes: 3"
+    );
     // ... lists only its own org ...
     let listed = json(run(
         addr,
@@ -541,7 +545,7 @@ fn a_bulk_add_slows_to_the_rate_limit_instead_of_failing() {
     std::thread::sleep(std::time::Duration::from_millis(1500));
     assert_eq!(
         ok(run(addr, &["projects", "count"], None, None)).trim(),
-        "8"
+        "episodes: 8"
     );
     // Without waiting, a plain call that the limiter refuses says so: exit 8.
     let mut refused = None;

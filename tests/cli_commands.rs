@@ -9,6 +9,12 @@ use common::InProcess;
 
 /// Runs `memmachine health` with `args`; returns whether it exited 0, and its stdout.
 async fn health(args: Vec<String>) -> (bool, String) {
+    let (ok, stdout, _) = health_stderr(args).await;
+    (ok, stdout)
+}
+
+/// As `health`, with its stderr too.
+async fn health_stderr(args: Vec<String>) -> (bool, String, String) {
     let output = tokio::task::spawn_blocking(move || {
         Command::new(env!("CARGO_BIN_EXE_memmachine"))
             .arg("health")
@@ -21,6 +27,7 @@ async fn health(args: Vec<String>) -> (bool, String) {
     (
         output.status.success(),
         String::from_utf8_lossy(&output.stdout).trim().to_string(),
+        String::from_utf8_lossy(&output.stderr).trim().to_string(),
     )
 }
 
@@ -55,6 +62,38 @@ async fn health_exits_zero_only_for_a_serving_server() {
     // Nothing listening any more.
     let args = vec!["--addr".into(), addr, "--timeout-secs".into(), "2".into()];
     assert_eq!(health(args).await, (false, String::new()));
+}
+
+/// A failed probe names why it could not connect, not a bare "transport error".
+#[tokio::test]
+async fn health_names_why_it_cannot_connect() {
+    let server = InProcess::start().await;
+    let addr = server.url.trim_start_matches("http://").to_string();
+    // TLS asked of a plaintext server: the handshake fails.
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, common::pki::ca("test CA").pem()).unwrap();
+    let args = vec![
+        "--addr".into(),
+        addr.clone(),
+        "--timeout-secs".into(),
+        "3".into(),
+        "--tls-ca".into(),
+        ca.display().to_string(),
+    ];
+    let (ok, _, stderr) = health_stderr(args).await;
+    assert!(!ok);
+    assert!(stderr.contains("TLS handshake failed"), "{stderr}");
+    server.stop().await.unwrap();
+    let args = vec!["--addr".into(), addr, "--timeout-secs".into(), "2".into()];
+    let (ok, _, stderr) = health_stderr(args).await;
+    assert!(!ok);
+    assert!(stderr.contains("connection refused"), "{stderr}");
+    // A name that resolves nowhere (.invalid is reserved for that).
+    let args = vec!["--addr".into(), "no-such-host.invalid:50051".into()];
+    let (ok, _, stderr) = health_stderr(args).await;
+    assert!(!ok);
+    assert!(stderr.contains("DNS lookup failed"), "{stderr}");
 }
 
 #[test]
@@ -125,4 +164,49 @@ fn the_deployed_config_file_is_valid() {
     ] {
         assert!(printed.contains(line), "{line} in {printed}");
     }
+}
+
+/// `memmachine mcp --help` lists the flags stdio MCP uses, not serve's listeners.
+#[test]
+fn mcp_help_lists_only_the_flags_mcp_uses() {
+    let output = Command::new(env!("CARGO_BIN_EXE_memmachine"))
+        .args(["mcp", "--help"])
+        .output()
+        .expect("run memmachine mcp --help");
+    assert!(output.status.success());
+    let help = String::from_utf8(output.stdout).unwrap();
+    // The flags listed: the first word of each option line.
+    let flags: Vec<&str> = help
+        .lines()
+        .filter_map(|line| line.trim_start().strip_prefix("--"))
+        .filter_map(|rest| rest.split([' ', '=']).next())
+        .collect();
+    for used in ["org", "project", "user", "data-dir", "llm-base-url"] {
+        assert!(flags.contains(&used), "--{used} missing from {help}");
+    }
+    for unused in [
+        "listen",
+        "rest-listen",
+        "metrics-listen",
+        "tls-cert",
+        "rate-limit",
+        "drain-delay",
+        "max-connections",
+        "auth",
+    ] {
+        assert!(!flags.contains(&unused), "--{unused} in {help}");
+    }
+    // Still accepted (one config file or environment serves both commands).
+    let output = Command::new(env!("CARGO_BIN_EXE_memmachine"))
+        .args([
+            "mcp",
+            "--rest-listen",
+            "127.0.0.1:1",
+            "--project",
+            "bad id!",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("unexpected argument"), "{stderr}");
 }

@@ -115,6 +115,7 @@ async fn the_console_in_a_browser() {
     let rest = server.rest_url();
     let acme = create_key(data.path(), &["--org", "acme", "--label", "console test"]);
     let rival = create_key(data.path(), &["--org", "rival"]);
+    let admin = create_key(data.path(), &["--admin"]);
 
     // The other org's project, made with its own key.
     let http = reqwest::Client::new();
@@ -135,6 +136,7 @@ async fn the_console_in_a_browser() {
         .arg(repo_root().join("tests/ui/console.mjs"))
         .env("CONSOLE_URL", format!("{rest}/ui/"))
         .env("ACME_KEY", &acme)
+        .env("ADMIN_KEY", &admin)
         .env("RIVAL_ORG", "rival")
         .env("RIVAL_PROJECT", "secret-plans")
         .env("SCREENSHOT_DIR", &shots)

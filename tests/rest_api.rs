@@ -1007,3 +1007,124 @@ fn the_openapi_document_describes_exactly_the_routes_served() {
             .contains("--llm-model")
     );
 }
+
+/// What a newcomer meets on a fresh server (no embedder, no language model): the log
+/// names every surface and what is off, `/config` says the ranking search uses, errors
+/// name a field, one instant is read in each form, gRPC's field names are read too, and
+/// a search carries no blank summary.
+#[test]
+fn a_fresh_server_says_what_it_serves_and_reads_what_newcomers_send() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let metrics = common::free_port().to_string();
+    let server = ServerProcess::start(
+        data.path(),
+        &[
+            "--rest-listen",
+            "127.0.0.1:0",
+            "--embedder",
+            "none",
+            "--metrics-listen",
+            &metrics,
+        ],
+    );
+    let rest = Rest::new(&server);
+    let log = server.log.lock().unwrap().join("\n");
+    for said in [
+        "/api/v2",
+        "/ui",
+        "/mcp",
+        "/metrics",
+        "gRPC server listening",
+        "no embedder in use",
+        "memmachine model fetch",
+        "no language model configured",
+    ] {
+        assert!(log.contains(said), "{said:?} not in the log:\n{log}");
+    }
+
+    // The ranking a project naming none gets, as search decides it; what is missing.
+    let (status, config) = rest.get("/config");
+    assert_eq!(status, StatusCode::OK, "{config}");
+    assert_eq!(
+        config["episodic_memory"]["long_term_memory"]["reranker"], "lexical",
+        "{config}"
+    );
+    let (_, resources) = rest.get("/config/resources");
+    let notes = resources["notes"].to_string();
+    assert!(notes.contains("memmachine model fetch"), "{resources}");
+    assert!(notes.contains("--llm-base-url"), "{resources}");
+
+    // A rejected body names the field at fault, never an empty one.
+    for body in [json!({"org_id": "universal"}), json!("hello")] {
+        let refused = rest.post("/memories", body);
+        assert_error(&refused, 422, "INVALID_ARGUMENT");
+        let message = refused.1["detail"]["message"].as_str().unwrap();
+        assert!(!message.contains(": :"), "{message}");
+        let field = refused.1["detail"]["field_violations"][0]["field"]
+            .as_str()
+            .unwrap();
+        assert!(
+            field == "messages" || field == "the request body",
+            "{}",
+            refused.1
+        );
+    }
+
+    // One instant, as RFC 3339, Unix seconds and Unix seconds in a string.
+    let added = rest.post(
+        "/memories",
+        json!({"messages": [
+            {"content": "I adopted a golden retriever named Max.", "timestamp": "2023-05-08T13:56:00Z"},
+            {"content": "Max chewed my shoes.", "timestamp": 1683554160},
+            {"content": "Max learned to sit.", "timestamp": "1683554160"}]}),
+    );
+    assert_eq!(added.0, StatusCode::OK, "{}", added.1);
+    let uids: Vec<String> = added.1["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["uid"].as_str().unwrap().to_string())
+        .collect();
+    for filter in [
+        "created_at = '2023-05-08T13:56:00Z'",
+        "created_at = 1683554160",
+        "created_at = '1683554160'",
+    ] {
+        let listed = rest.post("/memories/list", json!({"filter": filter}));
+        assert_eq!(listed.0, StatusCode::OK, "{filter}: {}", listed.1);
+        let episodes = listed.1["content"]["episodic_memory"].as_array().unwrap();
+        assert_eq!(episodes.len(), 3, "{filter}: {}", listed.1);
+        assert!(
+            episodes
+                .iter()
+                .all(|e| e["created_at"] == "2023-05-08T13:56:00Z"),
+            "{}",
+            listed.1
+        );
+    }
+
+    // No blank summary in a search answer.
+    let found = rest.post("/memories/search", json!({"query": "Max"}));
+    assert_eq!(found.0, StatusCode::OK, "{}", found.1);
+    assert_eq!(
+        found.1["content"]["episodic_memory"]["short_term_memory"]["episode_summary"],
+        json!([]),
+        "{}",
+        found.1
+    );
+
+    // gRPC's names for the same ids are read too.
+    let got = rest.post("/memories/episodic/get", json!({"episode_ids": [uids[0]]}));
+    assert_eq!(got.0, StatusCode::OK, "{}", got.1);
+    assert_eq!(
+        got.1["content"]["episodic_memory"][0]["uid"],
+        uids[0].as_str()
+    );
+    let deleted = rest.post(
+        "/memories/episodic/delete",
+        json!({"episode_ids": [uids[0]]}),
+    );
+    assert_eq!(deleted.0, StatusCode::NO_CONTENT, "{}", deleted.1);
+    let count = rest.post("/projects/episode_count/get", json!({}));
+    assert_eq!(count.1["count"], 2, "{}", count.1);
+}

@@ -904,9 +904,35 @@ async fn features_are_embedded_in_the_background_and_ranked_with_their_vectors()
         .unwrap()
         .into_inner()
         .features;
-    assert_eq!(found.len(), 2, "every feature is a candidate by its vector");
+    // The other one shares no word and no meaning with the query: not returned, whatever
+    // its standardised score.
+    assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0].feature_name, "release day");
-    assert!(found[0].score > found[1].score);
+    assert!(found[0].score > 0.0);
+    // A query unrelated to every feature finds none (each scored 0 or less by
+    // comparison with the others), through both search methods.
+    let unrelated = c
+        .semantic
+        .search_features(pb::SearchFeaturesRequest {
+            query: "weather forecast tomorrow".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .features;
+    assert!(unrelated.is_empty(), "{unrelated:?}");
+    let searched = c
+        .memory
+        .search_memories(pb::SearchMemoriesRequest {
+            query: "weather forecast tomorrow".into(),
+            types: vec![pb::MemoryType::Semantic as i32],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(searched.semantic_memory.is_empty(), "{searched:?}");
 }
 
 #[tokio::test]

@@ -419,8 +419,11 @@
     for (const p of shown) {
       const count = h('span', { class: 'count' }, 'counting…');
       counts.push([p, count]);
-      const del = h('button', { type: 'button', class: 'danger quiet', 'aria-label': `Delete project ${p.org_id}/${p.project_id}` }, 'Delete');
-      del.addEventListener('click', () => deleteProject(p.org_id, p.project_id, del));
+      let del = null;
+      if (deletable(p.org_id, p.project_id)) {
+        del = h('button', { type: 'button', class: 'danger quiet', 'aria-label': `Delete project ${p.org_id}/${p.project_id}` }, 'Delete');
+        del.addEventListener('click', () => deleteProject(p.org_id, p.project_id, del));
+      }
       list.append(h('li', { class: 'card project', 'data-project': `${p.org_id}/${p.project_id}` },
         h('a', { href: link(p.org_id, p.project_id, 'episodes'), class: 'project-name' },
           h('span', { class: 'org' }, p.org_id, ' / '), h('span', { class: 'pid' }, p.project_id)),
@@ -490,6 +493,11 @@
     showIn(section, h('h2', { id: 'create-title' }, 'Create a project'), form);
   }
 
+  /** The server always refuses to delete universal/universal (412): offer no button. */
+  function deletable(org, project) {
+    return !((org || 'universal') === 'universal' && (project || 'universal') === 'universal');
+  }
+
   async function deleteProject(org, project, button) {
     const yes = await confirmAction(`Delete project ${org}/${project}?`,
       'The project and every memory in it (episodes, features, summaries) are deleted for good.', 'Delete project');
@@ -529,8 +537,11 @@
     const config = await loadConfig();
     if (gen !== generation) return;
     const count = h('span', { id: 'episode-count', class: 'count' }, 'counting…');
-    const del = h('button', { type: 'button', class: 'danger quiet' }, 'Delete project');
-    del.addEventListener('click', () => deleteProject(org, project, del));
+    let del = null;
+    if (deletable(org, project)) {
+      del = h('button', { type: 'button', class: 'danger quiet' }, 'Delete project');
+      del.addEventListener('click', () => deleteProject(org, project, del));
+    }
     const tabs = h('nav', { class: 'tabs', 'aria-label': 'Project views' },
       [['episodes', 'Episodes'], ['search', 'Search'], ['semantic', 'Semantic memory']].map(([name, label]) =>
         h('a', { href: link(org, project, name), 'aria-current': name === tab ? 'page' : null }, label)));
@@ -557,6 +568,8 @@
     const own = (project.config && project.config.embedder) || '';
     const longTerm = (config && config.episodic_memory && config.episodic_memory.long_term_memory) || null;
     if (!longTerm) return 'server default';
+    // A project of the server's embedder ranks as GET /config says the server does.
+    if (!own && longTerm.reranker) return `${longTerm.reranker} (server default)`;
     const embedder = own === 'none' ? null : own || longTerm.embedder;
     return `${embedder ? 'hybrid' : 'lexical'} (server default)`;
   }

@@ -9,7 +9,7 @@ use super::{CliError, ClientArgs};
 use crate::pb::memory_service_client::MemoryServiceClient;
 use crate::pb::project_service_client::ProjectServiceClient;
 use crate::pb::semantic_service_client::SemanticServiceClient;
-use crate::probe::{ProbeTls, endpoint};
+use crate::probe::{ProbeTls, connect_reason, endpoint};
 
 /// The environment variable holding the API key.
 pub const API_KEY_ENV: &str = "MEMMACHINE_API_KEY";
@@ -52,7 +52,7 @@ impl Client {
         let channel = endpoint
             .connect()
             .await
-            .map_err(|err| connect_error(error_chain(&err)))?;
+            .map_err(|err| connect_error(connect_reason(&err, tls.is_some())))?;
         Ok(Client {
             channel,
             authorization,
@@ -99,20 +99,4 @@ impl Client {
             or_universal(&self.project)
         )
     }
-}
-
-/// An error with its sources ("transport error: tcp connect error: Connection
-/// refused"): tonic's own message alone says only "transport error".
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }

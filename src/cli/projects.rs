@@ -142,7 +142,7 @@ pub async fn run(args: &ClientArgs, command: ProjectsCommand) -> Result<(), CliE
             if args.json {
                 return print_json(&json!({"count": count}));
             }
-            out(count)
+            out(format!("episodes: {count}"))
         }
     }
 }

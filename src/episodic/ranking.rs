@@ -23,14 +23,30 @@ pub enum Mode {
 impl Mode {
     pub const NAMES: [&'static str; 3] = ["lexical", "dense", "hybrid"];
 
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Lexical => "lexical",
+            Mode::Dense => "dense",
+            Mode::Hybrid => "hybrid",
+        }
+    }
+
+    /// The mode a project that names none ranks with.
+    pub fn default_for(has_embedder: bool) -> Mode {
+        if has_embedder {
+            Mode::Hybrid
+        } else {
+            Mode::Lexical
+        }
+    }
+
     /// The mode named by a project's `reranker` (empty: the server's default).
     pub fn parse(name: &str, has_embedder: bool) -> Result<Mode> {
         match name {
             "lexical" => Ok(Mode::Lexical),
             "dense" => Ok(Mode::Dense),
             "hybrid" => Ok(Mode::Hybrid),
-            "" if has_embedder => Ok(Mode::Hybrid),
-            "" => Ok(Mode::Lexical),
+            "" => Ok(Mode::default_for(has_embedder)),
             other => Err(Error::invalid(
                 "config.reranker",
                 format!("{other:?} is not one of lexical, dense, hybrid (or empty)"),

@@ -152,9 +152,9 @@ pub fn build(
     let (base_url, model) = match (given(&config.base_url), given(&config.model)) {
         (Some(base_url), Some(model)) => (base_url, model),
         (None, None) => {
-            tracing::info!(
-                "no language model (--llm-base-url, --llm-model): semantic memory extracts nothing"
-            );
+            // Said once here (and in /config/resources): searches then answer without
+            // semantic memory distilled from messages, which looks like a silent failure.
+            tracing::warn!("{}", crate::resource_status::NO_LANGUAGE_MODEL);
             return Ok(None);
         }
         _ => {

@@ -31,6 +31,46 @@ pub struct McpArgs {
     pub serve: ServeArgs,
 }
 
+/// The `serve` flags of listeners, TLS, admission and drain: stdio MCP has none of these,
+/// so `memmachine mcp --help` hides them (still accepted, so one environment or config
+/// file serves both commands).
+const LISTENER_FLAGS: &[&str] = &[
+    "listen",
+    "rest_listen",
+    "metrics_listen",
+    "otlp_endpoint",
+    "auth",
+    "insecure_listen",
+    "allowed_origins",
+    "allowed_hosts",
+    "tls_cert",
+    "tls_key",
+    "tls_client_ca",
+    "rate_limit",
+    "rate_burst",
+    "max_concurrent_per_key",
+    "request_timeout",
+    "max_request_bytes",
+    "shutdown_grace",
+    "drain_delay",
+    "keepalive_interval",
+    "keepalive_timeout",
+    "max_connections",
+    "preface_timeout",
+    "header_timeout",
+    "min_body_rate",
+    "max_streams_per_connection",
+    "max_watch_streams_per_peer",
+];
+
+/// The `mcp` subcommand with the flags it does not use hidden from its help.
+pub fn hide_listener_flags(mut command: clap::Command) -> clap::Command {
+    for id in LISTENER_FLAGS {
+        command = command.mut_arg(*id, |arg| arg.hide(true));
+    }
+    command
+}
+
 /// Serves MCP on stdin and stdout until the host closes stdin.
 pub async fn run(config: ServeConfig, scope: Scope) -> Result<()> {
     let store = crate::store::open(&config.store, true).await?;

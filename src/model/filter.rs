@@ -544,10 +544,8 @@ impl Parser {
             _ => return Ok(literal),
         };
         let micros = match &literal {
-            Literal::Str(s) => chrono::DateTime::parse_from_rfc3339(s)
-                .ok()
-                .map(|t| t.timestamp_micros()),
-            Literal::Num(n) => Some((n * 1e6) as i64),
+            Literal::Str(s) => super::instant::parse(s).map(|t| t.timestamp_micros()),
+            Literal::Num(n) => super::instant::from_unix(*n).map(|t| t.timestamp_micros()),
             Literal::Time(t) => Some(*t),
         };
         micros.map(Literal::Time).ok_or_else(|| FilterError {

@@ -5,6 +5,7 @@ pub mod episode;
 pub mod filter;
 pub mod filter_eval;
 pub mod ids;
+pub mod instant;
 pub mod page;
 pub mod project;
 

@@ -28,7 +28,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
                     ApiError::from(Error::DeadlineExceeded(slow.to_string()))
                         .with_status(http::StatusCode::REQUEST_TIMEOUT)
                 } else {
-                    ApiError::from(Error::invalid("", rejection.body_text()))
+                    ApiError::from(Error::invalid(WHOLE_BODY, rejection.body_text()))
                 }
             })?;
         let text: &[u8] =
@@ -41,17 +41,28 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
         match serde_path_to_error::deserialize(&mut json) {
             Ok(value) => Ok(Body(value)),
             Err(err) => {
-                let field = err.path().to_string();
-                // The path of a failure at the top level is "." or "?".
-                let field = if matches!(field.as_str(), "." | "?") {
-                    String::new()
+                let path = err.path().to_string();
+                let message = err.inner().to_string();
+                // A failure at the top level has the path "." or "?": name the missing
+                // field when serde says which, else the body as a whole.
+                let field = if matches!(path.as_str(), "." | "?") {
+                    missing_field(&message).unwrap_or_else(|| WHOLE_BODY.to_string())
                 } else {
-                    field
+                    path
                 };
-                Err(Error::invalid(field, err.inner().to_string()).into())
+                Err(Error::invalid(field, message).into())
             }
         }
     }
+}
+
+/// The field named when the whole body, not one field of it, is at fault.
+const WHOLE_BODY: &str = "the request body";
+
+/// `x` of serde's "missing field `x`".
+fn missing_field(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("missing field `")?;
+    Some(rest[..rest.find('`')?].to_string())
 }
 
 /// The answer to a body over `--max-request-bytes`.

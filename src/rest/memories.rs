@@ -152,39 +152,22 @@ fn messages(messages: Vec<MessageJson>) -> Result<Vec<MessageInput>> {
     Ok(inputs)
 }
 
-/// A message's time as Unix seconds and nanoseconds, in the forms MemMachine accepts.
+/// A message's time as Unix seconds and nanoseconds, in the forms MemMachine accepts
+/// (read as filters read them, `model::instant`).
 fn timestamp(field: &str, value: &serde_json::Value) -> Result<Option<(i64, i32)>> {
-    use chrono::{DateTime, NaiveDate, NaiveDateTime};
-    let invalid = || {
+    use crate::model::instant;
+    let time = match value {
+        serde_json::Value::Null => return Ok(None),
+        serde_json::Value::Number(n) => n.as_f64().and_then(instant::from_unix),
+        serde_json::Value::String(s) => instant::parse(s),
+        _ => None,
+    };
+    let time = time.ok_or_else(|| {
         Error::invalid(
             field,
             format!("{value} is not an RFC 3339 time or Unix seconds"),
         )
-    };
-    let time = match value {
-        serde_json::Value::Null => return Ok(None),
-        serde_json::Value::Number(n) => {
-            let mut secs = n.as_f64().ok_or_else(invalid)?;
-            if secs > 1e12 {
-                secs /= 1000.0;
-            }
-            if !secs.is_finite() || secs.abs() > 1e11 {
-                return Err(invalid());
-            }
-            DateTime::from_timestamp_micros((secs * 1e6).round() as i64).ok_or_else(invalid)?
-        }
-        serde_json::Value::String(s) => DateTime::parse_from_rfc3339(s)
-            .map(|t| t.to_utc())
-            .or_else(|_| {
-                NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f").map(|t| t.and_utc())
-            })
-            .or_else(|_| {
-                NaiveDate::parse_from_str(s, "%Y-%m-%d")
-                    .map(|d| d.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc())
-            })
-            .map_err(|_| invalid())?,
-        _ => return Err(invalid()),
-    };
+    })?;
     Ok(Some((
         time.timestamp(),
         time.timestamp_subsec_nanos() as i32,
@@ -245,7 +228,8 @@ pub struct LongTerm {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ShortTerm {
     episodes: Vec<ScoredEpisodeJson>,
-    /// `[""]` when there is no summary, as MemMachine answers.
+    /// Empty when there is no summary (MemMachine answers `[""]`, which clients then
+    /// show as a blank summary).
     episode_summary: Vec<String>,
 }
 
@@ -275,9 +259,7 @@ async fn search_memories(
     let wants = |kind| types.is_empty() || types.contains(&kind);
     let episodic = found.episodic;
     let mut summaries = episodic.summaries;
-    if summaries.is_empty() {
-        summaries.push(String::new());
-    }
+    summaries.retain(|s| !s.trim().is_empty());
     Ok(Json(SearchResponse {
         status: 0,
         content: SearchContent {
@@ -430,7 +412,8 @@ pub struct GetEpisodic {
     org_id: String,
     #[serde(default)]
     project_id: String,
-    /// Episode uids, 1 to 100.
+    /// Episode uids, 1 to 100 (also read as gRPC's `episode_ids`).
+    #[serde(alias = "episode_ids")]
     episodic_ids: Vec<String>,
 }
 
@@ -491,7 +474,8 @@ pub struct DeleteEpisodic {
     project_id: String,
     #[serde(default)]
     episodic_id: String,
-    #[serde(default)]
+    /// Also read as gRPC's `episode_ids`.
+    #[serde(default, alias = "episode_ids")]
     episodic_ids: Vec<String>,
 }
 
@@ -503,7 +487,8 @@ pub struct DeleteSemantic {
     project_id: String,
     #[serde(default)]
     semantic_id: String,
-    #[serde(default)]
+    /// Also read as gRPC's `feature_ids`.
+    #[serde(default, alias = "feature_ids")]
     semantic_ids: Vec<String>,
 }
 

@@ -76,6 +76,10 @@ pub struct Resources {
     language_models: Vec<ResourceInfo>,
     rerankers: Vec<ResourceInfo>,
     databases: Vec<ResourceInfo>,
+    /// What is missing and what that means (no embedder, no language model); this
+    /// server's addition, left out when nothing is.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    notes: Vec<&'static str>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -216,7 +220,15 @@ async fn resources(gateway: &Gateway, caller: &Caller) -> Result<Resources, ApiE
     let kind_of = |id: &str| id.split(':').next().unwrap_or(id).to_string();
     let llm = language_model_status(gateway)?;
     let database = Status::of(&gateway.domain()?.semantic.store().health().await);
+    let mut notes = Vec::new();
+    if default_embedder(gateway)?.is_none() {
+        notes.push(crate::resource_status::NO_EMBEDDER);
+    }
+    if !gateway.domain()?.semantic.has_model() {
+        notes.push(crate::resource_status::NO_LANGUAGE_MODEL);
+    }
     Ok(Resources {
+        notes,
         embedders: embedders(gateway)?
             .into_iter()
             .map(|(id, _)| {
@@ -261,11 +273,15 @@ async fn resources(gateway: &Gateway, caller: &Caller) -> Result<Resources, ApiE
 
 fn episodic(gateway: &Gateway, caller: &Caller) -> Result<EpisodicConfig, ApiError> {
     let settings = &gateway.settings;
+    let embedder = default_embedder(gateway)?;
+    // The mode a project naming none ranks with, as search decides it (the console
+    // shows this one too).
+    let mode = crate::episodic::ranking::Mode::default_for(embedder.is_some());
     Ok(EpisodicConfig {
         long_term_memory: LongTermConfig {
             backend: None,
-            embedder: default_embedder(gateway)?,
-            reranker: Some("hybrid".into()),
+            embedder,
+            reranker: Some(mode.name().into()),
             vector_graph_store: None,
             vector_store: None,
             segment_store: Some(store_shown(gateway, caller)),

@@ -14,6 +14,10 @@ use crate::retrieval::bm25::Bm25Index;
 use crate::retrieval::tokenize;
 use crate::store::Store;
 
+/// Cosine similarity above which a feature sharing no word with the query is related to
+/// it: unrelated sentences score about 0 to 0.15 with MiniLM, exactly 0 with `hash`.
+const MIN_RELATED_SIMILARITY: f32 = 0.15;
+
 /// Projects whose feature index is kept in memory.
 const CACHED_PROJECTS: usize = 256;
 
@@ -108,23 +112,39 @@ impl ProjectFeatures {
         };
         match vector {
             None => self.index.search(&terms, limit, accept),
-            Some((embedder, query_vector)) => self
-                .index
-                .search_hybrid(
-                    &terms,
-                    |_, f: &FeatureFields| {
-                        let (id, v) = f.vector.as_ref()?;
-                        (&**id == embedder && v.len() == query_vector.len())
-                            .then(|| crate::retrieval::dense::dot(v, query_vector))
-                    },
-                    limit,
-                    accept,
-                    None,
-                    |_: &FeatureFields| 0.0,
-                )
-                .into_iter()
-                .map(|hit| (hit.handle, hit.score))
-                .collect(),
+            Some((embedder, query_vector)) => {
+                // Standardised scores rank features against each other, not against the
+                // query: alone in its project an unrelated feature scores 0. One sharing
+                // no word with the query and unlike it in meaning is left out.
+                let worded: HashSet<i64> = self
+                    .index
+                    .search(&terms, self.index.len(), accept)
+                    .into_iter()
+                    .map(|(id, _)| id)
+                    .collect();
+                self.index
+                    .search_hybrid(
+                        &terms,
+                        |_, f: &FeatureFields| {
+                            let (id, v) = f.vector.as_ref()?;
+                            (&**id == embedder && v.len() == query_vector.len())
+                                .then(|| crate::retrieval::dense::dot(v, query_vector))
+                        },
+                        limit,
+                        accept,
+                        None,
+                        |_: &FeatureFields| 0.0,
+                    )
+                    .into_iter()
+                    .filter(|hit| {
+                        worded.contains(&hit.handle)
+                            || hit
+                                .dense
+                                .is_some_and(|d| d.similarity > MIN_RELATED_SIMILARITY)
+                    })
+                    .map(|hit| (hit.handle, hit.score))
+                    .collect()
+            }
         }
     }
 

@@ -2,7 +2,8 @@
 // tests/console.rs against a real server started with --auth. Each step prints what it
 // checks; any failure exits 1.
 //
-// Environment: CONSOLE_URL (the /ui/ address), ACME_KEY (a key of org acme), RIVAL_ORG
+// Environment: CONSOLE_URL (the /ui/ address), ACME_KEY (a key of org acme), ADMIN_KEY
+// (an admin key, which reaches universal/universal), RIVAL_ORG
 // and RIVAL_PROJECT (a project of another org), SCREENSHOT_DIR, PLAYWRIGHT_PREFIX (the
 // npm prefix holding playwright-core), CHROMIUM (the browser's path).
 import { createRequire } from 'node:module';
@@ -16,6 +17,7 @@ const env = (name) => {
 };
 const CONSOLE_URL = env('CONSOLE_URL');
 const ACME_KEY = env('ACME_KEY');
+const ADMIN_KEY = env('ADMIN_KEY');
 const RIVAL_ORG = env('RIVAL_ORG');
 const RIVAL_PROJECT = env('RIVAL_PROJECT');
 const SHOTS = env('SCREENSHOT_DIR');
@@ -350,6 +352,26 @@ try {
   await page.reload();
   await page.getByLabel('API key').waitFor();
   ok('back at the key prompt, also after a reload');
+
+  check('universal/universal, which the server never deletes, offers no Delete; its ranking is /config\'s');
+  await page.getByLabel('API key').fill(ADMIN_KEY);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  const universal = main.locator('[data-project="universal/universal"]');
+  await universal.waitFor();
+  await settled();
+  assert((await universal.getByRole('button').count()) === 0, 'no button on the universal project');
+  assert((await row.getByRole('button', { name: `Delete project ${ORG}/${PROJECT}` }).count()) === 1, 'other projects keep theirs');
+  await universal.getByRole('link').click();
+  await page.waitForURL((u) => u.hash === '#/p/universal/universal/episodes');
+  await settled();
+  assert((await main.getByRole('button', { name: 'Delete project' }).count()) === 0, 'no Delete project on its page');
+  const config = await (await fetch(`${API}/config`, { headers: { Authorization: `Bearer ${ADMIN_KEY}` } })).json();
+  const mode = (await page.locator('#ranking-mode').textContent()).trim();
+  const served = config.episodic_memory.long_term_memory.reranker;
+  assert(mode === `${served} (server default)`, `console "${mode}" is /config's "${served}"`);
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await page.getByLabel('API key').waitFor();
+  ok(`no Delete for universal/universal; ranking "${mode}" as /config says`);
 
   assert(pageErrors.length === 0, `no page errors: ${pageErrors.join('; ')}`);
   console.log(`all ${step} checks passed`);

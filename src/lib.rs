@@ -28,6 +28,7 @@ pub mod projects;
 pub mod rerank;
 pub mod resource_status;
 pub mod rest;
+pub mod runtime_settings;
 pub mod retrieval;
 pub mod semantic;
 pub mod server;

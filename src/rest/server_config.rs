@@ -307,7 +307,8 @@ fn semantic(gateway: &Gateway, caller: &Caller) -> Result<SemanticConfig, ApiErr
         .default_embedder()
         .map(|e| e.dimensions());
     Ok(SemanticConfig {
-        enabled: effective.semantic_enabled,
+        // Ingestion needs a language model: without one semantic memory is shown off.
+        enabled: effective.semantic_enabled && effective.has_model,
         database: Some(store_shown(gateway, caller)),
         storage_backend: Some(store_shown(gateway, caller)),
         feature_store: None,

@@ -114,8 +114,7 @@ impl Change {
         }
         violations.into_result()?;
         let mut refused = Vec::new();
-        // `base` is off only without a language model.
-        if self.semantic_enabled == Some(true) && !base.semantic_enabled {
+        if self.semantic_enabled == Some(true) && !base.has_model {
             refused.push(
                 "semantic_memory.enabled: no language model is configured; start the server \
                  with --llm-base-url and --llm-model"

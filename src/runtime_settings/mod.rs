@@ -31,16 +31,17 @@ pub struct Effective {
     /// The ranking mode or reranker of projects that name none (empty: hybrid with an
     /// embedder, else lexical).
     pub ranking: String,
-    /// Whether messages are queued for semantic memory and it is searched (never
-    /// without a language model).
+    /// Whether semantic memory is searched and messages are queued for it (queued only
+    /// with a language model: see `has_model`).
     pub semantic_enabled: bool,
+    /// Whether a language model is configured (fixed at start-up).
+    pub has_model: bool,
     pub trigger_messages: usize,
     pub trigger_age: Duration,
 }
 
 impl Effective {
-    /// The values of flags, environment, config file or defaults; semantic memory is
-    /// on when there is a language model.
+    /// The values of flags, environment, config file or defaults.
     pub fn of_flags(
         limits: &crate::limits::Limits,
         ingest: &crate::semantic::ingest::IngestSettings,
@@ -52,7 +53,8 @@ impl Effective {
             short_term_enabled: true,
             short_term_capacity: limits.short_term_window,
             ranking: String::new(),
-            semantic_enabled: has_model,
+            semantic_enabled: true,
+            has_model,
             trigger_messages: ingest.trigger_messages,
             trigger_age: ingest.trigger_age,
         }
@@ -100,8 +102,8 @@ impl Overrides {
             short_term_enabled: self.short_term_enabled.unwrap_or(base.short_term_enabled),
             short_term_capacity: self.short_term_capacity.unwrap_or(base.short_term_capacity),
             ranking: self.ranking.clone().unwrap_or_else(|| base.ranking.clone()),
-            // Never on without a model, whatever a replica with one stored.
-            semantic_enabled: base.semantic_enabled && self.semantic_enabled.unwrap_or(true),
+            semantic_enabled: self.semantic_enabled.unwrap_or(base.semantic_enabled),
+            has_model: base.has_model,
             trigger_messages: self.trigger_messages.unwrap_or(base.trigger_messages),
             trigger_age: self
                 .trigger_age_secs
@@ -222,9 +224,14 @@ impl RuntimeSettings {
     /// Checks `change` (every refused field named, with why) and stores it; in effect
     /// here at once, on other replicas within `RELOAD_EVERY`. Nothing to change writes
     /// nothing.
-    pub async fn update(&self, change: Change) -> Result<Effective> {
+    pub async fn update(&self, mut change: Change) -> Result<Effective> {
         let current = self.current();
         change.check(&self.0.base, &self.0.resources)?;
+        // Without a model semantic memory is shown off; that sent back changes nothing
+        // (features added by hand stay searchable).
+        if !self.0.base.has_model && change.semantic_enabled == Some(false) {
+            change.semantic_enabled = None;
+        }
         if change.is_empty() {
             return Ok(current);
         }

@@ -127,7 +127,12 @@ async fn runtime_settings(
     let rankings = crate::episodic::ranking::Mode::NAMES
         .iter()
         .map(|m| m.to_string())
-        .chain(rerankers.all().into_iter().map(|(name, _)| name.to_string()))
+        .chain(
+            rerankers
+                .all()
+                .into_iter()
+                .map(|(name, _)| name.to_string()),
+        )
         .collect();
     let resources = Resources {
         store: config.store.describe(),

@@ -1053,7 +1053,10 @@ fn runtime_configuration_takes_effect_at_once_and_survives_a_restart() {
     ];
     let server = ServerProcess::start(data.path(), &args);
     let rest = Rest::new(&server).with_key(&admin);
-    let created = rest.post("/projects", json!({"org_id": "acme", "project_id": "notes"}));
+    let created = rest.post(
+        "/projects",
+        json!({"org_id": "acme", "project_id": "notes"}),
+    );
     assert_eq!(created.0, StatusCode::CREATED, "{}", created.1);
     let messages: Vec<Value> = (1..=5)
         .map(|i| json!({"content": format!("note {i}")}))
@@ -1131,7 +1134,11 @@ fn runtime_configuration_takes_effect_at_once_and_survives_a_restart() {
         ),
         412,
         "FAILED_PRECONDITION",
-        &["long_term_memory.embedder", "--embedder", "long_term_memory.backend"],
+        &[
+            "long_term_memory.embedder",
+            "--embedder",
+            "long_term_memory.backend",
+        ],
     );
     refused(
         &rest.put("/config/memory/semantic", json!({"enabled": true})),

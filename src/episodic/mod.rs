@@ -18,8 +18,8 @@ use crate::limits::Limits;
 use crate::model::filter::{self, Expr};
 use crate::model::{Episode, Project, ProjectKey, ScoredEpisode};
 use crate::rerank::Rerankers;
-use crate::runtime_settings::{Effective, RuntimeSettings};
 use crate::retrieval::index_cache::IndexCache;
+use crate::runtime_settings::{Effective, RuntimeSettings};
 use crate::semantic::SemanticMemory;
 use crate::store::Store;
 
@@ -73,7 +73,11 @@ impl EpisodicMemory {
             embedders: Embedders::default(),
             queue: EmbeddingQueue::default(),
             rerankers: Rerankers::default(),
-            settings: RuntimeSettings::unstored(Effective::of_flags(&limits, &Default::default(), false)),
+            settings: RuntimeSettings::unstored(Effective::of_flags(
+                &limits,
+                &Default::default(),
+                false,
+            )),
         }
     }
 

@@ -426,7 +426,13 @@ async fn update_memory(
     Extension(caller): Extension<Caller>,
     Body(update): Body<MemoryUpdate>,
 ) -> Reply<Updated> {
-    apply(&gateway, &caller, "memory configuration", update.into_change()).await
+    apply(
+        &gateway,
+        &caller,
+        "memory configuration",
+        update.into_change(),
+    )
+    .await
 }
 
 /// The server-wide switches (ANDed with each project's), the short-term capacity and
@@ -453,10 +459,18 @@ async fn update_long_term(
     Extension(caller): Extension<Caller>,
     Body(update): Body<LongTermUpdate>,
 ) -> Reply<Updated> {
-    let mut change = Change::default();
-    change.long_term_enabled = update.enabled();
+    let mut change = Change {
+        long_term_enabled: update.enabled(),
+        ..Change::default()
+    };
     update.into_change(&mut change);
-    apply(&gateway, &caller, "long-term memory configuration", Ok(change)).await
+    apply(
+        &gateway,
+        &caller,
+        "long-term memory configuration",
+        Ok(change),
+    )
+    .await
 }
 
 #[utoipa::path(put, path = "/config/memory/episodic/short_term", tag = "Configuration",
@@ -467,10 +481,18 @@ async fn update_short_term(
     Extension(caller): Extension<Caller>,
     Body(update): Body<ShortTermUpdate>,
 ) -> Reply<Updated> {
-    let mut change = Change::default();
-    change.short_term_enabled = update.enabled();
+    let mut change = Change {
+        short_term_enabled: update.enabled(),
+        ..Change::default()
+    };
     update.into_change(&mut change);
-    apply(&gateway, &caller, "short-term memory configuration", Ok(change)).await
+    apply(
+        &gateway,
+        &caller,
+        "short-term memory configuration",
+        Ok(change),
+    )
+    .await
 }
 
 /// Semantic memory's switch and ingestion triggers change at once; its store, model
@@ -485,7 +507,13 @@ async fn update_semantic(
 ) -> Reply<Updated> {
     let mut change = Change::default();
     update.into_change(&mut change);
-    apply(&gateway, &caller, "semantic memory configuration", Ok(change)).await
+    apply(
+        &gateway,
+        &caller,
+        "semantic memory configuration",
+        Ok(change),
+    )
+    .await
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -70,11 +70,7 @@ impl Change {
 
     /// Bad values are `InvalidArgument` (each field named); then what this server cannot
     /// do at run time is `FailedPrecondition`, each field named with why.
-    pub(super) fn check(
-        &self,
-        base: &Effective,
-        resources: &Resources,
-    ) -> Result<()> {
+    pub(super) fn check(&self, base: &Effective, resources: &Resources) -> Result<()> {
         let mut violations = Violations::default();
         if let Some(n) = self.short_term_capacity
             && !(1..=MAX_COUNT).contains(&n)

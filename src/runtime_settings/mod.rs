@@ -65,8 +65,7 @@ impl Effective {
         EpisodicConfig {
             enabled: project.enabled && self.episodic_enabled,
             long_term_memory_enabled: project.long_term_memory_enabled && self.long_term_enabled,
-            short_term_memory_enabled: project.short_term_memory_enabled
-                && self.short_term_enabled,
+            short_term_memory_enabled: project.short_term_memory_enabled && self.short_term_enabled,
             ..project
         }
     }
@@ -175,7 +174,12 @@ impl RuntimeSettings {
 
     /// The settings in effect now.
     pub fn current(&self) -> Effective {
-        self.0.state.read().expect("settings lock").effective.clone()
+        self.0
+            .state
+            .read()
+            .expect("settings lock")
+            .effective
+            .clone()
     }
 
     /// What the server was started with (its resources), for the configuration API.

@@ -298,8 +298,7 @@ pub trait SettingsStore: Send + Sync {
     /// Replaces the settings if their version is still `expected` (compare and swap, so
     /// two replicas' writes never lose one another); the new version, or `None` when
     /// another writer went first.
-    async fn replace_runtime_settings(&self, expected: i64, settings: &str)
-    -> Result<Option<i64>>;
+    async fn replace_runtime_settings(&self, expected: i64, settings: &str) -> Result<Option<i64>>;
 }
 
 /// Everything the server needs from a backend.

@@ -35,11 +35,7 @@ impl SettingsStore for PostgresStore {
             .map_err(db_error)
     }
 
-    async fn replace_runtime_settings(
-        &self,
-        expected: i64,
-        settings: &str,
-    ) -> Result<Option<i64>> {
+    async fn replace_runtime_settings(&self, expected: i64, settings: &str) -> Result<Option<i64>> {
         let now = chrono::Utc::now().timestamp_micros();
         let next = expected + 1;
         let query = if expected == 0 {

@@ -168,11 +168,7 @@ impl super::SettingsStore for SqliteStore {
         self.readers.read(|tx| runtime_settings::version(tx)).await
     }
 
-    async fn replace_runtime_settings(
-        &self,
-        expected: i64,
-        settings: &str,
-    ) -> Result<Option<i64>> {
+    async fn replace_runtime_settings(&self, expected: i64, settings: &str) -> Result<Option<i64>> {
         let settings = settings.to_string();
         self.writer
             .write(move |conn| runtime_settings::replace(conn, expected, &settings))

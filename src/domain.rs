@@ -11,6 +11,7 @@ use crate::memory::Memories;
 use crate::metrics::Metrics;
 use crate::projects::Projects;
 use crate::retrieval::index_cache::IndexCache;
+use crate::runtime_settings::{Effective, Resources, RuntimeSettings};
 use crate::semantic::SemanticMemory;
 
 /// The domain services; cheap to clone (each is a handle).
@@ -23,6 +24,8 @@ pub struct Domain {
     pub legacy: crate::legacy::Legacy,
     /// The rerankers projects may name (for the configuration API).
     pub rerankers: crate::rerank::Rerankers,
+    /// The server-wide settings changeable at run time (`/api/v2/config`).
+    pub settings: RuntimeSettings,
     pub metrics: Arc<Metrics>,
 }
 
@@ -67,21 +70,26 @@ pub async fn start(
         metrics.clone(),
         config.embedding_lease,
     );
+    let settings = runtime_settings(config, &store, &embedders, &rerankers, llm.is_some()).await?;
     let semantic = SemanticMemory::new(store.clone(), config.limits, embedders.clone(), llm);
-    crate::semantic::ingest::spawn_workers(semantic.clone(), config.ingest, metrics.clone());
+    crate::semantic::ingest::spawn_workers(
+        semantic.clone(),
+        config.ingest,
+        settings.clone(),
+        metrics.clone(),
+    );
     crate::semantic::embedding::spawn(semantic.clone(), config.embedding_lease);
     crate::semantic::summary::spawn(
         semantic.clone(),
-        crate::semantic::summary::Window {
-            messages: config.limits.short_term_window,
-            chars: config.limits.short_term_max_chars,
-        },
+        config.limits.short_term_max_chars,
+        settings.clone(),
     );
     let index = Arc::new(IndexCache::new(store.clone(), config.index_memory));
     crate::retrieval::index_cache::spawn_feed_pruner(&store);
     let episodic = EpisodicMemory::new(store.clone(), index.clone(), config.limits)
         .with_embedders(embedders.clone(), queue)
-        .with_rerankers(rerankers.clone());
+        .with_rerankers(rerankers.clone())
+        .with_settings(settings.clone());
     // Searches work meanwhile: a project not yet loaded loads on its first search.
     tokio::spawn(async move {
         let embedder_of = |p: &crate::model::Project| {
@@ -103,6 +111,39 @@ pub async fn start(
         semantic,
         legacy,
         rerankers,
+        settings,
         metrics,
     })
+}
+
+/// The settings changeable at run time, over the flags' values, and what is fixed.
+async fn runtime_settings(
+    config: &ServeConfig,
+    store: &Arc<dyn crate::store::Store>,
+    embedders: &crate::embed::Embedders,
+    rerankers: &crate::rerank::Rerankers,
+    has_model: bool,
+) -> Result<RuntimeSettings> {
+    let base = Effective::of_flags(&config.limits, &config.ingest, has_model);
+    let rankings = crate::episodic::ranking::Mode::NAMES
+        .iter()
+        .map(|m| m.to_string())
+        .chain(
+            rerankers
+                .all()
+                .into_iter()
+                .map(|(name, _)| name.to_string()),
+        )
+        .collect();
+    let resources = Resources {
+        store: config.store.describe(),
+        store_kind: config.store.kind().to_string(),
+        embedder: embedders
+            .default_embedder()
+            .map(|e| (e.id().to_string(), e.dimensions())),
+        llm_model: config.llm.model.clone(),
+        rankings,
+    };
+    let store: Arc<dyn crate::store::SettingsStore> = store.clone();
+    RuntimeSettings::load(store, base, resources).await
 }

@@ -29,6 +29,7 @@ pub mod rerank;
 pub mod resource_status;
 pub mod rest;
 pub mod retrieval;
+pub mod runtime_settings;
 pub mod semantic;
 pub mod server;
 pub mod store;

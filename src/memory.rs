@@ -77,6 +77,10 @@ fn episode_uids(field: &str, ids: &[String]) -> Result<Vec<uuid::Uuid>> {
         .collect()
 }
 
+/// Why semantic memory was not reached though asked for.
+const SEMANTIC_OFF: &str =
+    "semantic memory is disabled on this server (PUT /api/v2/config/memory/semantic)";
+
 #[derive(Clone)]
 pub struct Memories {
     projects: Projects,
@@ -108,12 +112,17 @@ impl Memories {
         messages: Vec<MessageInput>,
     ) -> Result<Vec<uuid::Uuid>> {
         let key = ProjectKey::parse(org_id, project_id)?;
+        let settings = self.episodic.settings().current();
         if types.contains(&MemoryKind::Semantic) {
             self.semantic.require_model()?;
+            if !settings.semantic_enabled {
+                return Err(Error::FailedPrecondition(SEMANTIC_OFF.into()));
+            }
         }
         let project = self.projects.get(&key).await?;
-        let semantic =
-            (wanted(types).semantic && self.semantic.has_model()).then_some(&self.semantic);
+        let semantic = (wanted(types).semantic && settings.semantic_enabled)
+            .then_some(&self.semantic)
+            .filter(|s| s.has_model());
         self.episodic.add(&project, messages, semantic).await
     }
 
@@ -135,8 +144,9 @@ impl Memories {
             None
         };
         let project = self.projects.get(&key).await?;
+        let settings = self.episodic.settings().current();
         let semantic = async {
-            if !want.semantic {
+            if !want.semantic || !settings.semantic_enabled {
                 return Ok(Vec::new());
             }
             if !want.episodic {
@@ -171,7 +181,8 @@ impl Memories {
                 return Ok(EpisodicSearch::default());
             }
             let mut found = self.episodic.search(&project, input.clone()).await?;
-            if project.episodic.enabled && project.episodic.short_term_memory_enabled {
+            let episodic = settings.episodic_for(project.episodic);
+            if episodic.enabled && episodic.short_term_memory_enabled {
                 found.summaries = self.semantic.summaries(&project).await?;
             }
             Ok::<_, Error>(found)

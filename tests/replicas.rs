@@ -213,6 +213,65 @@ async fn keys_are_shared_and_revocation_is_seen_at_once(shared: Shared) {
     }
 }
 
+/// A runtime setting changed through one replica's `/api/v2/config` is applied by the
+/// other within its reload period (`runtime_settings::RELOAD_EVERY`, a second).
+async fn settings_changed_through_one_are_applied_by_the_other(shared: Shared) {
+    let rest = ["--rest-listen", "127.0.0.1:0"];
+    let (a, b) = (shared.start(&rest), shared.start(&rest));
+    let http = reqwest::Client::new();
+    let short_term = |server: &ServerProcess| {
+        format!(
+            "{}/api/v2/config/memory/episodic/short_term",
+            server.rest_url()
+        )
+    };
+    let put = http
+        .put(short_term(&a))
+        .json(&serde_json::json!({"message_capacity": 3}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200, "{}", put.text().await.unwrap());
+    let started = std::time::Instant::now();
+    loop {
+        let shown: serde_json::Value = http
+            .get(short_term(&b))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if shown["message_capacity"] == 3 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the other replica still shows {shown}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // And it applies it: three recent episodes, though the flag's window is 20.
+    let b = connect(&b).await;
+    calls::create_project(&b, None, "acme", "notes")
+        .await
+        .unwrap();
+    let contents: Vec<String> = (0..5).map(|i| format!("note {i}")).collect();
+    add(&b, &contents).await;
+    let found = MemoryServiceClient::new(b)
+        .search_memories(pb::SearchMemoriesRequest {
+            org_id: "acme".into(),
+            project_id: "notes".into(),
+            query: "note".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let short = found.episodic_memory.unwrap().short_term_memory;
+    assert_eq!(short.len(), 3, "{short:?}");
+}
+
 /// How many times each of these texts was embedded (as "producer: content").
 fn embedded(texts: &common::embeddings::Texts, markers: &[String]) -> HashMap<String, usize> {
     let texts = texts.lock().unwrap();
@@ -316,6 +375,12 @@ macro_rules! replica_tests {
             async fn keys_are_shared_and_revocation_is_seen_at_once() {
                 let Some(shared) = $shared.await else { return };
                 super::keys_are_shared_and_revocation_is_seen_at_once(shared).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn settings_changed_through_one_are_applied_by_the_other() {
+                let Some(shared) = $shared.await else { return };
+                super::settings_changed_through_one_are_applied_by_the_other(shared).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1127,4 +1127,185 @@ fn a_fresh_server_says_what_it_serves_and_reads_what_newcomers_send() {
     assert_eq!(deleted.0, StatusCode::NO_CONTENT, "{}", deleted.1);
     let count = rest.post("/projects/episode_count/get", json!({}));
     assert_eq!(count.1["count"], 2, "{}", count.1);
+
+impl Rest {
+    fn put(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        answer(self.send(self.http.put(format!("{}{path}", self.base)).json(&body)))
+    }
+
+    /// The contents of the short-term episodes a search of acme/notes returns.
+    fn short_term(&self) -> Vec<String> {
+        let found = self.post(
+            "/memories/search",
+            json!({"org_id": "acme", "project_id": "notes", "query": "note",
+                   "types": ["episodic"]}),
+        );
+        assert_eq!(found.0, StatusCode::OK, "{}", found.1);
+        found.1["content"]["episodic_memory"]["short_term_memory"]["episodes"]
+            .as_array()
+            .expect("short-term episodes")
+            .iter()
+            .map(|e| e["content"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+/// The message of a refusal names the field and why.
+fn refused(answer: &(StatusCode, Value), status: u16, exception: &str, words: &[&str]) {
+    assert_error(answer, status, exception);
+    let message = answer.1["detail"]["message"].as_str().unwrap();
+    for word in words {
+        assert!(message.contains(word), "{word:?} not in {message}");
+    }
+}
+
+#[test]
+fn runtime_configuration_takes_effect_at_once_and_survives_a_restart() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let admin = create_key(data.path(), &["--admin"]);
+    let acme = create_key(data.path(), &["--org", "acme"]);
+    let args = [
+        "--rest-listen",
+        "127.0.0.1:0",
+        "--embedder",
+        "hash",
+        "--auth",
+    ];
+    let server = ServerProcess::start(data.path(), &args);
+    let rest = Rest::new(&server).with_key(&admin);
+    let created = rest.post(
+        "/projects",
+        json!({"org_id": "acme", "project_id": "notes"}),
+    );
+    assert_eq!(created.0, StatusCode::CREATED, "{}", created.1);
+    let messages: Vec<Value> = (1..=5)
+        .map(|i| json!({"content": format!("note {i}")}))
+        .collect();
+    let added = rest.post(
+        "/memories",
+        json!({"org_id": "acme", "project_id": "notes", "messages": messages}),
+    );
+    assert_eq!(added.0, StatusCode::OK, "{}", added.1);
+    assert_eq!(rest.short_term().len(), 5, "the flag's window of 20");
+
+    // What GET shows is accepted back unchanged (MemMachine's client re-sends it).
+    for path in ["/config/memory/episodic", "/config/memory/semantic"] {
+        let (status, shown) = rest.get(path);
+        assert_eq!(status, StatusCode::OK, "{shown}");
+        let put = rest.put(path, shown.clone());
+        assert_eq!(put.0, StatusCode::OK, "{path}: {}", put.1);
+        assert_eq!(put.1["success"], true);
+        assert_eq!(rest.get(path).1, shown, "{path} unchanged");
+    }
+
+    // Under --auth only an admin key changes what applies to every org.
+    let org = rest.with_key(&acme);
+    refused(
+        &org.put(
+            "/config/memory/episodic/short_term",
+            json!({"message_capacity": 2}),
+        ),
+        403,
+        "PERMISSION_DENIED",
+        &["admin key"],
+    );
+    assert_eq!(rest.short_term().len(), 5, "the org key changed nothing");
+
+    // The next request follows a change; unknown fields are ignored, as MemMachine does.
+    let put = rest.put(
+        "/config/memory/episodic/short_term",
+        json!({"message_capacity": 2, "a_later_knob": true}),
+    );
+    assert_eq!(put.0, StatusCode::OK, "{}", put.1);
+    assert_eq!(rest.short_term(), ["note 4", "note 5"]);
+    let put = rest.put(
+        "/config/memory/episodic/long_term",
+        json!({"reranker": "lexical"}),
+    );
+    assert_eq!(put.0, StatusCode::OK, "{}", put.1);
+    let put = rest.put(
+        "/config/memory/episodic",
+        json!({"short_term_memory_enabled": false}),
+    );
+    assert_eq!(put.0, StatusCode::OK, "{}", put.1);
+    assert!(rest.short_term().is_empty(), "switched off server-wide");
+    let put = rest.put(
+        "/config/memory",
+        json!({"episodic_memory": {"short_term_memory": {"enabled": true}},
+               "semantic_memory": {"ingestion_trigger_messages": 7}}),
+    );
+    assert_eq!(put.0, StatusCode::OK, "{}", put.1);
+    assert_eq!(rest.short_term().len(), 2);
+
+    // What cannot change at run time is refused, naming the field and why.
+    refused(
+        &rest.put(
+            "/config/memory/semantic",
+            json!({"database": "postgres://elsewhere/db"}),
+        ),
+        412,
+        "FAILED_PRECONDITION",
+        &["semantic_memory.database", "--store"],
+    );
+    refused(
+        &rest.put(
+            "/config/memory/episodic/long_term",
+            json!({"embedder": "openai:text-embedding-3-small", "backend": "declarative"}),
+        ),
+        412,
+        "FAILED_PRECONDITION",
+        &[
+            "long_term_memory.embedder",
+            "--embedder",
+            "long_term_memory.backend",
+        ],
+    );
+    refused(
+        &rest.put("/config/memory/semantic", json!({"enabled": true})),
+        412,
+        "FAILED_PRECONDITION",
+        &["semantic_memory.enabled", "--llm-model"],
+    );
+    refused(
+        &rest.put(
+            "/config/memory/semantic",
+            json!({"vector_dimensions": 1536}),
+        ),
+        412,
+        "FAILED_PRECONDITION",
+        &["vector_dimensions", "256"],
+    );
+    refused(
+        &rest.put(
+            "/config/memory/episodic/long_term",
+            json!({"reranker": "oracle"}),
+        ),
+        422,
+        "INVALID_ARGUMENT",
+        &["reranker", "lexical"],
+    );
+    refused(
+        &rest.put(
+            "/config/memory/episodic/short_term",
+            json!({"message_capacity": 0}),
+        ),
+        422,
+        "INVALID_ARGUMENT",
+        &["message_capacity"],
+    );
+
+    // A restart over the same data keeps what was changed.
+    drop(server);
+    let server = ServerProcess::start(data.path(), &args);
+    let rest = Rest::new(&server).with_key(&admin);
+    let (status, episodic) = rest.get("/config/memory/episodic");
+    assert_eq!(status, StatusCode::OK, "{episodic}");
+    assert_eq!(episodic["short_term_memory"]["message_capacity"], 2);
+    assert_eq!(episodic["short_term_memory"]["enabled"], true);
+    assert_eq!(episodic["long_term_memory"]["reranker"], "lexical");
+    assert_eq!(
+        rest.get("/config/memory/semantic").1["ingestion_trigger_messages"],
+        7
+    );
+    assert_eq!(rest.short_term(), ["note 4", "note 5"]);
 }

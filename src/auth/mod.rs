@@ -53,6 +53,18 @@ impl Caller {
         }
     }
 
+    /// `PermissionDenied` for an org key: `what` concerns every org, so only an admin
+    /// key (or anyone, without --auth) may do it.
+    pub fn require_admin(&self, what: &str) -> Result<()> {
+        match self {
+            Caller::Org { .. } => Err(Error::PermissionDenied(format!(
+                "{what} needs an admin key: it applies to every org, and this key is \
+                 scoped to one"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// The key's id, for logs and per-key limits.
     pub fn key_id(&self) -> Option<&str> {
         match self {

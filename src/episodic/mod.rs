@@ -19,6 +19,7 @@ use crate::model::filter::{self, Expr};
 use crate::model::{Episode, Project, ProjectKey, ScoredEpisode};
 use crate::rerank::Rerankers;
 use crate::retrieval::index_cache::IndexCache;
+use crate::runtime_settings::{Effective, RuntimeSettings};
 use crate::semantic::SemanticMemory;
 use crate::store::Store;
 
@@ -54,6 +55,7 @@ pub struct EpisodicMemory {
     embedders: Embedders,
     queue: EmbeddingQueue,
     rerankers: Rerankers,
+    settings: RuntimeSettings,
 }
 
 /// Parses the request field `field` as a filter.
@@ -71,7 +73,23 @@ impl EpisodicMemory {
             embedders: Embedders::default(),
             queue: EmbeddingQueue::default(),
             rerankers: Rerankers::default(),
+            settings: RuntimeSettings::unstored(Effective::of_flags(
+                &limits,
+                &Default::default(),
+                false,
+            )),
         }
+    }
+
+    /// The server-wide settings it follows.
+    pub fn settings(&self) -> &RuntimeSettings {
+        &self.settings
+    }
+
+    /// Follows the server-wide settings changed at run time.
+    pub fn with_settings(mut self, settings: RuntimeSettings) -> Self {
+        self.settings = settings;
+        self
     }
 
     /// The request limits it enforces.
@@ -101,7 +119,8 @@ impl EpisodicMemory {
         messages: Vec<MessageInput>,
         semantic: Option<&SemanticMemory>,
     ) -> Result<Vec<uuid::Uuid>> {
-        ensure_enabled(project)?;
+        let settings = self.settings.current();
+        ensure_enabled(project, &settings)?;
         let episodes = messages::to_episodes(messages, &self.limits)?;
         let uids = episodes.iter().map(|e| e.uid).collect();
         let count = episodes.len();
@@ -155,9 +174,15 @@ impl EpisodicMemory {
     pub async fn search(&self, project: &Project, input: SearchInput) -> Result<EpisodicSearch> {
         let (top_k, filter) = self.check_search(&input)?;
         let embedder = self.embedders.for_project(&project.config.embedder);
+        let settings = self.settings.current();
+        // A project that names no ranking gets the server's (settable at run time).
+        let ranking = match project.config.reranker.as_str() {
+            "" => settings.ranking.as_str(),
+            named => named,
+        };
         // A name that is not a ranking mode is a reranker's, which reranks candidates
         // of the default mode (one the server no longer offers fails as a reranker does).
-        let (mode, reranker) = match project.config.reranker.as_str() {
+        let (mode, reranker) = match ranking {
             name if name.is_empty() || ranking::Mode::NAMES.contains(&name) => {
                 (ranking::Mode::parse(name, embedder.is_some())?, None)
             }
@@ -167,7 +192,7 @@ impl EpisodicMemory {
             Some(_) => self.rerankers.candidates(top_k),
             None => top_k,
         };
-        let config = project.episodic;
+        let config = settings.episodic_for(project.episodic);
         if !config.enabled {
             return Ok(EpisodicSearch::default());
         }
@@ -207,14 +232,13 @@ impl EpisodicMemory {
             Ok(expand::expand(hits, contexts, top_k))
         };
         let short_term = async {
-            if !config.short_term_memory_enabled || self.limits.short_term_window == 0 {
+            let capacity = settings.short_term_capacity;
+            if !config.short_term_memory_enabled || capacity == 0 {
                 return Ok(Vec::new());
             }
-            let recent = self
-                .recent(project, filter.as_ref(), self.limits.short_term_window)
-                .await?;
+            let recent = self.recent(project, filter.as_ref(), capacity).await?;
             let window = crate::semantic::summary::Window {
-                messages: self.limits.short_term_window,
+                messages: capacity,
                 chars: self.limits.short_term_max_chars,
             };
             Ok(crate::semantic::summary::kept(window, recent))
@@ -391,7 +415,13 @@ impl EpisodicMemory {
     }
 }
 
-fn ensure_enabled(project: &Project) -> Result<()> {
+fn ensure_enabled(project: &Project, settings: &Effective) -> Result<()> {
+    if !settings.episodic_enabled {
+        return Err(Error::FailedPrecondition(
+            "episodic memory is disabled on this server (PUT /api/v2/config/memory/episodic)"
+                .into(),
+        ));
+    }
     if project.episodic.enabled {
         Ok(())
     } else {

@@ -6,6 +6,7 @@
 
 mod admission;
 mod body;
+mod config_updates;
 mod console;
 mod error;
 mod health;

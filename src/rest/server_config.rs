@@ -1,7 +1,8 @@
 //! `/api/v2/config/...`: the server-wide memory settings and resources that MemMachine
-//! 0.4's client configuration API reads and writes. Here they are set by flags when the
-//! server starts, so they are shown and cannot be changed at run time: a change answers
-//! 412 naming the flag. Per-project episodic switches live at `/memory/episodic/config`.
+//! 0.4's client configuration API reads and writes. Settings the server can change while
+//! it runs (`runtime_settings`) are shown as in effect and changed by the PUTs; resources
+//! fixed at start-up (store, embedder, language model) are accepted only as they are.
+//! Per-project episodic switches live at `/memory/episodic/config`.
 
 use axum::extract::{Path, State};
 use axum::{Extension, Json};
@@ -11,10 +12,14 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::body::Body;
+use super::config_updates::{
+    EpisodicUpdate, LongTermUpdate, MemoryUpdate, SemanticUpdate, ShortTermUpdate,
+};
 use super::{ApiError, Gateway};
 use crate::auth::Caller;
 use crate::error::Error;
 use crate::resource_status::{Kind, Status};
+use crate::runtime_settings::{Change, Effective};
 
 /// What the server was started with, for the configuration API.
 pub struct Settings {
@@ -23,9 +28,6 @@ pub struct Settings {
     /// The store's kind alone, shown to org keys: where it is concerns the operator.
     store_kind: &'static str,
     llm_model: Option<String>,
-    short_term_window: usize,
-    trigger_messages: usize,
-    trigger_age_secs: u64,
 }
 
 impl Settings {
@@ -34,9 +36,6 @@ impl Settings {
             store: config.store.describe(),
             store_kind: config.store.kind(),
             llm_model: config.llm.model.clone(),
-            short_term_window: config.limits.short_term_window,
-            trigger_messages: config.ingest.trigger_messages,
-            trigger_age_secs: config.ingest.trigger_age.as_secs(),
         }
     }
 }
@@ -120,6 +119,8 @@ pub struct SemanticConfig {
     /// Messages that start an ingestion (this server's addition).
     ingestion_trigger_messages: usize,
     ingestion_trigger_age_seconds: u64,
+    /// The dimensions of the server's embedder's vectors.
+    vector_dimensions: Option<usize>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -271,44 +272,69 @@ async fn resources(gateway: &Gateway, caller: &Caller) -> Result<Resources, ApiE
     })
 }
 
+/// The ranking of projects that name none, by its name (the server's own default
+/// resolved: hybrid with an embedder, else lexical).
+fn ranking(gateway: &Gateway, effective: &Effective) -> Result<String, ApiError> {
+    // As search decides it (the console shows this one too).
+    Ok(match effective.ranking.as_str() {
+        "" => {
+            let embedder = default_embedder(gateway)?;
+            crate::episodic::ranking::Mode::default_for(embedder.is_some())
+                .name()
+                .into()
+        }
+        named => named.into(),
+    })
+}
+
+fn effective(gateway: &Gateway) -> Result<Effective, ApiError> {
+    Ok(gateway.domain()?.settings.current())
+}
+
 fn episodic(gateway: &Gateway, caller: &Caller) -> Result<EpisodicConfig, ApiError> {
     let settings = &gateway.settings;
-    let embedder = default_embedder(gateway)?;
-    // The mode a project naming none ranks with, as search decides it (the console
-    // shows this one too).
-    let mode = crate::episodic::ranking::Mode::default_for(embedder.is_some());
+    let effective = effective(gateway)?;
     Ok(EpisodicConfig {
         long_term_memory: LongTermConfig {
-            backend: None,
-            embedder,
-            reranker: Some(mode.name().into()),
+            backend: Some("event".into()),
+            embedder: default_embedder(gateway)?,
+            reranker: Some(ranking(gateway, &effective)?),
             vector_graph_store: None,
             vector_store: None,
             segment_store: Some(store_shown(gateway, caller)),
             properties_schema: None,
-            enabled: true,
+            enabled: effective.long_term_enabled,
         },
         short_term_memory: ShortTermConfig {
             llm_model: settings.llm_model.clone(),
-            message_capacity: Some(settings.short_term_window),
-            enabled: true,
+            message_capacity: Some(effective.short_term_capacity),
+            enabled: effective.short_term_enabled,
         },
-        enabled: true,
+        enabled: effective.episodic_enabled,
     })
 }
 
 fn semantic(gateway: &Gateway, caller: &Caller) -> Result<SemanticConfig, ApiError> {
     let settings = &gateway.settings;
+    let effective = effective(gateway)?;
+    let dimensions = gateway
+        .domain()?
+        .semantic
+        .embedders()
+        .default_embedder()
+        .map(|e| e.dimensions());
     Ok(SemanticConfig {
-        enabled: gateway.domain()?.semantic.has_model(),
+        // Ingestion needs a language model: without one semantic memory is shown off.
+        enabled: effective.semantic_enabled && effective.has_model,
         database: Some(store_shown(gateway, caller)),
         storage_backend: Some(store_shown(gateway, caller)),
         feature_store: None,
         vector_collection: None,
         llm_model: settings.llm_model.clone(),
         embedding_model: default_embedder(gateway)?,
-        ingestion_trigger_messages: settings.trigger_messages,
-        ingestion_trigger_age_seconds: settings.trigger_age_secs,
+        ingestion_trigger_messages: effective.trigger_messages,
+        ingestion_trigger_age_seconds: effective.trigger_age.as_secs(),
+        vector_dimensions: dimensions,
     })
 }
 
@@ -387,45 +413,124 @@ fn read_only(what: &str, how: &str) -> ApiError {
     )))
 }
 
-const EPISODIC_HOW: &str = "pass --embedder/--short-term-window and restart; per-project \
-                            switches are POST /api/v2/memory/episodic/config with org_id \
-                            and project_id";
-const SEMANTIC_HOW: &str = "pass --llm-base-url/--llm-model, --semantic-trigger-messages or \
-                            --semantic-trigger-age and restart";
-
-/// Any JSON object (the settings MemMachine's client sends).
+/// Any JSON object (the resources MemMachine's client sends).
 #[derive(Debug, Deserialize, ToSchema)]
 #[schema(value_type = Object)]
 pub struct AnyObject(#[allow(dead_code)] serde_json::Map<String, serde_json::Value>);
 
-#[utoipa::path(put, path = "/config/memory", tag = "Configuration", request_body = AnyObject,
-    responses((status = 412)))]
-async fn update_memory(_body: Body<AnyObject>) -> Reply<Updated> {
-    Err(read_only("memory configuration", EPISODIC_HOW))
+/// Applies a change (admin keys only under --auth): in effect for the next request here,
+/// stored so a restart and every replica keep it.
+async fn apply(
+    gateway: &Gateway,
+    caller: &Caller,
+    what: &str,
+    change: Result<Change, Error>,
+) -> Reply<Updated> {
+    caller.require_admin(&format!("changing the {what}"))?;
+    gateway.domain()?.settings.update(change?).await?;
+    Ok(Json(Updated {
+        success: true,
+        message: format!("{what} updated"),
+    }))
 }
 
+/// Both memory types' settings at once, as the sub-routes below take them.
+#[utoipa::path(put, path = "/config/memory", tag = "Configuration",
+    request_body = MemoryUpdate, responses((status = 200, body = Updated), (status = 400),
+    (status = 403), (status = 412)))]
+async fn update_memory(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+    Body(update): Body<MemoryUpdate>,
+) -> Reply<Updated> {
+    apply(
+        &gateway,
+        &caller,
+        "memory configuration",
+        update.into_change(),
+    )
+    .await
+}
+
+/// The server-wide switches (ANDed with each project's), the short-term capacity and
+/// the default ranking change at once; the embedder, store, backend and language
+/// model are accepted only as they are (412 naming the field and why otherwise).
 #[utoipa::path(put, path = "/config/memory/episodic", tag = "Configuration",
-    request_body = AnyObject, responses((status = 412)))]
-async fn update_episodic(_body: Body<AnyObject>) -> Reply<Updated> {
-    Err(read_only("episodic memory configuration", EPISODIC_HOW))
+    request_body = EpisodicUpdate, responses((status = 200, body = Updated),
+    (status = 400), (status = 403), (status = 412)))]
+async fn update_episodic(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+    Body(update): Body<EpisodicUpdate>,
+) -> Reply<Updated> {
+    let mut change = Change::default();
+    let change = update.into_change(&mut change).map(|()| change);
+    apply(&gateway, &caller, "episodic memory configuration", change).await
 }
 
 #[utoipa::path(put, path = "/config/memory/episodic/long_term", tag = "Configuration",
-    request_body = AnyObject, responses((status = 412)))]
-async fn update_long_term(_body: Body<AnyObject>) -> Reply<Updated> {
-    Err(read_only("long-term memory configuration", EPISODIC_HOW))
+    request_body = LongTermUpdate, responses((status = 200, body = Updated),
+    (status = 400), (status = 403), (status = 412)))]
+async fn update_long_term(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+    Body(update): Body<LongTermUpdate>,
+) -> Reply<Updated> {
+    let mut change = Change {
+        long_term_enabled: update.enabled(),
+        ..Change::default()
+    };
+    update.into_change(&mut change);
+    apply(
+        &gateway,
+        &caller,
+        "long-term memory configuration",
+        Ok(change),
+    )
+    .await
 }
 
 #[utoipa::path(put, path = "/config/memory/episodic/short_term", tag = "Configuration",
-    request_body = AnyObject, responses((status = 412)))]
-async fn update_short_term(_body: Body<AnyObject>) -> Reply<Updated> {
-    Err(read_only("short-term memory configuration", EPISODIC_HOW))
+    request_body = ShortTermUpdate, responses((status = 200, body = Updated),
+    (status = 400), (status = 403), (status = 412)))]
+async fn update_short_term(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+    Body(update): Body<ShortTermUpdate>,
+) -> Reply<Updated> {
+    let mut change = Change {
+        short_term_enabled: update.enabled(),
+        ..Change::default()
+    };
+    update.into_change(&mut change);
+    apply(
+        &gateway,
+        &caller,
+        "short-term memory configuration",
+        Ok(change),
+    )
+    .await
 }
 
+/// Semantic memory's switch and ingestion triggers change at once; its store, model
+/// and embedder are accepted only as they are.
 #[utoipa::path(put, path = "/config/memory/semantic", tag = "Configuration",
-    request_body = AnyObject, responses((status = 412)))]
-async fn update_semantic(_body: Body<AnyObject>) -> Reply<Updated> {
-    Err(read_only("semantic memory configuration", SEMANTIC_HOW))
+    request_body = SemanticUpdate, responses((status = 200, body = Updated),
+    (status = 400), (status = 403), (status = 412)))]
+async fn update_semantic(
+    State(gateway): State<Gateway>,
+    Extension(caller): Extension<Caller>,
+    Body(update): Body<SemanticUpdate>,
+) -> Reply<Updated> {
+    let mut change = Change::default();
+    update.into_change(&mut change);
+    apply(
+        &gateway,
+        &caller,
+        "semantic memory configuration",
+        Ok(change),
+    )
+    .await
 }
 
 #[derive(Debug, Serialize, ToSchema)]

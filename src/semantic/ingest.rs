@@ -17,6 +17,7 @@ use super::prompts::{self, CommandKind};
 use crate::llm::{ChatRequest, LanguageModel, LlmError, Purpose};
 use crate::metrics::Metrics;
 use crate::model::Episode;
+use crate::runtime_settings::RuntimeSettings;
 
 /// Settings of semantic ingestion.
 #[derive(Debug, Clone, Copy)]
@@ -85,7 +86,13 @@ enum Outcome {
 }
 
 /// Starts the ingestion workers (only with a model); they stop once the store closes.
-pub fn spawn_workers(memory: SemanticMemory, settings: IngestSettings, metrics: Arc<Metrics>) {
+/// The triggers are read from `runtime` at each claim, so a change applies at once.
+pub fn spawn_workers(
+    memory: SemanticMemory,
+    settings: IngestSettings,
+    runtime: RuntimeSettings,
+    metrics: Arc<Metrics>,
+) {
     let Some(model) = memory.model().cloned() else {
         return;
     };
@@ -95,6 +102,7 @@ pub fn spawn_workers(memory: SemanticMemory, settings: IngestSettings, metrics: 
             memory: memory.clone(),
             model: model.clone(),
             settings,
+            runtime: runtime.clone(),
             metrics: metrics.clone(),
             consolidated: consolidated.clone(),
         };
@@ -106,6 +114,7 @@ struct Worker {
     memory: SemanticMemory,
     model: Arc<dyn LanguageModel>,
     settings: IngestSettings,
+    runtime: RuntimeSettings,
     metrics: Arc<Metrics>,
     consolidated: Consolidated,
 }
@@ -116,9 +125,10 @@ type Consolidated = Arc<std::sync::Mutex<std::collections::HashMap<(i64, String)
 
 impl Worker {
     fn rule(&self) -> ClaimRule {
+        let runtime = self.runtime.current();
         ClaimRule {
-            min_messages: self.settings.trigger_messages.max(1),
-            max_age_micros: self.settings.trigger_age.as_micros() as i64,
+            min_messages: runtime.trigger_messages.max(1),
+            max_age_micros: runtime.trigger_age.as_micros() as i64,
             max_batch: self.settings.max_batch.max(1),
             lease_micros: self.settings.lease.as_micros() as i64,
             now_micros: now_micros(),

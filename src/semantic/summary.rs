@@ -11,6 +11,7 @@ use super::SemanticMemory;
 use super::prompts;
 use crate::llm::{ChatRequest, LanguageModel, Purpose};
 use crate::model::{Episode, ProjectKey};
+use crate::runtime_settings::RuntimeSettings;
 
 /// Episodes folded in per model call.
 const FOLD_BATCH: usize = 50;
@@ -48,16 +49,23 @@ pub fn kept(window: Window, recent: Vec<Episode>) -> Vec<Episode> {
 }
 
 /// Starts the summariser (only with a model).
-pub fn spawn(memory: SemanticMemory, window: Window) {
+/// The window's length is read from `runtime` on each pass, so a change of the
+/// short-term capacity applies at once.
+pub fn spawn(memory: SemanticMemory, chars: usize, runtime: RuntimeSettings) {
     let Some(model) = memory.model().cloned() else {
         return;
     };
-    if window.messages == 0 {
-        return;
-    }
     tokio::spawn(async move {
         let mut cursor = 0;
         loop {
+            let window = Window {
+                messages: runtime.current().short_term_capacity,
+                chars,
+            };
+            if window.messages == 0 {
+                tokio::time::sleep(POLL).await;
+                continue;
+            }
             match memory.store().projects_changed(cursor).await {
                 Ok((projects, next)) => {
                     let mut failed = false;

@@ -17,6 +17,7 @@ mod postgres_support;
 mod projects;
 mod ranking;
 mod semantic;
+mod settings;
 mod shared;
 mod stats;
 mod support;
@@ -172,6 +173,10 @@ macro_rules! conformance {
                 }
                 stats {
                     fresh stats_count_episodes_and_the_embedding_queue,
+                }
+                settings {
+                    fresh runtime_settings_are_replaced_under_their_version,
+                    pair one_of_two_replicas_racing_on_the_settings_wins,
                 }
                 shared {
                     pair writes_through_one_handle_are_seen_through_the_other,

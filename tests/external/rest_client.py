@@ -164,6 +164,31 @@ def main():
     check(config.episodic_memory.enabled, f"config: {config}")
     check(len(config.resources.databases) == 1, f"resources: {config.resources}")
 
+    # Runtime settings: the client's update_* calls take effect and read back; what the
+    # server cannot change is refused with a reason (412).
+    settings = client.config()
+    done = settings.update_short_term_memory_config(message_capacity=7)
+    check(done.success, f"update_short_term_memory_config: {done}")
+    short = settings.get_short_term_memory_config()
+    check(short.message_capacity == 7, f"short-term after update: {short}")
+    done = settings.update_semantic_memory_config(ingestion_trigger_messages=9)
+    check(done.success, f"update_semantic_memory_config: {done}")
+    # The client's response model has no trigger fields: read the JSON itself.
+    semantic = client.request("GET", f"{client.base_url}/api/v2/config/memory/semantic")
+    semantic = semantic.json()
+    check(semantic["ingestion_trigger_messages"] == 9, f"semantic after update: {semantic}")
+    done = settings.update_long_term_memory_config(reranker="lexical")
+    check(done.success, f"update_long_term_memory_config: {done}")
+    check(settings.get_long_term_memory_config().reranker == "lexical", "reranker")
+    done = settings.update_episodic_memory_config(short_term_memory_enabled=True)
+    check(done.success, f"update_episodic_memory_config: {done}")
+    try:
+        settings.update_semantic_memory_config(database="elsewhere")
+        raise AssertionError("the semantic database changed at run time")
+    except requests.HTTPError as err:
+        check(err.response.status_code == 412, f"database: {err.response.status_code}")
+        check("semantic_memory.database" in err.response.text, err.response.text)
+
     # Projects go; later calls on them are 404.
     check(other.delete(), "delete project")
     check(project.delete(), "delete project")

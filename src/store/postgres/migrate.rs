@@ -381,6 +381,13 @@ const MIGRATIONS: &[&str] = &[
     "#,
     // 5: whether ranking treats the participants a question names apart.
     "ALTER TABLE projects ADD COLUMN participant_aware BOOLEAN NOT NULL DEFAULT TRUE;",
+    // 6: the server-wide settings changed at run time (`/api/v2/config`): one row.
+    "CREATE TABLE runtime_settings (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        version BIGINT NOT NULL,
+        settings TEXT NOT NULL,
+        updated_at BIGINT NOT NULL
+    );",
 ];
 
 /// Brings the database to the latest schema (creating the `vector` extension first)

@@ -17,6 +17,7 @@ mod legacy;
 mod lifecycle;
 mod migrate;
 mod projects;
+mod runtime_settings;
 mod semantic;
 mod semantic_features;
 mod semantic_queue;

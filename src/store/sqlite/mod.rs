@@ -10,6 +10,7 @@ mod filter_sql;
 mod keys;
 mod legacy;
 mod projects;
+mod runtime_settings;
 mod schema;
 mod semantic;
 mod semantic_features;
@@ -154,6 +155,24 @@ impl KeyStore for SqliteStore {
     async fn revoke_key(&self, id: &str) -> Result<bool> {
         let id = id.to_string();
         self.writer.write(move |conn| keys::revoke(conn, &id)).await
+    }
+}
+
+#[async_trait]
+impl super::SettingsStore for SqliteStore {
+    async fn runtime_settings(&self) -> Result<super::StoredSettings> {
+        self.readers.read(|tx| runtime_settings::read(tx)).await
+    }
+
+    async fn runtime_settings_version(&self) -> Result<i64> {
+        self.readers.read(|tx| runtime_settings::version(tx)).await
+    }
+
+    async fn replace_runtime_settings(&self, expected: i64, settings: &str) -> Result<Option<i64>> {
+        let settings = settings.to_string();
+        self.writer
+            .write(move |conn| runtime_settings::replace(conn, expected, &settings))
+            .await
     }
 }
 

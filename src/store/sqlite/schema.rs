@@ -236,6 +236,13 @@ const MIGRATIONS: &[&str] = &[
     );",
     // 7: whether ranking treats the participants a question names apart.
     "ALTER TABLE projects ADD COLUMN participant_aware INTEGER NOT NULL DEFAULT 1;",
+    // 8: the server-wide settings changed at run time (`/api/v2/config`): one row.
+    "CREATE TABLE runtime_settings (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        version INTEGER NOT NULL,
+        settings TEXT NOT NULL,
+        updated_at INTEGER NOT NULL
+    );",
 ];
 
 /// Brings the database to the latest schema, and makes sure universal/universal exists.

@@ -1,0 +1,187 @@
+//! The bodies of MemMachine 0.4's `PUT /api/v2/config/memory...` (its `Update*Spec`
+//! models), read into the domain's `runtime_settings::Change`. Every field is optional
+//! and unknown ones are ignored, as MemMachine's pydantic models do.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use utoipa::ToSchema;
+
+use crate::error::{Error, Result};
+use crate::runtime_settings::{Change, Fixed};
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct LongTermUpdate {
+    /// `event` (this server's); `declarative` is refused.
+    backend: Option<String>,
+    /// The server's embedder (fixed at start-up).
+    embedder: Option<String>,
+    /// A ranking mode (`lexical`, `dense`, `hybrid`) or an offered reranker: the default
+    /// of projects that name none; empty for the server's own default.
+    reranker: Option<String>,
+    vector_graph_store: Option<String>,
+    vector_store: Option<String>,
+    segment_store: Option<String>,
+    properties_schema: Option<BTreeMap<String, String>>,
+    enabled: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct ShortTermUpdate {
+    llm_model: Option<String>,
+    /// Recent episodes kept in short-term memory (1 to 1000).
+    message_capacity: Option<i64>,
+    enabled: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct EpisodicUpdate {
+    long_term_memory: Option<LongTermUpdate>,
+    short_term_memory: Option<ShortTermUpdate>,
+    long_term_memory_enabled: Option<bool>,
+    short_term_memory_enabled: Option<bool>,
+    enabled: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct SemanticUpdate {
+    enabled: Option<bool>,
+    database: Option<String>,
+    storage_backend: Option<String>,
+    feature_store: Option<String>,
+    vector_collection: Option<String>,
+    vector_dimensions: Option<i64>,
+    llm_model: Option<String>,
+    embedding_model: Option<String>,
+    ingestion_trigger_messages: Option<i64>,
+    ingestion_trigger_age_seconds: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct MemoryUpdate {
+    episodic_memory: Option<EpisodicUpdate>,
+    semantic_memory: Option<SemanticUpdate>,
+}
+
+/// A count as the domain checks it: a negative one is out of range as 0 is.
+fn count(n: i64) -> usize {
+    usize::try_from(n).unwrap_or(0)
+}
+
+/// One switch sent in two places (`long_term_memory_enabled` and
+/// `long_term_memory.enabled`) must agree.
+fn switch(field: &str, one: Option<bool>, other: Option<bool>) -> Result<Option<bool>> {
+    match (one, other) {
+        (Some(a), Some(b)) if a != b => Err(Error::invalid(
+            field,
+            "disagrees with the same switch given elsewhere in the request",
+        )),
+        (a, b) => Ok(a.or(b)),
+    }
+}
+
+impl LongTermUpdate {
+    pub fn enabled(&self) -> Option<bool> {
+        self.enabled
+    }
+
+    pub fn into_change(self, change: &mut Change) {
+        let field = |name: &str| format!("episodic_memory.long_term_memory.{name}");
+        let fixed = &mut change.fixed;
+        let mut name = |what: &str, value: Option<String>, kind: fn(String) -> Fixed| {
+            if let Some(value) = value {
+                fixed.push((field(what), kind(value)));
+            }
+        };
+        name("backend", self.backend, Fixed::Backend);
+        name("embedder", self.embedder, Fixed::Embedder);
+        name("vector_graph_store", self.vector_graph_store, Fixed::Store);
+        name("vector_store", self.vector_store, Fixed::Store);
+        name("segment_store", self.segment_store, Fixed::Store);
+        if let Some(schema) = self.properties_schema {
+            fixed.push((
+                field("properties_schema"),
+                Fixed::PropertiesSchema(schema.len()),
+            ));
+        }
+        change.ranking = self.reranker;
+    }
+}
+
+impl ShortTermUpdate {
+    pub fn enabled(&self) -> Option<bool> {
+        self.enabled
+    }
+
+    pub fn into_change(self, change: &mut Change) {
+        if let Some(model) = self.llm_model {
+            change.fixed.push((
+                "episodic_memory.short_term_memory.llm_model".into(),
+                Fixed::LanguageModel(model),
+            ));
+        }
+        change.short_term_capacity = self.message_capacity.map(count);
+    }
+}
+
+impl EpisodicUpdate {
+    pub fn into_change(self, change: &mut Change) -> Result<()> {
+        let long_enabled = self.long_term_memory.as_ref().and_then(|l| l.enabled);
+        let short_enabled = self.short_term_memory.as_ref().and_then(|s| s.enabled);
+        change.episodic_enabled = self.enabled;
+        change.long_term_enabled = switch(
+            "episodic_memory.long_term_memory.enabled",
+            self.long_term_memory_enabled,
+            long_enabled,
+        )?;
+        change.short_term_enabled = switch(
+            "episodic_memory.short_term_memory.enabled",
+            self.short_term_memory_enabled,
+            short_enabled,
+        )?;
+        if let Some(long) = self.long_term_memory {
+            long.into_change(change);
+        }
+        if let Some(short) = self.short_term_memory {
+            short.into_change(change);
+        }
+        Ok(())
+    }
+}
+
+impl SemanticUpdate {
+    pub fn into_change(self, change: &mut Change) {
+        let field = |name: &str| format!("semantic_memory.{name}");
+        let fixed = &mut change.fixed;
+        let mut name = |what: &str, value: Option<String>, kind: fn(String) -> Fixed| {
+            if let Some(value) = value {
+                fixed.push((field(what), kind(value)));
+            }
+        };
+        name("database", self.database, Fixed::Store);
+        name("storage_backend", self.storage_backend, Fixed::Store);
+        name("feature_store", self.feature_store, Fixed::Store);
+        name("vector_collection", self.vector_collection, Fixed::Store);
+        name("llm_model", self.llm_model, Fixed::LanguageModel);
+        name("embedding_model", self.embedding_model, Fixed::Embedder);
+        if let Some(n) = self.vector_dimensions {
+            fixed.push((field("vector_dimensions"), Fixed::Dimensions(count(n))));
+        }
+        change.semantic_enabled = self.enabled;
+        change.trigger_messages = self.ingestion_trigger_messages.map(count);
+        change.trigger_age_secs = self.ingestion_trigger_age_seconds;
+    }
+}
+
+impl MemoryUpdate {
+    pub fn into_change(self) -> Result<Change> {
+        let mut change = Change::default();
+        if let Some(episodic) = self.episodic_memory {
+            episodic.into_change(&mut change)?;
+        }
+        if let Some(semantic) = self.semantic_memory {
+            semantic.into_change(&mut change);
+        }
+        Ok(change)
+    }
+}

@@ -81,7 +81,7 @@ pub async fn start(
     crate::semantic::embedding::spawn(semantic.clone(), config.embedding_lease);
     crate::semantic::summary::spawn(
         semantic.clone(),
-        config.limits.short_term_max_chars,
+        config.limits.short_term_window,
         settings.clone(),
     );
     let index = Arc::new(IndexCache::new(store.clone(), config.index_memory));

@@ -227,7 +227,7 @@ async fn settings_changed_through_one_are_applied_by_the_other(shared: Shared) {
     };
     let put = http
         .put(short_term(&a))
-        .json(&serde_json::json!({"message_capacity": 3}))
+        .json(&serde_json::json!({"message_capacity": 18}))
         .send()
         .await
         .unwrap();
@@ -242,7 +242,7 @@ async fn settings_changed_through_one_are_applied_by_the_other(shared: Shared) {
             .json()
             .await
             .unwrap();
-        if shown["message_capacity"] == 3 {
+        if shown["message_capacity"] == 18 {
             break;
         }
         assert!(
@@ -251,7 +251,8 @@ async fn settings_changed_through_one_are_applied_by_the_other(shared: Shared) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // And it applies it: three recent episodes, though the flag's window is 20.
+    // And it applies it: three recent episodes (18 characters), though the flag's window
+    // is 20.
     let b = connect(&b).await;
     calls::create_project(&b, None, "acme", "notes")
         .await

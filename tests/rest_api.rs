@@ -1127,6 +1127,7 @@ fn a_fresh_server_says_what_it_serves_and_reads_what_newcomers_send() {
     assert_eq!(deleted.0, StatusCode::NO_CONTENT, "{}", deleted.1);
     let count = rest.post("/projects/episode_count/get", json!({}));
     assert_eq!(count.1["count"], 2, "{}", count.1);
+}
 
 impl Rest {
     fn put(&self, path: &str, body: Value) -> (StatusCode, Value) {
@@ -1203,7 +1204,7 @@ fn runtime_configuration_takes_effect_at_once_and_survives_a_restart() {
     refused(
         &org.put(
             "/config/memory/episodic/short_term",
-            json!({"message_capacity": 2}),
+            json!({"message_capacity": 12}),
         ),
         403,
         "PERMISSION_DENIED",
@@ -1214,7 +1215,7 @@ fn runtime_configuration_takes_effect_at_once_and_survives_a_restart() {
     // The next request follows a change; unknown fields are ignored, as MemMachine does.
     let put = rest.put(
         "/config/memory/episodic/short_term",
-        json!({"message_capacity": 2, "a_later_knob": true}),
+        json!({"message_capacity": 12, "a_later_knob": true}),
     );
     assert_eq!(put.0, StatusCode::OK, "{}", put.1);
     assert_eq!(rest.short_term(), ["note 4", "note 5"]);
@@ -1300,7 +1301,7 @@ fn runtime_configuration_takes_effect_at_once_and_survives_a_restart() {
     let rest = Rest::new(&server).with_key(&admin);
     let (status, episodic) = rest.get("/config/memory/episodic");
     assert_eq!(status, StatusCode::OK, "{episodic}");
-    assert_eq!(episodic["short_term_memory"]["message_capacity"], 2);
+    assert_eq!(episodic["short_term_memory"]["message_capacity"], 12);
     assert_eq!(episodic["short_term_memory"]["enabled"], true);
     assert_eq!(episodic["long_term_memory"]["reranker"], "lexical");
     assert_eq!(

@@ -232,14 +232,14 @@ impl EpisodicMemory {
             Ok(expand::expand(hits, contexts, top_k))
         };
         let short_term = async {
-            let capacity = settings.short_term_capacity;
+            let capacity = self.limits.short_term_window;
             if !config.short_term_memory_enabled || capacity == 0 {
                 return Ok(Vec::new());
             }
             let recent = self.recent(project, filter.as_ref(), capacity).await?;
             let window = crate::semantic::summary::Window {
                 messages: capacity,
-                chars: self.limits.short_term_max_chars,
+                chars: settings.short_term_chars,
             };
             Ok(crate::semantic::summary::kept(window, recent))
         };

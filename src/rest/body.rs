@@ -37,6 +37,11 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
             } else {
                 &bytes
             };
+        // Every body is an object: serde would also read a struct from an array, by
+        // position, which MemMachine refuses.
+        if !text.trim_ascii_start().starts_with(b"{") {
+            return Err(Error::invalid(WHOLE_BODY, "must be a JSON object").into());
+        }
         let mut json = serde_json::Deserializer::from_slice(text);
         match serde_path_to_error::deserialize(&mut json) {
             Ok(value) => Ok(Body(value)),

@@ -63,6 +63,13 @@ pub struct MemoryUpdate {
     semantic_memory: Option<SemanticUpdate>,
 }
 
+impl MemoryUpdate {
+    /// Whether neither part is given.
+    pub fn is_empty(&self) -> bool {
+        self.episodic_memory.is_none() && self.semantic_memory.is_none()
+    }
+}
+
 /// A count as the domain checks it: a negative one is out of range as 0 is.
 fn count(n: i64) -> usize {
     usize::try_from(n).unwrap_or(0)
@@ -120,7 +127,7 @@ impl ShortTermUpdate {
                 Fixed::LanguageModel(model),
             ));
         }
-        change.short_term_capacity = self.message_capacity.map(count);
+        change.short_term_chars = self.message_capacity.map(count);
     }
 }
 

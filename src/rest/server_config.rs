@@ -307,7 +307,8 @@ fn episodic(gateway: &Gateway, caller: &Caller) -> Result<EpisodicConfig, ApiErr
         },
         short_term_memory: ShortTermConfig {
             llm_model: settings.llm_model.clone(),
-            message_capacity: Some(effective.short_term_capacity),
+            message_capacity: (effective.short_term_chars > 0)
+                .then_some(effective.short_term_chars),
             enabled: effective.short_term_enabled,
         },
         enabled: effective.episodic_enabled,
@@ -443,6 +444,14 @@ async fn update_memory(
     Extension(caller): Extension<Caller>,
     Body(update): Body<MemoryUpdate>,
 ) -> Reply<Updated> {
+    // MemMachine answers 400 (not its usual 422) for a body naming neither part.
+    if update.is_empty() {
+        return Err(ApiError::from(Error::invalid(
+            "episodic_memory",
+            "at least one of episodic_memory or semantic_memory must be given",
+        ))
+        .with_status(http::StatusCode::BAD_REQUEST));
+    }
     apply(
         &gateway,
         &caller,

@@ -7,6 +7,8 @@ use crate::error::{Error, Result, Violations};
 
 /// Largest short-term capacity and semantic message trigger accepted.
 const MAX_COUNT: usize = 1000;
+/// The largest short-term length in characters (MemMachine's default is 64,000).
+const MAX_CHARS: usize = 16 * 1024 * 1024;
 /// Longest semantic age trigger accepted: a week.
 const MAX_AGE_SECS: f64 = 7.0 * 24.0 * 3600.0;
 
@@ -42,7 +44,7 @@ pub struct Change {
     pub episodic_enabled: Option<bool>,
     pub long_term_enabled: Option<bool>,
     pub short_term_enabled: Option<bool>,
-    pub short_term_capacity: Option<usize>,
+    pub short_term_chars: Option<usize>,
     /// Empty: back to the server's default.
     pub ranking: Option<String>,
     pub semantic_enabled: Option<bool>,
@@ -61,7 +63,7 @@ impl Change {
         self.episodic_enabled.is_none()
             && self.long_term_enabled.is_none()
             && self.short_term_enabled.is_none()
-            && self.short_term_capacity.is_none()
+            && self.short_term_chars.is_none()
             && self.ranking.is_none()
             && self.semantic_enabled.is_none()
             && self.trigger_messages.is_none()
@@ -72,12 +74,12 @@ impl Change {
     /// do at run time is `FailedPrecondition`, each field named with why.
     pub(super) fn check(&self, base: &Effective, resources: &Resources) -> Result<()> {
         let mut violations = Violations::default();
-        if let Some(n) = self.short_term_capacity
-            && !(1..=MAX_COUNT).contains(&n)
+        if let Some(n) = self.short_term_chars
+            && !(1..=MAX_CHARS).contains(&n)
         {
             violations.add(
                 "episodic_memory.short_term_memory.message_capacity",
-                format!("must be between 1 and {MAX_COUNT}"),
+                format!("must be between 1 and {MAX_CHARS} characters"),
             );
         }
         if let Some(n) = self.trigger_messages
@@ -139,8 +141,8 @@ impl Change {
         set(&mut overrides.long_term_enabled, self.long_term_enabled);
         set(&mut overrides.short_term_enabled, self.short_term_enabled);
         set(&mut overrides.semantic_enabled, self.semantic_enabled);
-        if let Some(n) = self.short_term_capacity {
-            overrides.short_term_capacity = Some(n);
+        if let Some(n) = self.short_term_chars {
+            overrides.short_term_chars = Some(n);
         }
         if let Some(name) = &self.ranking {
             overrides.ranking = (!name.is_empty()).then(|| name.clone());

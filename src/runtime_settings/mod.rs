@@ -26,8 +26,9 @@ pub struct Effective {
     pub episodic_enabled: bool,
     pub long_term_enabled: bool,
     pub short_term_enabled: bool,
-    /// How many recent episodes short-term memory holds.
-    pub short_term_capacity: usize,
+    /// How many characters of recent episodes short-term memory holds, as MemMachine's
+    /// `message_capacity` (0: no bound but the window of `--short-term-window` episodes).
+    pub short_term_chars: usize,
     /// The ranking mode or reranker of projects that name none (empty: hybrid with an
     /// embedder, else lexical).
     pub ranking: String,
@@ -51,7 +52,7 @@ impl Effective {
             episodic_enabled: true,
             long_term_enabled: true,
             short_term_enabled: true,
-            short_term_capacity: limits.short_term_window,
+            short_term_chars: limits.short_term_max_chars,
             ranking: String::new(),
             semantic_enabled: true,
             has_model,
@@ -82,7 +83,7 @@ struct Overrides {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     short_term_enabled: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    short_term_capacity: Option<usize>,
+    short_term_chars: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ranking: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -99,7 +100,7 @@ impl Overrides {
             episodic_enabled: self.episodic_enabled.unwrap_or(base.episodic_enabled),
             long_term_enabled: self.long_term_enabled.unwrap_or(base.long_term_enabled),
             short_term_enabled: self.short_term_enabled.unwrap_or(base.short_term_enabled),
-            short_term_capacity: self.short_term_capacity.unwrap_or(base.short_term_capacity),
+            short_term_chars: self.short_term_chars.unwrap_or(base.short_term_chars),
             ranking: self.ranking.clone().unwrap_or_else(|| base.ranking.clone()),
             semantic_enabled: self.semantic_enabled.unwrap_or(base.semantic_enabled),
             has_model: base.has_model,

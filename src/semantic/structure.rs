@@ -115,14 +115,10 @@ impl SemanticMemory {
         let mut tags = BTreeMap::new();
         for (i, tag) in metadata_tags.iter().enumerate().take(MAX_SET_TYPE_TAGS + 1) {
             check_id(&mut violations, &format!("metadata_tags[{i}]"), tag);
-            match set_metadata.get(tag) {
-                Some(value) => {
-                    tags.insert(tag.clone(), value.clone());
-                }
-                None => violations.add(
-                    format!("metadata_tags[{i}]"),
-                    format!("{tag:?} has no value in set_metadata"),
-                ),
+            // A tag without a value is left out, as MemMachine does (no tags: the
+            // project's or org's own set).
+            if let Some(value) = set_metadata.get(tag) {
+                tags.insert(tag.clone(), value.clone());
             }
         }
         violations.into_result()?;

@@ -49,9 +49,9 @@ pub fn kept(window: Window, recent: Vec<Episode>) -> Vec<Episode> {
 }
 
 /// Starts the summariser (only with a model).
-/// The window's length is read from `runtime` on each pass, so a change of the
-/// short-term capacity applies at once.
-pub fn spawn(memory: SemanticMemory, chars: usize, runtime: RuntimeSettings) {
+/// The window's length in characters is read from `runtime` on each pass, so a change of
+/// the short-term capacity applies at once.
+pub fn spawn(memory: SemanticMemory, messages: usize, runtime: RuntimeSettings) {
     let Some(model) = memory.model().cloned() else {
         return;
     };
@@ -59,8 +59,8 @@ pub fn spawn(memory: SemanticMemory, chars: usize, runtime: RuntimeSettings) {
         let mut cursor = 0;
         loop {
             let window = Window {
-                messages: runtime.current().short_term_capacity,
-                chars,
+                messages,
+                chars: runtime.current().short_term_chars,
             };
             if window.messages == 0 {
                 tokio::time::sleep(POLL).await;

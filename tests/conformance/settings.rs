@@ -11,7 +11,7 @@ pub async fn runtime_settings_are_replaced_under_their_version(store: Arc<dyn St
     };
     assert_eq!(store.runtime_settings().await.unwrap(), empty, "none yet");
     assert_eq!(store.runtime_settings_version().await.unwrap(), 0);
-    let first = r#"{"short_term_capacity":2}"#;
+    let first = r#"{"short_term_chars":2}"#;
     assert_eq!(
         store.replace_runtime_settings(0, first).await.unwrap(),
         Some(1)

@@ -35,9 +35,12 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// Validates a search query: at most `max_query_words` distinct words (a query of very
-    /// many costs time for nothing: only 64 terms rank). A blank one ranks nothing.
+    /// Validates a search query: not blank, and at most `max_query_words` distinct words
+    /// (a query of very many costs time for nothing: only 64 terms rank).
     pub fn query(&self, field: &str, query: &str) -> crate::error::Result<()> {
+        if query.trim().is_empty() {
+            return Err(crate::error::Error::invalid(field, "must not be empty"));
+        }
         if crate::retrieval::tokenize::more_distinct_words_than(query, self.max_query_words) {
             return Err(crate::error::Error::invalid(
                 field,

@@ -149,6 +149,9 @@ impl Memories {
             if !want.semantic || !settings.semantic_enabled {
                 return Ok(Vec::new());
             }
+            if input.blank_allowed() {
+                return Ok(Vec::new());
+            }
             if !want.episodic {
                 // Semantic memory alone: the request is validated as a feature search.
                 let search = FeatureSearch {

@@ -38,6 +38,16 @@ pub struct SearchInput {
     /// A narrowing the transport built (MCP's user, a v1 session), ANDed onto the
     /// parsed `filter`; it applies to episodes only.
     pub scope: Option<Expr>,
+    /// A blank query ranks nothing (the recent window still answers) instead of being
+    /// refused: MemMachine's REST answers it so; gRPC, MCP and v1 refuse it.
+    pub blank_query_ranks_nothing: bool,
+}
+
+impl SearchInput {
+    /// Whether this query is blank and allowed to be.
+    pub fn blank_allowed(&self) -> bool {
+        self.blank_query_ranks_nothing && self.query.trim().is_empty()
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -151,7 +161,9 @@ impl EpisodicMemory {
     /// parsed filter. `Memories::search` calls it before either memory type ranks.
     pub fn check_search(&self, input: &SearchInput) -> Result<(usize, Option<Expr>)> {
         let mut violations = Violations::default();
-        violations.check(self.limits.query("query", &input.query));
+        if !input.blank_allowed() {
+            violations.check(self.limits.query("query", &input.query));
+        }
         let top_k = violations.check(self.limits.page_size("top_k", input.top_k, 10));
         let filter = violations.check(parse_filter("filter", &input.filter));
         if !(0..=MAX_EXPAND_CONTEXT).contains(&input.expand_context) {

@@ -59,6 +59,7 @@ impl MemoryService for MemoryGrpc {
             expand_context: r.expand_context,
             score_threshold: r.score_threshold,
             scope: None,
+            blank_query_ranks_nothing: false,
         };
         let set_metadata = r.set_metadata.into_iter().collect();
         let found = self

@@ -256,6 +256,7 @@ impl Legacy {
             expand_context: 0,
             score_threshold: None,
             scope: session_scope(&ctx.session_id),
+            blank_query_ranks_nothing: false,
         };
         let found = self
             .memories

@@ -334,6 +334,7 @@ impl MemoryTools {
             expand_context: 0,
             score_threshold: None,
             scope: Some(users_episodes(&scope.user)),
+            blank_query_ranks_nothing: false,
         };
         let sets = BTreeMap::from([(
             crate::semantic::sets::PRODUCER_TAG.to_string(),

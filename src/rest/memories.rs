@@ -250,6 +250,7 @@ async fn search_memories(
         expand_context: r.expand_context,
         score_threshold: r.score_threshold,
         scope: None,
+        blank_query_ranks_nothing: true,
     };
     let found = gateway
         .domain()?

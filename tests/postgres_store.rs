@@ -844,7 +844,7 @@ async fn migrations_run_concurrently_from_two_handles() {
             .fetch_all(&mut conn)
             .await
             .unwrap();
-    assert_eq!(versions, [1, 2, 3, 4, 5]);
+    assert_eq!(versions, [1, 2, 3, 4, 5, 6]);
     let universal: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM projects")
         .fetch_one(&mut conn)
         .await

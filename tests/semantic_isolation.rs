@@ -1153,6 +1153,8 @@ struct ModelSet {
     /// `None` for org-level sets.
     project: Option<usize>,
     user: bool,
+    /// The org's or the project's own set (no tags): made again on first use.
+    plain: bool,
     exists: bool,
     categories: BTreeSet<String>,
 }
@@ -1160,6 +1162,13 @@ struct ModelSet {
 impl ModelSet {
     fn visible_to(&self, project: usize) -> bool {
         self.exists && self.org == project / 2 && self.project.is_none_or(|p| p == project)
+    }
+
+    /// Whether `project` can add to it: it sees it, or it is that project's own (or its
+    /// org's) plain set, which the server makes again on first use.
+    fn reachable_by(&self, project: usize) -> bool {
+        self.visible_to(project)
+            || (self.plain && self.org == project / 2 && self.project.is_none_or(|p| p == project))
     }
 
     fn has_category(&self, name: &str) -> bool {
@@ -1294,6 +1303,7 @@ async fn run_case(c: &mut Client, case: usize, ops: &[Op], page_size: i32) {
                         org: p / 2,
                         project: owner,
                         user: matches!(key, SetKey::User(_)),
+                        plain: matches!(key, SetKey::Org | SetKey::Project),
                         exists: true,
                         categories: BTreeSet::new(),
                     }),
@@ -1308,10 +1318,10 @@ async fn run_case(c: &mut Client, case: usize, ops: &[Op], page_size: i32) {
                 let name = CATEGORIES[*name];
                 let result = c.add_category(at(p), &set_id, name).await;
                 let expected = match &target {
-                    Some(s) if s.visible_to(p) && s.categories.contains(name) => {
+                    Some(s) if s.reachable_by(p) && s.categories.contains(name) => {
                         Err(Code::AlreadyExists)
                     }
-                    Some(s) if s.visible_to(p) => Ok(()),
+                    Some(s) if s.reachable_by(p) => Ok(()),
                     _ => Err(Code::NotFound),
                 };
                 assert_eq!(
@@ -1321,6 +1331,7 @@ async fn run_case(c: &mut Client, case: usize, ops: &[Op], page_size: i32) {
                 );
                 if result.is_ok() {
                     let s = model.sets.iter_mut().find(|s| s.id == set_id).unwrap();
+                    s.exists = true;
                     s.categories.insert(name.to_string());
                 }
             }
@@ -1356,9 +1367,10 @@ async fn run_case(c: &mut Client, case: usize, ops: &[Op], page_size: i32) {
                 let result = c
                     .add_feature(at(p), &set_id, category, tag, name, value, &[])
                     .await;
-                let ok = target
-                    .as_ref()
-                    .is_some_and(|s| s.visible_to(p) && s.has_category(category));
+                // `profile` is built in: a hand-added feature may use it in any set.
+                let ok = target.as_ref().is_some_and(|s| {
+                    s.reachable_by(p) && (s.has_category(category) || category == "profile")
+                });
                 match result {
                     Ok(id) => {
                         assert!(ok, "{context} (project {p}): added {id}");
@@ -1368,6 +1380,9 @@ async fn run_case(c: &mut Client, case: usize, ops: &[Op], page_size: i32) {
                             !model.features.iter().any(|(known, _)| known == &id),
                             "{context}: {id} reused"
                         );
+                        if let Some(s) = model.sets.iter_mut().find(|s| s.id == set_id) {
+                            s.exists = true;
+                        }
                         model.features.push((
                             id.clone(),
                             Some(ModelFeature {

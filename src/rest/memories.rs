@@ -364,7 +364,11 @@ async fn list_memories(
     };
     let kind = r.memory_type.map(MemoryKind::from);
     let listed = memories.list(&r.org_id, &r.project_id, input(kind)).await?;
+    // As in search, features are listed under the filter only when it names their
+    // fields alone; a filter of episode fields lists none.
+    let features_filtered = crate::semantic::parse_filter("filter", &r.filter).is_ok();
     let features = match both {
+        true if !features_filtered => Some(Vec::new()),
         true => match memories
             .list(&r.org_id, &r.project_id, input(Some(MemoryKind::Semantic)))
             .await?

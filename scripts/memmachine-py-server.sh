@@ -85,103 +85,14 @@ install() {
 # the sqlite_vector_store, except: a sentence-transformer embedder instead of an OpenAI
 # one, no language model, and BM25's "simple" tokenizer, because the default one needs
 # NLTK data that NLTK downloads from outside the package registries.
-write_config() {
-  mkdir -p "$RUN"
-  cat >"$RUN/cfg.yml" <<EOF
-episodic_memory:
-  long_term_memory:
-    backend: event
-    embedder: minilm
-    reranker: rrf
-    segment_store: sqlite_db
-    vector_store: vectors
-episode_store:
-  database: sqlite_db
-session_manager:
-  database: sqlite_db
-logging:
-  level: WARNING
-  path: $RUN/MemMachine.log
-server:
-  host: 127.0.0.1
-  port: $PORT
-resources:
-  databases:
-    sqlite_db:
-      provider: sqlite
-      config:
-        path: $RUN/memmachine.db
-    vectors:
-      provider: sqlite_vector_store
-      config:
-        path: $RUN/memmachine_vectors.db
-        index_directory: $RUN/memmachine_vector_indexes
-  embedders:
-    minilm:
-      provider: sentence-transformer
-      config:
-        model: $MODEL
-  language_models: {}
-  rerankers:
-    bm25:
-      provider: bm25
-      config:
-        tokenizer: simple
-    identity:
-      provider: identity
-      config: {}
-    rrf:
-      provider: rrf-hybrid
-      config:
-        reranker_ids: [bm25, identity]
-EOF
-}
-
-# The configuration of write_config, with an OpenAI-compatible embedder and chat model
-# served by tests/compat/fake_openai.py, so that MemMachine turns on semantic memory and
+# `write_config compat`: an OpenAI-compatible embedder and chat model served by
+# tests/compat/fake_openai.py instead, so that MemMachine turns on semantic memory and
 # short-term summaries (it disables them without a model).
-write_compat_config() {
-  mkdir -p "$RUN"
-  cat >"$RUN/cfg.yml" <<EOF
-episodic_memory:
-  long_term_memory:
-    backend: event
-    embedder: fake_embedder
-    reranker: rrf
-    segment_store: sqlite_db
-    vector_store: vectors
-  short_term_memory:
-    llm_model: fake_llm
-    message_capacity: 64000
-semantic_memory:
-  enabled: true
-  storage_backend: vector_store
-  feature_store: sqlite_db
-  vector_collection: vectors
-  config_database: sqlite_db
-  llm_model: fake_llm
-  embedding_model: fake_embedder
-episode_store:
-  database: sqlite_db
-session_manager:
-  database: sqlite_db
-logging:
-  level: WARNING
-  path: $RUN/MemMachine.log
-server:
-  host: 127.0.0.1
-  port: $PORT
-resources:
-  databases:
-    sqlite_db:
-      provider: sqlite
-      config:
-        path: $RUN/memmachine.db
-    vectors:
-      provider: sqlite_vector_store
-      config:
-        path: $RUN/memmachine_vectors.db
-        index_directory: $RUN/memmachine_vector_indexes
+write_config() {
+  local embedder models memory
+  if [[ "${1:-}" == compat ]]; then
+    embedder=fake_embedder
+    models="
   embedders:
     fake_embedder:
       provider: openai
@@ -196,7 +107,60 @@ resources:
       config:
         model: fake-chat
         api_key: fake
-        base_url: http://127.0.0.1:$FAKE_PORT/v1
+        base_url: http://127.0.0.1:$FAKE_PORT/v1"
+    memory="
+  short_term_memory:
+    llm_model: fake_llm
+    message_capacity: 64000
+semantic_memory:
+  enabled: true
+  storage_backend: vector_store
+  feature_store: sqlite_db
+  vector_collection: vectors
+  config_database: sqlite_db
+  llm_model: fake_llm
+  embedding_model: fake_embedder"
+  else
+    embedder=minilm
+    models="
+  embedders:
+    minilm:
+      provider: sentence-transformer
+      config:
+        model: $MODEL
+  language_models: {}"
+    memory=""
+  fi
+  mkdir -p "$RUN"
+  cat >"$RUN/cfg.yml" <<EOF
+episodic_memory:
+  long_term_memory:
+    backend: event
+    embedder: $embedder
+    reranker: rrf
+    segment_store: sqlite_db
+    vector_store: vectors$memory
+episode_store:
+  database: sqlite_db
+session_manager:
+  database: sqlite_db
+logging:
+  level: WARNING
+  path: $RUN/MemMachine.log
+server:
+  host: 127.0.0.1
+  port: $PORT
+resources:
+  databases:
+    sqlite_db:
+      provider: sqlite
+      config:
+        path: $RUN/memmachine.db
+    vectors:
+      provider: sqlite_vector_store
+      config:
+        path: $RUN/memmachine_vectors.db
+        index_directory: $RUN/memmachine_vector_indexes$models
   rerankers:
     bm25:
       provider: bm25
@@ -231,7 +195,7 @@ start() {
   # Every start begins with an empty store, so runs do not measure each other's data.
   rm -rf "$RUN"
   if [[ "$mode" == compat ]]; then
-    write_compat_config
+    write_config compat
     "$VENV/bin/python" "$ROOT/tests/compat/fake_openai.py" "$FAKE_PORT" >"$RUN/fake-openai.out" 2>&1 </dev/null &
     echo $! >"$FAKE_PIDFILE"
     extra=(MEMMACHINE_CONFIG_API=1)

@@ -379,9 +379,6 @@ impl Memories {
     ) -> Result<u64> {
         self.episodic.limits().ids("episodic_ids", ids.len())?;
         let uids = episode_uids("episodic_ids", ids)?;
-        if uids.is_empty() {
-            return self.delete_episodes(org_id, project_id, ids).await;
-        }
         // A concurrent delete can take one away between the read and the delete: then
         // read again (twice at most, as each retry follows another caller's progress).
         for _ in 0..2 {
@@ -409,9 +406,6 @@ impl Memories {
         self.episodic.limits().ids("semantic_ids", ids.len())?;
         let key = ProjectKey::parse(org_id, project_id)?;
         let project = self.projects.get(&key).await?;
-        if ids.is_empty() {
-            return self.semantic.delete_features(&project, ids).await;
-        }
         for _ in 0..2 {
             let mut seen = Vec::with_capacity(ids.len());
             for id in ids {

@@ -87,39 +87,49 @@ fn switch(field: &str, one: Option<bool>, other: Option<bool>) -> Result<Option<
     }
 }
 
-impl LongTermUpdate {
-    pub fn enabled(&self) -> Option<bool> {
-        self.enabled
+/// Records each value given for a setting fixed at start-up, named `{prefix}.{name}`.
+fn fixed<'a>(
+    change: &mut Change,
+    prefix: &str,
+    values: impl IntoIterator<Item = (&'a str, Option<String>, fn(String) -> Fixed)>,
+) {
+    for (name, value, kind) in values {
+        if let Some(value) = value {
+            change.fixed.push((format!("{prefix}.{name}"), kind(value)));
+        }
     }
+}
 
+impl LongTermUpdate {
     pub fn into_change(self, change: &mut Change) {
-        let field = |name: &str| format!("episodic_memory.long_term_memory.{name}");
-        let fixed = &mut change.fixed;
-        let mut name = |what: &str, value: Option<String>, kind: fn(String) -> Fixed| {
-            if let Some(value) = value {
-                fixed.push((field(what), kind(value)));
-            }
-        };
-        name("backend", self.backend, Fixed::Backend);
-        name("embedder", self.embedder, Fixed::Embedder);
-        name("vector_graph_store", self.vector_graph_store, Fixed::Store);
-        name("vector_store", self.vector_store, Fixed::Store);
-        name("segment_store", self.segment_store, Fixed::Store);
+        const PREFIX: &str = "episodic_memory.long_term_memory";
+        fixed(
+            change,
+            PREFIX,
+            [
+                (
+                    "backend",
+                    self.backend,
+                    Fixed::Backend as fn(String) -> Fixed,
+                ),
+                ("embedder", self.embedder, Fixed::Embedder),
+                ("vector_graph_store", self.vector_graph_store, Fixed::Store),
+                ("vector_store", self.vector_store, Fixed::Store),
+                ("segment_store", self.segment_store, Fixed::Store),
+            ],
+        );
         if let Some(schema) = self.properties_schema {
-            fixed.push((
-                field("properties_schema"),
+            change.fixed.push((
+                format!("{PREFIX}.properties_schema"),
                 Fixed::PropertiesSchema(schema.len()),
             ));
         }
         change.ranking = self.reranker;
+        change.long_term_enabled = self.enabled;
     }
 }
 
 impl ShortTermUpdate {
-    pub fn enabled(&self) -> Option<bool> {
-        self.enabled
-    }
-
     pub fn into_change(self, change: &mut Change) {
         if let Some(model) = self.llm_model {
             change.fixed.push((
@@ -128,6 +138,7 @@ impl ShortTermUpdate {
             ));
         }
         change.short_term_chars = self.message_capacity.map(count);
+        change.short_term_enabled = self.enabled;
     }
 }
 
@@ -135,13 +146,12 @@ impl EpisodicUpdate {
     pub fn into_change(self, change: &mut Change) -> Result<()> {
         let long_enabled = self.long_term_memory.as_ref().and_then(|l| l.enabled);
         let short_enabled = self.short_term_memory.as_ref().and_then(|s| s.enabled);
-        change.episodic_enabled = self.enabled;
-        change.long_term_enabled = switch(
+        let long_enabled = switch(
             "episodic_memory.long_term_memory.enabled",
             self.long_term_memory_enabled,
             long_enabled,
         )?;
-        change.short_term_enabled = switch(
+        let short_enabled = switch(
             "episodic_memory.short_term_memory.enabled",
             self.short_term_memory_enabled,
             short_enabled,
@@ -152,27 +162,37 @@ impl EpisodicUpdate {
         if let Some(short) = self.short_term_memory {
             short.into_change(change);
         }
+        // The switches as both places give them together (the nested parts set theirs).
+        change.episodic_enabled = self.enabled;
+        change.long_term_enabled = long_enabled;
+        change.short_term_enabled = short_enabled;
         Ok(())
     }
 }
 
 impl SemanticUpdate {
     pub fn into_change(self, change: &mut Change) {
-        let field = |name: &str| format!("semantic_memory.{name}");
-        let fixed = &mut change.fixed;
-        let mut name = |what: &str, value: Option<String>, kind: fn(String) -> Fixed| {
-            if let Some(value) = value {
-                fixed.push((field(what), kind(value)));
-            }
-        };
-        name("database", self.database, Fixed::Store);
-        name("storage_backend", self.storage_backend, Fixed::Store);
-        name("feature_store", self.feature_store, Fixed::Store);
-        name("vector_collection", self.vector_collection, Fixed::Store);
-        name("llm_model", self.llm_model, Fixed::LanguageModel);
-        name("embedding_model", self.embedding_model, Fixed::Embedder);
+        fixed(
+            change,
+            "semantic_memory",
+            [
+                (
+                    "database",
+                    self.database,
+                    Fixed::Store as fn(String) -> Fixed,
+                ),
+                ("storage_backend", self.storage_backend, Fixed::Store),
+                ("feature_store", self.feature_store, Fixed::Store),
+                ("vector_collection", self.vector_collection, Fixed::Store),
+                ("llm_model", self.llm_model, Fixed::LanguageModel),
+                ("embedding_model", self.embedding_model, Fixed::Embedder),
+            ],
+        );
         if let Some(n) = self.vector_dimensions {
-            fixed.push((field("vector_dimensions"), Fixed::Dimensions(count(n))));
+            change.fixed.push((
+                "semantic_memory.vector_dimensions".into(),
+                Fixed::Dimensions(count(n)),
+            ));
         }
         change.semantic_enabled = self.enabled;
         change.trigger_messages = self.ingestion_trigger_messages.map(count);

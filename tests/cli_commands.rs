@@ -211,11 +211,10 @@ fn mcp_help_lists_only_the_flags_mcp_uses() {
     assert!(!stderr.contains("unexpected argument"), "{stderr}");
 }
 
-/// At a terminal (here `script`'s pseudo-terminal), `serve` with no embedder named and no
-/// model offers to fetch one; declined, it starts searching by words, as it does
-/// unasked wherever stdin is no terminal (every other test).
-#[test]
-fn serve_at_a_terminal_offers_the_model_and_starts_without_it_when_declined() {
+/// `memmachine serve` under `script`'s pseudo-terminal, with no embedder named and no
+/// model: what it printed until it was ready (at most a minute). `answer` is typed at
+/// its prompt; `None` types nothing and keeps the terminal open.
+fn serve_at_a_terminal(answer: Option<&[u8]>) -> String {
     use std::io::{BufRead, BufReader, Write};
     let data = tempfile::tempdir().expect("temp dir");
     let models = tempfile::tempdir().expect("temp dir");
@@ -233,7 +232,10 @@ fn serve_at_a_terminal_offers_the_model_and_starts_without_it_when_declined() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("run script (util-linux)");
-    child.stdin.take().unwrap().write_all(b"n\n").unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    if let Some(answer) = answer {
+        stdin.write_all(answer).unwrap();
+    }
     let (lines, seen) = std::sync::mpsc::channel();
     let stdout = child.stdout.take().unwrap();
     std::thread::spawn(move || {
@@ -254,6 +256,16 @@ fn serve_at_a_terminal_offers_the_model_and_starts_without_it_when_declined() {
     }
     let _ = child.kill();
     let _ = child.wait();
+    drop(stdin);
+    output
+}
+
+/// At a terminal, `serve` with no embedder named and no model offers to fetch one;
+/// declined, it starts searching by words, as it does unasked wherever stdin is no
+/// terminal (every other test).
+#[test]
+fn serve_at_a_terminal_offers_the_model_and_starts_without_it_when_declined() {
+    let output = serve_at_a_terminal(Some(b"n\n"));
     assert!(
         output.contains("Fetch all-MiniLM-L6-v2") && output.contains("[y/N]"),
         "{output}"
@@ -261,4 +273,14 @@ fn serve_at_a_terminal_offers_the_model_and_starts_without_it_when_declined() {
     assert!(output.contains("starting without it"), "{output}");
     assert!(output.contains("ready: serving calls"), "{output}");
     assert!(output.contains("no embedder in use"), "{output}");
+}
+
+/// Nobody answers the offer (a terminal left open): `serve` starts without the model
+/// all the same, so its start never waits on a person.
+#[test]
+fn serve_at_a_terminal_starts_when_the_offer_goes_unanswered() {
+    let output = serve_at_a_terminal(None);
+    assert!(output.contains("[y/N]"), "{output}");
+    assert!(output.contains("starting without it"), "{output}");
+    assert!(output.contains("ready: serving calls"), "{output}");
 }

@@ -106,12 +106,10 @@ impl Memories {
     /// ingestion in the same transaction.
     pub async fn add(
         &self,
-        org_id: &str,
-        project_id: &str,
+        key: &ProjectKey,
         types: &[MemoryKind],
         messages: Vec<MessageInput>,
     ) -> Result<Vec<uuid::Uuid>> {
-        let key = ProjectKey::parse(org_id, project_id)?;
         let settings = self.episodic.settings().current();
         if types.contains(&MemoryKind::Semantic) {
             self.semantic.require_model()?;
@@ -119,7 +117,7 @@ impl Memories {
                 return Err(Error::FailedPrecondition(SEMANTIC_OFF.into()));
             }
         }
-        let project = self.projects.get(&key).await?;
+        let project = self.projects.get(key).await?;
         let semantic = (wanted(types).semantic && settings.semantic_enabled)
             .then_some(&self.semantic)
             .filter(|s| s.has_model());
@@ -128,13 +126,11 @@ impl Memories {
 
     pub async fn search(
         &self,
-        org_id: &str,
-        project_id: &str,
+        key: &ProjectKey,
         types: &[MemoryKind],
         input: SearchInput,
         set_metadata: &BTreeMap<String, String>,
     ) -> Result<SearchResult> {
-        let key = ProjectKey::parse(org_id, project_id)?;
         let want = wanted(types);
         // Both halves rank with `top_k`: it is checked before either runs (the episodic
         // rules, whose errors win), never in one half only.
@@ -143,7 +139,7 @@ impl Memories {
         } else {
             None
         };
-        let project = self.projects.get(&key).await?;
+        let project = self.projects.get(key).await?;
         let settings = self.episodic.settings().current();
         let semantic = async {
             if !want.semantic || !settings.semantic_enabled {
@@ -199,12 +195,7 @@ impl Memories {
     }
 
     /// One page; with `page_num`, the pages before it are walked (as an offset would be).
-    pub async fn list(
-        &self,
-        org_id: &str,
-        project_id: &str,
-        mut input: ListInput,
-    ) -> Result<Listed> {
+    pub async fn list(&self, key: &ProjectKey, mut input: ListInput) -> Result<Listed> {
         // Each page walked is a read of the store: a deep one is a page token's job.
         if input.page_num > MAX_PAGE_NUM {
             return Err(Error::invalid(
@@ -217,7 +208,7 @@ impl Memories {
                 page_num: 0,
                 ..input.clone()
             };
-            let next = match self.list_page(org_id, project_id, skip).await? {
+            let next = match self.list_page(key, skip).await? {
                 Listed::Episodes(_, next) | Listed::Features(_, next) => next,
             };
             if next.is_empty() {
@@ -229,13 +220,12 @@ impl Memories {
             }
             input.page_token = next;
         }
-        self.list_page(org_id, project_id, input).await
+        self.list_page(key, input).await
     }
 
-    async fn list_page(&self, org_id: &str, project_id: &str, input: ListInput) -> Result<Listed> {
-        let key = ProjectKey::parse(org_id, project_id)?;
+    async fn list_page(&self, key: &ProjectKey, input: ListInput) -> Result<Listed> {
         if input.kind == Some(MemoryKind::Semantic) {
-            let project = self.projects.get(&key).await?;
+            let project = self.projects.get(key).await?;
             let (features, next) = self
                 .semantic
                 .list(
@@ -252,7 +242,7 @@ impl Memories {
         let (episodes, next) = self
             .episodic
             .list(
-                &key,
+                key,
                 input.page_size,
                 &input.page_token,
                 &input.filter,
@@ -262,35 +252,26 @@ impl Memories {
         Ok(Listed::Episodes(episodes, next))
     }
 
-    pub async fn delete_episodes(
-        &self,
-        org_id: &str,
-        project_id: &str,
-        ids: &[String],
-    ) -> Result<u64> {
-        let key = ProjectKey::parse(org_id, project_id)?;
-        self.episodic.delete(&key, ids).await
+    pub async fn delete_episodes(&self, key: &ProjectKey, ids: &[String]) -> Result<u64> {
+        self.episodic.delete(key, ids).await
     }
 
     /// The episodes of the project with these uids, in the order asked (`None` for a
     /// uid not in it).
     pub async fn get_episodes(
         &self,
-        org_id: &str,
-        project_id: &str,
+        key: &ProjectKey,
         uids: &[uuid::Uuid],
     ) -> Result<Vec<Option<Episode>>> {
-        let key = ProjectKey::parse(org_id, project_id)?;
-        self.projects.get(&key).await?;
-        self.episodic.get(&key, uids).await
+        self.projects.get(key).await?;
+        self.episodic.get(key, uids).await
     }
 
     /// The episodes of the project with these ids (at most [`MAX_GET_EPISODES`]), in the
     /// order asked, `None` for an id not in it; `field` names the ids in errors.
     pub async fn get_episodes_by_id(
         &self,
-        org_id: &str,
-        project_id: &str,
+        key: &ProjectKey,
         field: &str,
         ids: &[String],
     ) -> Result<Vec<Option<Episode>>> {
@@ -304,45 +285,42 @@ impl Memories {
             ));
         }
         let uids = episode_uids(field, ids)?;
-        self.get_episodes(org_id, project_id, &uids).await
+        self.get_episodes(key, &uids).await
     }
 
     /// Deletes episodes said by `producer` (an agent's user scope): any other id, of
     /// another user or project, is `NotFound` and nothing is deleted.
     pub async fn delete_episodes_of(
         &self,
-        org_id: &str,
-        project_id: &str,
+        key: &ProjectKey,
         producer: &str,
         ids: &[String],
     ) -> Result<u64> {
         self.episodic.limits().ids("ids", ids.len())?;
         let uids = episode_uids("ids", ids)?;
-        let found = self.get_episodes(org_id, project_id, &uids).await?;
+        let found = self.get_episodes(key, &uids).await?;
         if let Some(i) = found
             .iter()
             .position(|e| e.as_ref().is_none_or(|e| e.producer_id != producer))
         {
             return Err(Error::NotFound(format!(
-                "episode {} is not one of {producer}'s in {org_id}/{project_id}",
+                "episode {} is not one of {producer}'s in {key}",
                 ids[i]
             )));
         }
-        self.delete_episodes(org_id, project_id, ids).await
+        self.delete_episodes(key, ids).await
     }
 
     /// Deletes features of the set `set_id` only (a user's own set): any other id is
     /// `NotFound` and nothing is deleted.
     pub async fn delete_features_in_set(
         &self,
-        org_id: &str,
-        project_id: &str,
+        key: &ProjectKey,
         set_id: &str,
         ids: &[String],
     ) -> Result<u64> {
         self.episodic.limits().ids("ids", ids.len())?;
-        let key = ProjectKey::parse(org_id, project_id)?;
-        let project = self.projects.get(&key).await?;
+        let project = self.projects.get(key).await?;
         for id in ids {
             let in_set = match self.semantic.get_feature(&project, id).await {
                 Ok(feature) => feature.set_id == set_id,
@@ -358,36 +336,25 @@ impl Memories {
         self.semantic.delete_features(&project, ids).await
     }
 
-    pub async fn delete_features(
-        &self,
-        org_id: &str,
-        project_id: &str,
-        ids: &[String],
-    ) -> Result<u64> {
-        let key = ProjectKey::parse(org_id, project_id)?;
-        let project = self.projects.get(&key).await?;
+    pub async fn delete_features(&self, key: &ProjectKey, ids: &[String]) -> Result<u64> {
+        let project = self.projects.get(key).await?;
         self.semantic.delete_features(&project, ids).await
     }
 
     /// Deletes those of `ids` that are episodes of the project and skips the others, as
     /// MemMachine's REST delete does (gRPC's all-or-none delete answers `NotFound`).
-    pub async fn delete_episodes_present(
-        &self,
-        org_id: &str,
-        project_id: &str,
-        ids: &[String],
-    ) -> Result<u64> {
+    pub async fn delete_episodes_present(&self, key: &ProjectKey, ids: &[String]) -> Result<u64> {
         self.episodic.limits().ids("episodic_ids", ids.len())?;
         let uids = episode_uids("episodic_ids", ids)?;
         // A concurrent delete can take one away between the read and the delete: then
         // read again (twice at most, as each retry follows another caller's progress).
         for _ in 0..2 {
-            let found = self.get_episodes(org_id, project_id, &uids).await?;
+            let found = self.get_episodes(key, &uids).await?;
             let present = present(ids, found.iter().map(Option::is_some));
             if present.is_empty() {
                 return Ok(0);
             }
-            match self.delete_episodes(org_id, project_id, &present).await {
+            match self.delete_episodes(key, &present).await {
                 Err(Error::NotFound(_)) => continue,
                 deleted => return deleted,
             }
@@ -397,15 +364,9 @@ impl Memories {
 
     /// Deletes those of `ids` that are features the project sees and skips the others
     /// (see [`Memories::delete_episodes_present`]).
-    pub async fn delete_features_present(
-        &self,
-        org_id: &str,
-        project_id: &str,
-        ids: &[String],
-    ) -> Result<u64> {
+    pub async fn delete_features_present(&self, key: &ProjectKey, ids: &[String]) -> Result<u64> {
         self.episodic.limits().ids("semantic_ids", ids.len())?;
-        let key = ProjectKey::parse(org_id, project_id)?;
-        let project = self.projects.get(&key).await?;
+        let project = self.projects.get(key).await?;
         for _ in 0..2 {
             let mut seen = Vec::with_capacity(ids.len());
             for id in ids {

@@ -215,18 +215,15 @@ impl EpisodicMemory {
             if !config.long_term_memory_enabled || input.query.trim().is_empty() {
                 return Ok::<_, Error>(Vec::new());
             }
-            let mut hits = ranking::rank(
-                &self.store,
-                &self.index,
-                embedder,
+            let asked = ranking::RankQuery {
                 mode,
-                &project.key,
-                &input.query,
-                config.participant_aware,
-                filter.as_ref(),
-                candidates,
-            )
-            .await?;
+                key: &project.key,
+                query: &input.query,
+                participant_aware: config.participant_aware,
+                filter: filter.as_ref(),
+                top_k: candidates,
+            };
+            let mut hits = ranking::rank(&self.store, &self.index, embedder, asked).await?;
             if let Some(name) = reranker {
                 hits = rerank::rerank(&self.rerankers, name, &input.query, hits, top_k).await;
             }

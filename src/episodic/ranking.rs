@@ -55,20 +55,33 @@ impl Mode {
     }
 }
 
-/// Ranks the project's episodes for `query`, best first, at most `top_k`: the project's
-/// index (in `index`, with the vectors of `embedder`) ranks, the store gives the rows.
-#[allow(clippy::too_many_arguments)]
+/// What one search asks of the ranking: the project, its question and how to rank.
+pub struct RankQuery<'a> {
+    pub mode: Mode,
+    pub key: &'a ProjectKey,
+    pub query: &'a str,
+    pub participant_aware: bool,
+    pub filter: Option<&'a Expr>,
+    pub top_k: usize,
+}
+
+/// Ranks the project's episodes for the query, best first, at most `top_k`: the
+/// project's index (in `index`, with the vectors of `embedder`) ranks, the store gives
+/// the rows.
 pub async fn rank(
     store: &Arc<dyn Store>,
     index: &IndexCache,
     embedder: Option<&Arc<dyn Embedder>>,
-    mode: Mode,
-    key: &ProjectKey,
-    query: &str,
-    participant_aware: bool,
-    filter: Option<&Expr>,
-    top_k: usize,
+    asked: RankQuery<'_>,
 ) -> Result<Vec<ScoredEpisode>> {
+    let RankQuery {
+        mode,
+        key,
+        query,
+        participant_aware,
+        filter,
+        top_k,
+    } = asked;
     let terms = crate::retrieval::tokenize::query_terms(query);
     let filter = filter.cloned();
     let vectors = embedder.map(|e| e.id().to_string());

@@ -31,10 +31,8 @@ impl MemoryService for MemoryGrpc {
         caller.check_org(&r.org_id)?;
         let types = convert::memory_kinds(&r.types)?;
         let messages = convert::messages(r.messages)?;
-        let uids = self
-            .memories
-            .add(&r.org_id, &r.project_id, &types, messages)
-            .await?;
+        let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
+        let uids = self.memories.add(&key, &types, messages).await?;
         Ok(Response::new(pb::AddMemoriesResponse {
             results: uids
                 .into_iter()
@@ -62,11 +60,11 @@ impl MemoryService for MemoryGrpc {
             blank_query_ranks_nothing: false,
         };
         let set_metadata = r.set_metadata.into_iter().collect();
+        let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
         let found = self
             .memories
-            .search(&r.org_id, &r.project_id, &types, input, &set_metadata)
+            .search(&key, &types, input, &set_metadata)
             .await?;
-        let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
         let episodic = found.episodic;
         Ok(Response::new(pb::SearchMemoriesResponse {
             episodic_memory: Some(pb::EpisodicSearchResult {
@@ -112,8 +110,8 @@ impl MemoryService for MemoryGrpc {
             set_metadata: r.set_metadata.into_iter().collect(),
             scope: None,
         };
-        let listed = self.memories.list(&r.org_id, &r.project_id, input).await?;
         let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
+        let listed = self.memories.list(&key, input).await?;
         Ok(Response::new(match listed {
             Listed::Episodes(episodes, next_page_token) => pb::ListMemoriesResponse {
                 episodes: episodes
@@ -140,10 +138,8 @@ impl MemoryService for MemoryGrpc {
     ) -> Reply<pb::DeleteEpisodicMemoriesResponse> {
         let (caller, r) = super::split(request)?;
         caller.check_org(&r.org_id)?;
-        let deleted = self
-            .memories
-            .delete_episodes(&r.org_id, &r.project_id, &r.episode_ids)
-            .await?;
+        let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
+        let deleted = self.memories.delete_episodes(&key, &r.episode_ids).await?;
         Ok(Response::new(pb::DeleteEpisodicMemoriesResponse {
             deleted_count: deleted as i64,
         }))
@@ -155,10 +151,8 @@ impl MemoryService for MemoryGrpc {
     ) -> Reply<pb::DeleteSemanticMemoriesResponse> {
         let (caller, r) = super::split(request)?;
         caller.check_org(&r.org_id)?;
-        let deleted = self
-            .memories
-            .delete_features(&r.org_id, &r.project_id, &r.feature_ids)
-            .await?;
+        let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
+        let deleted = self.memories.delete_features(&key, &r.feature_ids).await?;
         Ok(Response::new(pb::DeleteSemanticMemoriesResponse {
             deleted_count: deleted as i64,
         }))

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use super::sessions::as_group_error;
-use super::{Context, Legacy, RESERVED_ORG, check_context, keys, session_scope};
+use super::{Context, Legacy, check_context, keys, session_scope};
 use crate::episodic::{MessageInput, SearchInput};
 use crate::error::{Error, FieldViolation, Result, Violations};
 use crate::memory::{ListInput, Listed, MemoryKind};
@@ -177,7 +177,7 @@ impl Legacy {
                 ),
             ));
         }
-        check_context(&mut violations, ctx, true);
+        let key = check_context(&mut violations, ctx, true);
         let mut seen = std::collections::HashMap::new();
         let mut uids = Vec::with_capacity(episodes.len());
         for (i, e) in episodes.iter().enumerate() {
@@ -221,6 +221,7 @@ impl Legacy {
             uids.push(uid);
         }
         violations.into_result()?;
+        let key = key.expect("validated");
         let session = self.open_session(ctx, None).await?;
         let messages = episodes
             .into_iter()
@@ -230,7 +231,7 @@ impl Legacy {
         // Every enabled type, as a v2 add without types: with a language model, v1
         // episodes feed semantic memory too (v1's profile memory).
         self.memories
-            .add(RESERVED_ORG, &ctx.group_id, &[], messages)
+            .add(&key, &[], messages)
             .await
             .map_err(v1_fields)
     }
@@ -245,10 +246,11 @@ impl Legacy {
         filter: &str,
     ) -> Result<Vec<(LegacyEpisode, f64)>> {
         let mut violations = Violations::default();
-        check_context(&mut violations, ctx, false);
+        let key = check_context(&mut violations, ctx, false);
         // Checked with the context, so that one answer names every mistake.
         violations.check(crate::episodic::parse_filter("filter", filter));
         violations.into_result()?;
+        let key = key.expect("validated");
         let input = SearchInput {
             query: query.to_string(),
             top_k: limit,
@@ -260,13 +262,7 @@ impl Legacy {
         };
         let found = self
             .memories
-            .search(
-                RESERVED_ORG,
-                &ctx.group_id,
-                &[MemoryKind::Episodic],
-                input,
-                &BTreeMap::new(),
-            )
+            .search(&key, &[MemoryKind::Episodic], input, &BTreeMap::new())
             .await
             .map_err(|err| match err {
                 Error::InvalidArgument(mut v) => {
@@ -296,9 +292,10 @@ impl Legacy {
         filter: &str,
     ) -> Result<(Vec<LegacyEpisode>, String)> {
         let mut violations = Violations::default();
-        check_context(&mut violations, ctx, false);
+        let key = check_context(&mut violations, ctx, false);
         violations.check(crate::episodic::parse_filter("filter", filter));
         violations.into_result()?;
+        let key = key.expect("validated");
         let input = ListInput {
             kind: Some(MemoryKind::Episodic),
             page_size,
@@ -310,7 +307,7 @@ impl Legacy {
         };
         let listed = self
             .memories
-            .list(RESERVED_ORG, &ctx.group_id, input)
+            .list(&key, input)
             .await
             .map_err(as_group_error(&ctx.group_id))?;
         let Listed::Episodes(episodes, next) = listed else {
@@ -331,7 +328,7 @@ impl Legacy {
     /// none), all or none: one not there is `NotFound`.
     pub async fn delete_episodes(&self, ctx: &Context, uuids: &[String]) -> Result<u64> {
         let mut violations = Violations::default();
-        check_context(&mut violations, ctx, false);
+        let key = check_context(&mut violations, ctx, false);
         if uuids.is_empty() {
             violations.add(
                 "uuids",
@@ -349,9 +346,10 @@ impl Legacy {
             }
         }
         violations.into_result()?;
+        let key = key.expect("validated");
         let found = self
             .memories
-            .get_episodes(RESERVED_ORG, &ctx.group_id, &parsed)
+            .get_episodes(&key, &parsed)
             .await
             .map_err(as_group_error(&ctx.group_id))?;
         let missing: Vec<String> = parsed
@@ -379,7 +377,7 @@ impl Legacy {
         }
         let ids: Vec<String> = parsed.iter().map(|u| u.to_string()).collect();
         self.memories
-            .delete_episodes(RESERVED_ORG, &ctx.group_id, &ids)
+            .delete_episodes(&key, &ids)
             .await
             .map_err(|err| match err {
                 Error::InvalidArgument(mut v) => {
@@ -424,11 +422,7 @@ impl Legacy {
                 scope: Some(super::session_episodes(session_id)),
                 set_metadata: BTreeMap::new(),
             };
-            let Listed::Episodes(page, _) = self
-                .memories
-                .list(&key.org_id, &key.project_id, input)
-                .await?
-            else {
+            let Listed::Episodes(page, _) = self.memories.list(key, input).await? else {
                 return Err(Error::Internal(
                     "an episodic listing returned features".into(),
                 ));
@@ -437,10 +431,7 @@ impl Legacy {
                 return Ok(deleted);
             }
             let ids: Vec<String> = page.iter().map(|e| e.uid.to_string()).collect();
-            deleted += self
-                .memories
-                .delete_episodes(&key.org_id, &key.project_id, &ids)
-                .await?;
+            deleted += self.memories.delete_episodes(key, &ids).await?;
         }
     }
 }

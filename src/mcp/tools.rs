@@ -295,12 +295,7 @@ impl MemoryTools {
         Ok(
             match domain
                 .memories
-                .add(
-                    &scope.project.org_id,
-                    &scope.project.project_id,
-                    &types,
-                    vec![message],
-                )
+                .add(&scope.project, &types, vec![message])
                 .await
             {
                 Ok(ids) => answer(serde_json::json!({
@@ -343,13 +338,7 @@ impl MemoryTools {
         Ok(
             match domain
                 .memories
-                .search(
-                    &scope.project.org_id,
-                    &scope.project.project_id,
-                    &types,
-                    search,
-                    &sets,
-                )
+                .search(&scope.project, &types, search, &sets)
                 .await
             {
                 // The project's rolling summary is left out: it covers every user.
@@ -397,23 +386,17 @@ impl MemoryTools {
                 scope.user.clone(),
             )]),
         };
-        Ok(
-            match domain
-                .memories
-                .list(&scope.project.org_id, &scope.project.project_id, list)
-                .await
-            {
-                Ok(Listed::Episodes(episodes, next)) => answer(serde_json::json!({
-                    "episodes": episodes.iter().map(|e| episode(e, None)).collect::<Vec<_>>(),
-                    "next_page_token": next,
-                })),
-                Ok(Listed::Features(features, next)) => answer(serde_json::json!({
-                    "features": features.iter().map(|f| feature(f, None)).collect::<Vec<_>>(),
-                    "next_page_token": next,
-                })),
-                Err(err) => failed(err),
-            },
-        )
+        Ok(match domain.memories.list(&scope.project, list).await {
+            Ok(Listed::Episodes(episodes, next)) => answer(serde_json::json!({
+                "episodes": episodes.iter().map(|e| episode(e, None)).collect::<Vec<_>>(),
+                "next_page_token": next,
+            })),
+            Ok(Listed::Features(features, next)) => answer(serde_json::json!({
+                "features": features.iter().map(|f| feature(f, None)).collect::<Vec<_>>(),
+                "next_page_token": next,
+            })),
+            Err(err) => failed(err),
+        })
     }
 
     #[tool(
@@ -430,20 +413,19 @@ impl MemoryTools {
             Ok(reached) => reached,
             Err(refusal) => return Ok(refusal),
         };
-        let (org, project) = (&scope.project.org_id, &scope.project.project_id);
         // Only the scoped user's own episodes and profile features.
         let deleted = match input.memory_type.unwrap_or(MemoryType::Episodic) {
             MemoryType::Episodic => {
                 domain
                     .memories
-                    .delete_episodes_of(org, project, &scope.user, &input.ids)
+                    .delete_episodes_of(&scope.project, &scope.user, &input.ids)
                     .await
             }
             MemoryType::Semantic => {
                 let user_set = crate::semantic::sets::user_set(&scope.project, &scope.user).set_id;
                 domain
                     .memories
-                    .delete_features_in_set(org, project, &user_set, &input.ids)
+                    .delete_features_in_set(&scope.project, &user_set, &input.ids)
                     .await
             }
         };
@@ -487,24 +469,18 @@ impl MemoryTools {
                 scope.user.clone(),
             )]),
         };
-        Ok(
-            match domain
-                .memories
-                .list(&scope.project.org_id, &scope.project.project_id, list)
-                .await
-            {
-                Ok(Listed::Features(features, next)) => answer(serde_json::json!({
-                    "user": scope.user,
-                    "set_id": user_set,
-                    "features": features.iter().map(|f| feature(f, None)).collect::<Vec<_>>(),
-                    "next_page_token": next,
-                })),
-                Ok(Listed::Episodes(..)) => failed(Error::Internal(
-                    "a semantic listing answered episodes".into(),
-                )),
-                Err(err) => failed(err),
-            },
-        )
+        Ok(match domain.memories.list(&scope.project, list).await {
+            Ok(Listed::Features(features, next)) => answer(serde_json::json!({
+                "user": scope.user,
+                "set_id": user_set,
+                "features": features.iter().map(|f| feature(f, None)).collect::<Vec<_>>(),
+                "next_page_token": next,
+            })),
+            Ok(Listed::Episodes(..)) => failed(Error::Internal(
+                "a semantic listing answered episodes".into(),
+            )),
+            Err(err) => failed(err),
+        })
     }
 }
 

@@ -18,6 +18,7 @@ use crate::auth::Caller;
 use crate::episodic::{MessageInput, SearchInput};
 use crate::error::{Error, Result, Violations};
 use crate::memory::{ListInput, Listed, MemoryKind};
+use crate::model::ProjectKey;
 
 pub fn routes() -> OpenApiRouter<Gateway> {
     OpenApiRouter::new()
@@ -108,10 +109,11 @@ async fn add_memories(
 ) -> Reply<Json<AddMemoriesResponse>> {
     caller.check_org(&r.org_id)?;
     let messages = messages(r.messages)?;
+    let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
     let uids = gateway
         .domain()?
         .memories
-        .add(&r.org_id, &r.project_id, &kinds(&r.types), messages)
+        .add(&key, &kinds(&r.types), messages)
         .await?;
     Ok(Json(AddMemoriesResponse {
         results: uids
@@ -252,10 +254,11 @@ async fn search_memories(
         scope: None,
         blank_query_ranks_nothing: true,
     };
+    let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
     let found = gateway
         .domain()?
         .memories
-        .search(&r.org_id, &r.project_id, &types, input, &r.set_metadata)
+        .search(&key, &types, input, &r.set_metadata)
         .await?;
     let wants = |kind| types.is_empty() || types.contains(&kind);
     let episodic = found.episodic;
@@ -363,7 +366,7 @@ async fn list_memories(
         scope: None,
     };
     let kind = r.memory_type.map(MemoryKind::from);
-    let listed = memories.list(&r.org_id, &r.project_id, input(kind)).await?;
+    let listed = memories.list(&key, input(kind)).await?;
     // As in search, features are listed under the filter only when it names their
     // fields alone; a filter of episode fields lists none.
     let mut features = None;
@@ -371,7 +374,7 @@ async fn list_memories(
         features = Some(Vec::new());
         if crate::semantic::parse_filter("filter", &r.filter).is_ok()
             && let Listed::Features(listed, _) = memories
-                .list(&r.org_id, &r.project_id, input(Some(MemoryKind::Semantic)))
+                .list(&key, input(Some(MemoryKind::Semantic)))
                 .await?
         {
             features = Some(listed);
@@ -454,7 +457,7 @@ async fn get_episodic(
     let found = gateway
         .domain()?
         .memories
-        .get_episodes_by_id(&r.org_id, &r.project_id, "episodic_ids", &r.episodic_ids)
+        .get_episodes_by_id(&key, "episodic_ids", &r.episodic_ids)
         .await?;
     let mut content = GetEpisodicContent {
         episodic_memory: Vec::new(),
@@ -515,14 +518,11 @@ async fn delete_episodic(
     Body(r): Body<DeleteEpisodic>,
 ) -> Reply<StatusCode> {
     caller.check_org(&r.org_id)?;
+    let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
     gateway
         .domain()?
         .memories
-        .delete_episodes_present(
-            &r.org_id,
-            &r.project_id,
-            &ids(r.episodic_id, r.episodic_ids),
-        )
+        .delete_episodes_present(&key, &ids(r.episodic_id, r.episodic_ids))
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -535,14 +535,11 @@ async fn delete_semantic(
     Body(r): Body<DeleteSemantic>,
 ) -> Reply<StatusCode> {
     caller.check_org(&r.org_id)?;
+    let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
     gateway
         .domain()?
         .memories
-        .delete_features_present(
-            &r.org_id,
-            &r.project_id,
-            &ids(r.semantic_id, r.semantic_ids),
-        )
+        .delete_features_present(&key, &ids(r.semantic_id, r.semantic_ids))
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use memmachine::embed::Embedder;
-use memmachine::episodic::ranking::{Mode, rank};
+use memmachine::episodic::ranking::{Mode, RankQuery, rank};
 use memmachine::error::Error;
 use memmachine::model::filter::{Expr, parse};
 use memmachine::model::{ProjectKey, ScoredEpisode};
@@ -59,18 +59,15 @@ impl<'a> Ranker<'a> {
         filter: Option<&Expr>,
         top_k: usize,
     ) -> Result<Vec<ScoredEpisode>, Error> {
-        rank(
-            self.store,
-            self.cache,
-            self.embedder.as_ref(),
+        let asked = RankQuery {
             mode,
             key,
             query,
-            true,
+            participant_aware: true,
             filter,
             top_k,
-        )
-        .await
+        };
+        rank(self.store, self.cache, self.embedder.as_ref(), asked).await
     }
 
     async fn rank(

@@ -31,6 +31,7 @@ use crate::common;
 use crate::common::ServerProcess;
 use crate::common::chat::{ChatCall, ChatServer, ScriptedReply};
 use crate::common::embeddings::{Script, scripted_embeddings};
+use crate::common::paging::collect_pages;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
 use memmachine::pb::project_service_client::ProjectServiceClient;
 use memmachine::pb::{self, MemoryType};
@@ -517,9 +518,7 @@ async fn project_cycler(shared: Arc<Shared>, url: String, round: usize) {
 /// Every episode of a project, in sequence order.
 async fn list_episodes(channel: &Channel, project: &str) -> Vec<pb::Episode> {
     let mut client = MemoryServiceClient::new(channel.clone());
-    let mut token = String::new();
-    let mut all = Vec::new();
-    loop {
+    collect_pages(async |token| {
         let page = call(client.list_memories(pb::ListMemoriesRequest {
             org_id: ORG.into(),
             project_id: project.into(),
@@ -529,20 +528,15 @@ async fn list_episodes(channel: &Channel, project: &str) -> Vec<pb::Episode> {
         }))
         .await
         .unwrap_or_else(|err| panic!("listing {project} after a restart: {err}"));
-        all.extend(page.episodes);
-        token = page.next_page_token;
-        if token.is_empty() {
-            return all;
-        }
-    }
+        (page.episodes, page.next_page_token)
+    })
+    .await
 }
 
 /// Every semantic feature of a project.
 async fn list_features(channel: &Channel, project: &str) -> Vec<pb::SemanticFeature> {
     let mut client = MemoryServiceClient::new(channel.clone());
-    let mut token = String::new();
-    let mut all = Vec::new();
-    loop {
+    collect_pages(async |token| {
         let page = call(client.list_memories(pb::ListMemoriesRequest {
             org_id: ORG.into(),
             project_id: project.into(),
@@ -553,12 +547,9 @@ async fn list_features(channel: &Channel, project: &str) -> Vec<pb::SemanticFeat
         }))
         .await
         .unwrap_or_else(|err| panic!("listing the features of {project}: {err}"));
-        all.extend(page.features);
-        token = page.next_page_token;
-        if token.is_empty() {
-            return all;
-        }
-    }
+        (page.features, page.next_page_token)
+    })
+    .await
 }
 
 async fn project_exists(channel: &Channel, project: &str) -> bool {

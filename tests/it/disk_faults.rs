@@ -10,6 +10,7 @@ use std::process::Command;
 
 use crate::common;
 use crate::common::ServerProcess;
+use crate::common::paging::collect_pages;
 use memmachine::pb;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
 use memmachine::pb::project_service_client::ProjectServiceClient;
@@ -109,8 +110,7 @@ async fn add(
 /// Every uid the project holds, read page by page.
 async fn stored(channel: &Channel) -> HashSet<String> {
     let mut client = MemoryServiceClient::new(channel.clone());
-    let (mut all, mut token) = (HashSet::new(), String::new());
-    loop {
+    collect_pages(async |token| {
         let page = client
             .list_memories(pb::ListMemoriesRequest {
                 org_id: "disk".into(),
@@ -122,12 +122,14 @@ async fn stored(channel: &Channel) -> HashSet<String> {
             .await
             .expect("list")
             .into_inner();
-        all.extend(page.episodes.into_iter().map(|e| e.uid));
-        token = page.next_page_token;
-        if token.is_empty() {
-            return all;
-        }
-    }
+        (
+            page.episodes.into_iter().map(|e| e.uid),
+            page.next_page_token,
+        )
+    })
+    .await
+    .into_iter()
+    .collect()
 }
 
 /// How many of the hits of a search for `word` hold it.

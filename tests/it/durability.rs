@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::common;
 use crate::common::ServerProcess;
+use crate::common::paging::collect_pages;
 use memmachine::pb;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
 use memmachine::pb::project_service_client::ProjectServiceClient;
@@ -67,9 +68,7 @@ fn marker(round: usize, writer: usize, batch: usize, i: usize) -> String {
 
 async fn stored_uids(url: &str) -> Vec<(String, i64)> {
     let mut client = MemoryServiceClient::new(connect(url).await);
-    let mut token = String::new();
-    let mut all = Vec::new();
-    loop {
+    collect_pages(async |token| {
         let page = client
             .list_memories(pb::ListMemoriesRequest {
                 org_id: "durable".into(),
@@ -81,12 +80,10 @@ async fn stored_uids(url: &str) -> Vec<(String, i64)> {
             .await
             .expect("list after restart")
             .into_inner();
-        all.extend(page.episodes.into_iter().map(|e| (e.uid, e.sequence_num)));
-        token = page.next_page_token;
-        if token.is_empty() {
-            return all;
-        }
-    }
+        let uids = page.episodes.into_iter().map(|e| (e.uid, e.sequence_num));
+        (uids, page.next_page_token)
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,6 +1,7 @@
 //! The gRPC API end to end: a real server on a loopback port, the tonic client over TCP.
 
 use crate::common::InProcess;
+use crate::common::paging::collect_pages;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
 use memmachine::pb::project_service_client::ProjectServiceClient;
 use memmachine::pb::{self, MemoryType};
@@ -184,9 +185,7 @@ async fn project_lifecycle() {
     for name in ["a", "b", "c"] {
         c.create("paged", name).await;
     }
-    let mut token = String::new();
-    let mut seen = Vec::new();
-    loop {
+    let seen = collect_pages(async |token| {
         let page = c
             .projects
             .list_projects(pb::ListProjectsRequest {
@@ -197,12 +196,10 @@ async fn project_lifecycle() {
             .await
             .unwrap()
             .into_inner();
-        seen.extend(page.projects.into_iter().map(|p| p.project_id));
-        token = page.next_page_token;
-        if token.is_empty() {
-            break;
-        }
-    }
+        let names = page.projects.into_iter().map(|p| p.project_id);
+        (names, page.next_page_token)
+    })
+    .await;
     assert_eq!(seen, ["a", "b", "c"]);
     let all = c
         .projects
@@ -506,18 +503,16 @@ async fn list_pages_through_every_episode_once() {
         })
         .collect();
     let uids = c.add("o", "p", messages).await.unwrap();
-    let mut token = String::new();
-    let mut seen = Vec::new();
     let mut pages = 0;
-    loop {
+    let seen = collect_pages(async |token| {
         let page = c.list("o", "p", 10, &token).await.unwrap();
         pages += 1;
-        seen.extend(page.episodes.into_iter().map(|e| e.uid));
-        token = page.next_page_token;
-        if token.is_empty() {
-            break;
-        }
-    }
+        (
+            page.episodes.into_iter().map(|e| e.uid),
+            page.next_page_token,
+        )
+    })
+    .await;
     assert_eq!(pages, 3);
     assert_eq!(seen, uids);
     let odd = c

@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::common;
 use crate::common::InProcess;
 use crate::common::calls::frame;
+use crate::common::paging::collect_pages;
 use memmachine::pb;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
 use memmachine::pb::project_service_client::ProjectServiceClient;
@@ -153,14 +154,14 @@ async fn pages_of_large_episodes_end_at_the_byte_budget() {
     }
     // A stock client (tonic's default 4 MiB decoding limit, as grpcio's) reads every
     // page of a page_size far beyond what fits.
-    let (mut seen, mut token, mut pages) = (Vec::new(), String::new(), 0);
-    loop {
+    let mut pages = 0;
+    let seen = collect_pages(async |token| {
         let page = memories
             .list_memories(pb::ListMemoriesRequest {
                 org_id: "acme".into(),
                 project_id: "notes".into(),
                 page_size: Some(1000),
-                page_token: token.clone(),
+                page_token: token,
                 ..Default::default()
             })
             .await
@@ -172,12 +173,10 @@ async fn pages_of_large_episodes_end_at_the_byte_budget() {
             page.encoded_len()
         );
         pages += 1;
-        seen.extend(page.episodes.iter().map(|e| e.content[..3].to_string()));
-        token = page.next_page_token;
-        if token.is_empty() {
-            break;
-        }
-    }
+        let heads = page.episodes.iter().map(|e| e.content[..3].to_string());
+        (heads.collect::<Vec<_>>(), page.next_page_token)
+    })
+    .await;
     let expected: Vec<String> = (0..40).map(|i| format!("{i:03}")).collect();
     assert_eq!(seen, expected, "every episode once, in order");
     assert!(pages >= 5, "{pages} pages");

@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::common;
 use crate::common::ServerProcess;
 use crate::common::calls::with_key;
+use crate::common::paging::try_collect_pages;
 use memmachine::model::KeyScope;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
 use memmachine::pb::project_service_client::ProjectServiceClient;
@@ -640,15 +641,13 @@ impl Case {
         t: usize,
         page_size: i32,
     ) -> Result<Vec<pb::Episode>, Status> {
-        let mut all = Vec::new();
-        let mut token = String::new();
-        loop {
+        try_collect_pages(async |token| {
             let request = self.request(
                 pb::ListMemoriesRequest {
                     org_id: self.org(t),
                     project_id: self.project(t),
                     page_size: Some(page_size),
-                    page_token: token.clone(),
+                    page_token: token,
                     ..Default::default()
                 },
                 who,
@@ -667,12 +666,9 @@ impl Case {
                     page.features.len()
                 )));
             }
-            all.extend(page.episodes);
-            if page.next_page_token.is_empty() || all.len() > 10_000 {
-                return Ok(all);
-            }
-            token = page.next_page_token;
-        }
+            Ok((page.episodes, page.next_page_token))
+        })
+        .await
     }
 
     async fn list_features(
@@ -681,16 +677,14 @@ impl Case {
         t: usize,
         page_size: i32,
     ) -> Result<Vec<pb::SemanticFeature>, Status> {
-        let mut all = Vec::new();
-        let mut token = String::new();
-        loop {
+        try_collect_pages(async |token| {
             let request = self.request(
                 pb::ListMemoriesRequest {
                     org_id: self.org(t),
                     project_id: self.project(t),
                     r#type: MemoryType::Semantic as i32,
                     page_size: Some(page_size),
-                    page_token: token.clone(),
+                    page_token: token,
                     ..Default::default()
                 },
                 who,
@@ -709,12 +703,9 @@ impl Case {
                     page.episodes.len()
                 )));
             }
-            all.extend(page.features);
-            if page.next_page_token.is_empty() || all.len() > 10_000 {
-                return Ok(all);
-            }
-            token = page.next_page_token;
-        }
+            Ok((page.features, page.next_page_token))
+        })
+        .await
     }
 
     /// Every project `ListProjects` gives, page after page.
@@ -724,14 +715,12 @@ impl Case {
         org: usize,
         scoped: bool,
     ) -> Result<Vec<(String, String)>, Status> {
-        let mut all = Vec::new();
-        let mut token = String::new();
-        loop {
+        try_collect_pages(async |token| {
             let request = with_key(
                 pb::ListProjectsRequest {
                     org_id: scoped.then(|| self.orgs[org].clone()),
                     page_size: Some(100),
-                    page_token: token.clone(),
+                    page_token: token,
                 },
                 self.keys.token(who, org).as_deref(),
             );
@@ -741,12 +730,11 @@ impl Case {
                 .list_projects(request)
                 .await?
                 .into_inner();
-            all.extend(page.projects.into_iter().map(|p| (p.org_id, p.project_id)));
-            if page.next_page_token.is_empty() || all.len() > 100_000 {
-                return Ok(all);
-            }
-            token = page.next_page_token;
-        }
+            let projects = page.projects.into_iter();
+            let projects = projects.map(|p| (p.org_id, p.project_id));
+            Ok((projects, page.next_page_token))
+        })
+        .await
     }
 
     /// Compares what tenant `t` lists (episodes and features) with the model.

@@ -8,6 +8,7 @@ use std::process::Command;
 use crate::common;
 use crate::common::InProcess;
 use crate::common::calls::with_key;
+use crate::common::paging::try_collect_pages;
 use memmachine::legacy::RESERVED_ORG;
 use memmachine::pb;
 use memmachine::pb_v1 as v1;
@@ -174,9 +175,7 @@ impl Clients {
         user: &str,
         agent: &str,
     ) -> Result<Vec<(String, String)>, Status> {
-        let mut token = String::new();
-        let mut all = Vec::new();
-        loop {
+        try_collect_pages(async |token| {
             let page = self
                 .sessions
                 .list_sessions(v1::ListSessionsRequest {
@@ -189,16 +188,11 @@ impl Clients {
                 .await?
                 .into_inner();
             assert!(page.sessions.len() <= 1);
-            all.extend(
-                page.sessions
-                    .into_iter()
-                    .map(|s| (s.group_id, s.session_id)),
-            );
-            if page.next_page_token.is_empty() {
-                return Ok(all);
-            }
-            token = page.next_page_token;
-        }
+            let sessions = page.sessions.into_iter();
+            let sessions = sessions.map(|s| (s.group_id, s.session_id));
+            Ok((sessions, page.next_page_token))
+        })
+        .await
     }
 
     async fn groups(&mut self, user: &str, agent: &str) -> Result<Vec<String>, Status> {

@@ -8,6 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::common::InProcess;
+use crate::common::paging::collect_pages;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
 use memmachine::pb::project_service_client::ProjectServiceClient;
 use memmachine::pb::semantic_service_client::SemanticServiceClient;
@@ -338,9 +339,7 @@ impl Client {
         selecting: &[(&str, &str)],
         page_size: i32,
     ) -> Vec<pb::SemanticFeature> {
-        let mut all = Vec::new();
-        let mut token = String::new();
-        for _ in 0..1000 {
+        let all = collect_pages(async |token| {
             let page = self
                 .memory
                 .list_memories(pb::ListMemoriesRequest {
@@ -348,7 +347,7 @@ impl Client {
                     project_id: at.1.into(),
                     r#type: MemoryType::Semantic as i32,
                     page_size: Some(page_size),
-                    page_token: token.clone(),
+                    page_token: token,
                     set_metadata: metadata(selecting),
                     ..Default::default()
                 })
@@ -361,15 +360,12 @@ impl Client {
                 "a page of {} features, asked for {page_size}",
                 page.features.len()
             );
-            all.extend(page.features);
-            if page.next_page_token.is_empty() {
-                let ids: BTreeSet<&str> = all.iter().map(|f| f.id.as_str()).collect();
-                assert_eq!(ids.len(), all.len(), "a feature listed twice: {all:#?}");
-                return all;
-            }
-            token = page.next_page_token;
-        }
-        panic!("listing {at:?} never ended");
+            (page.features, page.next_page_token)
+        })
+        .await;
+        let ids: BTreeSet<&str> = all.iter().map(|f| f.id.as_str()).collect();
+        assert_eq!(ids.len(), all.len(), "a feature listed twice: {all:#?}");
+        all
     }
 }
 

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common;
+use crate::common::paging::collect_pages;
 use crate::common::{ServerProcess, free_port};
 use memmachine::pb;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
@@ -1034,9 +1035,7 @@ async fn load(
 }
 
 async fn list_uids(channel: &Channel) -> HashSet<String> {
-    let mut uids = HashSet::new();
-    let mut token = String::new();
-    loop {
+    collect_pages(async |token| {
         let page = MemoryServiceClient::new(channel.clone())
             .list_memories(request(pb::ListMemoriesRequest {
                 org_id: ORG.into(),
@@ -1048,12 +1047,14 @@ async fn list_uids(channel: &Channel) -> HashSet<String> {
             .await
             .unwrap()
             .into_inner();
-        uids.extend(page.episodes.into_iter().map(|e| e.uid));
-        if page.next_page_token.is_empty() {
-            return uids;
-        }
-        token = page.next_page_token;
-    }
+        (
+            page.episodes.into_iter().map(|e| e.uid),
+            page.next_page_token,
+        )
+    })
+    .await
+    .into_iter()
+    .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

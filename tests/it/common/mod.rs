@@ -5,6 +5,7 @@ pub mod chat;
 pub mod embeddings;
 pub mod keys;
 pub mod mcp_http;
+pub mod paging;
 pub mod pki;
 pub mod postgres;
 pub mod rerank;

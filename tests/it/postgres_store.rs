@@ -2,10 +2,10 @@
 //! `MEMMACHINE_TEST_POSTGRES`, which `scripts/test.sh` sets). Without it every test
 //! skips, saying so (under CI it fails).
 //!
-//! What is PostgreSQL's own beyond the conformance suite (tests/it/conformance/): projects,
-//! keys, stats and filters compared with the SQLite backend doing the same, many
-//! handles and concurrent writers on one database, migrations racing, and errors mapped
-//! to what a caller can do.
+//! What is PostgreSQL's own beyond the conformance suite (`conformance`, which runs on
+//! PostgreSQL too): projects, keys and filters compared with the SQLite backend doing
+//! the same, its vector index, concurrent writers and semantic claimers on one
+//! database, migrations racing, and errors mapped to what a caller can do.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use memmachine::model::{
 use memmachine::store::postgres::{PoolSettings, PostgresStore};
 use memmachine::store::sqlite::SqliteStore;
 use memmachine::store::{Change, ChangeFeed, EpisodeStore, StoreLifecycle, VectorStore};
-use memmachine::store::{KeyStore, ProjectStore, StatsStore};
+use memmachine::store::{KeyStore, ProjectStore};
 use sqlx::Connection;
 
 const LONG: Duration = Duration::from_secs(600);
@@ -241,36 +241,6 @@ async fn api_keys_behave_as_in_sqlite() {
     assert_eq!(key_script(&pg).await, key_script(&sqlite).await);
 }
 
-#[tokio::test]
-async fn stats_count_episodes_and_queues() {
-    let (pg, _) = fresh_or_skip!();
-    assert_eq!(pg.stats().await.unwrap(), Default::default());
-    let k = project(&pg, "o", "p").await;
-    pg.add_episodes(&k, vec![episode("a", &[]), episode("b", &[])], Some("e1"))
-        .await
-        .unwrap();
-    pg.add_episodes(&k, vec![episode("c", &[])], None)
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    let stats = pg.stats().await.unwrap();
-    assert_eq!(stats.episodes, 3);
-    assert_eq!(stats.embedding_queue, 2);
-    assert!(stats.embedding_lag_secs > 0.0, "{stats:?}");
-    let claimed = pg.claim_embeddings("e1", 10, LONG).await.unwrap();
-    pg.store_embeddings(
-        "e1",
-        claimed
-            .iter()
-            .map(|p| (p.episode, vec![1.0, 0.0]))
-            .collect(),
-    )
-    .await
-    .unwrap();
-    let stats = pg.stats().await.unwrap();
-    assert_eq!((stats.embedding_queue, stats.embedding_lag_secs), (0, 0.0));
-}
-
 // --- Filters: the same episodes pass as in SQLite and in memory --------------------
 
 #[tokio::test]
@@ -439,131 +409,6 @@ async fn mm_num_reads_numbers_as_the_in_memory_evaluation_does() {
 // --- The change feed ---------------------------------------------------------------
 
 #[tokio::test]
-async fn added_episodes_are_in_the_feed_with_increasing_ids() {
-    let (pg, _) = fresh_or_skip!();
-    let k = project(&pg, "o", "feed").await;
-    let head = pg.feed_head(&k).await.unwrap();
-    assert_eq!(head.change, 0);
-    let batch = vec![
-        episode("one", &[]),
-        episode("two", &[]),
-        episode("three", &[]),
-    ];
-    let uids: Vec<uuid::Uuid> = batch.iter().map(|e| e.uid).collect();
-    assert_eq!(pg.add_episodes(&k, batch, None).await.unwrap(), [1, 2, 3]);
-    pg.add_episodes(&k, vec![episode("four", &[])], None)
-        .await
-        .unwrap();
-    let head = pg.feed_head(&k).await.unwrap();
-    assert_eq!(head.change, 4);
-    let changes = pg
-        .changes_since(head.project, 0, None, 100)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(changes.through, 4);
-    let added: Vec<(i64, String)> = changes
-        .changes
-        .iter()
-        .map(|c| match c {
-            Change::Added(e) => (e.handle, e.episode.content.clone()),
-            other => panic!("{other:?}"),
-        })
-        .collect();
-    assert_eq!(
-        added.iter().map(|(_, c)| c.as_str()).collect::<Vec<_>>(),
-        ["one", "two", "three", "four"]
-    );
-    assert!(added.windows(2).all(|w| w[0].0 < w[1].0), "{added:?}");
-    // Paged by `limit`, resumed after `through`.
-    let first = pg
-        .changes_since(head.project, 0, None, 3)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!((first.changes.len(), first.through), (3, 3));
-    let rest = pg
-        .changes_since(head.project, 3, None, 3)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!((rest.changes.len(), rest.through), (1, 4));
-    let none = pg
-        .changes_since(head.project, 4, None, 3)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!((none.changes.len(), none.through), (0, 4));
-    // Handles, both ways, in the order asked.
-    let handles = pg
-        .episode_handles(&k, &[uids[2], uuid::Uuid::new_v4(), uids[0]])
-        .await
-        .unwrap();
-    assert_eq!(handles, [Some(added[2].0), None, Some(added[0].0)]);
-    let by_handle = pg
-        .episodes_by_handle(&k, &[added[1].0, 999_999, added[0].0])
-        .await
-        .unwrap();
-    assert_eq!(
-        by_handle
-            .iter()
-            .map(|(h, e)| (*h, e.content.as_str()))
-            .collect::<Vec<_>>(),
-        [(added[1].0, "two"), (added[0].0, "one")]
-    );
-    // The index page: sequence order from `after_seq`.
-    let page = pg.index_page(head.project, None, 1, 2).await.unwrap();
-    assert_eq!(
-        page.iter()
-            .map(|e| e.episode.sequence_num)
-            .collect::<Vec<_>>(),
-        [2, 3]
-    );
-    // Another project's handle sees nothing of this one.
-    let other = project(&pg, "o", "other").await;
-    assert!(
-        pg.episodes_by_handle(&other, &[added[0].0])
-            .await
-            .unwrap()
-            .is_empty()
-    );
-    assert!(matches!(
-        pg.feed_head(&key("o", "missing")).await,
-        Err(Error::NotFound(_))
-    ));
-}
-
-#[tokio::test]
-async fn deleted_episodes_are_removed_in_the_feed() {
-    let (pg, _) = fresh_or_skip!();
-    let k = project(&pg, "o", "del").await;
-    let batch = vec![episode("keep", &[]), episode("drop", &[])];
-    let drop_uid = batch[1].uid;
-    pg.add_episodes(&k, batch, None).await.unwrap();
-    let handle = pg.episode_handles(&k, &[drop_uid]).await.unwrap()[0].unwrap();
-    // A uid not in the project fails the whole delete.
-    let err = pg
-        .delete_episodes(&k, &[drop_uid, uuid::Uuid::new_v4()])
-        .await
-        .unwrap_err();
-    assert!(matches!(err, Error::NotFound(_)), "{err}");
-    assert_eq!(pg.feed_head(&k).await.unwrap().change, 2);
-    assert_eq!(pg.delete_episodes(&k, &[drop_uid]).await.unwrap(), 1);
-    let head = pg.feed_head(&k).await.unwrap();
-    assert_eq!(head.change, 3);
-    let changes = pg
-        .changes_since(head.project, 0, None, 10)
-        .await
-        .unwrap()
-        .unwrap();
-    // The deleted episode's Added is left out; its Removed is there.
-    assert_eq!(changes.changes.len(), 2, "{changes:?}");
-    assert!(matches!(&changes.changes[0], Change::Added(e) if e.episode.content == "keep"));
-    assert_eq!(changes.changes[1], Change::Removed(handle));
-    assert_eq!(changes.through, 3);
-}
-
-#[tokio::test]
 async fn stored_vectors_are_in_the_feed_and_come_back() {
     let (pg, url) = fresh_or_skip!();
     let k = project(&pg, "o", "vec").await;
@@ -656,72 +501,7 @@ async fn stored_vectors_are_in_the_feed_and_come_back() {
     );
 }
 
-#[tokio::test]
-async fn a_pruned_log_sends_the_reader_to_reload() {
-    let (pg, _) = fresh_or_skip!();
-    let k = project(&pg, "o", "prune").await;
-    for content in ["a", "b", "c"] {
-        pg.add_episodes(&k, vec![episode(content, &[])], None)
-            .await
-            .unwrap();
-    }
-    let head = pg.feed_head(&k).await.unwrap();
-    assert_eq!(pg.prune_changes(0).await.unwrap(), 0, "nothing that old");
-    let future = chrono::Utc::now().timestamp_micros() + 60_000_000;
-    // Each project's newest entry stays.
-    assert_eq!(pg.prune_changes(future).await.unwrap(), 2);
-    assert_eq!(pg.prune_changes(future).await.unwrap(), 0);
-    assert_eq!(
-        pg.changes_since(head.project, 0, None, 10).await.unwrap(),
-        None
-    );
-    assert_eq!(
-        pg.changes_since(head.project, 1, None, 10).await.unwrap(),
-        None
-    );
-    let tail = pg
-        .changes_since(head.project, 2, None, 10)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!((tail.changes.len(), tail.through), (1, 3));
-    // A project that is gone: None too.
-    pg.delete_project(&k).await.unwrap();
-    assert_eq!(
-        pg.changes_since(head.project, 3, None, 10).await.unwrap(),
-        None
-    );
-}
-
 // --- Several handles (replicas) on one database --------------------------------------
-
-#[tokio::test]
-async fn two_handles_see_each_others_writes() {
-    let (one, url) = fresh_or_skip!();
-    let two = PostgresStore::connect(&url).await.unwrap();
-    let k = project(&one, "o", "shared").await;
-    assert!(two.get_project(&k).await.unwrap().is_some());
-    two.add_episodes(&k, vec![episode("from two", &[])], None)
-        .await
-        .unwrap();
-    one.add_episodes(&k, vec![episode("from one", &[])], None)
-        .await
-        .unwrap();
-    let listed: Vec<(i64, String)> = one
-        .list_episodes(&k, None, 0, 10)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| (e.sequence_num, e.content))
-        .collect();
-    assert_eq!(
-        listed,
-        [(1, "from two".to_string()), (2, "from one".to_string())]
-    );
-    assert_eq!(two.feed_head(&k).await.unwrap().change, 2);
-    assert!(two.delete_project(&k).await.unwrap());
-    assert!(one.get_project(&k).await.unwrap().is_none());
-}
 
 #[tokio::test]
 async fn concurrent_writers_get_distinct_sequence_numbers_and_change_ids() {
@@ -763,69 +543,6 @@ async fn concurrent_writers_get_distinct_sequence_numbers_and_change_ids() {
         .map(|e| e.sequence_num)
         .collect();
     assert_eq!(seqs, (1..=40).collect::<Vec<_>>());
-}
-
-#[tokio::test]
-async fn two_claimers_never_get_the_same_episode() {
-    let (one, url) = fresh_or_skip!();
-    let one = Arc::new(one);
-    let two = Arc::new(PostgresStore::connect(&url).await.unwrap());
-    let k = project(&one, "o", "claims").await;
-    let batch: Vec<NewEpisode> = (0..60).map(|i| episode(&format!("e{i}"), &[])).collect();
-    one.add_episodes(&k, batch, Some("e1")).await.unwrap();
-    let mut tasks = Vec::new();
-    for store in [one.clone(), two.clone(), one.clone(), two.clone()] {
-        tasks.push(tokio::spawn(async move {
-            let mut got = Vec::new();
-            // Bounded: a claim that hands out leased episodes again never runs dry.
-            for _ in 0..100 {
-                let claimed = store.claim_embeddings("e1", 4, LONG).await.unwrap();
-                if claimed.is_empty() {
-                    break;
-                }
-                got.extend(claimed.into_iter().map(|p| p.episode));
-                tokio::task::yield_now().await;
-            }
-            got
-        }));
-    }
-    let mut all = Vec::new();
-    for task in tasks {
-        all.extend(task.await.unwrap());
-    }
-    let distinct: HashSet<i64> = all.iter().copied().collect();
-    assert_eq!(all.len(), 60, "every episode claimed exactly once");
-    assert_eq!(distinct.len(), 60);
-}
-
-#[tokio::test]
-async fn an_expired_lease_is_taken_over() {
-    let (one, url) = fresh_or_skip!();
-    let two = PostgresStore::connect(&url).await.unwrap();
-    let k = project(&one, "o", "lease").await;
-    one.add_episodes(&k, vec![episode("x", &[])], Some("e1"))
-        .await
-        .unwrap();
-    let first = one
-        .claim_embeddings("e1", 10, Duration::from_millis(200))
-        .await
-        .unwrap();
-    assert_eq!(first.len(), 1);
-    assert!(
-        two.claim_embeddings("e1", 10, LONG)
-            .await
-            .unwrap()
-            .is_empty()
-    );
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let taken = two.claim_embeddings("e1", 10, LONG).await.unwrap();
-    assert_eq!(taken, first, "the expired lease is taken over");
-    assert!(
-        one.claim_embeddings("e1", 10, LONG)
-            .await
-            .unwrap()
-            .is_empty()
-    );
 }
 
 #[tokio::test]

@@ -1,5 +1,5 @@
 //! What the fuzz targets do with one input, shared by `fuzz/fuzz_targets/*.rs` and the
-//! regression tests (`tests/fuzz_regressions.rs` includes this file by `#[path]`).
+//! regression tests (`tests/it/fuzz_regressions.rs` includes this file by `#[path]`).
 //!
 //! `requests` and `rest_json` drive the server's own handlers (the gRPC services and
 //! the REST router, with its admission and body decoding) over a real SQLite store

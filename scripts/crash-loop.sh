@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The crash loop (tests/crash_loop.rs, issue 16 item 1) at full length: the release server
+# The crash loop (tests/it/crash_loop.rs, issue 16 item 1) at full length: the release server
 # SIGKILLed 20 times under mixed load (MEMMACHINE_CRASH_KILLS, default 20 here), first on
 # SQLite, then on PostgreSQL (started as scripts/test.sh does, and stopped again if this
 # script started it). Prints each round's counts. Extra arguments go to `cargo test`.
@@ -11,7 +11,7 @@ export MEMMACHINE_CRASH_KILLS="${MEMMACHINE_CRASH_KILLS:-20}"
 run() {
   local backend="$1" started=$SECONDS
   shift
-  cargo test --release --locked --test crash_loop "$@" -- --nocapture
+  cargo test --release --locked --test it "$@" -- crash_loop:: --nocapture
   echo "crash-loop.sh: $backend: $MEMMACHINE_CRASH_KILLS kills passed in $((SECONDS - started)) s" >&2
 }
 

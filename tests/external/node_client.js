@@ -10,7 +10,7 @@
 // The npm packages are taken from $MEMMACHINE_TEST_NODE_MODULES (a node_modules
 // directory), else .tools/node/node_modules (scripts/setup-test-tools.sh installs them).
 // Exits 0 when every check passes; otherwise prints what failed and exits 1.
-// Run by tests/external_clients.rs.
+// Run by tests/it/external_clients.rs.
 "use strict";
 
 const path = require("path");

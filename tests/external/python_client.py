@@ -7,7 +7,7 @@ directory, so this proves that the .proto files alone are enough for a foreign c
 Usage: python_client.py --addr HOST:PORT
 
 Exits 0 when every check passes; otherwise prints what failed and exits 1.
-Run by tests/external_clients.rs; install the interpreter with scripts/setup-test-tools.sh.
+Run by tests/it/external_clients.rs; install the interpreter with scripts/setup-test-tools.sh.
 """
 
 import argparse

@@ -1,5 +1,5 @@
 // Drives the memory console (/ui) in headless Chromium with playwright-core; run by
-// tests/console.rs against a real server started with --auth. Each step prints what it
+// tests/it/console.rs against a real server started with --auth. Each step prints what it
 // checks; any failure exits 1.
 //
 // Environment: CONSOLE_URL (the /ui/ address), ACME_KEY (a key of org acme), ADMIN_KEY

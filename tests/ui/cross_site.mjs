@@ -1,5 +1,5 @@
 // Pages that were not meant to reach the server, in headless Chromium: run by
-// tests/console.rs against a real server started WITHOUT --auth. A page of another
+// tests/it/console.rs against a real server started WITHOUT --auth. A page of another
 // origin posts text/plain, keyless and form bodies at the REST gateway; a page whose name
 // resolves to the server (DNS rebinding, played by --host-resolver-rules) calls it
 // same-origin. Every such request must be refused (403), while the server's own console

@@ -1,0 +1,225 @@
+//! A real local HTTP server speaking the OpenAI chat-completions protocol, scripted by
+//! test: a function of each call decides the answer (content, an error status, a body
+//! that is not a completion, or none at all), and every call is recorded.
+
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use axum::Json;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+/// One request the server received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatCall {
+    /// The system messages' contents, joined by blank lines.
+    pub system: String,
+    /// The user messages' contents, joined by blank lines.
+    pub user: String,
+    /// Every message as `(role, content)`, in order.
+    pub messages: Vec<(String, String)>,
+    pub model: String,
+    pub response_format: Option<Value>,
+    /// The `Authorization` header as sent.
+    pub authorization: Option<String>,
+    /// The whole request body, for what the fields above leave out (`temperature`…).
+    pub body: Value,
+}
+
+impl ChatCall {
+    /// `response_format.type`, if any (`json_schema`, `json_object`…).
+    pub fn format_type(&self) -> Option<&str> {
+        self.response_format.as_ref()?.get("type")?.as_str()
+    }
+}
+
+/// How the server answers one call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ScriptedReply {
+    /// A chat completion with this content.
+    Content(String),
+    /// This status with an OpenAI-style error body, and a `Retry-After` (seconds) if
+    /// given.
+    Status(u16, Option<u64>),
+    /// This status with an OpenAI-style error body carrying this message.
+    StatusMessage(u16, String),
+    /// `200` with a body that is not a chat completion.
+    Garbage,
+    /// No answer for ten minutes (the client is meant to time out).
+    Hang,
+}
+
+type Answer = Arc<dyn Fn(&ChatCall) -> ScriptedReply + Send + Sync>;
+
+struct State {
+    answer: RwLock<Answer>,
+    calls: Mutex<Vec<ChatCall>>,
+}
+
+/// The server; it stops when dropped (connections in progress end with the runtime).
+pub struct ChatServer {
+    /// Base URL, ending in `/v1`.
+    pub url: String,
+    state: Arc<State>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ChatServer {
+    /// Serves `POST /v1/chat/completions` on a loopback port, answering with `answer`.
+    /// Must be called within a Tokio runtime. `.await`ing the result is allowed too (it
+    /// is ready at once), like the other scripted servers.
+    pub fn start(
+        answer: impl Fn(&ChatCall) -> ScriptedReply + Send + Sync + 'static,
+    ) -> ChatServer {
+        let state = Arc::new(State {
+            answer: RwLock::new(Arc::new(answer)),
+            calls: Mutex::default(),
+        });
+        let shared = state.clone();
+        let app = axum::Router::new().route(
+            "/v1/chat/completions",
+            axum::routing::post(move |headers: HeaderMap, Json(body): Json<Value>| {
+                let state = shared.clone();
+                async move { reply(&state, &headers, &body).await }
+            }),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("non-blocking");
+        let addr = listener.local_addr().unwrap();
+        let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        ChatServer {
+            url: format!("http://{addr}/v1"),
+            state,
+            task,
+        }
+    }
+
+    /// Answers from now on with `answer`.
+    pub fn set_answer(&self, answer: impl Fn(&ChatCall) -> ScriptedReply + Send + Sync + 'static) {
+        *self.state.answer.write().unwrap() = Arc::new(answer);
+    }
+
+    /// Every call so far, in the order received.
+    pub fn calls(&self) -> Vec<ChatCall> {
+        self.state.calls.lock().unwrap().clone()
+    }
+
+    pub fn call_count(&self) -> usize {
+        self.state.calls.lock().unwrap().len()
+    }
+}
+
+impl std::future::IntoFuture for ChatServer {
+    type Output = ChatServer;
+    type IntoFuture = std::future::Ready<ChatServer>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        std::future::ready(self)
+    }
+}
+
+impl Drop for ChatServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn reply(state: &State, headers: &HeaderMap, body: &Value) -> Response {
+    let call = parse_call(headers, body);
+    state.calls.lock().unwrap().push(call.clone());
+    let answer = state.answer.read().unwrap().clone();
+    match answer(&call) {
+        ScriptedReply::Content(content) => {
+            let prompt_tokens: usize = call.messages.iter().map(|(_, c)| words(c)).sum();
+            let completion_tokens = words(&content);
+            Json(json!({
+                "id": "chatcmpl-scripted",
+                "object": "chat.completion",
+                "created": std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+                "model": call.model,
+                "choices": [{
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": "stop",
+                }],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
+            }))
+            .into_response()
+        }
+        ScriptedReply::Status(code, retry_after) => error(code, None, retry_after),
+        ScriptedReply::StatusMessage(code, message) => error(code, Some(message), None),
+        ScriptedReply::Garbage => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/html")],
+            "<html><body>this is not a chat completion</body></html>",
+        )
+            .into_response(),
+        ScriptedReply::Hang => {
+            tokio::time::sleep(Duration::from_secs(600)).await;
+            StatusCode::GATEWAY_TIMEOUT.into_response()
+        }
+    }
+}
+
+/// An OpenAI-style error answer.
+fn error(code: u16, message: Option<String>, retry_after: Option<u64>) -> Response {
+    let status = StatusCode::from_u16(code).expect("a valid status code");
+    let body = Json(json!({"error": {
+        "message": message.unwrap_or_else(|| format!("scripted reply: {status}")),
+        "type": "scripted_error",
+        "code": code,
+    }}));
+    match retry_after {
+        Some(secs) => (status, [(header::RETRY_AFTER, secs.to_string())], body).into_response(),
+        None => (status, body).into_response(),
+    }
+}
+
+fn parse_call(headers: &HeaderMap, body: &Value) -> ChatCall {
+    let messages: Vec<(String, String)> = body["messages"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|m| {
+                    let field = |name: &str| m[name].as_str().unwrap_or_default().to_string();
+                    (field("role"), field("content"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let joined = |role: &str| {
+        messages
+            .iter()
+            .filter(|(r, _)| r == role)
+            .map(|(_, c)| c.as_str())
+            .collect::<Vec<_>>()
+            .join("\n\n")
+    };
+    ChatCall {
+        system: joined("system"),
+        user: joined("user"),
+        model: body["model"].as_str().unwrap_or_default().to_string(),
+        response_format: body.get("response_format").cloned(),
+        authorization: headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+        messages,
+        body: body.clone(),
+    }
+}
+
+/// Tokens, as this server counts them: words.
+fn words(text: &str) -> usize {
+    text.split_whitespace().count()
+}

@@ -8,11 +8,15 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::admission::limits::CallerLimits;
+use crate::embed::{DEFAULT_MODEL_DIR, EmbedderPrecision};
 use crate::limits::Limits;
+use crate::rerank::RerankApi;
+use crate::secret::Secret;
+use crate::telemetry::LogFormat;
 use crate::urls::redact;
 
-/// Where `memmachine model fetch` puts all-MiniLM-L6-v2, and where `serve` looks.
-pub const DEFAULT_MODEL_DIR: &str = "./memmachine-models/all-MiniLM-L6-v2";
+// Re-exported for the tests and tools that configure a server in code.
+pub use crate::embed::EmbedderKind;
 
 #[derive(Debug, Clone, Default, clap::Args, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
@@ -83,7 +87,7 @@ pub struct ServeArgs {
     pub embedder_precision: Option<EmbedderPrecision>,
     /// API key of the embeddings endpoint: only from the environment or the config file
     #[arg(skip)]
-    pub embedder_api_key: Option<String>,
+    pub embedder_api_key: Option<Secret>,
     /// Require an API key (`authorization: Bearer <key>`) on every call; keys come from
     /// `memmachine keys create`
     #[arg(long, env = "MEMMACHINE_AUTH", num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
@@ -205,7 +209,7 @@ pub struct ServeArgs {
     pub llm_model: Option<String>,
     /// API key of the chat endpoint: only from the environment or the config file
     #[arg(skip)]
-    pub llm_api_key: Option<String>,
+    pub llm_api_key: Option<Secret>,
     /// Hugging Face cross-encoder (sequence-classification) model directory: offers
     /// projects the reranker `cross-encoder`
     #[arg(long, env = "MEMMACHINE_RERANKER_MODEL_DIR")]
@@ -237,7 +241,7 @@ pub struct ServeArgs {
     pub rerank_candidates: Option<usize>,
     /// API key of the rerank endpoint: only from the environment or the config file
     #[arg(skip)]
-    pub reranker_api_key: Option<String>,
+    pub reranker_api_key: Option<Secret>,
     /// MemMachine-compatible JSON gateway (REST v2 under /api/v2, MCP at /mcp) address
     /// (off when unset)
     #[arg(long, env = "MEMMACHINE_REST_LISTEN")]
@@ -248,30 +252,6 @@ pub struct ServeArgs {
     pub otlp_endpoint: Option<String>,
 }
 
-/// The language model settings.
-#[derive(Clone, Default)]
-pub struct LlmConfig {
-    pub base_url: Option<String>,
-    pub model: Option<String>,
-    pub api_key: Option<String>,
-    /// `None`: no cap.
-    pub max_calls_per_minute: Option<u32>,
-    pub timeout: std::time::Duration,
-}
-
-impl std::fmt::Debug for LlmConfig {
-    /// As derived, but never the API key.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LlmConfig")
-            .field("base_url", &self.base_url.as_deref().map(redact))
-            .field("model", &self.model)
-            .field("api_key", &self.api_key.as_ref().map(|_| MASKED))
-            .field("max_calls_per_minute", &self.max_calls_per_minute)
-            .field("timeout", &self.timeout)
-            .finish()
-    }
-}
-
 /// TLS files of `memmachine serve`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TlsFiles {
@@ -279,112 +259,6 @@ pub struct TlsFiles {
     pub key: PathBuf,
     /// Clients must present a certificate signed by a CA in this file.
     pub client_ca: Option<PathBuf>,
-}
-
-/// The precision of the local embedder's products (`--embedder-precision`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EmbedderPrecision {
-    /// bf16 where the CPU has AMX, else f32.
-    #[default]
-    Auto,
-    F32,
-    Bf16,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EmbedderKind {
-    None,
-    Hash,
-    Local,
-    Openai,
-}
-
-/// The embedder settings, resolved.
-#[derive(Clone)]
-pub struct EmbedderConfig {
-    /// `None` when not asked for: local if a model is in `model_dir`, else none.
-    pub kind: Option<EmbedderKind>,
-    pub model_dir: PathBuf,
-    pub base_url: Option<String>,
-    pub model: Option<String>,
-    pub dimensions: Option<usize>,
-    pub precision: EmbedderPrecision,
-    pub api_key: Option<String>,
-}
-
-/// The request shape of a rerank endpoint (`--reranker-api`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RerankApi {
-    /// `"documents"`: Cohere, Jina, vLLM, Infinity, LocalAI.
-    #[default]
-    Cohere,
-    /// `"texts"`: Hugging Face text-embeddings-inference.
-    Tei,
-}
-
-/// The reranker settings, resolved.
-#[derive(Clone)]
-pub struct RerankerConfig {
-    /// Offers `cross-encoder`.
-    pub model_dir: Option<PathBuf>,
-    /// Offers `remote`.
-    pub base_url: Option<String>,
-    pub model: Option<String>,
-    pub api: RerankApi,
-    pub api_key: Option<String>,
-    pub timeout: std::time::Duration,
-    pub retries: u32,
-    pub candidates: usize,
-}
-
-impl std::fmt::Debug for RerankerConfig {
-    /// As derived, but never the API key.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RerankerConfig")
-            .field("model_dir", &self.model_dir)
-            .field("base_url", &self.base_url.as_deref().map(redact))
-            .field("model", &self.model)
-            .field("api", &self.api)
-            .field("api_key", &self.api_key.as_ref().map(|_| MASKED))
-            .field("timeout", &self.timeout)
-            .field("retries", &self.retries)
-            .field("candidates", &self.candidates)
-            .finish()
-    }
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    #[default]
-    Text,
-    Json,
-}
-
-/// What a secret is shown as.
-const MASKED: &str = crate::urls::MASK;
-
-/// A secret as shown: masked when set.
-fn masked(secret: &Option<String>) -> Option<String> {
-    secret.as_ref().map(|_| MASKED.to_string())
-}
-
-impl std::fmt::Debug for EmbedderConfig {
-    /// As derived, but never the API key.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmbedderConfig")
-            .field("kind", &self.kind)
-            .field("model_dir", &self.model_dir)
-            .field("base_url", &self.base_url.as_deref().map(redact))
-            .field("model", &self.model)
-            .field("dimensions", &self.dimensions)
-            .field("precision", &self.precision)
-            .field("api_key", &self.api_key.as_ref().map(|_| MASKED))
-            .finish()
-    }
 }
 
 /// HTTP/2 keepalive: how the server finds connections whose peer has gone.
@@ -409,8 +283,8 @@ pub struct ServeConfig {
     pub limits: Limits,
     pub max_request_bytes: usize,
     pub shutdown_grace: std::time::Duration,
-    pub embedder: EmbedderConfig,
-    pub reranker: RerankerConfig,
+    pub embedder: crate::embed::Settings,
+    pub reranker: crate::rerank::Settings,
     pub auth: bool,
     pub insecure_listen: bool,
     pub allowed_origins: Vec<String>,
@@ -426,7 +300,7 @@ pub struct ServeConfig {
     pub max_streams_per_connection: u32,
     pub max_watch_streams_per_peer: usize,
     pub otlp_endpoint: Option<String>,
-    pub llm: LlmConfig,
+    pub llm: crate::llm::Settings,
     pub ingest: crate::semantic::ingest::IngestSettings,
 }
 
@@ -558,13 +432,16 @@ impl ServeConfig {
                 embedder.base_url.as_deref().map(redact),
             ),
             ("embedder_model", embedder.model.clone()),
-            ("embedder_api_key", masked(&embedder.api_key)),
+            (
+                "embedder_api_key",
+                embedder.api_key.as_ref().map(Secret::to_string),
+            ),
         ];
         let llm = &self.llm;
         let optional = optional.into_iter().chain([
             ("llm_base_url", llm.base_url.as_deref().map(redact)),
             ("llm_model", llm.model.clone()),
-            ("llm_api_key", masked(&llm.api_key)),
+            ("llm_api_key", llm.api_key.as_ref().map(Secret::to_string)),
         ]);
         for (key, value) in optional {
             if let Some(value) = value {
@@ -588,7 +465,10 @@ impl ServeConfig {
                 reranker.base_url.as_deref().map(redact),
             ),
             ("reranker_model", reranker.model.clone()),
-            ("reranker_api_key", masked(&reranker.api_key)),
+            (
+                "reranker_api_key",
+                reranker.api_key.as_ref().map(Secret::to_string),
+            ),
         ];
         for (key, value) in optional {
             if let Some(value) = value {
@@ -711,7 +591,7 @@ impl ServeArgs {
             ..ingest_defaults
         };
         let llm_timeout = positive(merged.llm_timeout, 60.0, "llm-timeout")?;
-        let reranker = RerankerConfig {
+        let reranker = crate::rerank::Settings {
             timeout: positive(merged.reranker_timeout, 5.0, "reranker-timeout")?,
             model_dir: merged.reranker_model_dir,
             base_url: merged.reranker_base_url,
@@ -719,6 +599,7 @@ impl ServeArgs {
             api: merged.reranker_api.unwrap_or_default(),
             api_key: std::env::var("MEMMACHINE_RERANKER_API_KEY")
                 .ok()
+                .map(Secret::new)
                 .or(merged.reranker_api_key),
             retries: merged.reranker_retries.unwrap_or(2),
             candidates: merged
@@ -768,11 +649,12 @@ impl ServeArgs {
             },
             max_watch_streams_per_peer: merged.max_watch_streams_per_peer.unwrap_or(16),
             otlp_endpoint: merged.otlp_endpoint,
-            llm: LlmConfig {
+            llm: crate::llm::Settings {
                 base_url: merged.llm_base_url,
                 model: merged.llm_model,
                 api_key: std::env::var("MEMMACHINE_LLM_API_KEY")
                     .ok()
+                    .map(Secret::new)
                     .or(merged.llm_api_key),
                 max_calls_per_minute: Some(merged.llm_max_calls_per_minute.unwrap_or(60))
                     .filter(|n| *n > 0),
@@ -790,7 +672,7 @@ impl ServeArgs {
             max_request_bytes: merged.max_request_bytes.unwrap_or(64 * 1024 * 1024),
             shutdown_grace: seconds(merged.shutdown_grace, 30.0, "shutdown-grace")?,
             reranker,
-            embedder: EmbedderConfig {
+            embedder: crate::embed::Settings {
                 kind: merged.embedder,
                 model_dir: merged
                     .model_dir
@@ -801,6 +683,7 @@ impl ServeArgs {
                 precision: merged.embedder_precision.unwrap_or_default(),
                 api_key: std::env::var("MEMMACHINE_EMBEDDER_API_KEY")
                     .ok()
+                    .map(Secret::new)
                     .or(merged.embedder_api_key),
             },
         })

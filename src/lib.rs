@@ -30,6 +30,7 @@ pub mod resource_status;
 pub mod rest;
 pub mod retrieval;
 pub mod runtime_settings;
+pub mod secret;
 pub mod semantic;
 pub mod server;
 pub mod store;

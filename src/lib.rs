@@ -13,6 +13,7 @@ pub mod domain;
 pub mod embed;
 pub mod episodic;
 pub mod error;
+pub mod flags;
 pub mod grpc;
 pub(crate) mod inference;
 pub mod legacy;

@@ -12,7 +12,7 @@ pub mod registry;
 mod settings;
 
 pub use registry::Embedders;
-pub use settings::{DEFAULT_MODEL_DIR, EmbedderKind, EmbedderPrecision, Settings};
+pub use settings::{DEFAULT_MODEL_DIR, EmbedderKind, EmbedderPrecision, Flags, Settings};
 
 use std::time::Duration;
 

@@ -12,7 +12,7 @@ pub mod measured;
 pub mod openai;
 mod settings;
 
-pub use settings::Settings;
+pub use settings::{Flags, Settings};
 
 use std::sync::Arc;
 use std::time::Duration;

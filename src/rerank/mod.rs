@@ -14,7 +14,7 @@ pub mod remote;
 mod settings;
 
 pub use registry::Rerankers;
-pub use settings::{RerankApi, Settings};
+pub use settings::{Flags, RerankApi, Settings};
 
 use std::sync::Arc;
 

@@ -324,7 +324,7 @@ impl ServeArgs {
             otlp_endpoint: settings.telemetry.otlp_endpoint.clone(),
             llm: settings.llm.settings()?,
             ingest: settings.ingest.settings()?,
-            store,
+            store: store.clone(),
             index_memory: parse_size(&server.index_memory)
                 .map_err(|err| format!("--index-memory: {err}"))?,
             embedding_lease: seconds(server.embedding_lease, "embedding-lease")?,
@@ -336,6 +336,13 @@ impl ServeArgs {
             embedder: settings.embedder.settings(),
             // What print shows: the defaults computed at start-up, as they came out.
             settings: Settings {
+                server: ServerFlags {
+                    data_dir: match (&store, &settings.server.store) {
+                        (crate::store::StoreLocation::Sqlite(dir), None) => Some(dir.clone()),
+                        _ => settings.server.data_dir.clone(),
+                    },
+                    ..settings.server
+                },
                 admission: crate::admission::Flags {
                     rate_burst: Some(caller_limits.burst),
                     ..settings.admission

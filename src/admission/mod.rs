@@ -9,6 +9,7 @@ pub mod browsers;
 pub mod cors;
 pub mod declared_length;
 pub mod departure;
+mod flags;
 pub mod lifecycle;
 pub mod limits;
 pub mod watch;
@@ -23,6 +24,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tonic::body::Body;
 use tracing::Instrument;
 
+pub use self::flags::Flags;
 use self::lifecycle::Lifecycle;
 use self::limits::Limiter;
 use crate::auth::{Authenticator, Caller};

@@ -9,8 +9,10 @@ pub mod local;
 pub mod measured;
 pub mod openai;
 pub mod registry;
+mod settings;
 
 pub use registry::Embedders;
+pub use settings::{DEFAULT_MODEL_DIR, EmbedderKind, EmbedderPrecision, Flags, Settings};
 
 use std::time::Duration;
 
@@ -82,8 +84,7 @@ pub fn normalize(v: &mut [f32]) {
 
 /// The embedders the configuration offers projects: the default one `--embedder`
 /// asks for (if any) and `hash`.
-pub async fn build(config: &crate::config::EmbedderConfig) -> Result<Embedders, String> {
-    use crate::config::EmbedderKind;
+pub async fn build(config: &Settings) -> Result<Embedders, String> {
     let kind = config.kind.unwrap_or_else(|| {
         if fetch::model_present(&config.model_dir) {
             EmbedderKind::Local
@@ -105,10 +106,7 @@ pub async fn build(config: &crate::config::EmbedderConfig) -> Result<Embedders, 
     Ok(Embedders::new(default, None))
 }
 
-async fn load_local(
-    config: &crate::config::EmbedderConfig,
-) -> Result<local::LocalEmbedder, String> {
-    use crate::config::EmbedderPrecision;
+async fn load_local(config: &Settings) -> Result<local::LocalEmbedder, String> {
     let dir = config.model_dir.clone();
     let precision = match config.precision {
         EmbedderPrecision::Auto => local::Precision::best(),
@@ -134,14 +132,12 @@ async fn load_local(
 /// Longest the server waits at start-up for the embeddings endpoint's first answer.
 const STARTUP_PROBE: Duration = Duration::from_secs(5);
 
-async fn connect_openai(
-    config: &crate::config::EmbedderConfig,
-) -> Result<openai::OpenAiEmbedder, String> {
+async fn connect_openai(config: &Settings) -> Result<openai::OpenAiEmbedder, String> {
     let (Some(base_url), Some(model)) = (&config.base_url, &config.model) else {
         return Err("--embedder openai needs --embedder-base-url and --embedder-model".into());
     };
     let mut settings = openai::OpenAiConfig::new(base_url.clone(), model.clone());
-    settings.api_key = config.api_key.clone();
+    settings.api_key = config.api_key.as_ref().map(|key| key.expose().to_string());
     settings.dimensions = config.dimensions;
     let embedder = openai::OpenAiEmbedder::new(settings).map_err(|e| e.to_string())?;
     // Learn the vector length now; an endpoint that is down or hangs must not stop the

@@ -19,6 +19,7 @@ use crate::model::filter::{self, Expr};
 use crate::model::{Episode, Project, ProjectKey, ScoredEpisode};
 use crate::rerank::Rerankers;
 use crate::retrieval::index_cache::IndexCache;
+use crate::retrieval::ranking::Ranking;
 use crate::runtime_settings::{Effective, RuntimeSettings};
 use crate::semantic::SemanticMemory;
 use crate::store::Store;
@@ -188,18 +189,8 @@ impl EpisodicMemory {
         let embedder = self.embedders.for_project(&project.config.embedder);
         let settings = self.settings.current();
         // A project that names no ranking gets the server's (settable at run time).
-        let ranking = match project.config.reranker.as_str() {
-            "" => settings.ranking.as_str(),
-            named => named,
-        };
-        // A name that is not a ranking mode is a reranker's, which reranks candidates
-        // of the default mode (one the server no longer offers fails as a reranker does).
-        let (mode, reranker) = match ranking {
-            name if name.is_empty() || ranking::Mode::NAMES.contains(&name) => {
-                (ranking::Mode::parse(name, embedder.is_some())?, None)
-            }
-            name => (ranking::Mode::parse("", embedder.is_some())?, Some(name)),
-        };
+        let ranking = Ranking::parse(&project.config.reranker);
+        let (mode, reranker) = ranking.or(&settings.ranking).plan(embedder.is_some());
         let candidates = match reranker {
             Some(_) => self.rerankers.candidates(top_k),
             None => top_k,

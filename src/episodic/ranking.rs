@@ -9,51 +9,9 @@ use crate::error::{Error, Result};
 use crate::model::filter::Expr;
 use crate::model::{ProjectKey, ScoredEpisode};
 use crate::retrieval::index_cache::IndexCache;
+// The mode is part of `rank`'s signature.
+pub use crate::retrieval::ranking::Mode;
 use crate::store::Store;
-
-/// The ranking modes a project can name in `config.reranker`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Lexical,
-    Dense,
-    /// Both, fused; the default when an embedder is configured.
-    Hybrid,
-}
-
-impl Mode {
-    pub const NAMES: [&'static str; 3] = ["lexical", "dense", "hybrid"];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Lexical => "lexical",
-            Mode::Dense => "dense",
-            Mode::Hybrid => "hybrid",
-        }
-    }
-
-    /// The mode a project that names none ranks with.
-    pub fn default_for(has_embedder: bool) -> Mode {
-        if has_embedder {
-            Mode::Hybrid
-        } else {
-            Mode::Lexical
-        }
-    }
-
-    /// The mode named by a project's `reranker` (empty: the server's default).
-    pub fn parse(name: &str, has_embedder: bool) -> Result<Mode> {
-        match name {
-            "lexical" => Ok(Mode::Lexical),
-            "dense" => Ok(Mode::Dense),
-            "hybrid" => Ok(Mode::Hybrid),
-            "" => Ok(Mode::default_for(has_embedder)),
-            other => Err(Error::invalid(
-                "config.reranker",
-                format!("{other:?} is not one of lexical, dense, hybrid (or empty)"),
-            )),
-        }
-    }
-}
 
 /// What one search asks of the ranking: the project, its question and how to rank.
 pub struct RankQuery<'a> {

@@ -10,13 +10,15 @@
 
 pub mod measured;
 pub mod openai;
+mod settings;
+
+pub use settings::{Flags, Settings};
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::config::LlmConfig;
 use crate::metrics::Metrics;
 
 /// What a call is for; the metrics are labelled with it, and logs name it.
@@ -140,7 +142,7 @@ pub trait LanguageModel: Send + Sync {
 /// None when neither is given (semantic memory then extracts nothing). No request is
 /// made: an endpoint that is down must not stop the server (work waits until it answers).
 pub fn build(
-    config: &LlmConfig,
+    config: &Settings,
     metrics: &Arc<Metrics>,
 ) -> Result<Option<Arc<dyn LanguageModel>>, crate::error::Error> {
     let given = |s: &Option<String>| {
@@ -164,7 +166,7 @@ pub fn build(
         }
     };
     let mut settings = openai::OpenAiChatConfig::new(base_url, model);
-    settings.api_key = config.api_key.clone();
+    settings.api_key = config.api_key.as_ref().map(|key| key.expose().to_string());
     if !config.timeout.is_zero() {
         settings.timeout = config.timeout;
     }
@@ -187,8 +189,8 @@ pub fn build(
 mod tests {
     use super::*;
 
-    fn config(base_url: Option<&str>, model: Option<&str>) -> LlmConfig {
-        LlmConfig {
+    fn config(base_url: Option<&str>, model: Option<&str>) -> Settings {
+        Settings {
             base_url: base_url.map(str::to_string),
             model: model.map(str::to_string),
             ..Default::default()

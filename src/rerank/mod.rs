@@ -11,8 +11,10 @@ pub mod cross_encoder;
 pub mod random_model;
 pub mod registry;
 pub mod remote;
+mod settings;
 
 pub use registry::Rerankers;
+pub use settings::{Flags, RerankApi, Settings};
 
 use std::sync::Arc;
 
@@ -42,7 +44,7 @@ pub trait Reranker: Send + Sync {
 
 /// The rerankers the configuration offers projects: `cross-encoder` with
 /// `--reranker-model-dir`, `remote` with `--reranker-base-url`.
-pub async fn build(config: &crate::config::RerankerConfig) -> Result<Rerankers, String> {
+pub async fn build(config: &Settings) -> Result<Rerankers, String> {
     let mut named: Vec<(&str, Arc<dyn Reranker>)> = Vec::new();
     if let Some(dir) = &config.model_dir {
         let dir = dir.clone();
@@ -56,7 +58,7 @@ pub async fn build(config: &crate::config::RerankerConfig) -> Result<Rerankers, 
         let mut settings = remote::RemoteConfig::new(base_url.clone());
         settings.model = config.model.clone();
         settings.api = config.api;
-        settings.api_key = config.api_key.clone();
+        settings.api_key = config.api_key.as_ref().map(|key| key.expose().to_string());
         settings.timeout = config.timeout;
         settings.max_retries = config.retries;
         let remote = remote::RemoteReranker::new(settings).map_err(|e| e.to_string())?;

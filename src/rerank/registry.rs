@@ -153,7 +153,7 @@ impl Rerankers {
     /// Checks a name a project gives in `config.reranker`: empty, a ranking mode, or a
     /// reranker offered here.
     pub fn validate(&self, name: &str) -> Result<(), String> {
-        let modes = crate::episodic::ranking::Mode::NAMES;
+        let modes = crate::retrieval::ranking::Mode::NAMES;
         if name.is_empty() || modes.contains(&name) || self.offers(name) {
             return Ok(());
         }

@@ -24,8 +24,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use super::RerankApi;
 use super::{RerankError, Reranker};
-use crate::config::RerankApi;
 use crate::openai_http::{Api, Endpoint, Failed, Retries, Retrying};
 
 /// The rerank API, as [`crate::openai_http`] sends to it and names it in messages. A

@@ -8,6 +8,7 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use crate::error::{Error, Result};
+use crate::retrieval::ranking::Ranking;
 use crate::runtime_settings::{Change, Fixed};
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -124,7 +125,7 @@ impl LongTermUpdate {
                 Fixed::PropertiesSchema(schema.len()),
             ));
         }
-        change.ranking = self.reranker;
+        change.ranking = self.reranker.as_deref().map(Ranking::parse);
         change.long_term_enabled = self.enabled;
     }
 }

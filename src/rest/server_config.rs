@@ -19,6 +19,7 @@ use super::{ApiError, Gateway};
 use crate::auth::Caller;
 use crate::error::Error;
 use crate::resource_status::{Kind, Status};
+use crate::retrieval::ranking::{Mode, Ranking};
 use crate::runtime_settings::{Change, Effective};
 
 /// What the server was started with, for the configuration API.
@@ -156,7 +157,7 @@ fn default_embedder(gateway: &Gateway) -> Result<Option<String>, ApiError> {
 /// `cross-encoder:ms-marco-MiniLM-L-6-v2`).
 fn rerankers(gateway: &Gateway) -> Result<Vec<(String, String)>, ApiError> {
     let domain = gateway.domain()?;
-    let modes = crate::episodic::ranking::Mode::NAMES
+    let modes = Mode::NAMES
         .iter()
         .map(|m| (m.to_string(), "memmachine".to_string()));
     let offered = domain
@@ -276,14 +277,12 @@ async fn resources(gateway: &Gateway, caller: &Caller) -> Result<Resources, ApiE
 /// resolved: hybrid with an embedder, else lexical).
 fn ranking(gateway: &Gateway, effective: &Effective) -> Result<String, ApiError> {
     // As search decides it (the console shows this one too).
-    Ok(match effective.ranking.as_str() {
-        "" => {
+    Ok(match &effective.ranking {
+        Ranking::Default => {
             let embedder = default_embedder(gateway)?;
-            crate::episodic::ranking::Mode::default_for(embedder.is_some())
-                .name()
-                .into()
+            Mode::default_for(embedder.is_some()).name().into()
         }
-        named => named.into(),
+        named => named.name().into(),
     })
 }
 

@@ -11,5 +11,6 @@ pub mod participants;
 pub mod project_index;
 pub mod project_search;
 pub mod quantized;
+pub mod ranking;
 pub mod rescore;
 pub mod tokenize;

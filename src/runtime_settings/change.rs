@@ -4,6 +4,7 @@
 
 use super::{Effective, Overrides};
 use crate::error::{Error, Result, Violations};
+use crate::retrieval::ranking::Ranking;
 
 /// Largest short-term capacity and semantic message trigger accepted.
 const MAX_COUNT: usize = 1000;
@@ -45,8 +46,8 @@ pub struct Change {
     pub long_term_enabled: Option<bool>,
     pub short_term_enabled: Option<bool>,
     pub short_term_chars: Option<usize>,
-    /// Empty: back to the server's default.
-    pub ranking: Option<String>,
+    /// `Ranking::Default`: back to the server's default.
+    pub ranking: Option<Ranking>,
     pub semantic_enabled: Option<bool>,
     pub trigger_messages: Option<usize>,
     pub trigger_age_secs: Option<f64>,
@@ -98,10 +99,11 @@ impl Change {
                 format!("must be between 0 and {MAX_AGE_SECS} (a week)"),
             );
         }
-        if let Some(name) = &self.ranking
-            && !name.is_empty()
-            && !resources.rankings.contains(name)
+        if let Some(ranking) = &self.ranking
+            && *ranking != Ranking::Default
+            && !resources.rankings.iter().any(|name| name == ranking.name())
         {
+            let name = ranking.name();
             violations.add(
                 "episodic_memory.long_term_memory.reranker",
                 format!(
@@ -144,8 +146,8 @@ impl Change {
         if let Some(n) = self.short_term_chars {
             overrides.short_term_chars = Some(n);
         }
-        if let Some(name) = &self.ranking {
-            overrides.ranking = (!name.is_empty()).then(|| name.clone());
+        if let Some(ranking) = &self.ranking {
+            overrides.ranking = (*ranking != Ranking::Default).then(|| ranking.name().to_string());
         }
         if let Some(n) = self.trigger_messages {
             overrides.trigger_messages = Some(n);

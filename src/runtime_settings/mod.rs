@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 pub use self::change::{Change, Fixed, Resources};
 use crate::error::{Error, Result};
 use crate::model::EpisodicConfig;
+use crate::retrieval::ranking::Ranking;
 use crate::store::SettingsStore;
 
 /// Replicas agree within about this long: each polls the settings' version (a one-row
@@ -31,7 +32,7 @@ pub struct Effective {
     pub short_term_chars: usize,
     /// The ranking mode or reranker of projects that name none (empty: hybrid with an
     /// embedder, else lexical).
-    pub ranking: String,
+    pub ranking: Ranking,
     /// Whether semantic memory is searched and messages are queued for it (queued only
     /// with a language model: see `has_model`).
     pub semantic_enabled: bool,
@@ -53,7 +54,7 @@ impl Effective {
             long_term_enabled: true,
             short_term_enabled: true,
             short_term_chars: limits.short_term_max_chars,
-            ranking: String::new(),
+            ranking: Ranking::Default,
             semantic_enabled: true,
             has_model,
             trigger_messages: ingest.trigger_messages,
@@ -101,7 +102,10 @@ impl Overrides {
             long_term_enabled: self.long_term_enabled.unwrap_or(base.long_term_enabled),
             short_term_enabled: self.short_term_enabled.unwrap_or(base.short_term_enabled),
             short_term_chars: self.short_term_chars.unwrap_or(base.short_term_chars),
-            ranking: self.ranking.clone().unwrap_or_else(|| base.ranking.clone()),
+            ranking: match &self.ranking {
+                Some(name) => Ranking::parse(name),
+                None => base.ranking.clone(),
+            },
             semantic_enabled: self.semantic_enabled.unwrap_or(base.semantic_enabled),
             has_model: base.has_model,
             trigger_messages: self.trigger_messages.unwrap_or(base.trigger_messages),

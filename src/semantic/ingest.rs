@@ -42,16 +42,51 @@ pub struct IngestSettings {
 
 impl Default for IngestSettings {
     fn default() -> Self {
-        IngestSettings {
-            trigger_messages: 5,
-            trigger_age: Duration::from_secs(300),
+        crate::flags::defaults::<Flags>()
+            .settings()
+            .expect("the declared defaults are valid")
+    }
+}
+
+/// Semantic ingestion's flags, environment variables and config file keys.
+#[derive(Debug, Clone, clap::Args, serde::Serialize, serde::Deserialize)]
+// Sections share one command: clap's group per struct name would clash.
+#[group(skip)]
+pub struct Flags {
+    /// A set's queued messages are ingested once it has this many
+    #[arg(
+        long,
+        env = "MEMMACHINE_SEMANTIC_TRIGGER_MESSAGES",
+        default_value_t = 5
+    )]
+    pub semantic_trigger_messages: usize,
+    /// ...or once the oldest waited this many seconds
+    #[arg(long, env = "MEMMACHINE_SEMANTIC_TRIGGER_AGE", default_value_t = 300.0)]
+    pub semantic_trigger_age: f64,
+    /// Seconds a claimed batch is held before another worker may take it
+    #[arg(long, env = "MEMMACHINE_SEMANTIC_LEASE", default_value_t = 300.0)]
+    pub semantic_lease: f64,
+    /// A tag's features are merged by the model once a category has this many (at
+    /// least 2)
+    #[arg(long, env = "MEMMACHINE_CONSOLIDATION_THRESHOLD", default_value_t = 20)]
+    pub consolidation_threshold: usize,
+}
+
+impl Flags {
+    pub fn settings(&self) -> Result<IngestSettings, String> {
+        if self.semantic_trigger_messages == 0 {
+            return Err("--semantic-trigger-messages must be at least 1".into());
+        }
+        Ok(IngestSettings {
+            trigger_messages: self.semantic_trigger_messages,
+            trigger_age: crate::flags::seconds(self.semantic_trigger_age, "semantic-trigger-age")?,
             max_batch: 20,
-            lease: Duration::from_secs(300),
+            lease: crate::flags::positive(self.semantic_lease, "semantic-lease")?,
             max_corrections: 2,
-            consolidation_threshold: 20,
+            consolidation_threshold: self.consolidation_threshold.max(2),
             max_current_features: 50,
             workers: 4,
-        }
+        })
     }
 }
 

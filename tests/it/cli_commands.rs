@@ -123,6 +123,50 @@ fn config_print_shows_the_effective_settings_with_the_key_masked() {
     assert!(!printed.contains("sk-do-not-show"), "{printed}");
 }
 
+/// Flags beat the environment, the environment the config file, the file the defaults;
+/// a flag given at its default value still beats the file.
+#[test]
+fn config_precedence_flags_environment_file_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("memmachine.toml");
+    std::fs::write(
+        &file,
+        "short_term_window = 5\nrate_limit = 7\nmax_page_size = 9\ndrain_delay = 3\n",
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_memmachine"))
+        .args([
+            "config",
+            "print",
+            "--rate-limit",
+            "0",
+            "--max-page-size",
+            "11",
+        ])
+        .arg("--config")
+        .arg(&file)
+        .env_clear()
+        .env("MEMMACHINE_SHORT_TERM_WINDOW", "6")
+        .env("MEMMACHINE_MAX_PAGE_SIZE", "12")
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for line in [
+        "short_term_window = 6",
+        "rate_limit = 0",
+        "max_page_size = 11",
+        "drain_delay = 3.0",
+        "max_messages_per_add = 1000",
+    ] {
+        assert!(printed.lines().any(|l| l == line), "{line} in {printed}");
+    }
+}
+
 /// The config file the Kubernetes manifests mount (`deploy/kubernetes/configmap.yaml`)
 /// is one this server accepts, with the settings it says.
 #[test]

@@ -194,12 +194,14 @@ impl InProcess {
         configure: impl FnOnce(&mut memmachine::config::ServeConfig),
     ) -> InProcess {
         let data_dir = tempfile::tempdir().expect("temp dir");
-        let mut config = memmachine::config::ServeArgs {
-            data_dir: Some(data_dir.path().to_path_buf()),
-            listen: Some("127.0.0.1:0".parse().unwrap()),
-            ..Default::default()
-        }
-        .resolve()
+        let dir = data_dir.path().as_os_str();
+        let mut config = memmachine::config::ServeArgs::from_flags([
+            "--data-dir".as_ref(),
+            dir,
+            "--listen".as_ref(),
+            "127.0.0.1:0".as_ref(),
+        ])
+        .and_then(|args| args.resolve())
         .expect("config");
         if postgres::servers_on_postgres() {
             let url = postgres::database_for_dir(data_dir.path());

@@ -8,6 +8,7 @@ Prints "OK: memmachine-client checks passed" at the end; any failed check raises
 import argparse
 import datetime
 import sys
+import time
 
 import requests
 from memmachine_client import MemMachineClient
@@ -82,9 +83,16 @@ def main():
 
     # Search: the memory's metadata filter keeps bob out; filter_dict narrows by topic;
     # an apostrophe in a filter value is escaped the client's way ('').
-    found = alice.search("golden retriever dog", limit=5)
-    episodes = found.content.episodic_memory.long_term_memory.episodes
-    contents = [e.content for e in episodes]
+    # Vectors are made after the add is answered: until they all are, hybrid ranking
+    # weighs what it has, so the order settles within moments (polled, not slept).
+    deadline = time.monotonic() + 20
+    while True:
+        found = alice.search("golden retriever dog", limit=5)
+        episodes = found.content.episodic_memory.long_term_memory.episodes
+        contents = [e.content for e in episodes]
+        if (contents and contents[0].startswith("I adopted")) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     check(contents and contents[0].startswith("I adopted"), f"search: {contents}")
     check(all("Rex" not in c and "another project" not in c for c in contents), f"leak: {contents}")
     check(all(e.score is not None for e in episodes), "scores missing")

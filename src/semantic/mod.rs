@@ -9,11 +9,21 @@ pub mod embedding;
 mod facts;
 pub mod features;
 pub mod ingest;
-pub mod model;
+/// Semantic memory's rows, defined with the storage contract that exchanges them.
+pub mod model {
+    pub use memmachine_core::store::semantic_features::*;
+    pub use memmachine_core::store::semantic_queue::{Batch, ClaimRule, FeatureOp};
+    pub use memmachine_core::store::semantic_sets::*;
+    pub use memmachine_core::store::summaries::*;
+}
 pub mod prompts;
 pub mod search;
 pub mod sets;
-pub mod store;
+/// The storage trait of semantic memory, where callers have always found it.
+pub mod store {
+    pub use memmachine_core::store::SemanticStore;
+    pub use memmachine_core::store::semantic_queue::Routing;
+}
 mod structure;
 pub mod summary;
 

@@ -15,10 +15,10 @@ use super::semantic::{bad_column, bump_sets, id_array, is_constraint, now_micros
 use super::semantic_sets::require_set;
 use super::vectors;
 use crate::error::{Error, Result};
-use crate::semantic::features::feature_embedding_text;
 use crate::semantic::model::{
     Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding,
 };
+use crate::store::semantic_features::feature_embedding_text;
 
 /// Columns read by `from_row`, over `semantic_features f JOIN semantic_sets s`.
 const COLUMNS: &str = "f.id, f.public_id, f.set_ref, s.set_id, f.category, f.category_id, \

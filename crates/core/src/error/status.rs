@@ -3,7 +3,7 @@
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-use crate::error::Error;
+use super::Error;
 
 impl Error {
     /// The canonical code of each domain error, on every transport.

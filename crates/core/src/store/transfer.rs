@@ -2,13 +2,14 @@
 //! writing rows with the ids, sequence numbers and timestamps they had in another
 //! store, and reading episode vectors with the embedders that made them. The file
 //! format, the order of rows, the refusal rules and the mapping of public ids to a
-//! target's handles are the domain's (`crate::transfer`).
+//! target's handles are the domain's (`memmachine::transfer`).
 
 use async_trait::async_trait;
 
+use super::semantic_features::NewFeature;
+use super::semantic_sets::{SetRow, SetType};
 use crate::error::Result;
 use crate::model::{Episode, Project, ProjectKey};
-use crate::semantic::model::{NewFeature, SetRow, SetType};
 
 /// An episode's vector as stored, with the id of the embedder that made it.
 #[derive(Debug, Clone, PartialEq)]

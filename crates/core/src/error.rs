@@ -1,5 +1,7 @@
-//! The one domain error type. It is mapped to gRPC status codes once, in
-//! `grpc::status`.
+//! The one domain error type. It is mapped to gRPC status codes once, in `status`
+//! (beside it: `From<Error> for tonic::Status` may only live in this crate).
+
+mod status;
 
 /// One rejected field of a request.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //! query (`?key=...`): whatever prints, logs or answers one goes through [`redact`] (or
 //! [`redact_in`] for a message that may quote one), so that none is ever shown.
 
-use reqwest::Url;
+use url::Url;
 
 /// What a secret part of a URL is shown as.
 pub const MASK: &str = "***";

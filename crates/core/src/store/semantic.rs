@@ -1,25 +1,20 @@
-//! The storage trait of semantic memory: rows only. Which sets a message lands in, how
+//! The storage trait of semantic memory (its rows are in `semantic_*` and `summaries`): rows only. Which sets a message lands in, how
 //! facts are matched, ranked and merged are the domain's (`semantic/`); a backend
 //! stores, finds and changes rows, each call in one transaction. Methods that take a
 //! project key resolve it inside their transaction (`NotFound` when it is gone).
 
 use async_trait::async_trait;
 
-use super::model::{
-    Batch, Category, CategoryOwner, ClaimRule, Feature, FeatureOp, FeatureUpdate, IndexedFeature,
-    NewCategory, NewFeature, NewSet, NewSetType, PendingFeatureEmbedding, SetConfig, SetRow,
-    SetType, Summary, Tag,
+use super::semantic_features::{
+    Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding,
 };
+use super::semantic_queue::{Batch, ClaimRule, FeatureOp, Routing};
+use super::semantic_sets::{
+    Category, CategoryOwner, NewCategory, NewSet, NewSetType, SetConfig, SetRow, SetType, Tag,
+};
+use super::summaries::Summary;
 use crate::error::Result;
-use crate::model::{Episode, NewEpisode, ProjectKey};
-
-/// Which episodes of a batch go to which sets' ingestion queues (indices into the
-/// batch).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Routing {
-    pub set: NewSet,
-    pub episodes: Vec<usize>,
-}
+use crate::model::{Episode, NewEpisode, ProjectConfig, ProjectKey};
 
 #[async_trait]
 pub trait SemanticStore: Send + Sync {
@@ -51,7 +46,7 @@ pub trait SemanticStore: Send + Sync {
     async fn ensure_sets(&self, key: &ProjectKey, sets: Vec<NewSet>) -> Result<Vec<SetRow>>;
     async fn find_set(&self, set_id: &str) -> Result<Option<SetRow>>;
     /// The configuration of the project with this internal id (`None`: it is gone).
-    async fn project_config(&self, project: i64) -> Result<Option<crate::model::ProjectConfig>>;
+    async fn project_config(&self, project: i64) -> Result<Option<ProjectConfig>>;
     /// The project's sets and its org's org-level sets, by set id.
     async fn list_sets(&self, key: &ProjectKey) -> Result<Vec<SetRow>>;
     async fn configure_set(&self, set: i64, config: SetConfig) -> Result<()>;

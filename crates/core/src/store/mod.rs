@@ -23,12 +23,21 @@ mod vectors;
 pub use episodes::{EpisodeStore, episode_column};
 pub use feed::{Change, ChangeFeed, Changes, FeedHead, IndexedEpisode};
 pub use keys::KeyStore;
-pub use legacy::LegacyStore;
+pub use legacy::{GroupQuery, GroupRow, LegacyStore, SessionQuery, SessionRow};
 pub use lifecycle::StoreLifecycle;
 pub use projects::ProjectStore;
 pub use runtime_settings::{SettingsStore, StoredSettings};
 pub use semantic::SemanticStore;
+pub use semantic_features::{
+    Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding,
+};
+pub use semantic_queue::{Batch, ClaimRule, FeatureOp, Routing};
+pub use semantic_sets::{
+    Category, CategoryOwner, NewCategory, NewSet, NewSetType, SetConfig, SetKind, SetRow, SetType,
+    Tag,
+};
 pub use stats::{StatsStore, StoreStats};
+pub use summaries::Summary;
 pub use transfer::{EpisodeVector, RestoredFeature, TransferStore};
 pub use vectors::{PendingEmbedding, VectorStore};
 

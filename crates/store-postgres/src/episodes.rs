@@ -15,16 +15,12 @@ use sqlx::{PgConnection, Postgres, QueryBuilder, Row};
 use super::PostgresStore;
 use super::error::db_error;
 use super::filter_sql;
+use super::helpers::{ADDED, REMOVED, log_changes};
 use super::projects;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::filter::Expr;
 use memmachine_core::model::{Episode, NewEpisode, ProjectKey};
 use memmachine_core::store::EpisodeStore;
-
-/// Change kinds in `episode_changes`.
-pub(super) const ADDED: i16 = 1;
-pub(super) const REMOVED: i16 = 2;
-pub(super) const VECTOR: i16 = 3;
 
 /// The advisory lock adders of episodes hold shared, and the summariser's cursor
 /// exclusive ("episodes" in ASCII).
@@ -201,32 +197,6 @@ pub(super) async fn add(
         seqs,
         rows,
     })
-}
-
-/// Appends one entry of `kind` per episode to the project's log, with these ids.
-pub(super) async fn log_changes(
-    tx: &mut PgConnection,
-    org_id: &str,
-    project: i64,
-    ids: &[i64],
-    kind: i16,
-    episodes: &[i64],
-) -> Result<()> {
-    sqlx::query(
-        "INSERT INTO episode_changes (org_id, project, id, kind, episode, at)
-         SELECT $1, $2, c.id, $3, c.episode, $6
-         FROM UNNEST($4::bigint[], $5::bigint[]) AS c (id, episode)",
-    )
-    .bind(org_id)
-    .bind(project)
-    .bind(kind)
-    .bind(ids)
-    .bind(episodes)
-    .bind(super::now_micros())
-    .execute(tx)
-    .await
-    .map_err(db_error)?;
-    Ok(())
 }
 
 /// The handles of these episodes of the project, in order; `NotFound` naming those

@@ -10,8 +10,9 @@ use async_trait::async_trait;
 use sqlx::Row;
 
 use super::PostgresStore;
-use super::episodes::{ADDED, COLUMNS, REMOVED, VECTOR, from_row};
+use super::episodes::{COLUMNS, from_row};
 use super::error::db_error;
+use super::helpers::{ADDED, REMOVED, VECTOR};
 use super::projects;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::ProjectKey;

@@ -6,6 +6,7 @@ use sqlx::postgres::PgRow;
 
 use super::PostgresStore;
 use super::error::db_error;
+use super::helpers::now_micros;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::{ApiKeyRecord, KeyScope};
 use memmachine_core::store::KeyStore;
@@ -84,7 +85,7 @@ impl KeyStore for PostgresStore {
         let changed =
             sqlx::query("UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $2) WHERE id = $1")
                 .bind(id)
-                .bind(super::now_micros())
+                .bind(now_micros())
                 .execute(self.pool())
                 .await
                 .map_err(db_error)?

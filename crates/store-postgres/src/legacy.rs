@@ -9,6 +9,7 @@ use sqlx::{PgConnection, Row};
 
 use super::PostgresStore;
 use super::error::db_error;
+use super::helpers::now_micros;
 use memmachine_core::error::Result;
 use memmachine_core::model::ProjectKey;
 use memmachine_core::store::legacy::{
@@ -146,7 +147,7 @@ impl LegacyStore for PostgresStore {
         .bind(&key.org_id)
         .bind(project)
         .bind(session_id)
-        .bind(super::now_micros())
+        .bind(now_micros())
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;

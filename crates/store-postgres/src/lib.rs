@@ -2,8 +2,8 @@
 //! database, so nothing is kept in memory that another replica could change, and every
 //! claim on a queue holds a lease taken with `FOR UPDATE SKIP LOCKED`.
 //!
-//! Files by what they hold: `error` (the one mapping of database errors), `migrate`
-//! (schema), `filter_sql` (filters to SQL), `projects`, `episodes`, `feed` (the change
+//! Files by what they hold: `error` (the one mapping of database errors), `schema`
+//! (migrations), `helpers` (what the SQL modules share), `filter_sql` (filters to SQL), `projects`, `episodes`, `feed` (the change
 //! log), `vectors` (the embedding queue and vectors), `keys`, `legacy` (v1 sessions
 //! and groups), `stats`, `semantic*` (`SemanticStore`, split as the SQLite backend's),
 //! `lifecycle`, `transfer`.
@@ -12,12 +12,13 @@ mod episodes;
 pub(crate) mod error;
 mod feed;
 mod filter_sql;
+mod helpers;
 mod keys;
 mod legacy;
 mod lifecycle;
-mod migrate;
 mod projects;
 mod runtime_settings;
+mod schema;
 mod semantic;
 mod semantic_features;
 mod semantic_queue;
@@ -96,7 +97,7 @@ impl PostgresStore {
             .acquire_timeout(settings.acquire_timeout)
             .idle_timeout(Some(Duration::from_secs(300)))
             .connect_lazy_with(options);
-        migrate::migrate(&pool).await?;
+        schema::migrate(&pool).await?;
         Ok(PostgresStore {
             pool,
             describe,
@@ -107,9 +108,4 @@ impl PostgresStore {
     pub(crate) fn pool(&self) -> &PgPool {
         &self.pool
     }
-}
-
-/// Microseconds since the Unix epoch, by this process's clock.
-pub(crate) fn now_micros() -> i64 {
-    chrono::Utc::now().timestamp_micros()
 }

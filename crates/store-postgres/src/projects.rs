@@ -7,6 +7,7 @@ use sqlx::{PgConnection, Row};
 
 use super::PostgresStore;
 use super::error::db_error;
+use super::helpers::now_micros;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::{
     EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig, ProjectKey,
@@ -92,7 +93,7 @@ impl ProjectStore for PostgresStore {
         .bind(description)
         .bind(&config.embedder)
         .bind(&config.reranker)
-        .bind(super::now_micros())
+        .bind(now_micros())
         .fetch_optional(self.pool())
         .await
         .map_err(db_error)?;

@@ -1,8 +1,7 @@
-//! Semantic memory on PostgreSQL: `SemanticStore` for `PostgresStore`, and what its
-//! SQL modules share. Sets, set types, categories and tags are in `semantic_sets`,
-//! features and their vectors in `semantic_features`, the ingestion queue in
-//! `semantic_queue` and short-term summaries in `semantic_summaries`. Each call runs
-//! in one transaction.
+//! Semantic memory on PostgreSQL: `SemanticStore` for `PostgresStore`. Sets, set
+//! types, categories and tags are in `semantic_sets`, features and their vectors in
+//! `semantic_features`, the ingestion queue in `semantic_queue` and short-term
+//! summaries in `semantic_summaries`. Each call runs in one transaction.
 //!
 //! Beside the trait, as inherent methods, the shapes the trait takes after the merge:
 //! `add_episodes_routed` with the embedder to queue the episodes for, and
@@ -28,47 +27,6 @@ use memmachine_core::store::{
     SetType, Summary, Tag,
 };
 use memmachine_core::store::{Routing, SemanticStore};
-
-/// A column that holds something it should not.
-pub(super) fn bad_column(at: usize, err: impl std::fmt::Display) -> sqlx::Error {
-    sqlx::Error::ColumnDecode {
-        index: at.to_string(),
-        source: err.to_string().into(),
-    }
-}
-
-pub(super) fn is_unique_violation(err: &sqlx::Error) -> bool {
-    super::error::sqlstate(err).as_deref() == Some("23505")
-}
-
-/// Serialises the transactions that check-then-insert something unique in an org
-/// (held until commit).
-pub(super) async fn lock_org(tx: &mut PgConnection, org_id: &str) -> Result<()> {
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('memmachine-org:' || $1, 0))")
-        .bind(org_id)
-        .execute(tx)
-        .await
-        .map_err(db_error)?;
-    Ok(())
-}
-
-/// Moves the semantic version of the orgs of these sets (a feature of theirs was added,
-/// changed or deleted). Deleted sets move theirs by a trigger (migration 2).
-pub(super) async fn bump_sets(tx: &mut PgConnection, sets: &[i64]) -> Result<()> {
-    if sets.is_empty() {
-        return Ok(());
-    }
-    sqlx::query(
-        "INSERT INTO semantic_versions (org_id, version)
-         SELECT DISTINCT org_id, 1 FROM semantic_sets WHERE id = ANY($1) ORDER BY org_id
-         ON CONFLICT (org_id) DO UPDATE SET version = semantic_versions.version + 1",
-    )
-    .bind(sets)
-    .execute(tx)
-    .await
-    .map_err(db_error)?;
-    Ok(())
-}
 
 /// Runs `f` in a transaction and commits what it did when it succeeds.
 macro_rules! in_tx {

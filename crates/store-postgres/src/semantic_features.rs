@@ -13,9 +13,8 @@ use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
 use super::error::{db_error, sqlstate};
-use super::semantic::{bad_column, bump_sets};
+use super::helpers::{DB_NOW, bad_column, bump_sets, now_micros};
 use super::semantic_sets::require_set;
-use super::vectors::DB_NOW;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::store::semantic_features::feature_embedding_text;
 use memmachine_core::store::{
@@ -284,7 +283,7 @@ pub(super) async fn insert(
     embedder: Option<&str>,
 ) -> Result<i64> {
     let org = org_of_set(&mut *tx, set).await?;
-    let now = super::now_micros();
+    let now = now_micros();
     let metadata = encode_metadata(&feature.metadata)?;
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO semantic_features (org_id, public_id, set_ref, category, category_id, tag,
@@ -358,7 +357,7 @@ pub(super) async fn add_or_cite(
                 "UPDATE semantic_features SET updated_at = $2 WHERE org_id = $3 AND id = $1",
             )
             .bind(id)
-            .bind(super::now_micros())
+            .bind(now_micros())
             .bind(&org)
             .execute(&mut *tx)
             .await
@@ -393,7 +392,7 @@ pub(super) async fn update_or_add(
     .bind(&feature.category_id)
     .bind(&feature.tag)
     .bind(&feature.feature)
-    .bind(super::now_micros())
+    .bind(now_micros())
     .fetch_all(&mut *tx)
     .await
     .map_err(db_error)?;
@@ -459,7 +458,7 @@ pub(super) async fn update(
     .bind(&metadata)
     .bind(&update.match_key)
     .bind(&update.value_key)
-    .bind(super::now_micros())
+    .bind(now_micros())
     .bind(&org)
     .execute(&mut *tx)
     .await

@@ -12,7 +12,7 @@ use sqlx::{PgConnection, Row};
 
 use super::episodes::{self, COLUMNS};
 use super::error::db_error;
-use super::semantic::bump_sets;
+use super::helpers::{bump_sets, now_micros};
 use super::semantic_features as features;
 use super::semantic_sets::{self as sets, set_by_id};
 use memmachine_core::error::{Error, Result};
@@ -35,7 +35,7 @@ pub(super) async fn route(
 ) -> Result<()> {
     let new: Vec<_> = routing.iter().map(|r| r.set.clone()).collect();
     let sets = sets::ensure_sets(&mut *tx, project, org_id, &new).await?;
-    let now = super::now_micros();
+    let now = now_micros();
     for (set, routed) in sets.iter().zip(routing) {
         let mut episodes = Vec::with_capacity(routed.episodes.len());
         for &index in &routed.episodes {

@@ -8,8 +8,8 @@ use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
 use super::error::db_error;
+use super::helpers::{bad_column, bump_sets, is_unique_violation, lock_org, now_micros};
 use super::projects;
-use super::semantic::{bad_column, bump_sets, is_unique_violation, lock_org};
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::{ProjectConfig, ProjectKey};
 use memmachine_core::store::{
@@ -101,7 +101,7 @@ pub(super) async fn create_set_type(
     .bind(&new.name)
     .bind(&new.description)
     .bind(&tags)
-    .bind(super::now_micros())
+    .bind(now_micros())
     .fetch_one(&mut *tx)
     .await
     .map_err(|err| {
@@ -202,7 +202,7 @@ pub(super) async fn ensure_sets(
     org_id: &str,
     sets: &[NewSet],
 ) -> Result<Vec<SetRow>> {
-    let now = super::now_micros();
+    let now = now_micros();
     let mut rows = Vec::with_capacity(sets.len());
     for set in sets {
         let tags = serde_json::to_string(&set.tags)

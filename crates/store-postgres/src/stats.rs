@@ -5,6 +5,7 @@ use sqlx::Row;
 
 use super::PostgresStore;
 use super::error::db_error;
+use super::helpers::now_micros;
 use memmachine_core::error::Result;
 use memmachine_core::store::{StatsStore, StoreStats};
 
@@ -50,7 +51,7 @@ fn figures(row: &sqlx::postgres::PgRow) -> Result<StoreStats> {
     let episodes: i64 = row.try_get(0).map_err(db_error)?;
     let queue: i64 = row.try_get(1).map_err(db_error)?;
     let oldest: Option<i64> = row.try_get(2).map_err(db_error)?;
-    let now = super::now_micros();
+    let now = now_micros();
     let lag = oldest.map_or(0.0, |at| (now - at).max(0) as f64 / 1e6);
     Ok(StoreStats {
         episodes,

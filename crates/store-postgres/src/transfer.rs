@@ -6,9 +6,9 @@ use sqlx::{PgConnection, Row};
 
 use super::PostgresStore;
 use super::error::db_error;
-use super::semantic::{bump_sets, is_unique_violation, lock_org};
+use super::helpers::{ADDED, bump_sets, is_unique_violation, lock_org, log_changes};
 use super::semantic_sets::{SET_TYPE_COLUMNS, find_set, require_set, set_type_from_row};
-use super::{episodes, projects, semantic_features};
+use super::{projects, semantic_features};
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::{Episode, Project, ProjectKey};
 use memmachine_core::store::transfer::{EpisodeVector, RestoredFeature, TransferStore};
@@ -91,15 +91,7 @@ async fn restore_episodes(
         rows.push(id);
     }
     let changes: Vec<i64> = (1..=count).map(|i| first_change + i).collect();
-    episodes::log_changes(
-        &mut *tx,
-        &key.org_id,
-        project,
-        &changes,
-        episodes::ADDED,
-        &rows,
-    )
-    .await?;
+    log_changes(&mut *tx, &key.org_id, project, &changes, ADDED, &rows).await?;
     Ok(rows)
 }
 

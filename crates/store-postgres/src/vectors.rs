@@ -12,15 +12,12 @@ use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
 
 use super::PostgresStore;
-use super::episodes::{VECTOR, log_changes};
 use super::error::db_error;
+use super::helpers::{DB_NOW, VECTOR, log_changes};
 use super::projects;
 use memmachine_core::error::Result;
 use memmachine_core::model::ProjectKey;
 use memmachine_core::store::{PendingEmbedding, VectorStore};
-
-/// Microseconds since the epoch by the database's clock, in SQL.
-pub(super) const DB_NOW: &str = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint";
 
 /// pgvector's HNSW indexes take at most this many dimensions.
 const HNSW_MAX_DIMENSIONS: usize = 2000;

@@ -7,6 +7,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 
 use super::error::storage_error;
 use super::filter_sql;
+use super::helpers::{ADDED, REMOVED, log_changes};
 use super::projects;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::filter::Expr;
@@ -97,7 +98,7 @@ pub(super) fn add(conn: &Connection, key: &ProjectKey, episodes: &[NewEpisode]) 
         rows.push(conn.last_insert_rowid());
         seqs.push(seq);
     }
-    super::feed::append(conn, project, super::feed::ADDED, &rows)?;
+    log_changes(conn, project, ADDED, &rows)?;
     Ok(Added {
         project,
         seqs,
@@ -186,7 +187,7 @@ pub(super) fn delete(
     for id in &rows {
         delete_episode.execute([id]).map_err(storage_error)?;
     }
-    super::feed::append(conn, project, super::feed::REMOVED, &rows)?;
+    log_changes(conn, project, REMOVED, &rows)?;
     Ok((project, rows))
 }
 

@@ -5,43 +5,12 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::episodes::{COLUMNS, from_row};
 use super::error::storage_error;
+use super::helpers::{ADDED, REMOVED, VECTOR};
 use super::projects;
 use super::vectors;
 use memmachine_core::error::Result;
 use memmachine_core::model::ProjectKey;
 use memmachine_core::store::{Change, Changes, FeedHead, IndexedEpisode};
-
-pub(super) const ADDED: i64 = 1;
-pub(super) const REMOVED: i64 = 2;
-pub(super) const VECTOR: i64 = 3;
-
-/// Appends one change of `kind` per episode to the project's log, in the writing
-/// transaction (ids from the project's counter, so they commit in order).
-pub(super) fn append(conn: &Connection, project: i64, kind: i64, episodes: &[i64]) -> Result<()> {
-    if episodes.is_empty() {
-        return Ok(());
-    }
-    let n = episodes.len() as i64;
-    let first: i64 = conn
-        .prepare_cached(
-            "UPDATE projects SET last_change = last_change + ?2 WHERE id = ?1
-             RETURNING last_change - ?2 + 1",
-        )
-        .and_then(|mut stmt| stmt.query_row(params![project, n], |row| row.get(0)))
-        .map_err(storage_error)?;
-    let mut insert = conn
-        .prepare_cached(
-            "INSERT INTO episode_changes (project, id, kind, episode, at) VALUES (?1, ?2, ?3, ?4, ?5)",
-        )
-        .map_err(storage_error)?;
-    let now = chrono::Utc::now().timestamp_micros();
-    for (offset, episode) in episodes.iter().enumerate() {
-        insert
-            .execute(params![project, first + offset as i64, kind, episode, now])
-            .map_err(storage_error)?;
-    }
-    Ok(())
-}
 
 pub(super) fn head(conn: &Connection, key: &ProjectKey) -> Result<FeedHead> {
     conn.prepare_cached(

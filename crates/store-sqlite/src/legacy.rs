@@ -5,7 +5,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::SqliteStore;
 use super::error::storage_error;
-use super::semantic::{bad_column, now_micros};
+use super::helpers::{bad_column, now_micros};
 use memmachine_core::error::Result;
 use memmachine_core::model::ProjectKey;
 use memmachine_core::store::legacy::{

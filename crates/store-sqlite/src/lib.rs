@@ -7,6 +7,7 @@ mod episodes;
 mod error;
 mod feed;
 mod filter_sql;
+mod helpers;
 mod keys;
 mod legacy;
 mod projects;

@@ -1,14 +1,11 @@
-//! Semantic memory on SQLite: `SemanticStore` for `SqliteStore`, and what its SQL
-//! modules share. Sets, set types, categories and tags are in `semantic_sets`,
-//! features and their vectors in `semantic_features`, the ingestion queue in
-//! `semantic_queue` and short-term summaries in `semantic_summaries`. Reads go through
-//! the read pool, writes through the writer, each call in one transaction.
-
-use std::rc::Rc;
+//! Semantic memory on SQLite: `SemanticStore` for `SqliteStore`. Sets, set types,
+//! categories and tags are in `semantic_sets`, features and their vectors in
+//! `semantic_features`, the ingestion queue in `semantic_queue` and short-term
+//! summaries in `semantic_summaries`. Reads go through the read pool, writes through
+//! the writer, each call in one transaction.
 
 use async_trait::async_trait;
 use rusqlite::Connection;
-use rusqlite::types::Value;
 
 use super::error::storage_error;
 use super::{
@@ -23,45 +20,6 @@ use memmachine_core::store::{
     SetType, Summary, Tag,
 };
 use memmachine_core::store::{Routing, SemanticStore};
-
-pub(super) fn now_micros() -> i64 {
-    chrono::Utc::now().timestamp_micros()
-}
-
-/// Ids as a `rarray` parameter.
-pub(super) fn id_array(ids: &[i64]) -> Rc<Vec<Value>> {
-    Rc::new(ids.iter().copied().map(Value::Integer).collect())
-}
-
-/// A column that holds something it should not.
-pub(super) fn bad_column(at: usize, err: impl std::fmt::Display) -> rusqlite::Error {
-    rusqlite::Error::FromSqlConversionFailure(
-        at,
-        rusqlite::types::Type::Text,
-        err.to_string().into(),
-    )
-}
-
-pub(super) fn is_constraint(err: &rusqlite::Error) -> bool {
-    matches!(err, rusqlite::Error::SqliteFailure(e, _)
-        if e.code == rusqlite::ErrorCode::ConstraintViolation)
-}
-
-/// Moves the semantic version of the orgs of these sets (a feature of theirs was added,
-/// changed or deleted). Deleted sets move theirs by a trigger (migration 4).
-pub(super) fn bump_sets(conn: &Connection, sets: &[i64]) -> Result<()> {
-    if sets.is_empty() {
-        return Ok(());
-    }
-    conn.prepare_cached(
-        "INSERT INTO semantic_versions (org_id, version)
-         SELECT DISTINCT org_id, 1 FROM semantic_sets WHERE id IN rarray(?1)
-         ON CONFLICT (org_id) DO UPDATE SET version = version + 1",
-    )
-    .and_then(|mut stmt| stmt.execute([id_array(sets)]))
-    .map_err(storage_error)?;
-    Ok(())
-}
 
 fn resolve_episodes(conn: &Connection, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<Vec<i64>> {
     super::episodes::rows_of(

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::error::storage_error;
-use super::semantic::{bad_column, bump_sets, id_array, is_constraint, now_micros};
+use super::helpers::{bad_column, bump_sets, id_array, is_constraint, now_micros};
 use super::semantic_sets::require_set;
 use super::vectors;
 use memmachine_core::error::{Error, Result};

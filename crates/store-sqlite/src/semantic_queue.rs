@@ -10,7 +10,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::episodes::{self, COLUMNS};
 use super::error::storage_error;
-use super::semantic::{bump_sets, id_array, now_micros};
+use super::helpers::{bump_sets, id_array, now_micros};
 use super::semantic_features as features;
 use super::semantic_sets::{self as sets, set_by_id};
 use memmachine_core::error::{Error, Result};

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::error::storage_error;
+use super::helpers::{bad_column, bump_sets, id_array, is_constraint, now_micros};
 use super::projects;
-use super::semantic::{bad_column, bump_sets, id_array, is_constraint, now_micros};
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::{ProjectConfig, ProjectKey};
 use memmachine_core::store::{

@@ -7,9 +7,9 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::error::storage_error;
-use super::semantic::{bump_sets, is_constraint};
+use super::helpers::{ADDED, bump_sets, is_constraint, log_changes};
 use super::semantic_sets::{SET_TYPE_COLUMNS, set_type_from_row};
-use super::{SqliteStore, feed, projects, semantic_features, semantic_sets, vectors};
+use super::{SqliteStore, projects, semantic_features, semantic_sets, vectors};
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::{Episode, Project, ProjectKey};
 use memmachine_core::store::transfer::{EpisodeVector, RestoredFeature, TransferStore};
@@ -95,7 +95,7 @@ fn restore_episodes(conn: &Connection, key: &ProjectKey, new: &[Episode]) -> Res
             .and_then(|mut stmt| stmt.execute(params![project, highest]))
             .map_err(storage_error)?;
     }
-    feed::append(conn, project, feed::ADDED, &rows)?;
+    log_changes(conn, project, ADDED, &rows)?;
     Ok(rows)
 }
 

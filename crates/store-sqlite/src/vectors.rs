@@ -5,6 +5,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::error::storage_error;
+use super::helpers::{VECTOR, log_changes};
 use memmachine_core::error::Result;
 use memmachine_core::model::ProjectKey;
 use memmachine_core::store::PendingEmbedding;
@@ -174,7 +175,7 @@ pub(super) fn store(conn: &Connection, embedder: &str, vectors: &[(i64, Vec<f32>
         by_project.entry(project).or_default().push(*row);
     }
     for (project, rows) in by_project {
-        super::feed::append(conn, project, super::feed::VECTOR, &rows)?;
+        log_changes(conn, project, VECTOR, &rows)?;
     }
     Ok(())
 }

@@ -3,13 +3,14 @@
 //! claim on a queue holds a lease taken with `FOR UPDATE SKIP LOCKED`.
 //!
 //! Files by what they hold: `error` (the one mapping of database errors), `schema`
-//! (migrations), `helpers` (what the SQL modules share), `filter_sql` (filters to SQL), `projects`, `episodes`, `feed` (the change
-//! log), `vectors` (the embedding queue and vectors), `keys`, `legacy` (v1 sessions
-//! and groups), `stats`, `semantic*` (`SemanticStore`, split as the SQLite backend's),
-//! `lifecycle`, `transfer`.
+//! (migrations), `helpers` (what the SQL modules share), `filter_sql` (filters to SQL),
+//! `projects`, `episodes`, `feed` (the change log), `vectors` (the embedding queue and
+//! vectors), `keys`, `legacy` (v1 sessions and groups), `stats`, `runtime_settings`,
+//! `semantic*` (`SemanticStore`), `lifecycle`, `transfer`: each holds its trait's impl
+//! and its SQL, with the same file names in both backends.
 
 mod episodes;
-pub(crate) mod error;
+mod error;
 mod feed;
 mod filter_sql;
 mod helpers;

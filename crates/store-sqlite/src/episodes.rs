@@ -1,17 +1,22 @@
-//! SQL for episodes.
+//! `EpisodeStore`: episodes, their sequence numbers and the `Added`/`Removed` entries
+//! of their project's change log.
 
 use std::collections::BTreeMap;
 
+use async_trait::async_trait;
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 
+use super::SqliteStore;
 use super::error::storage_error;
 use super::filter_sql;
 use super::helpers::{ADDED, REMOVED, log_changes};
 use super::projects;
+use super::vectors;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::filter::Expr;
 use memmachine_core::model::{Episode, NewEpisode, ProjectKey};
+use memmachine_core::store::EpisodeStore;
 
 /// Columns read by `from_row`, over the alias `e`.
 pub(super) const COLUMNS: &str = "e.uid, e.content, e.producer_id, e.producer_role, \
@@ -238,4 +243,109 @@ pub(super) fn handles(
                 .map_err(storage_error)
         })
         .collect()
+}
+
+#[async_trait]
+impl EpisodeStore for SqliteStore {
+    async fn add_episodes(
+        &self,
+        key: &ProjectKey,
+        new: Vec<NewEpisode>,
+        embedder: Option<&str>,
+    ) -> Result<Vec<i64>> {
+        self.add_episodes_then(key, new, embedder, |_, _| Ok(()))
+            .await
+    }
+
+    async fn count_episodes(&self, key: &ProjectKey) -> Result<i64> {
+        let key = key.clone();
+        self.readers.read(move |tx| count(tx, &key)).await
+    }
+
+    async fn list_episodes(
+        &self,
+        key: &ProjectKey,
+        filter: Option<&Expr>,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<Episode>> {
+        let (key, filter) = (key.clone(), filter.cloned());
+        self.readers
+            .read(move |tx| scan(tx, &key, filter.as_ref(), after_seq, false, limit))
+            .await
+    }
+
+    async fn recent_episodes(
+        &self,
+        key: &ProjectKey,
+        filter: Option<&Expr>,
+        limit: usize,
+    ) -> Result<Vec<Episode>> {
+        let (key, filter) = (key.clone(), filter.cloned());
+        let mut recent = self
+            .readers
+            .read(move |tx| scan(tx, &key, filter.as_ref(), i64::MIN, true, limit))
+            .await?;
+        recent.reverse();
+        Ok(recent)
+    }
+
+    async fn delete_episodes(&self, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<u64> {
+        let (key, uids) = (key.clone(), uids.to_vec());
+        let (_, rows) = self
+            .writer
+            .write(move |conn| delete(conn, &key, &uids))
+            .await?;
+        Ok(rows.len() as u64)
+    }
+
+    async fn episodes_by_handle(
+        &self,
+        key: &ProjectKey,
+        handles: &[i64],
+    ) -> Result<Vec<(i64, Episode)>> {
+        let (key, handles) = (key.clone(), handles.to_vec());
+        self.readers
+            .read(move |tx| by_handle(tx, &key, &handles))
+            .await
+    }
+
+    async fn episode_handles(
+        &self,
+        key: &ProjectKey,
+        uids: &[uuid::Uuid],
+    ) -> Result<Vec<Option<i64>>> {
+        let (key, uids) = (key.clone(), uids.to_vec());
+        self.readers.read(move |tx| handles(tx, &key, &uids)).await
+    }
+}
+
+impl SqliteStore {
+    /// Stores the episodes (queued for a vector from `embedder`, logged in the change
+    /// feed) and runs `also` in the same transaction. Returns their sequence numbers.
+    pub(super) async fn add_episodes_then<F>(
+        &self,
+        key: &ProjectKey,
+        new: Vec<NewEpisode>,
+        embedder: Option<&str>,
+        also: F,
+    ) -> Result<Vec<i64>>
+    where
+        F: FnOnce(&rusqlite::Connection, &Added) -> Result<()> + Send + 'static,
+    {
+        let key = key.clone();
+        let embedder = embedder.map(str::to_string);
+        let added = self
+            .writer
+            .write(move |conn| {
+                let added = add(conn, &key, &new)?;
+                if let Some(embedder) = &embedder {
+                    vectors::enqueue(conn, embedder, &added.rows)?;
+                }
+                also(conn, &added)?;
+                Ok(added)
+            })
+            .await?;
+        Ok(added.seqs)
+    }
 }

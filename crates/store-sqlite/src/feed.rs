@@ -1,8 +1,10 @@
-//! SQL for the change feed: each project's log of the writes that change what search
+//! `ChangeFeed`: each project's log of the writes that change what search
 //! sees, and the reads that build and catch up an in-memory index from it.
 
+use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::SqliteStore;
 use super::episodes::{COLUMNS, from_row};
 use super::error::storage_error;
 use super::helpers::{ADDED, REMOVED, VECTOR};
@@ -10,7 +12,7 @@ use super::projects;
 use super::vectors;
 use memmachine_core::error::Result;
 use memmachine_core::model::ProjectKey;
-use memmachine_core::store::{Change, Changes, FeedHead, IndexedEpisode};
+use memmachine_core::store::{Change, ChangeFeed, Changes, FeedHead, IndexedEpisode};
 
 pub(super) fn head(conn: &Connection, key: &ProjectKey) -> Result<FeedHead> {
     conn.prepare_cached(
@@ -136,4 +138,44 @@ pub(super) fn prune(conn: &Connection, before_micros: i64) -> Result<u64> {
         .map_err(storage_error)?;
     }
     Ok(dropped)
+}
+
+#[async_trait]
+impl ChangeFeed for SqliteStore {
+    async fn feed_head(&self, key: &ProjectKey) -> Result<FeedHead> {
+        let key = key.clone();
+        self.readers.read(move |tx| head(tx, &key)).await
+    }
+
+    async fn index_page(
+        &self,
+        project: i64,
+        embedder: Option<&str>,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<IndexedEpisode>> {
+        let embedder = embedder.map(str::to_string);
+        self.readers
+            .read(move |tx| page(tx, project, embedder.as_deref(), after_seq, limit))
+            .await
+    }
+
+    async fn changes_since(
+        &self,
+        project: i64,
+        after: i64,
+        embedder: Option<&str>,
+        limit: usize,
+    ) -> Result<Option<Changes>> {
+        let embedder = embedder.map(str::to_string);
+        self.readers
+            .read(move |tx| since(tx, project, after, embedder.as_deref(), limit))
+            .await
+    }
+
+    async fn prune_changes(&self, before_micros: i64) -> Result<u64> {
+        self.writer
+            .write(move |conn| prune(conn, before_micros))
+            .await
+    }
 }

@@ -1,10 +1,13 @@
-//! SQL for API keys.
+//! `KeyStore`: API keys (salted hashes).
 
+use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
+use super::SqliteStore;
 use super::error::storage_error;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::{ApiKeyRecord, KeyScope};
+use memmachine_core::store::KeyStore;
 
 /// In the order `from_row` reads and `insert` binds them.
 const COLUMNS: &str = "id, org_id, label, salt, hash, created_at, revoked_at";
@@ -74,4 +77,26 @@ pub(super) fn revoke(conn: &Connection, id: &str) -> Result<bool> {
     )
     .map(|changed| changed > 0)
     .map_err(storage_error)
+}
+
+#[async_trait]
+impl KeyStore for SqliteStore {
+    async fn insert_key(&self, key: &ApiKeyRecord) -> Result<()> {
+        let key = key.clone();
+        self.writer.write(move |conn| insert(conn, &key)).await
+    }
+
+    async fn find_key(&self, id: &str) -> Result<Option<ApiKeyRecord>> {
+        let id = id.to_string();
+        self.readers.read(move |tx| find(tx, &id)).await
+    }
+
+    async fn list_keys(&self) -> Result<Vec<ApiKeyRecord>> {
+        self.readers.read(|tx| list(tx)).await
+    }
+
+    async fn revoke_key(&self, id: &str) -> Result<bool> {
+        let id = id.to_string();
+        self.writer.write(move |conn| revoke(conn, &id)).await
+    }
 }

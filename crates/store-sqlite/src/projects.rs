@@ -1,12 +1,15 @@
-//! SQL for projects.
+//! `ProjectStore`: projects, and the SQL that resolves a key to one.
 
+use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
+use super::SqliteStore;
 use super::error::storage_error;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::{
     EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig, ProjectKey,
 };
+use memmachine_core::store::ProjectStore;
 
 const COLUMNS: &str = "id, org_id, project_id, description, embedder, reranker, \
      episodic_enabled, long_term_enabled, short_term_enabled, created_at, participant_aware";
@@ -146,4 +149,53 @@ pub(super) fn update_episodic_config(
     )
     .map_err(storage_error)?;
     Ok(Some(config))
+}
+
+#[async_trait]
+impl ProjectStore for SqliteStore {
+    async fn create_project(
+        &self,
+        key: &ProjectKey,
+        description: &str,
+        config: &ProjectConfig,
+    ) -> Result<Project> {
+        let (key, description, config) = (key.clone(), description.to_string(), config.clone());
+        self.writer
+            .write(move |conn| insert(conn, &key, &description, &config))
+            .await
+    }
+
+    async fn get_project(&self, key: &ProjectKey) -> Result<Option<Project>> {
+        let key = key.clone();
+        self.readers.read(move |tx| find(tx, &key)).await
+    }
+
+    async fn list_projects(
+        &self,
+        org_id: Option<&str>,
+        after: Option<&ProjectKey>,
+        limit: usize,
+    ) -> Result<Vec<Project>> {
+        let (org_id, after) = (org_id.map(str::to_string), after.cloned());
+        self.readers
+            .read(move |tx| list(tx, org_id.as_deref(), after.as_ref(), limit))
+            .await
+    }
+
+    async fn delete_project(&self, key: &ProjectKey) -> Result<bool> {
+        let key = key.clone();
+        let deleted = self.writer.write(move |conn| delete(conn, &key)).await?;
+        Ok(deleted.is_some())
+    }
+
+    async fn update_episodic_config(
+        &self,
+        key: &ProjectKey,
+        update: EpisodicConfigUpdate,
+    ) -> Result<Option<EpisodicConfig>> {
+        let key = key.clone();
+        self.writer
+            .write(move |conn| update_episodic_config(conn, &key, update))
+            .await
+    }
 }

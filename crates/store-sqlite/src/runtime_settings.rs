@@ -1,10 +1,13 @@
-//! SQL for the server-wide runtime settings: one row, replaced whole under its version.
+//! `SettingsStore`: the server-wide runtime settings, one row replaced whole under its
+//! version.
 
+use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::SqliteStore;
 use super::error::storage_error;
 use memmachine_core::error::Result;
-use memmachine_core::store::StoredSettings;
+use memmachine_core::store::{SettingsStore, StoredSettings};
 
 pub(super) fn read(conn: &Connection) -> Result<StoredSettings> {
     let row = conn
@@ -51,4 +54,22 @@ pub(super) fn replace(conn: &Connection, expected: i64, settings: &str) -> Resul
     }
     .map_err(storage_error)?;
     Ok((changed == 1).then_some(next))
+}
+
+#[async_trait]
+impl SettingsStore for SqliteStore {
+    async fn runtime_settings(&self) -> Result<StoredSettings> {
+        self.readers.read(|tx| read(tx)).await
+    }
+
+    async fn runtime_settings_version(&self) -> Result<i64> {
+        self.readers.read(|tx| version(tx)).await
+    }
+
+    async fn replace_runtime_settings(&self, expected: i64, settings: &str) -> Result<Option<i64>> {
+        let settings = settings.to_string();
+        self.writer
+            .write(move |conn| replace(conn, expected, &settings))
+            .await
+    }
 }

@@ -1,10 +1,12 @@
-//! The figures the metrics read.
+//! `StatsStore`: the figures the metrics read.
 
+use async_trait::async_trait;
 use rusqlite::{Connection, params};
 
+use super::SqliteStore;
 use super::error::storage_error;
 use memmachine_core::error::Result;
-use memmachine_core::store::StoreStats;
+use memmachine_core::store::{StatsStore, StoreStats};
 
 pub(super) fn stats(conn: &Connection) -> Result<StoreStats> {
     let episodes: i64 = conn
@@ -72,4 +74,16 @@ pub(super) fn org_stats(conn: &Connection, org_id: &str) -> Result<StoreStats> {
         semantic_queue,
         semantic_failed,
     })
+}
+
+#[async_trait]
+impl StatsStore for SqliteStore {
+    async fn stats(&self) -> Result<StoreStats> {
+        self.readers.read(|tx| stats(tx)).await
+    }
+
+    async fn org_stats(&self, org_id: &str) -> Result<StoreStats> {
+        let org_id = org_id.to_string();
+        self.readers.read(move |tx| org_stats(tx, &org_id)).await
+    }
 }

@@ -1,14 +1,16 @@
-//! SQL for embeddings and the queue of episodes waiting for one.
+//! `VectorStore`: episode vectors and the queue of episodes waiting for one.
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::SqliteStore;
 use super::error::storage_error;
 use super::helpers::{VECTOR, log_changes};
 use memmachine_core::error::Result;
 use memmachine_core::model::ProjectKey;
-use memmachine_core::store::PendingEmbedding;
+use memmachine_core::store::{PendingEmbedding, VectorStore};
 
 /// Vectors are stored as little-endian f32.
 pub(super) fn encode(vector: &[f32]) -> Vec<u8> {
@@ -217,4 +219,56 @@ pub(super) fn by_handle(
         .iter()
         .filter_map(|h| Some((*h, found.remove(h)?)))
         .collect())
+}
+
+#[async_trait]
+impl VectorStore for SqliteStore {
+    async fn queue_missing(&self, projects: Vec<(ProjectKey, Option<String>)>) -> Result<u64> {
+        self.writer
+            .write(move |conn| queue_missing(conn, &projects))
+            .await
+    }
+
+    async fn claim_embeddings(
+        &self,
+        embedder: &str,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Vec<PendingEmbedding>> {
+        let embedder = embedder.to_string();
+        self.writer
+            .write(move |conn| claim(conn, &embedder, limit, lease))
+            .await
+    }
+
+    async fn release_embeddings(&self, episodes: Vec<i64>) -> Result<()> {
+        self.writer
+            .write(move |conn| release(conn, &episodes))
+            .await
+    }
+
+    async fn abandon_embeddings(&self, episodes: Vec<i64>) -> Result<u64> {
+        self.writer
+            .write(move |conn| dequeue(conn, &episodes))
+            .await
+    }
+
+    async fn store_embeddings(&self, embedder: &str, new: Vec<(i64, Vec<f32>)>) -> Result<()> {
+        let embedder = embedder.to_string();
+        self.writer
+            .write(move |conn| store(conn, &embedder, &new))
+            .await
+    }
+
+    async fn vectors(
+        &self,
+        key: &ProjectKey,
+        embedder: &str,
+        handles: &[i64],
+    ) -> Result<Vec<(i64, Vec<f32>)>> {
+        let (key, embedder, handles) = (key.clone(), embedder.to_string(), handles.to_vec());
+        self.readers
+            .read(move |tx| by_handle(tx, &key, &embedder, &handles))
+            .await
+    }
 }

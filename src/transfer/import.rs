@@ -15,7 +15,7 @@ use std::path::Path;
 use super::Counts;
 use super::format::{FeatureLine, Line, VERSION};
 use crate::error::{Error, Result};
-use crate::model::{Episode, EpisodicConfig, Project, ProjectConfig, ProjectKey};
+use crate::model::{Episode, EpisodicConfig, Project, ProjectConfig, ProjectHandle, ProjectKey};
 use crate::semantic::features::{match_key, normalise};
 use crate::semantic::model::{
     CategoryOwner, NewCategory, NewFeature, SetConfig, SetKind, SetRow, SetType, Summary,
@@ -657,8 +657,9 @@ impl Writer<'_> {
         match line {
             Line::Format(_) => {}
             Line::Project(p) => {
+                // Its handle is ignored: the target store gives the project its own.
                 let project = Project {
-                    internal_id: 0,
+                    internal_id: ProjectHandle::from_raw(0),
                     key: ProjectKey {
                         org_id: p.org_id,
                         project_id: p.project_id,

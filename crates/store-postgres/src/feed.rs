@@ -15,7 +15,7 @@ use super::error::db_error;
 use super::helpers::{ADDED, REMOVED, VECTOR};
 use super::projects;
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::ProjectKey;
+use memmachine_core::model::{ProjectHandle, ProjectKey};
 use memmachine_core::store::{Change, ChangeFeed, Changes, FeedHead, IndexedEpisode};
 
 fn vector_of(row: &sqlx::postgres::PgRow, at: usize) -> sqlx::Result<Option<Vec<f32>>> {
@@ -36,18 +36,19 @@ impl ChangeFeed for PostgresStore {
         .map_err(db_error)?
         .ok_or_else(|| projects::not_found(key))?;
         Ok(FeedHead {
-            project: row.try_get(0).map_err(db_error)?,
+            project: ProjectHandle::from_raw(row.try_get(0).map_err(db_error)?),
             change: row.try_get(1).map_err(db_error)?,
         })
     }
 
     async fn index_page(
         &self,
-        project: i64,
+        project: ProjectHandle,
         embedder: Option<&str>,
         after_seq: i64,
         limit: usize,
     ) -> Result<Vec<IndexedEpisode>> {
+        let project = project.raw();
         let mut conn = self.pool().acquire().await.map_err(db_error)?;
         let Some(org_id) = projects::org_of(&mut conn, project).await? else {
             return Ok(Vec::new());
@@ -81,11 +82,12 @@ impl ChangeFeed for PostgresStore {
 
     async fn changes_since(
         &self,
-        project: i64,
+        project: ProjectHandle,
         after: i64,
         embedder: Option<&str>,
         limit: usize,
     ) -> Result<Option<Changes>> {
+        let project = project.raw();
         // One snapshot for the head, the log and the episodes it names.
         let mut tx = self.pool().begin().await.map_err(db_error)?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")

@@ -10,7 +10,7 @@ use super::error::db_error;
 use super::helpers::now_micros;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::{
-    EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig, ProjectKey,
+    EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig, ProjectHandle, ProjectKey,
 };
 use memmachine_core::store::ProjectStore;
 
@@ -19,7 +19,7 @@ pub(super) const COLUMNS: &str = "id, org_id, project_id, description, embedder,
 
 pub(super) fn from_row(row: &PgRow) -> sqlx::Result<Project> {
     Ok(Project {
-        internal_id: row.try_get(0)?,
+        internal_id: ProjectHandle::from_raw(row.try_get(0)?),
         key: ProjectKey {
             org_id: row.try_get(1)?,
             project_id: row.try_get(2)?,

@@ -20,7 +20,7 @@ use super::{
     semantic_summaries as summaries,
 };
 use memmachine_core::error::Result;
-use memmachine_core::model::{Episode, NewEpisode, ProjectConfig, ProjectKey};
+use memmachine_core::model::{Episode, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey};
 use memmachine_core::store::{
     Batch, Category, CategoryOwner, ClaimRule, Feature, FeatureOp, FeatureUpdate, IndexedFeature,
     NewCategory, NewFeature, NewSet, NewSetType, PendingFeatureEmbedding, SetConfig, SetRow,
@@ -97,8 +97,8 @@ impl SemanticStore for PostgresStore {
         on_conn!(self, |conn| sets::find_set(conn, set_id))
     }
 
-    async fn project_config(&self, project: i64) -> Result<Option<ProjectConfig>> {
-        on_conn!(self, |conn| sets::project_config(conn, project))
+    async fn project_config(&self, project: ProjectHandle) -> Result<Option<ProjectConfig>> {
+        on_conn!(self, |conn| sets::project_config(conn, project.raw()))
     }
 
     async fn list_sets(&self, key: &ProjectKey) -> Result<Vec<SetRow>> {

@@ -11,7 +11,7 @@ use super::error::db_error;
 use super::helpers::{bad_column, bump_sets, is_unique_violation, lock_org, now_micros};
 use super::projects;
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::{ProjectConfig, ProjectKey};
+use memmachine_core::model::{ProjectConfig, ProjectHandle, ProjectKey};
 use memmachine_core::store::{
     Category, CategoryOwner, NewCategory, NewSet, NewSetType, SetConfig, SetKind, SetRow, SetType,
     Tag,
@@ -28,7 +28,9 @@ pub(super) fn set_type_from_row(row: &PgRow) -> sqlx::Result<SetType> {
         internal_id: row.try_get(0)?,
         id: row.try_get(1)?,
         org_id: row.try_get(2)?,
-        project: row.try_get(3)?,
+        project: row
+            .try_get::<Option<i64>, _>(3)?
+            .map(ProjectHandle::from_raw),
         is_org_level: row.try_get(4)?,
         name: row.try_get(5)?,
         description: row.try_get(6)?,
@@ -136,7 +138,9 @@ pub(super) fn set_from_row(row: &PgRow, at: usize) -> sqlx::Result<SetRow> {
         internal_id: row.try_get(at)?,
         set_id: row.try_get(at + 1)?,
         org_id: row.try_get(at + 2)?,
-        project: row.try_get(at + 3)?,
+        project: row
+            .try_get::<Option<i64>, _>(at + 3)?
+            .map(ProjectHandle::from_raw),
         kind: SetKind::parse(&kind)
             .ok_or_else(|| bad_column(at + 4, format!("unknown set kind {kind:?}")))?,
         set_type: row.try_get(at + 5)?,

@@ -11,7 +11,7 @@ use super::helpers::{ADDED, REMOVED, VECTOR};
 use super::projects;
 use super::vectors;
 use memmachine_core::error::Result;
-use memmachine_core::model::ProjectKey;
+use memmachine_core::model::{ProjectHandle, ProjectKey};
 use memmachine_core::store::{Change, ChangeFeed, Changes, FeedHead, IndexedEpisode};
 
 pub(super) fn head(conn: &Connection, key: &ProjectKey) -> Result<FeedHead> {
@@ -21,7 +21,7 @@ pub(super) fn head(conn: &Connection, key: &ProjectKey) -> Result<FeedHead> {
     .and_then(|mut stmt| {
         stmt.query_row(params![key.org_id, key.project_id], |row| {
             Ok(FeedHead {
-                project: row.get(0)?,
+                project: ProjectHandle::from_raw(row.get(0)?),
                 change: row.get(1)?,
             })
         })
@@ -149,27 +149,27 @@ impl ChangeFeed for SqliteStore {
 
     async fn index_page(
         &self,
-        project: i64,
+        project: ProjectHandle,
         embedder: Option<&str>,
         after_seq: i64,
         limit: usize,
     ) -> Result<Vec<IndexedEpisode>> {
         let embedder = embedder.map(str::to_string);
         self.readers
-            .read(move |tx| page(tx, project, embedder.as_deref(), after_seq, limit))
+            .read(move |tx| page(tx, project.raw(), embedder.as_deref(), after_seq, limit))
             .await
     }
 
     async fn changes_since(
         &self,
-        project: i64,
+        project: ProjectHandle,
         after: i64,
         embedder: Option<&str>,
         limit: usize,
     ) -> Result<Option<Changes>> {
         let embedder = embedder.map(str::to_string);
         self.readers
-            .read(move |tx| since(tx, project, after, embedder.as_deref(), limit))
+            .read(move |tx| since(tx, project.raw(), after, embedder.as_deref(), limit))
             .await
     }
 

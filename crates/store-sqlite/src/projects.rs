@@ -7,7 +7,7 @@ use super::SqliteStore;
 use super::error::storage_error;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::{
-    EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig, ProjectKey,
+    EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig, ProjectHandle, ProjectKey,
 };
 use memmachine_core::store::ProjectStore;
 
@@ -16,7 +16,7 @@ const COLUMNS: &str = "id, org_id, project_id, description, embedder, reranker, 
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<Project> {
     Ok(Project {
-        internal_id: row.get(0)?,
+        internal_id: ProjectHandle::from_raw(row.get(0)?),
         key: ProjectKey {
             org_id: row.get(1)?,
             project_id: row.get(2)?,
@@ -119,7 +119,7 @@ pub(super) fn delete(conn: &Connection, key: &ProjectKey) -> Result<Option<i64>>
     let Some(project) = find(conn, key)? else {
         return Ok(None);
     };
-    let id = project.internal_id;
+    let id = project.internal_id.raw();
     conn.execute("DELETE FROM episodes WHERE project = ?1", [id])
         .map_err(storage_error)?;
     conn.execute("DELETE FROM projects WHERE id = ?1", [id])
@@ -140,7 +140,7 @@ pub(super) fn update_episodic_config(
         "UPDATE projects SET episodic_enabled = ?2, long_term_enabled = ?3,
              short_term_enabled = ?4, participant_aware = ?5 WHERE id = ?1",
         params![
-            project.internal_id,
+            project.internal_id.raw(),
             config.enabled,
             config.long_term_memory_enabled,
             config.short_term_memory_enabled,

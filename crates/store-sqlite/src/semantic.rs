@@ -13,7 +13,7 @@ use super::{
     semantic_summaries as summaries,
 };
 use memmachine_core::error::Result;
-use memmachine_core::model::{Episode, NewEpisode, ProjectConfig, ProjectKey};
+use memmachine_core::model::{Episode, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey};
 use memmachine_core::store::{
     Batch, Category, CategoryOwner, ClaimRule, Feature, FeatureOp, FeatureUpdate, IndexedFeature,
     NewCategory, NewFeature, NewSet, NewSetType, PendingFeatureEmbedding, SetConfig, SetRow,
@@ -91,9 +91,9 @@ impl SemanticStore for SqliteStore {
             .await
     }
 
-    async fn project_config(&self, project: i64) -> Result<Option<ProjectConfig>> {
+    async fn project_config(&self, project: ProjectHandle) -> Result<Option<ProjectConfig>> {
         self.readers
-            .read(move |tx| sets::project_config(tx, project))
+            .read(move |tx| sets::project_config(tx, project.raw()))
             .await
     }
 

@@ -8,7 +8,7 @@ use super::error::storage_error;
 use super::helpers::{bad_column, bump_sets, id_array, is_constraint, now_micros};
 use super::projects;
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::{ProjectConfig, ProjectKey};
+use memmachine_core::model::{ProjectConfig, ProjectHandle, ProjectKey};
 use memmachine_core::store::{
     Category, CategoryOwner, NewCategory, NewSet, NewSetType, SetConfig, SetKind, SetRow, SetType,
     Tag,
@@ -25,7 +25,7 @@ pub(super) fn set_type_from_row(row: &Row<'_>) -> rusqlite::Result<SetType> {
         internal_id: row.get(0)?,
         id: row.get(1)?,
         org_id: row.get(2)?,
-        project: row.get(3)?,
+        project: row.get::<_, Option<i64>>(3)?.map(ProjectHandle::from_raw),
         is_org_level: row.get(4)?,
         name: row.get(5)?,
         description: row.get(6)?,
@@ -120,7 +120,7 @@ fn set_from_row(row: &Row<'_>) -> rusqlite::Result<SetRow> {
         internal_id: row.get(0)?,
         set_id: row.get(1)?,
         org_id: row.get(2)?,
-        project: row.get(3)?,
+        project: row.get::<_, Option<i64>>(3)?.map(ProjectHandle::from_raw),
         kind: SetKind::parse(&kind)
             .ok_or_else(|| bad_column(4, format!("unknown set kind {kind:?}")))?,
         set_type: row.get(5)?,

@@ -33,7 +33,7 @@ pub(super) fn queue_missing(
 ) -> Result<u64> {
     let now = chrono::Utc::now().timestamp_micros();
     for (key, embedder) in projects {
-        let Some(project) = super::projects::find(conn, key)?.map(|p| p.internal_id) else {
+        let Some(project) = super::projects::find(conn, key)?.map(|p| p.internal_id.raw()) else {
             continue;
         };
         conn.execute(

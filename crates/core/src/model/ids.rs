@@ -94,6 +94,30 @@ pub fn or_universal(id: &str) -> &str {
     if id.is_empty() { UNIVERSAL } else { id }
 }
 
+/// A store's handle of a project (its internal id): never reused, so a project deleted
+/// and created again has another, and never shown to clients. Backends alone turn it
+/// into a number and back, at the SQL boundary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(transparent)]
+pub struct ProjectHandle(i64);
+
+impl ProjectHandle {
+    pub const fn from_raw(raw: i64) -> ProjectHandle {
+        ProjectHandle(raw)
+    }
+
+    pub const fn raw(self) -> i64 {
+        self.0
+    }
+}
+
+/// In messages and logs, as the number it is.
+impl std::fmt::Display for ProjectHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

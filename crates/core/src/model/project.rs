@@ -1,6 +1,6 @@
 //! Projects and their configuration.
 
-use super::ProjectKey;
+use super::{ProjectHandle, ProjectKey};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProjectConfig {
@@ -56,7 +56,7 @@ impl EpisodicConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Project {
     /// The store's own handle for the project, never shown to clients.
-    pub internal_id: i64,
+    pub internal_id: ProjectHandle,
     pub key: ProjectKey,
     pub description: String,
     pub config: ProjectConfig,

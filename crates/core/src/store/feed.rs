@@ -3,14 +3,14 @@
 use async_trait::async_trait;
 
 use crate::error::Result;
-use crate::model::{Episode, ProjectKey};
+use crate::model::{Episode, ProjectHandle, ProjectKey};
 
 /// A project as the change feed sees it: the store's handle of it (never reused, so a
 /// project deleted and created again has another) and the id of its latest change
 /// (0 when none yet).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FeedHead {
-    pub project: i64,
+    pub project: ProjectHandle,
     pub change: i64,
 }
 
@@ -55,7 +55,7 @@ pub trait ChangeFeed: Send + Sync {
     /// order, at most `limit`, each with its vector from `embedder` if any.
     async fn index_page(
         &self,
-        project: i64,
+        project: ProjectHandle,
         embedder: Option<&str>,
         after_seq: i64,
         limit: usize,
@@ -65,7 +65,7 @@ pub trait ChangeFeed: Send + Sync {
     /// the reader reloads the whole project), or the project is gone.
     async fn changes_since(
         &self,
-        project: i64,
+        project: ProjectHandle,
         after: i64,
         embedder: Option<&str>,
         limit: usize,

@@ -14,7 +14,7 @@ use super::semantic_sets::{
 };
 use super::summaries::Summary;
 use crate::error::Result;
-use crate::model::{Episode, NewEpisode, ProjectConfig, ProjectKey};
+use crate::model::{Episode, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey};
 
 #[async_trait]
 pub trait SemanticStore: Send + Sync {
@@ -46,7 +46,7 @@ pub trait SemanticStore: Send + Sync {
     async fn ensure_sets(&self, key: &ProjectKey, sets: Vec<NewSet>) -> Result<Vec<SetRow>>;
     async fn find_set(&self, set_id: &str) -> Result<Option<SetRow>>;
     /// The configuration of the project with this internal id (`None`: it is gone).
-    async fn project_config(&self, project: i64) -> Result<Option<ProjectConfig>>;
+    async fn project_config(&self, project: ProjectHandle) -> Result<Option<ProjectConfig>>;
     /// The project's sets and its org's org-level sets, by set id.
     async fn list_sets(&self, key: &ProjectKey) -> Result<Vec<SetRow>>;
     async fn configure_set(&self, set: i64, config: SetConfig) -> Result<()>;

@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::model::ProjectHandle;
+
 /// What a feature set gathers: the whole org, one project, one producer (a "user set")
 /// or the messages carrying a set type's metadata tags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -44,7 +46,7 @@ pub struct SetType {
     pub org_id: String,
     /// The project of a project-level set type (its internal id); `None` for org-level
     /// ones, shared by the org's projects.
-    pub project: Option<i64>,
+    pub project: Option<ProjectHandle>,
     pub is_org_level: bool,
     pub name: String,
     pub description: String,
@@ -90,7 +92,7 @@ pub struct SetRow {
     pub set_id: String,
     pub org_id: String,
     /// The project it belongs to (internal id); `None` for org-level sets.
-    pub project: Option<i64>,
+    pub project: Option<ProjectHandle>,
     pub kind: SetKind,
     pub set_type: Option<i64>,
     pub tags: BTreeMap<String, String>,

@@ -15,7 +15,9 @@ use std::path::Path;
 use super::Counts;
 use super::format::{FeatureLine, Line, VERSION};
 use crate::error::{Error, Result};
-use crate::model::{Episode, EpisodicConfig, Project, ProjectConfig, ProjectHandle, ProjectKey};
+use crate::model::{
+    CategoryId, Episode, EpisodicConfig, Project, ProjectConfig, ProjectHandle, ProjectKey,
+};
 use crate::semantic::features::{match_key, normalise};
 use crate::semantic::model::{
     CategoryOwner, NewCategory, NewFeature, SetConfig, SetKind, SetRow, SetType, Summary,
@@ -509,7 +511,7 @@ struct Writer<'a> {
     handles: HashMap<uuid::Uuid, i64>,
     set_types: HashMap<String, i64>,
     sets: HashMap<String, i64>,
-    categories: HashMap<String, i64>,
+    categories: HashMap<String, CategoryId>,
     features: HashMap<String, i64>,
     pending: Pending,
 }
@@ -578,7 +580,7 @@ impl Writer<'_> {
         Ok(s.internal_id)
     }
 
-    async fn category(&mut self, id: &str) -> Result<i64> {
+    async fn category(&mut self, id: &str) -> Result<CategoryId> {
         if let Some(c) = self.categories.get(id) {
             return Ok(*c);
         }

@@ -20,7 +20,9 @@ use super::{
     semantic_summaries as summaries,
 };
 use memmachine_core::error::Result;
-use memmachine_core::model::{Episode, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey};
+use memmachine_core::model::{
+    CategoryId, Episode, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey, TagId,
+};
 use memmachine_core::store::{
     Batch, Category, CategoryOwner, ClaimRule, Feature, FeatureOp, FeatureUpdate, IndexedFeature,
     NewCategory, NewFeature, NewSet, NewSetType, PendingFeatureEmbedding, SetConfig, SetRow,
@@ -123,8 +125,12 @@ impl SemanticStore for PostgresStore {
         on_conn!(self, |conn| sets::categories_of(conn, &owners))
     }
 
-    async fn delete_category(&self, internal_id: i64, of_sets: Vec<i64>) -> Result<()> {
-        in_tx!(self, |tx| sets::delete_category(tx, internal_id, &of_sets))
+    async fn delete_category(&self, internal_id: CategoryId, of_sets: Vec<i64>) -> Result<()> {
+        in_tx!(self, |tx| sets::delete_category(
+            tx,
+            internal_id.raw(),
+            &of_sets
+        ))
     }
 
     async fn disable_category(&self, set: i64, name: &str) -> Result<()> {
@@ -139,10 +145,16 @@ impl SemanticStore for PostgresStore {
         on_conn!(self, |conn| sets::sets_of_type(conn, set_type))
     }
 
-    async fn add_tag(&self, category: i64, id: &str, name: &str, description: &str) -> Result<Tag> {
+    async fn add_tag(
+        &self,
+        category: CategoryId,
+        id: &str,
+        name: &str,
+        description: &str,
+    ) -> Result<Tag> {
         in_tx!(self, |tx| sets::add_tag(
             tx,
-            category,
+            category.raw(),
             id,
             name,
             description
@@ -153,8 +165,8 @@ impl SemanticStore for PostgresStore {
         on_conn!(self, |conn| sets::find_tag(conn, id))
     }
 
-    async fn delete_tag(&self, internal_id: i64) -> Result<()> {
-        in_tx!(self, |tx| sets::delete_tag(tx, internal_id))
+    async fn delete_tag(&self, internal_id: TagId) -> Result<()> {
+        in_tx!(self, |tx| sets::delete_tag(tx, internal_id.raw()))
     }
 
     // Features.

@@ -11,7 +11,7 @@ use super::error::db_error;
 use super::helpers::{bad_column, bump_sets, is_unique_violation, lock_org, now_micros};
 use super::projects;
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::{ProjectConfig, ProjectHandle, ProjectKey};
+use memmachine_core::model::{CategoryId, ProjectConfig, ProjectHandle, ProjectKey, TagId};
 use memmachine_core::store::{
     Category, CategoryOwner, NewCategory, NewSet, NewSetType, SetConfig, SetKind, SetRow, SetType,
     Tag,
@@ -313,7 +313,7 @@ fn category_from_row(row: &PgRow) -> sqlx::Result<Category> {
         (None, None) => return Err(bad_column(2, "a category without an owner")),
     };
     Ok(Category {
-        internal_id: row.try_get(0)?,
+        internal_id: CategoryId::from_raw(row.try_get(0)?),
         id: row.try_get(1)?,
         owner,
         name: row.try_get(4)?,
@@ -327,9 +327,9 @@ const TAG_COLUMNS: &str = "id, public_id, category, name, description";
 
 fn tag_from_row(row: &PgRow) -> sqlx::Result<Tag> {
     Ok(Tag {
-        internal_id: row.try_get(0)?,
+        internal_id: TagId::from_raw(row.try_get(0)?),
         id: row.try_get(1)?,
-        category: row.try_get(2)?,
+        category: CategoryId::from_raw(row.try_get(2)?),
         name: row.try_get(3)?,
         description: row.try_get(4)?,
     })
@@ -340,7 +340,7 @@ async fn with_tags(
     conn: &mut PgConnection,
     mut categories: Vec<Category>,
 ) -> Result<Vec<Category>> {
-    let ids: Vec<i64> = categories.iter().map(|c| c.internal_id).collect();
+    let ids: Vec<i64> = categories.iter().map(|c| c.internal_id.raw()).collect();
     let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT {TAG_COLUMNS} FROM semantic_tags WHERE category = ANY($1) ORDER BY id"
     )))
@@ -348,7 +348,7 @@ async fn with_tags(
     .fetch_all(conn)
     .await
     .map_err(db_error)?;
-    let mut by_category: BTreeMap<i64, Vec<Tag>> = BTreeMap::new();
+    let mut by_category: BTreeMap<CategoryId, Vec<Tag>> = BTreeMap::new();
     for row in &rows {
         let tag = tag_from_row(row).map_err(db_error)?;
         by_category.entry(tag.category).or_default().push(tag);

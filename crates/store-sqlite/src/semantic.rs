@@ -13,7 +13,9 @@ use super::{
     semantic_summaries as summaries,
 };
 use memmachine_core::error::Result;
-use memmachine_core::model::{Episode, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey};
+use memmachine_core::model::{
+    CategoryId, Episode, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey, TagId,
+};
 use memmachine_core::store::{
     Batch, Category, CategoryOwner, ClaimRule, Feature, FeatureOp, FeatureUpdate, IndexedFeature,
     NewCategory, NewFeature, NewSet, NewSetType, PendingFeatureEmbedding, SetConfig, SetRow,
@@ -129,9 +131,9 @@ impl SemanticStore for SqliteStore {
             .await
     }
 
-    async fn delete_category(&self, internal_id: i64, of_sets: Vec<i64>) -> Result<()> {
+    async fn delete_category(&self, internal_id: CategoryId, of_sets: Vec<i64>) -> Result<()> {
         self.writer
-            .write(move |conn| sets::delete_category(conn, internal_id, &of_sets))
+            .write(move |conn| sets::delete_category(conn, internal_id.raw(), &of_sets))
             .await
     }
 
@@ -154,10 +156,16 @@ impl SemanticStore for SqliteStore {
             .await
     }
 
-    async fn add_tag(&self, category: i64, id: &str, name: &str, description: &str) -> Result<Tag> {
+    async fn add_tag(
+        &self,
+        category: CategoryId,
+        id: &str,
+        name: &str,
+        description: &str,
+    ) -> Result<Tag> {
         let (id, name, description) = (id.to_string(), name.to_string(), description.to_string());
         self.writer
-            .write(move |conn| sets::add_tag(conn, category, &id, &name, &description))
+            .write(move |conn| sets::add_tag(conn, category.raw(), &id, &name, &description))
             .await
     }
 
@@ -166,9 +174,9 @@ impl SemanticStore for SqliteStore {
         self.readers.read(move |tx| sets::find_tag(tx, &id)).await
     }
 
-    async fn delete_tag(&self, internal_id: i64) -> Result<()> {
+    async fn delete_tag(&self, internal_id: TagId) -> Result<()> {
         self.writer
-            .write(move |conn| sets::delete_tag(conn, internal_id))
+            .write(move |conn| sets::delete_tag(conn, internal_id.raw()))
             .await
     }
 

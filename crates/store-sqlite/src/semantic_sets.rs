@@ -8,7 +8,7 @@ use super::error::storage_error;
 use super::helpers::{bad_column, bump_sets, id_array, is_constraint, now_micros};
 use super::projects;
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::{ProjectConfig, ProjectHandle, ProjectKey};
+use memmachine_core::model::{CategoryId, ProjectConfig, ProjectHandle, ProjectKey, TagId};
 use memmachine_core::store::{
     Category, CategoryOwner, NewCategory, NewSet, NewSetType, SetConfig, SetKind, SetRow, SetType,
     Tag,
@@ -266,7 +266,7 @@ fn category_from_row(row: &Row<'_>) -> rusqlite::Result<Category> {
         (None, None) => return Err(bad_column(2, "a category without an owner")),
     };
     Ok(Category {
-        internal_id: row.get(0)?,
+        internal_id: CategoryId::from_raw(row.get(0)?),
         id: row.get(1)?,
         owner,
         name: row.get(4)?,
@@ -280,9 +280,9 @@ const TAG_COLUMNS: &str = "id, public_id, category, name, description";
 
 fn tag_from_row(row: &Row<'_>) -> rusqlite::Result<Tag> {
     Ok(Tag {
-        internal_id: row.get(0)?,
+        internal_id: TagId::from_raw(row.get(0)?),
         id: row.get(1)?,
-        category: row.get(2)?,
+        category: CategoryId::from_raw(row.get(2)?),
         name: row.get(3)?,
         description: row.get(4)?,
     })
@@ -297,7 +297,7 @@ fn with_tags(conn: &Connection, mut categories: Vec<Category>) -> Result<Vec<Cat
         .map_err(storage_error)?;
     for category in &mut categories {
         category.tags = stmt
-            .query_map([category.internal_id], tag_from_row)
+            .query_map([category.internal_id.raw()], tag_from_row)
             .and_then(|rows| rows.collect())
             .map_err(storage_error)?;
     }

@@ -94,29 +94,47 @@ pub fn or_universal(id: &str) -> &str {
     if id.is_empty() { UNIVERSAL } else { id }
 }
 
-/// A store's handle of a project (its internal id): never reused, so a project deleted
-/// and created again has another, and never shown to clients. Backends alone turn it
-/// into a number and back, at the SQL boundary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[repr(transparent)]
-pub struct ProjectHandle(i64);
+/// Defines a store handle: a row's internal id as its own type, so one kind of handle is
+/// never passed for another. Backends alone turn it into a number and back, at the
+/// SQL boundary; it shows as that number in messages and logs.
+macro_rules! handle {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[repr(transparent)]
+        pub struct $name(i64);
 
-impl ProjectHandle {
-    pub const fn from_raw(raw: i64) -> ProjectHandle {
-        ProjectHandle(raw)
-    }
+        impl $name {
+            pub const fn from_raw(raw: i64) -> $name {
+                $name(raw)
+            }
 
-    pub const fn raw(self) -> i64 {
-        self.0
-    }
+            pub const fn raw(self) -> i64 {
+                self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+    };
 }
 
-/// In messages and logs, as the number it is.
-impl std::fmt::Display for ProjectHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
+handle!(
+    /// A project's handle: never reused, so a project deleted and created again has
+    /// another, and never shown to clients.
+    ProjectHandle
+);
+handle!(
+    /// A semantic category's handle.
+    CategoryId
+);
+handle!(
+    /// A semantic tag's handle.
+    TagId
+);
 
 #[cfg(test)]
 mod tests {

@@ -14,7 +14,9 @@ use super::semantic_sets::{
 };
 use super::summaries::Summary;
 use crate::error::Result;
-use crate::model::{Episode, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey};
+use crate::model::{
+    CategoryId, Episode, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey, TagId,
+};
 
 #[async_trait]
 pub trait SemanticStore: Send + Sync {
@@ -60,15 +62,21 @@ pub trait SemanticStore: Send + Sync {
     async fn categories_of(&self, owners: Vec<CategoryOwner>) -> Result<Vec<Category>>;
     /// Deletes the category, its tags and the features of `sets` in a category of its
     /// name (the sets that used it).
-    async fn delete_category(&self, internal_id: i64, sets: Vec<i64>) -> Result<()>;
+    async fn delete_category(&self, internal_id: CategoryId, sets: Vec<i64>) -> Result<()>;
     async fn disable_category(&self, set: i64, name: &str) -> Result<()>;
     async fn disabled_categories(&self, set: i64) -> Result<Vec<String>>;
     /// Sets of the set type (internal ids).
     async fn sets_of_type(&self, set_type: i64) -> Result<Vec<SetRow>>;
     /// `AlreadyExists` when the category has a tag of that name.
-    async fn add_tag(&self, category: i64, id: &str, name: &str, description: &str) -> Result<Tag>;
+    async fn add_tag(
+        &self,
+        category: CategoryId,
+        id: &str,
+        name: &str,
+        description: &str,
+    ) -> Result<Tag>;
     async fn find_tag(&self, id: &str) -> Result<Option<Tag>>;
-    async fn delete_tag(&self, internal_id: i64) -> Result<()>;
+    async fn delete_tag(&self, internal_id: TagId) -> Result<()>;
 
     // Features.
 

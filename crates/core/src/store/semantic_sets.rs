@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::ProjectHandle;
+use crate::model::{CategoryId, ProjectHandle, TagId};
 
 /// What a feature set gathers: the whole org, one project, one producer (a "user set")
 /// or the messages carrying a set type's metadata tags.
@@ -110,7 +110,7 @@ pub enum CategoryOwner {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Category {
-    pub internal_id: i64,
+    pub internal_id: CategoryId,
     pub id: String,
     pub owner: CategoryOwner,
     pub name: String,
@@ -129,9 +129,9 @@ pub struct NewCategory {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tag {
-    pub internal_id: i64,
+    pub internal_id: TagId,
     pub id: String,
-    pub category: i64,
+    pub category: CategoryId,
     pub name: String,
     pub description: String,
 }

@@ -17,6 +17,7 @@ use super::format::{FeatureLine, Line, VERSION};
 use crate::error::{Error, Result};
 use crate::model::{
     CategoryId, Episode, EpisodicConfig, Project, ProjectConfig, ProjectHandle, ProjectKey,
+    SetTypeId,
 };
 use crate::semantic::features::{match_key, normalise};
 use crate::semantic::model::{
@@ -268,10 +269,10 @@ struct Target {
     replaced: Vec<ProjectKey>,
     /// Org-level sets and set types deleted first (`replace`), internal ids.
     replaced_sets: Vec<i64>,
-    replaced_set_types: Vec<i64>,
+    replaced_set_types: Vec<SetTypeId>,
     /// Everything that goes with those deletions (internal ids).
     doomed_sets: HashSet<i64>,
-    doomed_set_types: HashSet<i64>,
+    doomed_set_types: HashSet<SetTypeId>,
     /// Episodes cited but not in the file, with their handles.
     citations: HashMap<uuid::Uuid, i64>,
 }
@@ -509,7 +510,7 @@ enum Pending {
 struct Writer<'a> {
     store: &'a dyn Store,
     handles: HashMap<uuid::Uuid, i64>,
-    set_types: HashMap<String, i64>,
+    set_types: HashMap<String, SetTypeId>,
     sets: HashMap<String, i64>,
     categories: HashMap<String, CategoryId>,
     features: HashMap<String, i64>,
@@ -554,7 +555,7 @@ impl Writer<'_> {
         }
     }
 
-    async fn set_type(&mut self, id: &str) -> Result<i64> {
+    async fn set_type(&mut self, id: &str) -> Result<SetTypeId> {
         if let Some(t) = self.set_types.get(id) {
             return Ok(*t);
         }
@@ -748,8 +749,9 @@ impl Writer<'_> {
                     org_id: t.org_id.clone(),
                     project_id,
                 });
+                // Its handle is ignored: the target store gives the set type its own.
                 let set_type = SetType {
-                    internal_id: 0,
+                    internal_id: SetTypeId::from_raw(0),
                     id: t.id,
                     org_id: t.org_id,
                     project: None,

@@ -21,7 +21,7 @@ use super::{
 };
 use memmachine_core::error::Result;
 use memmachine_core::model::{
-    CategoryId, Episode, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey, TagId,
+    CategoryId, Episode, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey, SetTypeId, TagId,
 };
 use memmachine_core::store::{
     Batch, Category, CategoryOwner, ClaimRule, Feature, FeatureOp, FeatureUpdate, IndexedFeature,
@@ -85,8 +85,8 @@ impl SemanticStore for PostgresStore {
         on_conn!(self, |conn| sets::list_set_types(conn, key))
     }
 
-    async fn delete_set_type(&self, internal_id: i64) -> Result<bool> {
-        in_tx!(self, |tx| sets::delete_set_type(tx, internal_id))
+    async fn delete_set_type(&self, internal_id: SetTypeId) -> Result<bool> {
+        in_tx!(self, |tx| sets::delete_set_type(tx, internal_id.raw()))
     }
 
     // Sets.
@@ -141,8 +141,8 @@ impl SemanticStore for PostgresStore {
         on_conn!(self, |conn| sets::disabled_categories(conn, set))
     }
 
-    async fn sets_of_type(&self, set_type: i64) -> Result<Vec<SetRow>> {
-        on_conn!(self, |conn| sets::sets_of_type(conn, set_type))
+    async fn sets_of_type(&self, set_type: SetTypeId) -> Result<Vec<SetRow>> {
+        on_conn!(self, |conn| sets::sets_of_type(conn, set_type.raw()))
     }
 
     async fn add_tag(

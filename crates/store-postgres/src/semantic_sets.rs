@@ -11,7 +11,9 @@ use super::error::db_error;
 use super::helpers::{bad_column, bump_sets, is_unique_violation, lock_org, now_micros};
 use super::projects;
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::{CategoryId, ProjectConfig, ProjectHandle, ProjectKey, TagId};
+use memmachine_core::model::{
+    CategoryId, ProjectConfig, ProjectHandle, ProjectKey, SetTypeId, TagId,
+};
 use memmachine_core::store::{
     Category, CategoryOwner, NewCategory, NewSet, NewSetType, SetConfig, SetKind, SetRow, SetType,
     Tag,
@@ -25,7 +27,7 @@ pub(super) const SET_TYPE_COLUMNS: &str =
 pub(super) fn set_type_from_row(row: &PgRow) -> sqlx::Result<SetType> {
     let tags: String = row.try_get(7)?;
     Ok(SetType {
-        internal_id: row.try_get(0)?,
+        internal_id: SetTypeId::from_raw(row.try_get(0)?),
         id: row.try_get(1)?,
         org_id: row.try_get(2)?,
         project: row
@@ -143,7 +145,9 @@ pub(super) fn set_from_row(row: &PgRow, at: usize) -> sqlx::Result<SetRow> {
             .map(ProjectHandle::from_raw),
         kind: SetKind::parse(&kind)
             .ok_or_else(|| bad_column(at + 4, format!("unknown set kind {kind:?}")))?,
-        set_type: row.try_get(at + 5)?,
+        set_type: row
+            .try_get::<Option<i64>, _>(at + 5)?
+            .map(SetTypeId::from_raw),
         tags: serde_json::from_str::<BTreeMap<String, String>>(&tags)
             .map_err(|err| bad_column(at + 6, err))?,
         config: SetConfig {
@@ -219,7 +223,7 @@ pub(super) async fn ensure_sets(
         .bind(org_id)
         .bind((!set.org_level).then_some(project))
         .bind(set.kind.as_str())
-        .bind(set.set_type)
+        .bind(set.set_type.map(SetTypeId::raw))
         .bind(&tags)
         .bind(now)
         .execute(&mut *tx)
@@ -309,7 +313,7 @@ fn category_from_row(row: &PgRow) -> sqlx::Result<Category> {
     let set_type: Option<i64> = row.try_get(3)?;
     let owner = match (set, set_type) {
         (Some(set), _) => CategoryOwner::Set(set),
-        (None, Some(set_type)) => CategoryOwner::SetType(set_type),
+        (None, Some(set_type)) => CategoryOwner::SetType(SetTypeId::from_raw(set_type)),
         (None, None) => return Err(bad_column(2, "a category without an owner")),
     };
     Ok(Category {
@@ -364,7 +368,7 @@ async fn with_tags(
 fn owner_columns(owner: CategoryOwner) -> (Option<i64>, Option<i64>) {
     match owner {
         CategoryOwner::Set(set) => (Some(set), None),
-        CategoryOwner::SetType(set_type) => (None, Some(set_type)),
+        CategoryOwner::SetType(set_type) => (None, Some(set_type.raw())),
     }
 }
 
@@ -457,7 +461,7 @@ pub(super) async fn categories_of(
     for owner in owners {
         match *owner {
             CategoryOwner::Set(set) => sets.push(set),
-            CategoryOwner::SetType(set_type) => set_types.push(set_type),
+            CategoryOwner::SetType(set_type) => set_types.push(set_type.raw()),
         }
     }
     let rows = sqlx::query(sqlx::AssertSqlSafe(format!(

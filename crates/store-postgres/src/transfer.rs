@@ -10,7 +10,7 @@ use super::helpers::{ADDED, bump_sets, is_unique_violation, lock_org, log_change
 use super::semantic_sets::{SET_TYPE_COLUMNS, find_set, require_set, set_type_from_row};
 use super::{projects, semantic_features};
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::{Episode, Project, ProjectKey};
+use memmachine_core::model::{Episode, Project, ProjectKey, SetTypeId};
 use memmachine_core::store::transfer::{EpisodeVector, RestoredFeature, TransferStore};
 use memmachine_core::store::{SetRow, SetType};
 
@@ -268,7 +268,7 @@ impl TransferStore for PostgresStore {
         .bind(&set.set_id)
         .bind(project)
         .bind(set.kind.as_str())
-        .bind(set.set_type)
+        .bind(set.set_type.map(SetTypeId::raw))
         .bind(tags)
         .bind(&set.config.embedder)
         .bind(&set.config.llm)

@@ -14,7 +14,7 @@ use super::{
 };
 use memmachine_core::error::Result;
 use memmachine_core::model::{
-    CategoryId, Episode, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey, TagId,
+    CategoryId, Episode, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey, SetTypeId, TagId,
 };
 use memmachine_core::store::{
     Batch, Category, CategoryOwner, ClaimRule, Feature, FeatureOp, FeatureUpdate, IndexedFeature,
@@ -71,9 +71,9 @@ impl SemanticStore for SqliteStore {
             .await
     }
 
-    async fn delete_set_type(&self, internal_id: i64) -> Result<bool> {
+    async fn delete_set_type(&self, internal_id: SetTypeId) -> Result<bool> {
         self.writer
-            .write(move |conn| sets::delete_set_type(conn, internal_id))
+            .write(move |conn| sets::delete_set_type(conn, internal_id.raw()))
             .await
     }
 
@@ -150,9 +150,9 @@ impl SemanticStore for SqliteStore {
             .await
     }
 
-    async fn sets_of_type(&self, set_type: i64) -> Result<Vec<SetRow>> {
+    async fn sets_of_type(&self, set_type: SetTypeId) -> Result<Vec<SetRow>> {
         self.readers
-            .read(move |tx| sets::sets_of_type(tx, set_type))
+            .read(move |tx| sets::sets_of_type(tx, set_type.raw()))
             .await
     }
 

@@ -8,7 +8,9 @@ use super::error::storage_error;
 use super::helpers::{bad_column, bump_sets, id_array, is_constraint, now_micros};
 use super::projects;
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::{CategoryId, ProjectConfig, ProjectHandle, ProjectKey, TagId};
+use memmachine_core::model::{
+    CategoryId, ProjectConfig, ProjectHandle, ProjectKey, SetTypeId, TagId,
+};
 use memmachine_core::store::{
     Category, CategoryOwner, NewCategory, NewSet, NewSetType, SetConfig, SetKind, SetRow, SetType,
     Tag,
@@ -22,7 +24,7 @@ pub(super) const SET_TYPE_COLUMNS: &str =
 pub(super) fn set_type_from_row(row: &Row<'_>) -> rusqlite::Result<SetType> {
     let tags: String = row.get(7)?;
     Ok(SetType {
-        internal_id: row.get(0)?,
+        internal_id: SetTypeId::from_raw(row.get(0)?),
         id: row.get(1)?,
         org_id: row.get(2)?,
         project: row.get::<_, Option<i64>>(3)?.map(ProjectHandle::from_raw),
@@ -123,7 +125,7 @@ fn set_from_row(row: &Row<'_>) -> rusqlite::Result<SetRow> {
         project: row.get::<_, Option<i64>>(3)?.map(ProjectHandle::from_raw),
         kind: SetKind::parse(&kind)
             .ok_or_else(|| bad_column(4, format!("unknown set kind {kind:?}")))?,
-        set_type: row.get(5)?,
+        set_type: row.get::<_, Option<i64>>(5)?.map(SetTypeId::from_raw),
         tags: serde_json::from_str::<BTreeMap<String, String>>(&tags)
             .map_err(|err| bad_column(6, err))?,
         config: SetConfig {
@@ -182,7 +184,7 @@ pub(super) fn ensure_sets(
                 org_id,
                 (!set.org_level).then_some(project),
                 set.kind.as_str(),
-                set.set_type,
+                set.set_type.map(SetTypeId::raw),
                 tags,
                 now
             ])
@@ -262,7 +264,7 @@ fn category_from_row(row: &Row<'_>) -> rusqlite::Result<Category> {
     let set_type: Option<i64> = row.get(3)?;
     let owner = match (set, set_type) {
         (Some(set), _) => CategoryOwner::Set(set),
-        (None, Some(set_type)) => CategoryOwner::SetType(set_type),
+        (None, Some(set_type)) => CategoryOwner::SetType(SetTypeId::from_raw(set_type)),
         (None, None) => return Err(bad_column(2, "a category without an owner")),
     };
     Ok(Category {
@@ -307,7 +309,7 @@ fn with_tags(conn: &Connection, mut categories: Vec<Category>) -> Result<Vec<Cat
 fn owner_columns(owner: CategoryOwner) -> (Option<i64>, Option<i64>) {
     match owner {
         CategoryOwner::Set(set) => (Some(set), None),
-        CategoryOwner::SetType(set_type) => (None, Some(set_type)),
+        CategoryOwner::SetType(set_type) => (None, Some(set_type.raw())),
     }
 }
 
@@ -378,7 +380,7 @@ pub(super) fn categories_of(conn: &Connection, owners: &[CategoryOwner]) -> Resu
     for owner in owners {
         match *owner {
             CategoryOwner::Set(set) => sets.push(set),
-            CategoryOwner::SetType(set_type) => set_types.push(set_type),
+            CategoryOwner::SetType(set_type) => set_types.push(set_type.raw()),
         }
     }
     let categories = conn

@@ -11,7 +11,7 @@ use super::helpers::{ADDED, bump_sets, is_constraint, log_changes};
 use super::semantic_sets::{SET_TYPE_COLUMNS, set_type_from_row};
 use super::{SqliteStore, projects, semantic_features, semantic_sets, vectors};
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::{Episode, Project, ProjectKey};
+use memmachine_core::model::{Episode, Project, ProjectKey, SetTypeId};
 use memmachine_core::store::transfer::{EpisodeVector, RestoredFeature, TransferStore};
 use memmachine_core::store::{SetRow, SetType};
 
@@ -190,7 +190,7 @@ fn restore_set(conn: &Connection, project: Option<&ProjectKey>, set: &SetRow) ->
             set.org_id,
             project,
             set.kind.as_str(),
-            set.set_type,
+            set.set_type.map(SetTypeId::raw),
             tags,
             set.config.embedder,
             set.config.llm,

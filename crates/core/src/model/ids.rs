@@ -128,6 +128,10 @@ handle!(
     ProjectHandle
 );
 handle!(
+    /// A semantic set type's handle.
+    SetTypeId
+);
+handle!(
     /// A semantic category's handle.
     CategoryId
 );

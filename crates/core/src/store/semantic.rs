@@ -15,7 +15,7 @@ use super::semantic_sets::{
 use super::summaries::Summary;
 use crate::error::Result;
 use crate::model::{
-    CategoryId, Episode, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey, TagId,
+    CategoryId, Episode, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey, SetTypeId, TagId,
 };
 
 #[async_trait]
@@ -40,7 +40,7 @@ pub trait SemanticStore: Send + Sync {
     /// The project's own set types and its org's org-level ones.
     async fn list_set_types(&self, key: &ProjectKey) -> Result<Vec<SetType>>;
     /// Deletes it with its templates; its sets stay (as sets of no type).
-    async fn delete_set_type(&self, internal_id: i64) -> Result<bool>;
+    async fn delete_set_type(&self, internal_id: SetTypeId) -> Result<bool>;
 
     // Sets.
 
@@ -66,7 +66,7 @@ pub trait SemanticStore: Send + Sync {
     async fn disable_category(&self, set: i64, name: &str) -> Result<()>;
     async fn disabled_categories(&self, set: i64) -> Result<Vec<String>>;
     /// Sets of the set type (internal ids).
-    async fn sets_of_type(&self, set_type: i64) -> Result<Vec<SetRow>>;
+    async fn sets_of_type(&self, set_type: SetTypeId) -> Result<Vec<SetRow>>;
     /// `AlreadyExists` when the category has a tag of that name.
     async fn add_tag(
         &self,

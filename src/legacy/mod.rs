@@ -6,7 +6,10 @@
 
 pub mod episodes;
 pub mod sessions;
-pub mod store;
+/// The v1 rows and their storage trait, defined with the storage contract.
+pub mod store {
+    pub use memmachine_core::store::legacy::*;
+}
 
 use std::sync::Arc;
 

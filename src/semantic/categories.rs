@@ -114,11 +114,12 @@ pub fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::CategoryId;
     use crate::semantic::model::CategoryOwner;
 
     fn category(name: &str, prompt: &str) -> Category {
         Category {
-            internal_id: 1,
+            internal_id: CategoryId::from_raw(1),
             id: format!("id-{name}"),
             owner: CategoryOwner::Set(1),
             name: name.into(),

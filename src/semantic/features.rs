@@ -49,12 +49,6 @@ pub fn new_feature(
     }
 }
 
-/// The text a feature's vector is made from: its name and its value. Every backend
-/// queues this text, so vectors agree whichever store made the queue row.
-pub fn feature_embedding_text(feature: &str, value: &str) -> String {
-    format!("{feature}: {value}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

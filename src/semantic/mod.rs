@@ -9,11 +9,21 @@ pub mod embedding;
 mod facts;
 pub mod features;
 pub mod ingest;
-pub mod model;
+/// Semantic memory's rows, defined with the storage contract that exchanges them.
+pub mod model {
+    pub use memmachine_core::store::semantic_features::*;
+    pub use memmachine_core::store::semantic_queue::{Batch, ClaimRule, FeatureOp};
+    pub use memmachine_core::store::semantic_sets::*;
+    pub use memmachine_core::store::summaries::*;
+}
 pub mod prompts;
 pub mod search;
 pub mod sets;
-pub mod store;
+/// The storage trait of semantic memory, where callers have always found it.
+pub mod store {
+    pub use memmachine_core::store::SemanticStore;
+    pub use memmachine_core::store::semantic_queue::Routing;
+}
 mod structure;
 pub mod summary;
 
@@ -28,7 +38,7 @@ use crate::error::{Error, Result, Violations};
 use crate::limits::Limits;
 use crate::llm::LanguageModel;
 use crate::model::ids::validate_id;
-use crate::model::{NewEpisode, Project};
+use crate::model::{NewEpisode, Project, SetTypeId};
 use crate::store::Store;
 
 /// Longest prompt or description, in bytes.
@@ -278,7 +288,7 @@ impl SemanticMemory {
 #[derive(Default)]
 struct Distilled {
     sets: std::collections::HashSet<String>,
-    set_types: std::collections::HashSet<i64>,
+    set_types: std::collections::HashSet<SetTypeId>,
 }
 
 impl Distilled {
@@ -293,7 +303,7 @@ impl Distilled {
 
 /// The project's set type for user sets: one with exactly the tag `producer_id`, not
 /// org-level (its templates configure the project's user profiles).
-fn user_set_type(set_types: &[SetType]) -> Option<i64> {
+fn user_set_type(set_types: &[SetType]) -> Option<SetTypeId> {
     set_types
         .iter()
         .find(|t| !t.is_org_level && t.tags.len() == 1 && t.tags[0] == sets::PRODUCER_TAG)

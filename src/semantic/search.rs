@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use super::model::IndexedFeature;
 use crate::error::Result;
+use crate::model::ProjectHandle;
 use crate::model::filter::{Expr, Field, SystemField};
 use crate::model::filter_eval::{self, Fields, Value};
 use crate::retrieval::bm25::Bm25Index;
@@ -158,7 +159,7 @@ impl ProjectFeatures {
 }
 
 /// Indexes by project (internal id), with when each was last used.
-type Cache = HashMap<i64, (u64, Arc<ProjectFeatures>)>;
+type Cache = HashMap<ProjectHandle, (u64, Arc<ProjectFeatures>)>;
 
 /// Feature indexes by project (internal id), least recently used dropped first.
 #[derive(Clone, Default)]

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use sha2::{Digest, Sha256};
 
 use super::model::{NewSet, SetKind, SetType};
-use crate::model::ProjectKey;
+use crate::model::{ProjectKey, SetTypeId};
 
 /// The tag of a user set.
 pub const PRODUCER_TAG: &str = "producer_id";
@@ -54,7 +54,7 @@ fn new_set(
     org_level: bool,
     key: &ProjectKey,
     tags: BTreeMap<String, String>,
-    set_type: Option<i64>,
+    set_type: Option<SetTypeId>,
 ) -> NewSet {
     NewSet {
         set_id: set_id(kind, org_level, key, &tags),

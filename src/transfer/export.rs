@@ -18,7 +18,7 @@ use super::format::{
 };
 use crate::error::{Error, Result};
 use crate::model::ids::validate_id;
-use crate::model::{Project, ProjectKey};
+use crate::model::{Project, ProjectHandle, ProjectKey, SetTypeId};
 use crate::semantic::model::{CategoryOwner, SetRow, SetType};
 use crate::store::Store;
 
@@ -224,13 +224,13 @@ async fn export_semantic(
 ) -> Result<()> {
     // Which rows are exported, and every visible set type's public id (a set may name
     // an org-level one that is not exported).
-    let mut project_of: HashMap<i64, &ProjectKey> = HashMap::new();
-    let mut set_types: BTreeMap<i64, SetType> = BTreeMap::new();
+    let mut project_of: HashMap<ProjectHandle, &ProjectKey> = HashMap::new();
+    let mut set_types: BTreeMap<SetTypeId, SetType> = BTreeMap::new();
     let mut sets: BTreeMap<i64, SetRow> = BTreeMap::new();
-    let mut type_ids: HashMap<i64, String> = HashMap::new();
+    let mut type_ids: HashMap<SetTypeId, String> = HashMap::new();
     for project in projects {
         project_of.insert(project.internal_id, &project.key);
-        let ours = |owner: Option<i64>| match owner {
+        let ours = |owner: Option<ProjectHandle>| match owner {
             Some(p) => p == project.internal_id,
             None => whole_org,
         };
@@ -246,7 +246,7 @@ async fn export_semantic(
             }
         }
     }
-    let project_id = |owner: Option<i64>| -> Result<Option<String>> {
+    let project_id = |owner: Option<ProjectHandle>| -> Result<Option<String>> {
         owner
             .map(|p| {
                 project_of

@@ -15,7 +15,10 @@ use std::path::Path;
 use super::Counts;
 use super::format::{FeatureLine, Line, VERSION};
 use crate::error::{Error, Result};
-use crate::model::{Episode, EpisodicConfig, Project, ProjectConfig, ProjectKey};
+use crate::model::{
+    CategoryId, Episode, EpisodicConfig, Project, ProjectConfig, ProjectHandle, ProjectKey,
+    SetTypeId,
+};
 use crate::semantic::features::{match_key, normalise};
 use crate::semantic::model::{
     CategoryOwner, NewCategory, NewFeature, SetConfig, SetKind, SetRow, SetType, Summary,
@@ -266,10 +269,10 @@ struct Target {
     replaced: Vec<ProjectKey>,
     /// Org-level sets and set types deleted first (`replace`), internal ids.
     replaced_sets: Vec<i64>,
-    replaced_set_types: Vec<i64>,
+    replaced_set_types: Vec<SetTypeId>,
     /// Everything that goes with those deletions (internal ids).
     doomed_sets: HashSet<i64>,
-    doomed_set_types: HashSet<i64>,
+    doomed_set_types: HashSet<SetTypeId>,
     /// Episodes cited but not in the file, with their handles.
     citations: HashMap<uuid::Uuid, i64>,
 }
@@ -507,9 +510,9 @@ enum Pending {
 struct Writer<'a> {
     store: &'a dyn Store,
     handles: HashMap<uuid::Uuid, i64>,
-    set_types: HashMap<String, i64>,
+    set_types: HashMap<String, SetTypeId>,
     sets: HashMap<String, i64>,
-    categories: HashMap<String, i64>,
+    categories: HashMap<String, CategoryId>,
     features: HashMap<String, i64>,
     pending: Pending,
 }
@@ -552,7 +555,7 @@ impl Writer<'_> {
         }
     }
 
-    async fn set_type(&mut self, id: &str) -> Result<i64> {
+    async fn set_type(&mut self, id: &str) -> Result<SetTypeId> {
         if let Some(t) = self.set_types.get(id) {
             return Ok(*t);
         }
@@ -578,7 +581,7 @@ impl Writer<'_> {
         Ok(s.internal_id)
     }
 
-    async fn category(&mut self, id: &str) -> Result<i64> {
+    async fn category(&mut self, id: &str) -> Result<CategoryId> {
         if let Some(c) = self.categories.get(id) {
             return Ok(*c);
         }
@@ -657,8 +660,9 @@ impl Writer<'_> {
         match line {
             Line::Format(_) => {}
             Line::Project(p) => {
+                // Its handle is ignored: the target store gives the project its own.
                 let project = Project {
-                    internal_id: 0,
+                    internal_id: ProjectHandle::from_raw(0),
                     key: ProjectKey {
                         org_id: p.org_id,
                         project_id: p.project_id,
@@ -745,8 +749,9 @@ impl Writer<'_> {
                     org_id: t.org_id.clone(),
                     project_id,
                 });
+                // Its handle is ignored: the target store gives the set type its own.
                 let set_type = SetType {
-                    internal_id: 0,
+                    internal_id: SetTypeId::from_raw(0),
                     id: t.id,
                     org_id: t.org_id,
                     project: None,

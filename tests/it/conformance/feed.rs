@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use memmachine::error::Error;
+use memmachine::model::ProjectHandle;
 use memmachine::store::{Change, Changes, Store};
 
 use crate::conformance::support::{
@@ -12,7 +13,7 @@ use crate::conformance::support::{
 /// Everything logged after `after`, read whole.
 async fn since(
     store: &Arc<dyn Store>,
-    project: i64,
+    project: ProjectHandle,
     after: i64,
     embedder: Option<&str>,
 ) -> Changes {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use memmachine::error::Error;
-use memmachine::model::{NewEpisode, ProjectKey};
+use memmachine::model::{NewEpisode, ProjectHandle, ProjectKey};
 use memmachine::semantic::features::{category_key, new_feature};
 use memmachine::semantic::model::{
     Batch, CategoryOwner, ClaimRule, FeatureOp, FeatureUpdate, NewCategory, NewFeature, NewSet,
@@ -1138,7 +1138,13 @@ pub async fn set_types_are_unique_per_level_and_tags_and_seen_by_their_org(store
         store.project_config(project.internal_id).await.unwrap(),
         Some(project.config)
     );
-    assert_eq!(store.project_config(i64::MAX).await.unwrap(), None);
+    assert_eq!(
+        store
+            .project_config(ProjectHandle::from_raw(i64::MAX))
+            .await
+            .unwrap(),
+        None
+    );
     assert!(matches!(
         store
             .create_set_type(&key(&o, "ghost"), new(true, &["q"]))

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use memmachine::embed::hash::HashEmbedder;
 use memmachine::embed::{EmbedError, Embedder};
 use memmachine::model::filter::{MAX_IN_VALUES, MAX_PREDICATES};
-use memmachine::model::{Episode, NewEpisode, ProjectConfig, ProjectKey};
+use memmachine::model::{Episode, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey};
 use memmachine::store::Store;
 
 /// A lease long enough never to expire during a test.
@@ -50,7 +50,7 @@ pub async fn project(store: &Arc<dyn Store>) -> ProjectKey {
 }
 
 /// The store's handle of the project (what the change feed is read by).
-pub async fn handle_of(store: &Arc<dyn Store>, key: &ProjectKey) -> i64 {
+pub async fn handle_of(store: &Arc<dyn Store>, key: &ProjectKey) -> ProjectHandle {
     store.feed_head(key).await.unwrap().project
 }
 

@@ -1,0 +1,15 @@
+//! Domain types shared by the transports, the domain modules and the stores.
+
+pub mod api_key;
+pub mod episode;
+pub mod filter;
+pub mod filter_eval;
+pub mod ids;
+pub mod instant;
+pub mod page;
+pub mod project;
+
+pub use api_key::{ApiKeyRecord, KeyScope};
+pub use episode::{Episode, NewEpisode, ScoredEpisode};
+pub use ids::{CategoryId, ProjectHandle, ProjectKey, SetTypeId, TagId};
+pub use project::{EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig};

@@ -1,0 +1,73 @@
+//! The storage contract: the traits every backend implements and the rows they exchange,
+//! one file per concern (ranking is the domain's, `retrieval::index_cache`). Every
+//! backend passes the one conformance suite in `tests/conformance/`. Methods take the
+//! project's public key and resolve it inside their own transaction, so a project
+//! deleted concurrently is `NotFound`, never a half-finished operation.
+
+mod episodes;
+mod feed;
+mod keys;
+pub mod legacy;
+mod lifecycle;
+mod projects;
+mod runtime_settings;
+pub mod semantic;
+pub mod semantic_features;
+pub mod semantic_queue;
+pub mod semantic_sets;
+mod stats;
+pub mod summaries;
+pub mod transfer;
+mod vectors;
+
+pub use episodes::{EpisodeStore, episode_column};
+pub use feed::{Change, ChangeFeed, Changes, FeedHead, IndexedEpisode};
+pub use keys::KeyStore;
+pub use legacy::{GroupQuery, GroupRow, LegacyStore, SessionQuery, SessionRow};
+pub use lifecycle::StoreLifecycle;
+pub use projects::ProjectStore;
+pub use runtime_settings::{SettingsStore, StoredSettings};
+pub use semantic::SemanticStore;
+pub use semantic_features::{
+    Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding,
+};
+pub use semantic_queue::{Batch, ClaimRule, FeatureOp, Routing};
+pub use semantic_sets::{
+    Category, CategoryOwner, NewCategory, NewSet, NewSetType, SetConfig, SetKind, SetRow, SetType,
+    Tag,
+};
+pub use stats::{StatsStore, StoreStats};
+pub use summaries::Summary;
+pub use transfer::{EpisodeVector, RestoredFeature, TransferStore};
+pub use vectors::{PendingEmbedding, VectorStore};
+
+/// Everything the server needs from a backend.
+pub trait Store:
+    ProjectStore
+    + EpisodeStore
+    + ChangeFeed
+    + VectorStore
+    + KeyStore
+    + StatsStore
+    + SemanticStore
+    + LegacyStore
+    + TransferStore
+    + SettingsStore
+    + StoreLifecycle
+{
+}
+
+impl<T> Store for T where
+    T: ProjectStore
+        + EpisodeStore
+        + ChangeFeed
+        + VectorStore
+        + KeyStore
+        + StatsStore
+        + SemanticStore
+        + LegacyStore
+        + TransferStore
+        + SettingsStore
+        + StoreLifecycle
+{
+}

@@ -1,0 +1,103 @@
+//! Semantic memory's features with their citations, and the queue of features waiting
+//! for a vector.
+
+use std::collections::BTreeMap;
+
+/// A feature to store. `match_key` and `value_key` are the domain's normalised forms
+/// (a fact said again matches on them); the store only compares them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewFeature {
+    pub id: String,
+    pub category: String,
+    pub category_id: String,
+    pub tag: String,
+    pub feature: String,
+    pub value: String,
+    /// A JSON object.
+    pub metadata: serde_json::Value,
+    /// Normalised `category`, `tag` and `feature`.
+    pub match_key: String,
+    /// Normalised `value`.
+    pub value_key: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Feature {
+    pub internal_id: i64,
+    pub id: String,
+    pub set: i64,
+    pub set_id: String,
+    pub category: String,
+    pub category_id: String,
+    pub tag: String,
+    pub feature: String,
+    pub value: String,
+    pub metadata: serde_json::Value,
+    /// Uids of the episodes it cites, oldest first.
+    pub citations: Vec<uuid::Uuid>,
+    pub created_at_micros: i64,
+    pub updated_at_micros: i64,
+}
+
+/// A manual change of a feature: `None` keeps the field.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FeatureUpdate {
+    pub category: Option<(String, String)>,
+    pub tag: Option<String>,
+    pub feature: Option<String>,
+    pub value: Option<String>,
+    pub metadata: Option<serde_json::Value>,
+    /// Recomputed by the domain when a keyed field changes.
+    pub match_key: Option<String>,
+    pub value_key: Option<String>,
+}
+
+/// What the feature index of a project is built from: a feature's searchable fields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexedFeature {
+    pub internal_id: i64,
+    pub set: i64,
+    pub set_id: String,
+    pub category: String,
+    pub tag: String,
+    pub feature: String,
+    pub value: String,
+    pub metadata: BTreeMap<String, String>,
+    pub created_at_micros: i64,
+    pub updated_at_micros: i64,
+    /// Its vector, by the embedder that made it.
+    pub vector: Option<(String, Vec<f32>)>,
+}
+
+/// A feature waiting for its vector.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingFeatureEmbedding {
+    pub feature: i64,
+    pub text: String,
+    pub embedder: String,
+}
+
+/// Feature metadata as strings, as filters compare them: JSON strings as they are,
+/// other values as JSON.
+pub fn flatten_metadata(metadata: &serde_json::Value) -> BTreeMap<String, String> {
+    let Some(object) = metadata.as_object() else {
+        return BTreeMap::new();
+    };
+    object
+        .iter()
+        .map(|(k, v)| {
+            let text = match v {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            (k.clone(), text)
+        })
+        .collect()
+}
+
+/// The text a feature's vector is made from: its name and its value. The queue keeps no
+/// text, so every backend derives it from the feature's row by this one rule at claim
+/// time, and vectors agree whichever store made the queue row.
+pub fn feature_embedding_text(feature: &str, value: &str) -> String {
+    format!("{feature}: {value}")
+}

@@ -1,0 +1,174 @@
+//! URLs as the server shows them, and endpoint paths joined to a base URL. Every URL an
+//! operator configures (the store, the embedder, language model, reranker and OTLP
+//! endpoints) may carry a secret in its user info (`postgres://user:pw@host/db`) or its
+//! query (`?key=...`): whatever prints, logs or answers one goes through [`redact`] (or
+//! [`redact_in`] for a message that may quote one), so that none is ever shown.
+
+use url::Url;
+
+/// What a secret part of a URL is shown as.
+pub const MASK: &str = "***";
+
+/// `url` with the password of its user info and every query and fragment value replaced
+/// by [`MASK`]: `postgres://user:***@host/db`, `https://h/v1?key=***`. The rest is kept
+/// as written. Text without `scheme://` is returned unchanged.
+pub fn redact(url: &str) -> String {
+    let Some(at) = url.find("://") else {
+        return url.to_string();
+    };
+    let (scheme, rest) = (&url[..at + 3], &url[at + 3..]);
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let mut out = String::with_capacity(url.len());
+    out.push_str(scheme);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            match userinfo.split_once(':') {
+                Some((user, _password)) => {
+                    out.push_str(user);
+                    out.push(':');
+                    out.push_str(MASK);
+                }
+                None => out.push_str(userinfo),
+            }
+            out.push('@');
+            out.push_str(host);
+        }
+        None => out.push_str(authority),
+    }
+    let (before_fragment, fragment) = match tail.split_once('#') {
+        Some((before, fragment)) => (before, Some(fragment)),
+        None => (tail, None),
+    };
+    match before_fragment.split_once('?') {
+        Some((path, query)) => {
+            out.push_str(path);
+            out.push('?');
+            out.push_str(&masked_values(query));
+        }
+        None => out.push_str(before_fragment),
+    }
+    if let Some(fragment) = fragment {
+        out.push('#');
+        out.push_str(&masked_values(fragment));
+    }
+    out
+}
+
+/// `a=1&b&c=` as `a=***&***&c=`: names kept (they say what was set), values hidden; a
+/// bare item may itself be a token.
+fn masked_values(query: &str) -> String {
+    query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, value)) if !value.is_empty() => format!("{name}={MASK}"),
+            Some(_) => pair.to_string(),
+            None if pair.is_empty() => String::new(),
+            None => MASK.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// `text` with every URL in it (`scheme://...` up to a space, quote or bracket) passed
+/// through [`redact`]: for error messages of libraries that may quote one.
+pub fn redact_in(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let start = rest[..at]
+            .char_indices()
+            .rev()
+            .find(|(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+            .map_or(0, |(i, c)| i + c.len_utf8());
+        let mut end = rest[at + 3..]
+            .find(|c: char| {
+                c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '<' | '>' | ')' | ']')
+            })
+            .map_or(rest.len(), |i| at + 3 + i);
+        // Punctuation closing a sentence is not part of the URL.
+        while end > at + 3 && rest[..end].ends_with(['.', ',', ';', ':']) {
+            end -= 1;
+        }
+        out.push_str(&rest[..start]);
+        out.push_str(&redact(&rest[start..end]));
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `base` with `suffix` appended to its path, before its query:
+/// `https://h/v1?key=x` and `chat/completions` make `https://h/v1/chat/completions?key=x`
+/// (pasting text after the URL would put the path inside the query).
+pub fn join_path(base: &Url, suffix: &str) -> Url {
+    let mut url = base.clone();
+    let path = format!(
+        "{}/{}",
+        base.path().trim_end_matches('/'),
+        suffix.trim_start_matches('/')
+    );
+    url.set_path(&path);
+    url
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_and_query_values_are_masked_and_the_rest_kept() {
+        for (url, shown) in [
+            ("postgres://user:pw@host/db", "postgres://user:***@host/db"),
+            (
+                "postgresql://u:p%40ss@h:5432/db?sslmode=require&password=x",
+                "postgresql://u:***@h:5432/db?sslmode=***&password=***",
+            ),
+            ("http://h:1/v1?key=sk-1", "http://h:1/v1?key=***"),
+            ("https://tok@h/v1", "https://tok@h/v1"),
+            ("https://u:@h/", "https://u:***@h/"),
+            ("http://a:b@c@h/p?x=1#frag", "http://a:***@h/p?x=***#***"),
+            ("http://h/?empty=&&bare", "http://h/?empty=&&***"),
+            ("http://h:1", "http://h:1"),
+            ("http://h/path", "http://h/path"),
+            ("sqlite /data/memmachine.db", "sqlite /data/memmachine.db"),
+            ("not a url", "not a url"),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+        }
+    }
+
+    #[test]
+    fn urls_inside_messages_are_masked() {
+        let message = "--otlp-endpoint https://u:secret@h/x?key=k: invalid (\"http://a:b@c\")";
+        assert_eq!(
+            redact_in(message),
+            "--otlp-endpoint https://u:***@h/x?key=***: invalid (\"http://a:***@c\")"
+        );
+        assert_eq!(redact_in("no url here"), "no url here");
+        assert_eq!(redact_in("→http://u:p@h é"), "→http://u:***@h é");
+        assert_eq!(
+            redact_in("x http://h/?a=1 y http://h2/?b=2"),
+            "x http://h/?a=*** y http://h2/?b=***"
+        );
+    }
+
+    #[test]
+    fn paths_go_before_the_query() {
+        let join =
+            |base: &str, suffix: &str| join_path(&Url::parse(base).unwrap(), suffix).to_string();
+        assert_eq!(
+            join("https://h/v1?key=x", "chat/completions"),
+            "https://h/v1/chat/completions?key=x"
+        );
+        assert_eq!(
+            join("https://h/v1/", "embeddings"),
+            "https://h/v1/embeddings"
+        );
+        assert_eq!(join("http://h:1", "v1/traces"), "http://h:1/v1/traces");
+        assert_eq!(
+            join("http://h:1/base/?a=1&b=2", "/rerank"),
+            "http://h:1/base/rerank?a=1&b=2"
+        );
+    }
+}

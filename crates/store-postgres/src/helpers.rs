@@ -1,0 +1,89 @@
+//! What the SQL modules share: clocks, column and constraint errors, the per-org lock
+//! and semantic version, and the change log's kinds and writes. A leaf: it imports no
+//! other module of the backend but `error`, so none of them import in a circle
+//! through it.
+
+use sqlx::PgConnection;
+
+use super::error::{db_error, sqlstate};
+use memmachine_core::error::Result;
+
+/// Microseconds since the Unix epoch, by this process's clock.
+pub(super) fn now_micros() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}
+
+/// Microseconds since the epoch by the database's clock, in SQL.
+pub(super) const DB_NOW: &str = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint";
+
+/// A column that holds something it should not.
+pub(super) fn bad_column(at: usize, err: impl std::fmt::Display) -> sqlx::Error {
+    sqlx::Error::ColumnDecode {
+        index: at.to_string(),
+        source: err.to_string().into(),
+    }
+}
+
+pub(super) fn is_unique_violation(err: &sqlx::Error) -> bool {
+    sqlstate(err).as_deref() == Some("23505")
+}
+
+/// Serialises the transactions that check-then-insert something unique in an org
+/// (held until commit).
+pub(super) async fn lock_org(tx: &mut PgConnection, org_id: &str) -> Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('memmachine-org:' || $1, 0))")
+        .bind(org_id)
+        .execute(tx)
+        .await
+        .map_err(db_error)?;
+    Ok(())
+}
+
+/// Moves the semantic version of the orgs of these sets (a feature of theirs was added,
+/// changed or deleted). Deleted sets move theirs by a trigger (migration 2).
+pub(super) async fn bump_sets(tx: &mut PgConnection, sets: &[i64]) -> Result<()> {
+    if sets.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO semantic_versions (org_id, version)
+         SELECT DISTINCT org_id, 1 FROM semantic_sets WHERE id = ANY($1) ORDER BY org_id
+         ON CONFLICT (org_id) DO UPDATE SET version = semantic_versions.version + 1",
+    )
+    .bind(sets)
+    .execute(tx)
+    .await
+    .map_err(db_error)?;
+    Ok(())
+}
+
+/// Change kinds in `episode_changes`.
+pub(super) const ADDED: i16 = 1;
+pub(super) const REMOVED: i16 = 2;
+pub(super) const VECTOR: i16 = 3;
+
+/// Appends one entry of `kind` per episode to the project's log, with these ids.
+pub(super) async fn log_changes(
+    tx: &mut PgConnection,
+    org_id: &str,
+    project: i64,
+    ids: &[i64],
+    kind: i16,
+    episodes: &[i64],
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO episode_changes (org_id, project, id, kind, episode, at)
+         SELECT $1, $2, c.id, $3, c.episode, $6
+         FROM UNNEST($4::bigint[], $5::bigint[]) AS c (id, episode)",
+    )
+    .bind(org_id)
+    .bind(project)
+    .bind(kind)
+    .bind(ids)
+    .bind(episodes)
+    .bind(now_micros())
+    .execute(tx)
+    .await
+    .map_err(db_error)?;
+    Ok(())
+}

@@ -1,0 +1,253 @@
+//! Connections to the SQLite file: one writer thread that commits concurrent writes
+//! together (group commit, each write in its own savepoint so one failure does not
+//! affect the others), and a pool of read connections used from blocking threads.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, mpsc};
+
+use rusqlite::Connection;
+use rusqlite::functions::FunctionFlags;
+use rusqlite::types::{Value, ValueRef};
+use tokio::sync::{Semaphore, oneshot};
+
+use memmachine_core::error::{Error, Result};
+
+/// Most writes committed in one transaction.
+const MAX_GROUP: usize = 512;
+
+use super::error::storage_error;
+
+/// Opens a connection with the durability settings every connection shares.
+pub(super) fn open_connection(path: &Path) -> Result<Connection> {
+    let conn = Connection::open(path).map_err(storage_error)?;
+    // The busy timeout first: switching a new file to WAL takes a lock another process
+    // opening it at the same moment may hold.
+    conn.execute_batch(
+        "PRAGMA busy_timeout = 10000;
+         PRAGMA journal_mode = WAL;
+         PRAGMA synchronous = FULL;
+         PRAGMA foreign_keys = ON;
+         PRAGMA cache_size = -65536;
+         PRAGMA temp_store = MEMORY;",
+    )
+    .map_err(storage_error)?;
+    conn.set_prepared_statement_cache_capacity(256);
+    register_functions(&conn).map_err(storage_error)?;
+    rusqlite::vtab::array::load_module(&conn).map_err(storage_error)?;
+    Ok(conn)
+}
+
+/// `mm_num(x)`: x as a number when it is one (or a string holding one), else NULL.
+/// Filters use it so that numbers compare numerically.
+fn register_functions(conn: &Connection) -> rusqlite::Result<()> {
+    conn.create_scalar_function(
+        "mm_num",
+        1,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        |ctx| {
+            Ok(match ctx.get_raw(0) {
+                ValueRef::Integer(i) => Value::Real(i as f64),
+                ValueRef::Real(r) => Value::Real(r),
+                ValueRef::Text(t) => std::str::from_utf8(t)
+                    .ok()
+                    .and_then(memmachine_core::model::filter_eval::as_number)
+                    .map_or(Value::Null, Value::Real),
+                _ => Value::Null,
+            })
+        },
+    )
+}
+
+type Finish = Box<dyn FnOnce(Result<()>) + Send>;
+/// A write: runs inside its savepoint (or learns why it cannot run), says whether it
+/// succeeded, and returns what to do once the group's commit is known.
+type Job = Box<dyn FnOnce(Result<&Connection>) -> (bool, Finish) + Send>;
+
+pub(super) struct Writer {
+    sender: Mutex<Option<mpsc::Sender<Job>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Writer {
+    pub(super) fn start(conn: Connection) -> Writer {
+        let (sender, receiver) = mpsc::channel::<Job>();
+        let thread = std::thread::Builder::new()
+            .name("sqlite-writer".into())
+            .spawn(move || writer_loop(conn, receiver))
+            .expect("spawn the sqlite writer thread");
+        Writer {
+            sender: Mutex::new(Some(sender)),
+            thread: Mutex::new(Some(thread)),
+        }
+    }
+
+    /// Runs `f` in the writer's transaction; answers once it is durably committed.
+    pub(super) async fn write<R, F>(&self, f: F) -> Result<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> Result<R> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |conn| {
+            if tx.is_closed() {
+                // The caller stopped waiting (its deadline passed, it cancelled) before
+                // the write began: nothing it no longer waits for is written.
+                let nothing: Finish = Box::new(|_| ());
+                return (false, nothing);
+            }
+            let result = conn.and_then(f);
+            let ok = result.is_ok();
+            let finish: Finish = Box::new(move |commit| {
+                let _ = tx.send(commit.and(result));
+            });
+            (ok, finish)
+        });
+        {
+            let sender = self.sender.lock().expect("writer sender lock");
+            let closed = || Error::Closed;
+            sender
+                .as_ref()
+                .ok_or_else(closed)?
+                .send(job)
+                .map_err(|_| closed())?;
+        }
+        rx.await
+            .map_err(|_| Error::Internal("the storage writer stopped".into()))?
+    }
+
+    /// `close` without blocking the async caller's thread.
+    pub(super) async fn close_async(&self) {
+        self.sender.lock().expect("writer sender lock").take();
+        let thread = self.thread.lock().expect("writer thread lock").take();
+        if let Some(thread) = thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+    }
+
+    /// Finishes queued writes and stops the writer thread.
+    pub(super) fn close(&self) {
+        self.sender.lock().expect("writer sender lock").take();
+        if let Some(thread) = self.thread.lock().expect("writer thread lock").take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Job>) {
+    while let Ok(first) = receiver.recv() {
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match receiver.try_recv() {
+                Ok(job) => group.push(job),
+                Err(_) => break,
+            }
+        }
+        run_group(&conn, group);
+    }
+}
+
+/// Runs a group of writes in one transaction: one fsync for all of them.
+fn run_group(conn: &Connection, group: Vec<Job>) {
+    if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
+        tracing::error!(error = %err, "cannot begin a write transaction");
+        for job in group {
+            let (_, finish) = job(Err(super::error::classify_on(conn, &err)));
+            finish(Ok(()));
+        }
+        return;
+    }
+    let mut finishes = Vec::with_capacity(group.len());
+    for job in group {
+        if let Err(err) = conn.execute_batch("SAVEPOINT job") {
+            tracing::error!(error = %err, "cannot open a savepoint");
+            finishes.push(job(Err(storage_error(err))).1);
+            continue;
+        }
+        // A panicking write must not take the writer thread down with it: its caller
+        // learns of the failure through the dropped reply channel.
+        let Ok((ok, finish)) =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(Ok(conn))))
+        else {
+            tracing::error!("a write panicked; rolled back");
+            let _ = conn.execute_batch("ROLLBACK TO job; RELEASE job");
+            continue;
+        };
+        let end = if ok {
+            "RELEASE job"
+        } else {
+            "ROLLBACK TO job; RELEASE job"
+        };
+        if let Err(err) = conn.execute_batch(end) {
+            tracing::error!(error = %err, "cannot close a savepoint");
+        }
+        finishes.push(finish);
+    }
+    let commit = conn.execute_batch("COMMIT").map_err(|err| {
+        let err = super::error::classify_on(conn, &err);
+        tracing::error!(error = %err, "write transaction failed to commit");
+        let _ = conn.execute_batch("ROLLBACK");
+        err
+    });
+    for finish in finishes {
+        finish(commit.clone());
+    }
+}
+
+/// Read connections, each used by one blocking task at a time.
+pub(super) struct ReadPool {
+    path: PathBuf,
+    idle: Arc<Mutex<Vec<Connection>>>,
+    permits: Arc<Semaphore>,
+}
+
+impl ReadPool {
+    pub(super) fn new(path: PathBuf, size: usize) -> ReadPool {
+        ReadPool {
+            path,
+            idle: Arc::new(Mutex::new(Vec::new())),
+            permits: Arc::new(Semaphore::new(size.max(1))),
+        }
+    }
+
+    /// Runs `f` on a read connection inside one read transaction (one snapshot).
+    pub(super) async fn read<R, F>(&self, f: F) -> Result<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&rusqlite::Transaction<'_>) -> Result<R> + Send + 'static,
+    {
+        // The permit goes with the blocking task: a caller that stops waiting (deadline,
+        // cancellation) does not free its connection for another while the read runs.
+        let permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| Error::Closed)?;
+        let idle = self.idle.clone();
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let pooled = idle.lock().expect("read pool lock").pop();
+            let mut conn = match pooled {
+                Some(conn) => conn,
+                None => open_connection(&path)?,
+            };
+            let result = (|| {
+                let tx = conn.transaction().map_err(storage_error)?;
+                let value = f(&tx)?;
+                tx.finish().map_err(storage_error)?;
+                Ok(value)
+            })();
+            idle.lock().expect("read pool lock").push(conn);
+            result
+        })
+        .await
+        .map_err(|err| Error::Internal(format!("read task failed: {err}")))?
+    }
+}

@@ -1,0 +1,351 @@
+//! `EpisodeStore`: episodes, their sequence numbers and the `Added`/`Removed` entries
+//! of their project's change log.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
+
+use super::SqliteStore;
+use super::error::storage_error;
+use super::filter_sql;
+use super::helpers::{ADDED, REMOVED, log_changes};
+use super::projects;
+use super::vectors;
+use memmachine_core::error::{Error, Result};
+use memmachine_core::model::filter::Expr;
+use memmachine_core::model::{Episode, NewEpisode, ProjectKey};
+use memmachine_core::store::EpisodeStore;
+
+/// Columns read by `from_row`, over the alias `e`.
+pub(super) const COLUMNS: &str = "e.uid, e.content, e.producer_id, e.producer_role, \
+     e.produced_for_id, e.seq, e.episode_type, e.content_type, e.created_at, e.metadata";
+
+/// Reads an episode from `COLUMNS`, starting at column `at`.
+pub(super) fn from_row(row: &Row<'_>, at: usize) -> rusqlite::Result<Episode> {
+    let uid: [u8; 16] = row.get(at)?;
+    let metadata: Option<String> = row.get(at + 9)?;
+    Ok(Episode {
+        uid: uuid::Uuid::from_bytes(uid),
+        content: row.get(at + 1)?,
+        producer_id: row.get(at + 2)?,
+        producer_role: row.get::<_, Option<String>>(at + 3)?.unwrap_or_default(),
+        produced_for_id: row.get::<_, Option<String>>(at + 4)?.unwrap_or_default(),
+        sequence_num: row.get(at + 5)?,
+        episode_type: row.get(at + 6)?,
+        content_type: row.get(at + 7)?,
+        created_at_micros: row.get(at + 8)?,
+        metadata: metadata
+            .and_then(|json| serde_json::from_str::<BTreeMap<String, String>>(&json).ok())
+            .unwrap_or_default(),
+    })
+}
+
+fn non_empty(s: &str) -> Option<&str> {
+    (!s.is_empty()).then_some(s)
+}
+
+/// What an add stored: the project's row id, and each episode's sequence number and row id.
+pub(super) struct Added {
+    pub project: i64,
+    pub seqs: Vec<i64>,
+    pub rows: Vec<i64>,
+}
+
+pub(super) fn add(conn: &Connection, key: &ProjectKey, episodes: &[NewEpisode]) -> Result<Added> {
+    let project = projects::require(conn, key)?;
+    let count = episodes.len() as i64;
+    let first: i64 = conn
+        .query_row(
+            "UPDATE projects SET next_seq = next_seq + ?2 WHERE id = ?1 RETURNING next_seq - ?2",
+            params![project, count],
+            |row| row.get(0),
+        )
+        .map_err(storage_error)?;
+    let mut insert = conn
+        .prepare_cached(
+            "INSERT INTO episodes (project, uid, seq, content, producer_id, producer_role,
+                 produced_for_id, episode_type, content_type, created_at, metadata)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        )
+        .map_err(storage_error)?;
+    let mut seqs = Vec::with_capacity(episodes.len());
+    let mut rows = Vec::with_capacity(episodes.len());
+    for (offset, episode) in episodes.iter().enumerate() {
+        let seq = first + offset as i64;
+        let metadata = (!episode.metadata.is_empty())
+            .then(|| serde_json::to_string(&episode.metadata))
+            .transpose()
+            .map_err(|err| Error::Internal(format!("encoding metadata: {err}")))?;
+        insert
+            .execute(params![
+                project,
+                episode.uid.as_bytes(),
+                seq,
+                episode.content,
+                episode.producer_id,
+                non_empty(&episode.producer_role),
+                non_empty(&episode.produced_for_id),
+                episode.episode_type,
+                episode.content_type,
+                episode.created_at_micros,
+                metadata,
+            ])
+            .map_err(|err| match err {
+                rusqlite::Error::SqliteFailure(e, _)
+                    if e.code == rusqlite::ErrorCode::ConstraintViolation =>
+                {
+                    Error::AlreadyExists(format!("episode {} already exists", episode.uid))
+                }
+                other => storage_error(other),
+            })?;
+        rows.push(conn.last_insert_rowid());
+        seqs.push(seq);
+    }
+    log_changes(conn, project, ADDED, &rows)?;
+    Ok(Added {
+        project,
+        seqs,
+        rows,
+    })
+}
+
+pub(super) fn count(conn: &Connection, key: &ProjectKey) -> Result<i64> {
+    let project = projects::require(conn, key)?;
+    conn.prepare_cached("SELECT COUNT(*) FROM episodes WHERE project = ?1")
+        .and_then(|mut stmt| stmt.query_row([project], |row| row.get(0)))
+        .map_err(storage_error)
+}
+
+/// Episodes of the project matching `filter`, in sequence order (`descending` for the
+/// most recent first), after `after_seq` when ascending.
+pub(super) fn scan(
+    conn: &Connection,
+    key: &ProjectKey,
+    filter: Option<&Expr>,
+    after_seq: i64,
+    descending: bool,
+    limit: usize,
+) -> Result<Vec<Episode>> {
+    let project = projects::require(conn, key)?;
+    let mut params = vec![Value::Integer(project), Value::Integer(after_seq)];
+    let mut sql = format!("SELECT {COLUMNS} FROM episodes e WHERE e.project = ? AND e.seq > ?");
+    if let Some(filter) = filter {
+        sql.push_str(" AND ");
+        filter_sql::compile(filter, &mut sql, &mut params);
+    }
+    sql.push_str(if descending {
+        " ORDER BY e.seq DESC LIMIT ?"
+    } else {
+        " ORDER BY e.seq LIMIT ?"
+    });
+    params.push(Value::Integer(limit as i64));
+    let mut stmt = conn.prepare_cached(&sql).map_err(storage_error)?;
+    stmt.query_map(params_from_iter(params), |row| from_row(row, 0))
+        .and_then(|rows| rows.collect())
+        .map_err(storage_error)
+}
+
+/// The project's row id and the row ids of these episodes of it, in order; `NotFound`
+/// naming those that are not in it (`consequence` says what that means for the call).
+pub(super) fn rows_of(
+    conn: &Connection,
+    key: &ProjectKey,
+    uids: &[uuid::Uuid],
+    consequence: &str,
+) -> Result<(i64, Vec<i64>)> {
+    let project = projects::require(conn, key)?;
+    let mut find = conn
+        .prepare_cached("SELECT id FROM episodes WHERE project = ?1 AND uid = ?2")
+        .map_err(storage_error)?;
+    let mut rows = Vec::with_capacity(uids.len());
+    let mut missing = Vec::new();
+    for uid in uids {
+        match find.query_row(params![project, uid.as_bytes()], |row| row.get::<_, i64>(0)) {
+            Ok(id) => rows.push(id),
+            Err(rusqlite::Error::QueryReturnedNoRows) => missing.push(uid.to_string()),
+            Err(err) => return Err(storage_error(err)),
+        }
+    }
+    if !missing.is_empty() {
+        return Err(Error::NotFound(format!(
+            "no episode {} in project {key}; {consequence}",
+            missing.join(", ")
+        )));
+    }
+    Ok((project, rows))
+}
+
+/// Deletes the episodes; returns the project's row id and the deleted rows.
+pub(super) fn delete(
+    conn: &Connection,
+    key: &ProjectKey,
+    uids: &[uuid::Uuid],
+) -> Result<(i64, Vec<i64>)> {
+    let (project, mut rows) = rows_of(conn, key, uids, "nothing was deleted")?;
+    rows.sort_unstable();
+    rows.dedup();
+    let mut delete_episode = conn
+        .prepare_cached("DELETE FROM episodes WHERE id = ?1")
+        .map_err(storage_error)?;
+    for id in &rows {
+        delete_episode.execute([id]).map_err(storage_error)?;
+    }
+    log_changes(conn, project, REMOVED, &rows)?;
+    Ok((project, rows))
+}
+
+/// The project's episodes with these handles, in the order asked (others left out).
+pub(super) fn by_handle(
+    conn: &Connection,
+    key: &ProjectKey,
+    handles: &[i64],
+) -> Result<Vec<(i64, Episode)>> {
+    let project = projects::require(conn, key)?;
+    let ids: Vec<Value> = handles.iter().copied().map(Value::Integer).collect();
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    // CROSS JOIN keeps the id list as the outer loop: one row-id lookup each.
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT e.id, {COLUMNS} FROM rarray(?1) r CROSS JOIN episodes e ON e.id = r.value \
+             WHERE e.project = ?2"
+        ))
+        .map_err(storage_error)?;
+    let mut found: std::collections::HashMap<i64, Episode> = stmt
+        .query_map(params![std::rc::Rc::new(ids), project], |row| {
+            Ok((row.get::<_, i64>(0)?, from_row(row, 1)?))
+        })
+        .and_then(|rows| rows.collect())
+        .map_err(storage_error)?;
+    Ok(handles
+        .iter()
+        .filter_map(|id| Some((*id, found.remove(id)?)))
+        .collect())
+}
+
+/// The handle of each uid in the project (`None`: not in it).
+pub(super) fn handles(
+    conn: &Connection,
+    key: &ProjectKey,
+    uids: &[uuid::Uuid],
+) -> Result<Vec<Option<i64>>> {
+    let project = projects::require(conn, key)?;
+    let mut find = conn
+        .prepare_cached("SELECT id FROM episodes WHERE project = ?1 AND uid = ?2")
+        .map_err(storage_error)?;
+    uids.iter()
+        .map(|uid| {
+            find.query_row(params![project, uid.as_bytes()], |row| row.get(0))
+                .optional()
+                .map_err(storage_error)
+        })
+        .collect()
+}
+
+#[async_trait]
+impl EpisodeStore for SqliteStore {
+    async fn add_episodes(
+        &self,
+        key: &ProjectKey,
+        new: Vec<NewEpisode>,
+        embedder: Option<&str>,
+    ) -> Result<Vec<i64>> {
+        self.add_episodes_then(key, new, embedder, |_, _| Ok(()))
+            .await
+    }
+
+    async fn count_episodes(&self, key: &ProjectKey) -> Result<i64> {
+        let key = key.clone();
+        self.readers.read(move |tx| count(tx, &key)).await
+    }
+
+    async fn list_episodes(
+        &self,
+        key: &ProjectKey,
+        filter: Option<&Expr>,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<Episode>> {
+        let (key, filter) = (key.clone(), filter.cloned());
+        self.readers
+            .read(move |tx| scan(tx, &key, filter.as_ref(), after_seq, false, limit))
+            .await
+    }
+
+    async fn recent_episodes(
+        &self,
+        key: &ProjectKey,
+        filter: Option<&Expr>,
+        limit: usize,
+    ) -> Result<Vec<Episode>> {
+        let (key, filter) = (key.clone(), filter.cloned());
+        let mut recent = self
+            .readers
+            .read(move |tx| scan(tx, &key, filter.as_ref(), i64::MIN, true, limit))
+            .await?;
+        recent.reverse();
+        Ok(recent)
+    }
+
+    async fn delete_episodes(&self, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<u64> {
+        let (key, uids) = (key.clone(), uids.to_vec());
+        let (_, rows) = self
+            .writer
+            .write(move |conn| delete(conn, &key, &uids))
+            .await?;
+        Ok(rows.len() as u64)
+    }
+
+    async fn episodes_by_handle(
+        &self,
+        key: &ProjectKey,
+        handles: &[i64],
+    ) -> Result<Vec<(i64, Episode)>> {
+        let (key, handles) = (key.clone(), handles.to_vec());
+        self.readers
+            .read(move |tx| by_handle(tx, &key, &handles))
+            .await
+    }
+
+    async fn episode_handles(
+        &self,
+        key: &ProjectKey,
+        uids: &[uuid::Uuid],
+    ) -> Result<Vec<Option<i64>>> {
+        let (key, uids) = (key.clone(), uids.to_vec());
+        self.readers.read(move |tx| handles(tx, &key, &uids)).await
+    }
+}
+
+impl SqliteStore {
+    /// Stores the episodes (queued for a vector from `embedder`, logged in the change
+    /// feed) and runs `also` in the same transaction. Returns their sequence numbers.
+    pub(super) async fn add_episodes_then<F>(
+        &self,
+        key: &ProjectKey,
+        new: Vec<NewEpisode>,
+        embedder: Option<&str>,
+        also: F,
+    ) -> Result<Vec<i64>>
+    where
+        F: FnOnce(&rusqlite::Connection, &Added) -> Result<()> + Send + 'static,
+    {
+        let key = key.clone();
+        let embedder = embedder.map(str::to_string);
+        let added = self
+            .writer
+            .write(move |conn| {
+                let added = add(conn, &key, &new)?;
+                if let Some(embedder) = &embedder {
+                    vectors::enqueue(conn, embedder, &added.rows)?;
+                }
+                also(conn, &added)?;
+                Ok(added)
+            })
+            .await?;
+        Ok(added.seqs)
+    }
+}

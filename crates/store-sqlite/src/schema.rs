@@ -1,0 +1,269 @@
+//! Schema and migrations, versioned with `PRAGMA user_version`.
+
+use rusqlite::Connection;
+
+use super::error::storage_error;
+use memmachine_core::error::Result;
+
+/// Each entry migrates from version `index` to `index + 1`.
+const MIGRATIONS: &[&str] = &[
+    // 1: projects and episodes. Project ids are never reused (AUTOINCREMENT), so
+    // nothing keyed by one can be mistaken for a later project's.
+    "CREATE TABLE projects (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        org_id TEXT NOT NULL,
+        project_id TEXT NOT NULL,
+        description TEXT NOT NULL DEFAULT '',
+        embedder TEXT NOT NULL DEFAULT '',
+        reranker TEXT NOT NULL DEFAULT '',
+        episodic_enabled INTEGER NOT NULL DEFAULT 1,
+        long_term_enabled INTEGER NOT NULL DEFAULT 1,
+        short_term_enabled INTEGER NOT NULL DEFAULT 1,
+        created_at INTEGER NOT NULL,
+        next_seq INTEGER NOT NULL DEFAULT 1,
+        UNIQUE (org_id, project_id)
+    );
+    CREATE TABLE episodes (
+        id INTEGER PRIMARY KEY,
+        project INTEGER NOT NULL,
+        uid BLOB NOT NULL UNIQUE,
+        seq INTEGER NOT NULL,
+        content TEXT NOT NULL,
+        producer_id TEXT NOT NULL,
+        producer_role TEXT,
+        produced_for_id TEXT,
+        episode_type TEXT NOT NULL,
+        content_type TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        metadata TEXT
+    );
+    CREATE UNIQUE INDEX episodes_by_project_seq ON episodes (project, seq);",
+    // 2: vectors, one per episode from the embedder that made it, and the durable queue
+    // of episodes waiting for one (filled in the episode's own transaction, so a crash
+    // before embedding loses nothing).
+    "CREATE TABLE embeddings (
+        episode INTEGER PRIMARY KEY REFERENCES episodes (id) ON DELETE CASCADE,
+        embedder TEXT NOT NULL,
+        vector BLOB NOT NULL
+    );
+    CREATE TABLE embedding_queue (
+        episode INTEGER PRIMARY KEY REFERENCES episodes (id) ON DELETE CASCADE
+    );",
+    // 3: API keys (a salted hash, never the secret; org_id NULL for admin keys), and when
+    // each episode joined the embedding queue (0 for those queued before), for its lag.
+    "CREATE TABLE api_keys (
+        id TEXT PRIMARY KEY,
+        org_id TEXT,
+        label TEXT NOT NULL DEFAULT '',
+        salt BLOB NOT NULL,
+        hash BLOB NOT NULL,
+        created_at INTEGER NOT NULL,
+        revoked_at INTEGER
+    );
+    ALTER TABLE embedding_queue ADD COLUMN queued_at INTEGER NOT NULL DEFAULT 0;",
+    // 4: semantic memory. Set types (org-level ones are seen by every project of their
+    // org), feature sets (project NULL: org-level), categories owned by a set or a set
+    // type (a template), their tags, the default categories a set disabled, features
+    // with the episodes they cite, the ingestion queue of episodes per set (claimed
+    // under leases), each org's semantic version (bumped by every change of one of its
+    // features), the features waiting for a vector and their vectors, and each
+    // project's short-term summary with the projects that lost episodes since the
+    // summariser last looked (a deleted episode a summary covers deletes the summary; one
+    // it does not cover may be in a summary being written). Every column a cascade follows is indexed, so deleting a large
+    // project stays fast.
+    "CREATE TABLE semantic_set_types (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        public_id TEXT NOT NULL UNIQUE,
+        org_id TEXT NOT NULL,
+        -- The project of a project-level set type; NULL for org-level ones, which the
+        -- org's projects share and which outlive the project that made them.
+        project INTEGER REFERENCES projects (id) ON DELETE CASCADE,
+        is_org_level INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        description TEXT NOT NULL,
+        tags TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX semantic_set_types_by_project ON semantic_set_types (project);
+    CREATE INDEX semantic_set_types_by_org ON semantic_set_types (org_id, is_org_level);
+    CREATE TABLE semantic_sets (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        set_id TEXT NOT NULL UNIQUE,
+        org_id TEXT NOT NULL,
+        project INTEGER REFERENCES projects (id) ON DELETE CASCADE,
+        kind TEXT NOT NULL,
+        set_type INTEGER REFERENCES semantic_set_types (id) ON DELETE SET NULL,
+        tags TEXT NOT NULL,
+        embedder TEXT NOT NULL DEFAULT '',
+        llm TEXT NOT NULL DEFAULT '',
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX semantic_sets_by_project ON semantic_sets (project);
+    CREATE INDEX semantic_sets_by_org ON semantic_sets (org_id, project);
+    CREATE INDEX semantic_sets_by_type ON semantic_sets (set_type);
+    CREATE TABLE semantic_categories (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        public_id TEXT NOT NULL UNIQUE,
+        set_ref INTEGER REFERENCES semantic_sets (id) ON DELETE CASCADE,
+        set_type INTEGER REFERENCES semantic_set_types (id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        prompt TEXT NOT NULL,
+        description TEXT NOT NULL,
+        CHECK ((set_ref IS NULL) != (set_type IS NULL))
+    );
+    CREATE UNIQUE INDEX semantic_categories_of_set
+        ON semantic_categories (set_ref, name COLLATE NOCASE) WHERE set_ref IS NOT NULL;
+    CREATE UNIQUE INDEX semantic_categories_of_type
+        ON semantic_categories (set_type, name COLLATE NOCASE) WHERE set_type IS NOT NULL;
+    CREATE TABLE semantic_tags (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        public_id TEXT NOT NULL UNIQUE,
+        category INTEGER NOT NULL REFERENCES semantic_categories (id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        description TEXT NOT NULL,
+        UNIQUE (category, name COLLATE NOCASE)
+    );
+    CREATE TABLE semantic_disabled (
+        set_ref INTEGER NOT NULL REFERENCES semantic_sets (id) ON DELETE CASCADE,
+        name TEXT NOT NULL COLLATE NOCASE,
+        PRIMARY KEY (set_ref, name)
+    ) WITHOUT ROWID;
+    CREATE TABLE semantic_features (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        public_id TEXT NOT NULL UNIQUE,
+        set_ref INTEGER NOT NULL REFERENCES semantic_sets (id) ON DELETE CASCADE,
+        category TEXT NOT NULL,
+        category_id TEXT NOT NULL,
+        tag TEXT NOT NULL,
+        feature TEXT NOT NULL,
+        value TEXT NOT NULL,
+        metadata TEXT NOT NULL,
+        match_key TEXT NOT NULL,
+        value_key TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE INDEX semantic_features_by_key ON semantic_features (set_ref, match_key, value_key);
+    CREATE TABLE semantic_citations (
+        feature INTEGER NOT NULL REFERENCES semantic_features (id) ON DELETE CASCADE,
+        episode INTEGER NOT NULL REFERENCES episodes (id) ON DELETE CASCADE,
+        PRIMARY KEY (feature, episode)
+    ) WITHOUT ROWID;
+    CREATE INDEX semantic_citations_by_episode ON semantic_citations (episode);
+    CREATE TABLE semantic_queue (
+        set_ref INTEGER NOT NULL REFERENCES semantic_sets (id) ON DELETE CASCADE,
+        episode INTEGER NOT NULL REFERENCES episodes (id) ON DELETE CASCADE,
+        queued_at INTEGER NOT NULL,
+        not_before INTEGER NOT NULL DEFAULT 0,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        lease TEXT,
+        lease_until INTEGER NOT NULL DEFAULT 0,
+        failed TEXT,
+        PRIMARY KEY (set_ref, episode)
+    ) WITHOUT ROWID;
+    CREATE INDEX semantic_queue_by_episode ON semantic_queue (episode);
+    CREATE INDEX semantic_queue_claim ON semantic_queue
+        (set_ref, queued_at, not_before, lease_until, lease) WHERE failed IS NULL;
+    CREATE INDEX semantic_queue_leased ON semantic_queue (set_ref, lease_until)
+        WHERE lease IS NOT NULL;
+    CREATE TABLE semantic_versions (
+        org_id TEXT PRIMARY KEY,
+        version INTEGER NOT NULL
+    );
+    CREATE TRIGGER semantic_sets_deleted AFTER DELETE ON semantic_sets BEGIN
+        INSERT INTO semantic_versions (org_id, version) VALUES (OLD.org_id, 1)
+            ON CONFLICT (org_id) DO UPDATE SET version = version + 1;
+    END;
+    CREATE TABLE feature_embedding_queue (
+        feature INTEGER PRIMARY KEY REFERENCES semantic_features (id) ON DELETE CASCADE,
+        embedder TEXT NOT NULL
+    );
+    CREATE TABLE feature_embeddings (
+        feature INTEGER PRIMARY KEY REFERENCES semantic_features (id) ON DELETE CASCADE,
+        embedder TEXT NOT NULL,
+        vector BLOB NOT NULL
+    );
+    CREATE TABLE episode_summaries (
+        project INTEGER PRIMARY KEY REFERENCES projects (id) ON DELETE CASCADE,
+        text TEXT NOT NULL,
+        first_seq INTEGER NOT NULL,
+        last_seq INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE TABLE summary_dirty (
+        project INTEGER PRIMARY KEY REFERENCES projects (id) ON DELETE CASCADE
+    );
+    CREATE TRIGGER episodes_deleted_from_summary AFTER DELETE ON episodes BEGIN
+        DELETE FROM episode_summaries
+            WHERE project = OLD.project AND OLD.seq BETWEEN first_seq AND last_seq;
+        INSERT OR IGNORE INTO summary_dirty (project) VALUES (OLD.project);
+    END;",
+    // 5: the change feed that keeps every in-memory index current (ids per project,
+    // from `last_change`; `feed_floor`: the log was pruned through it), and leases on
+    // the vector queues, whose rows now name the embedder the domain chose.
+    "ALTER TABLE projects ADD COLUMN last_change INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE projects ADD COLUMN feed_floor INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE episode_changes (
+        project INTEGER NOT NULL REFERENCES projects (id) ON DELETE CASCADE,
+        id INTEGER NOT NULL,
+        kind INTEGER NOT NULL,
+        episode INTEGER NOT NULL,
+        at INTEGER NOT NULL,
+        PRIMARY KEY (project, id)
+    ) WITHOUT ROWID;
+    CREATE INDEX episode_changes_by_age ON episode_changes (at);
+    ALTER TABLE embedding_queue ADD COLUMN embedder TEXT NOT NULL DEFAULT '';
+    ALTER TABLE embedding_queue ADD COLUMN lease_until INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX embedding_queue_claim ON embedding_queue (embedder, episode);
+    ALTER TABLE feature_embedding_queue ADD COLUMN lease_until INTEGER NOT NULL DEFAULT 0;",
+    // 6: the legacy v1 API's sessions and group configurations, by project (they go
+    // with it). Member lists are sorted JSON arrays of strings; configurations JSON
+    // objects.
+    "CREATE TABLE legacy_sessions (
+        project INTEGER NOT NULL REFERENCES projects (id) ON DELETE CASCADE,
+        session_id TEXT NOT NULL,
+        agent_ids TEXT NOT NULL,
+        user_ids TEXT NOT NULL,
+        configuration TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (project, session_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE legacy_groups (
+        project INTEGER PRIMARY KEY REFERENCES projects (id) ON DELETE CASCADE,
+        agent_list TEXT NOT NULL,
+        user_list TEXT NOT NULL,
+        configuration TEXT NOT NULL
+    );",
+    // 7: whether ranking treats the participants a question names apart.
+    "ALTER TABLE projects ADD COLUMN participant_aware INTEGER NOT NULL DEFAULT 1;",
+    // 8: the server-wide settings changed at run time (`/api/v2/config`): one row.
+    "CREATE TABLE runtime_settings (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        version INTEGER NOT NULL,
+        settings TEXT NOT NULL,
+        updated_at INTEGER NOT NULL
+    );",
+];
+
+/// Brings the database to the latest schema, and makes sure universal/universal exists.
+pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
+    // IMMEDIATE: take the write lock before reading the version, so a second process
+    // migrating at the same time waits (busy timeout) instead of failing its upgrade.
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(storage_error)?;
+    let version: usize = tx
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .map_err(storage_error)?;
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(version) {
+        tracing::info!(version = index + 1, "applying schema migration");
+        tx.execute_batch(sql).map_err(storage_error)?;
+        tx.pragma_update(None, "user_version", index + 1)
+            .map_err(storage_error)?;
+    }
+    let universal = memmachine_core::model::ProjectKey::universal();
+    if super::projects::find(&tx, &universal)?.is_none() {
+        super::projects::insert(&tx, &universal, "", &Default::default())?;
+    }
+    tx.commit().map_err(storage_error)
+}

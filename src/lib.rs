@@ -5,38 +5,37 @@
 //! through the traits in `store` and to models through `embed`, `rerank` and `llm`.
 
 pub use memmachine_core::{error, model, urls};
+pub use memmachine_domain::{
+    embed, episodic, flags, inference, legacy, limits, llm, memory, metrics, openai_http, projects,
+    rerank, resource_status, retrieval, runtime_settings, secret, semantic,
+};
+
+/// API keys: the domain's, and `memmachine keys` on a store location.
+pub mod auth {
+    pub use memmachine_domain::auth::*;
+    pub mod manage;
+}
+
+/// Moving data between stores: the domain's, and `memmachine export`/`import` on files.
+pub mod transfer {
+    pub use memmachine_domain::transfer::*;
+    mod files;
+    pub use files::{export_to, import_from};
+}
 
 pub mod admission;
-pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod connections;
 pub mod domain;
-pub mod embed;
-pub mod episodic;
-pub mod flags;
 pub mod grpc;
-pub(crate) mod inference;
-pub mod legacy;
-pub mod limits;
-pub mod llm;
 pub mod mcp;
-pub mod memory;
-pub mod metrics;
-pub(crate) mod openai_http;
+pub mod metrics_listener;
 pub mod probe;
-pub mod projects;
-pub mod rerank;
-pub mod resource_status;
 pub mod rest;
-pub mod retrieval;
-pub mod runtime_settings;
-pub mod secret;
-pub mod semantic;
 pub mod server;
 pub mod store;
 pub mod telemetry;
-pub mod transfer;
 
 /// Generated protobuf and gRPC code.
 pub mod pb {

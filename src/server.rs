@@ -164,7 +164,7 @@ pub async fn run(
                     "--metrics-listen needs no key and shows every org's figures: keep it off networks tenants reach"
                 );
             }
-            let task = crate::metrics::serve(
+            let task = crate::metrics_listener::serve(
                 listener,
                 metrics.clone(),
                 store.clone(),

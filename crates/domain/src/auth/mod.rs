@@ -2,7 +2,6 @@
 //! `authorization: Bearer <key>`; a key is scoped to one org or to admin.
 
 pub mod keys;
-pub mod manage;
 
 use std::sync::Arc;
 

@@ -8,7 +8,6 @@
 //! without a key, so it belongs on loopback or a private network. Over the REST gateway
 //! an org key sees only its own org's store figures ([`Metrics::render_for`]).
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
@@ -18,7 +17,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Metric, Registry};
-use tokio::net::TcpListener;
 
 use crate::store::StatsStore;
 
@@ -496,32 +494,4 @@ pub fn code_name(code: tonic::Code) -> &'static str {
         DataLoss => "DATA_LOSS",
         Unauthenticated => "UNAUTHENTICATED",
     }
-}
-
-/// Serves `GET /metrics` on `listener` until `shutdown` resolves.
-pub async fn serve(
-    listener: TcpListener,
-    metrics: Arc<Metrics>,
-    store: Arc<dyn StatsStore>,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    use axum::http::header::CONTENT_TYPE;
-    let app = axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let (metrics, store) = (metrics.clone(), store.clone());
-            async move {
-                (
-                    [(
-                        CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    metrics.render(store.as_ref()).await,
-                )
-            }
-        }),
-    );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
 }

@@ -1,0 +1,26 @@
+//! MemMachine's memory domain: projects, episodic and semantic memory, retrieval, the
+//! legacy v1 sessions, moving data between stores and API keys, over the storage
+//! contract of `memmachine-core` (never a backend), with the models (`embed`, `rerank`,
+//! `llm`) and the settings each module owns. The server crate adds the transports.
+
+pub use memmachine_core::{error, model, store, urls};
+
+pub mod auth;
+pub mod embed;
+pub mod episodic;
+pub mod flags;
+pub mod inference;
+pub mod legacy;
+pub mod limits;
+pub mod llm;
+pub mod memory;
+pub mod metrics;
+pub mod openai_http;
+pub mod projects;
+pub mod rerank;
+pub mod resource_status;
+pub mod retrieval;
+pub mod runtime_settings;
+pub mod secret;
+pub mod semantic;
+pub mod transfer;

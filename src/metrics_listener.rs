@@ -1,0 +1,36 @@
+//! The `--metrics-listen` listener: `GET /metrics` in the OpenMetrics text format.
+
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+
+use crate::metrics::Metrics;
+use crate::store::StatsStore;
+
+/// Serves `GET /metrics` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    store: Arc<dyn StatsStore>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::http::header::CONTENT_TYPE;
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let (metrics, store) = (metrics.clone(), store.clone());
+            async move {
+                (
+                    [(
+                        CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    metrics.render(store.as_ref()).await,
+                )
+            }
+        }),
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}

@@ -124,7 +124,7 @@ async fn runtime_settings(
     rerankers: &crate::rerank::Rerankers,
     has_model: bool,
 ) -> Result<RuntimeSettings> {
-    let base = Effective::of_flags(&config.limits, &config.ingest, has_model);
+    let base = Effective::of_flags(&config.limits, config.ingest.triggers(), has_model);
     let rankings = crate::retrieval::ranking::Mode::NAMES
         .iter()
         .map(|m| m.to_string())

@@ -86,7 +86,7 @@ impl EpisodicMemory {
             rerankers: Rerankers::default(),
             settings: RuntimeSettings::unstored(Effective::of_flags(
                 &limits,
-                &Default::default(),
+                crate::semantic::ingest::IngestSettings::default().triggers(),
                 false,
             )),
         }

@@ -43,10 +43,11 @@ pub struct Effective {
 }
 
 impl Effective {
-    /// The values of flags, environment, config file or defaults.
+    /// The values of flags, environment, config file or defaults; the ingestion
+    /// triggers are semantic memory's (passed in: semantic memory reads these settings).
     pub fn of_flags(
         limits: &crate::limits::Limits,
-        ingest: &crate::semantic::ingest::IngestSettings,
+        (trigger_messages, trigger_age): (usize, Duration),
         has_model: bool,
     ) -> Effective {
         Effective {
@@ -57,8 +58,8 @@ impl Effective {
             ranking: Ranking::Default,
             semantic_enabled: true,
             has_model,
-            trigger_messages: ingest.trigger_messages,
-            trigger_age: ingest.trigger_age,
+            trigger_messages,
+            trigger_age,
         }
     }
 

@@ -40,6 +40,13 @@ pub struct IngestSettings {
     pub workers: usize,
 }
 
+impl IngestSettings {
+    /// When a set is ingested: after this many queued messages, or this long.
+    pub fn triggers(&self) -> (usize, Duration) {
+        (self.trigger_messages, self.trigger_age)
+    }
+}
+
 impl Default for IngestSettings {
     fn default() -> Self {
         crate::flags::defaults::<Flags>()

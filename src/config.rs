@@ -3,6 +3,7 @@
 //! that order of precedence. Each module declares its own section (`crate::flags`);
 //! this one adds the server's, assembles them and checks what spans sections.
 
+use crate::urls::SecretUrl;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -31,7 +32,7 @@ pub struct ServerFlags {
     /// Store URL: "sqlite" (default, under --data-dir), sqlite:///path/to/dir, or
     /// postgres://USER@HOST:PORT/DB (PostgreSQL with pgvector, shared by replicas)
     #[arg(long, env = "MEMMACHINE_STORE")]
-    pub store: Option<String>,
+    pub store: Option<SecretUrl>,
     /// TOML file with the same keys as these flags
     #[arg(long, env = "MEMMACHINE_CONFIG")]
     #[serde(skip)]
@@ -207,7 +208,7 @@ pub struct ServeConfig {
     pub connections: crate::connections::ConnectionLimits,
     pub max_streams_per_connection: u32,
     pub max_watch_streams_per_peer: usize,
-    pub otlp_endpoint: Option<String>,
+    pub otlp_endpoint: Option<SecretUrl>,
     pub llm: crate::llm::Settings,
     pub ingest: crate::semantic::ingest::IngestSettings,
 }
@@ -267,8 +268,10 @@ impl ServeArgs {
         settings.llm.llm_api_key = keys.1.or(settings.llm.llm_api_key);
         settings.reranker.reranker_api_key = keys.2.or(settings.reranker.reranker_api_key);
         let server = &settings.server;
-        let store =
-            crate::store::StoreLocation::parse(server.data_dir.clone(), server.store.as_deref())?;
+        let store = crate::store::StoreLocation::parse(
+            server.data_dir.clone(),
+            server.store.as_ref().map(SecretUrl::expose),
+        )?;
         settings.limits.validate()?;
         for addr in std::iter::once(server.listen).chain(server.rest_listen) {
             if !addr.ip().is_loopback() && !server.auth && !server.insecure_listen {
@@ -394,7 +397,7 @@ pub struct StoreArgs {
     /// Store URL: "sqlite" (default, under --data-dir), sqlite:///path/to/dir, or
     /// postgres://USER@HOST:PORT/DB (PostgreSQL with pgvector, shared by replicas)
     #[arg(long, env = "MEMMACHINE_STORE")]
-    pub store: Option<String>,
+    pub store: Option<SecretUrl>,
     /// TOML file with the same keys as the flags of `serve`
     #[arg(long, env = "MEMMACHINE_CONFIG")]
     pub config: Option<PathBuf>,
@@ -408,7 +411,7 @@ impl StoreArgs {
         };
         crate::store::StoreLocation::parse(
             self.data_dir.or(file.data_dir),
-            self.store.or(file.store).as_deref(),
+            self.store.or(file.store).as_ref().map(SecretUrl::expose),
         )
     }
 }
@@ -480,6 +483,42 @@ mod tests {
         assert_eq!(again.reranker.api, crate::rerank::RerankApi::Tei);
         assert_eq!(again.reranker.candidates, 30);
         assert_eq!(again.reranker.timeout, std::time::Duration::from_secs(5));
+    }
+
+    #[test]
+    fn urls_with_credentials_are_redacted_in_debug_and_print() {
+        let config = ServeArgs::from_flags([
+            "--store",
+            "postgres://app:pg-secret@db:5432/memory",
+            "--llm-base-url",
+            "https://user:llm-secret@llm.example/v1",
+            "--llm-model",
+            "m",
+            "--embedder",
+            "openai",
+            "--embedder-base-url",
+            "https://user:embed-secret@embed.example/v1",
+            "--reranker-base-url",
+            "https://user:rerank-secret@rerank.example",
+            "--otlp-endpoint",
+            "https://user:otlp-secret@otlp.example",
+        ])
+        .unwrap();
+        let args = format!("{config:?}");
+        let resolved = config.resolve().unwrap();
+        for shown in [args, format!("{resolved:?}"), resolved.to_toml()] {
+            for secret in [
+                "pg-secret",
+                "llm-secret",
+                "embed-secret",
+                "rerank-secret",
+                "otlp-secret",
+            ] {
+                assert!(!shown.contains(secret), "{secret} in {shown}");
+            }
+        }
+        let llm = resolved.llm.base_url.as_ref().unwrap();
+        assert_eq!(llm.expose(), "https://user:llm-secret@llm.example/v1");
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use memmachine::config::{ServeArgs, StoreArgs};
 use memmachine::telemetry::LogFormat;
+use memmachine::urls::SecretUrl;
 
 #[derive(Parser)]
 #[command(
@@ -470,7 +471,7 @@ fn main() -> ExitCode {
             };
             let _telemetry = match memmachine::telemetry::init(
                 config.log_format,
-                config.otlp_endpoint.as_deref(),
+                config.otlp_endpoint.as_ref().map(SecretUrl::expose),
             ) {
                 Ok(telemetry) => telemetry,
                 Err(err) => {

@@ -3,6 +3,7 @@
 //! OpenTelemetry collector over OTLP/HTTP (protobuf), `http://` or `https://` (trusting
 //! the web PKI and the system's certificates, or those in `SSL_CERT_FILE`).
 
+use crate::urls::SecretUrl;
 use std::io::IsTerminal;
 
 use opentelemetry::trace::TracerProvider as _;
@@ -42,7 +43,7 @@ pub struct Flags {
     /// OpenTelemetry collector (OTLP/HTTP, e.g. http://localhost:4318): export traces of
     /// every call (off when unset)
     #[arg(long, env = "MEMMACHINE_OTLP_ENDPOINT")]
-    pub otlp_endpoint: Option<String>,
+    pub otlp_endpoint: Option<SecretUrl>,
 }
 
 /// Keeps the trace exporter running; dropping it sends the spans still buffered.

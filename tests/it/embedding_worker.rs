@@ -22,7 +22,7 @@ async fn server(script: Script) -> (InProcess, Arc<AtomicUsize>, String) {
     let metrics = free_port();
     let server = InProcess::start_with(|config| {
         config.embedder.kind = Some(EmbedderKind::Openai);
-        config.embedder.base_url = Some(url);
+        config.embedder.base_url = Some(memmachine::urls::SecretUrl::new(url));
         config.embedder.model = Some("scripted".into());
         config.metrics_listen = Some(metrics);
     })

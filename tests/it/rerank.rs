@@ -209,7 +209,7 @@ async fn a_remote_reranker_reorders_retries_and_falls_back() {
     let server = InProcess::start_with(|config| {
         config.metrics_listen = Some(metrics_addr);
         config.rest_listen = Some(rest_addr);
-        config.reranker.base_url = Some(url.clone());
+        config.reranker.base_url = Some(memmachine::urls::SecretUrl::new(url.clone()));
         config.reranker.model = Some("test-reranker".into());
         config.reranker.timeout = Duration::from_secs(1);
     })

@@ -70,6 +70,56 @@ fn masked_values(query: &str) -> String {
         .join("&")
 }
 
+/// A URL given by the operator that may carry credentials (`user:password@`, a key in
+/// its query): `Debug`, `Display` and its serialized form are redacted as [`redact`]
+/// shows it, so no log line or `config print` leaks them; [`SecretUrl::expose`] is
+/// the one way to read it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretUrl(String);
+
+impl SecretUrl {
+    pub fn new(url: impl Into<String>) -> SecretUrl {
+        SecretUrl(url.into())
+    }
+
+    /// The URL itself, for the one place that connects to it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::str::FromStr for SecretUrl {
+    type Err = std::convert::Infallible;
+
+    fn from_str(text: &str) -> Result<SecretUrl, Self::Err> {
+        Ok(SecretUrl::new(text))
+    }
+}
+
+impl std::fmt::Debug for SecretUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", redact(&self.0))
+    }
+}
+
+impl std::fmt::Display for SecretUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&redact(&self.0))
+    }
+}
+
+impl serde::Serialize for SecretUrl {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&redact(&self.0))
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for SecretUrl {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<SecretUrl, D::Error> {
+        String::deserialize(deserializer).map(SecretUrl)
+    }
+}
+
 /// `text` with every URL in it (`scheme://...` up to a space, quote or bracket) passed
 /// through [`redact`]: for error messages of libraries that may quote one.
 pub fn redact_in(text: &str) -> String {
@@ -170,5 +220,21 @@ mod tests {
             join("http://h:1/base/?a=1&b=2", "/rerank"),
             "http://h:1/base/rerank?a=1&b=2"
         );
+    }
+
+    #[test]
+    fn a_secret_url_shows_only_its_redacted_form() {
+        let url: SecretUrl = "postgres://app:hunter2@db:5432/memory".parse().unwrap();
+        for shown in [
+            format!("{url}"),
+            format!("{url:?}"),
+            serde_json::to_string(&url).unwrap(),
+        ] {
+            assert!(!shown.contains("hunter2"), "{shown}");
+            assert!(shown.contains("db:5432"), "{shown}");
+        }
+        assert_eq!(url.expose(), "postgres://app:hunter2@db:5432/memory");
+        let read: SecretUrl = serde_json::from_str("\"http://k@h/v1\"").unwrap();
+        assert_eq!(read.expose(), "http://k@h/v1");
     }
 }

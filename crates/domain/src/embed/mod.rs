@@ -136,7 +136,7 @@ async fn connect_openai(config: &Settings) -> Result<openai::OpenAiEmbedder, Str
     let (Some(base_url), Some(model)) = (&config.base_url, &config.model) else {
         return Err("--embedder openai needs --embedder-base-url and --embedder-model".into());
     };
-    let mut settings = openai::OpenAiConfig::new(base_url.clone(), model.clone());
+    let mut settings = openai::OpenAiConfig::new(base_url.expose(), model.clone());
     settings.api_key = config.api_key.as_ref().map(|key| key.expose().to_string());
     settings.dimensions = config.dimensions;
     let embedder = openai::OpenAiEmbedder::new(settings).map_err(|e| e.to_string())?;

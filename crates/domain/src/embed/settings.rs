@@ -1,5 +1,6 @@
 //! The embedder's settings (`--embedder` and its kin).
 
+use crate::urls::SecretUrl;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -34,7 +35,7 @@ pub struct Settings {
     /// `None` when not asked for: local if a model is in `model_dir`, else none.
     pub kind: Option<EmbedderKind>,
     pub model_dir: PathBuf,
-    pub base_url: Option<String>,
+    pub base_url: Option<SecretUrl>,
     pub model: Option<String>,
     pub dimensions: Option<usize>,
     pub precision: EmbedderPrecision,
@@ -55,7 +56,7 @@ pub struct Flags {
     pub model_dir: PathBuf,
     /// OpenAI-compatible embeddings endpoint, e.g. http://localhost:11434/v1
     #[arg(long, env = "MEMMACHINE_EMBEDDER_BASE_URL")]
-    pub embedder_base_url: Option<String>,
+    pub embedder_base_url: Option<SecretUrl>,
     /// Model name sent to the OpenAI-compatible endpoint
     #[arg(long, env = "MEMMACHINE_EMBEDDER_MODEL")]
     pub embedder_model: Option<String>,

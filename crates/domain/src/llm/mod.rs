@@ -14,6 +14,7 @@ mod settings;
 
 pub use settings::{Flags, Settings};
 
+use crate::urls::SecretUrl;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -145,13 +146,15 @@ pub fn build(
     config: &Settings,
     metrics: &Arc<Metrics>,
 ) -> Result<Option<Arc<dyn LanguageModel>>, crate::error::Error> {
-    let given = |s: &Option<String>| {
-        s.as_deref()
-            .map(str::trim)
+    let given = |s: Option<&str>| {
+        s.map(str::trim)
             .filter(|s| !s.is_empty())
             .map(str::to_string)
     };
-    let (base_url, model) = match (given(&config.base_url), given(&config.model)) {
+    let (base_url, model) = match (
+        given(config.base_url.as_ref().map(SecretUrl::expose)),
+        given(config.model.as_deref()),
+    ) {
         (Some(base_url), Some(model)) => (base_url, model),
         (None, None) => {
             // Said once here (and in /config/resources): searches then answer without
@@ -191,7 +194,7 @@ mod tests {
 
     fn config(base_url: Option<&str>, model: Option<&str>) -> Settings {
         Settings {
-            base_url: base_url.map(str::to_string),
+            base_url: base_url.map(SecretUrl::new),
             model: model.map(str::to_string),
             ..Default::default()
         }

@@ -1,5 +1,6 @@
 //! The language model's settings (`--llm-base-url` and its kin).
 
+use crate::urls::SecretUrl;
 use serde::{Deserialize, Serialize};
 
 use crate::secret::Secret;
@@ -21,7 +22,7 @@ pub struct Flags {
     pub llm_timeout: f64,
     /// OpenAI-compatible chat-completions endpoint for semantic memory and summaries
     #[arg(long, env = "MEMMACHINE_LLM_BASE_URL")]
-    pub llm_base_url: Option<String>,
+    pub llm_base_url: Option<SecretUrl>,
     /// Chat model name sent to --llm-base-url
     #[arg(long, env = "MEMMACHINE_LLM_MODEL")]
     pub llm_model: Option<String>,
@@ -46,7 +47,7 @@ impl Flags {
 /// The language model settings, resolved.
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
-    pub base_url: Option<String>,
+    pub base_url: Option<SecretUrl>,
     pub model: Option<String>,
     pub api_key: Option<Secret>,
     /// `None`: no cap.

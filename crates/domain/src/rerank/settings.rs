@@ -1,5 +1,6 @@
 //! The rerankers' settings (`--reranker-base-url` and its kin).
 
+use crate::urls::SecretUrl;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -22,7 +23,7 @@ pub struct Settings {
     /// Offers `cross-encoder`.
     pub model_dir: Option<PathBuf>,
     /// Offers `remote`.
-    pub base_url: Option<String>,
+    pub base_url: Option<SecretUrl>,
     pub model: Option<String>,
     pub api: RerankApi,
     pub api_key: Option<Secret>,
@@ -43,7 +44,7 @@ pub struct Flags {
     /// Rerank endpoint (POST {URL}/rerank: TEI, Jina, Cohere, vLLM, Infinity): offers
     /// projects the reranker `remote`
     #[arg(long, env = "MEMMACHINE_RERANKER_BASE_URL")]
-    pub reranker_base_url: Option<String>,
+    pub reranker_base_url: Option<SecretUrl>,
     /// Model name sent to --reranker-base-url
     #[arg(long, env = "MEMMACHINE_RERANKER_MODEL")]
     pub reranker_model: Option<String>,

@@ -185,9 +185,9 @@ impl IndexCache {
                 for change in read.changes {
                     match change {
                         Change::Added(stored) => index.insert_stored(stored),
-                        Change::Removed(handle) => index.remove(handle),
+                        Change::Removed(handle) => index.remove(handle.raw()),
                         Change::Vector { handle, vector } => {
-                            index.set_vector(handle, vector.into_boxed_slice())
+                            index.set_vector(handle.raw(), vector.into_boxed_slice())
                         }
                     }
                 }

@@ -17,6 +17,7 @@ use super::prompts::{self, CommandKind};
 use crate::llm::{ChatRequest, LanguageModel, LlmError, Purpose};
 use crate::metrics::Metrics;
 use crate::model::Episode;
+use crate::model::EpisodeHandle;
 use crate::runtime_settings::RuntimeSettings;
 
 /// Settings of semantic ingestion.
@@ -313,7 +314,7 @@ impl Worker {
             let shown = most_relevant(&current, &messages, self.settings.max_current_features);
             let commands = self.ask(category, &shown, &context, &messages).await?;
             for command in commands {
-                let citations: Vec<i64> = if command.messages.is_empty() {
+                let citations: Vec<EpisodeHandle> = if command.messages.is_empty() {
                     batch.messages.iter().map(|(id, _)| *id).collect()
                 } else {
                     command
@@ -346,7 +347,7 @@ impl Worker {
     /// What the batch's messages answer: for each, the message just before it when
     /// someone else said it (an assistant's question, say) and it is not in the batch.
     async fn context(&self, batch: &Batch) -> Result<Vec<Episode>, Outcome> {
-        let rows: Vec<i64> = batch.messages.iter().map(|(row, _)| *row).collect();
+        let rows: Vec<EpisodeHandle> = batch.messages.iter().map(|(row, _)| *row).collect();
         let preceding = self
             .memory
             .store()

@@ -16,8 +16,8 @@ use super::Counts;
 use super::format::{FeatureLine, Line, VERSION};
 use crate::error::{Error, Result};
 use crate::model::{
-    CategoryId, Episode, EpisodicConfig, Project, ProjectConfig, ProjectHandle, ProjectKey,
-    SetTypeId,
+    CategoryId, Episode, EpisodeHandle, EpisodicConfig, Project, ProjectConfig, ProjectHandle,
+    ProjectKey, SetTypeId,
 };
 use crate::semantic::features::{match_key, normalise};
 use crate::semantic::model::{
@@ -274,7 +274,7 @@ struct Target {
     doomed_sets: HashSet<i64>,
     doomed_set_types: HashSet<SetTypeId>,
     /// Episodes cited but not in the file, with their handles.
-    citations: HashMap<uuid::Uuid, i64>,
+    citations: HashMap<uuid::Uuid, EpisodeHandle>,
 }
 
 fn taken(line: usize, what: &str, id: &str) -> Error {
@@ -453,7 +453,7 @@ async fn cited_in_target(
     store: &dyn Store,
     plan: &Plan,
     set_orgs: &HashMap<&str, String>,
-) -> Result<HashMap<uuid::Uuid, i64>> {
+) -> Result<HashMap<uuid::Uuid, EpisodeHandle>> {
     let mut by_org: BTreeMap<&str, Vec<uuid::Uuid>> = BTreeMap::new();
     for (uid, (_, set_id)) in &plan.target_citations {
         if let Some(org) = set_orgs.get(set_id.as_str()) {
@@ -501,7 +501,7 @@ async fn cited_in_target(
 enum Pending {
     None,
     Episodes(ProjectKey, Vec<Episode>),
-    Vectors(String, Vec<(i64, Vec<f32>)>),
+    Vectors(String, Vec<(EpisodeHandle, Vec<f32>)>),
     Features(Vec<RestoredFeature>),
     FeatureVectors(String, Vec<(String, Vec<f32>)>),
 }
@@ -509,7 +509,7 @@ enum Pending {
 /// The second pass: public references to the target's handles, and batches.
 struct Writer<'a> {
     store: &'a dyn Store,
-    handles: HashMap<uuid::Uuid, i64>,
+    handles: HashMap<uuid::Uuid, EpisodeHandle>,
     set_types: HashMap<String, SetTypeId>,
     sets: HashMap<String, i64>,
     categories: HashMap<String, CategoryId>,
@@ -607,7 +607,7 @@ impl Writer<'_> {
         Ok(f.internal_id)
     }
 
-    fn handle(&self, uid: &uuid::Uuid) -> Result<i64> {
+    fn handle(&self, uid: &uuid::Uuid) -> Result<EpisodeHandle> {
         self.handles
             .get(uid)
             .copied()
@@ -620,7 +620,7 @@ impl Writer<'_> {
             .citations
             .iter()
             .map(|uid| self.handle(uid))
-            .collect::<Result<Vec<i64>>>()?;
+            .collect::<Result<Vec<EpisodeHandle>>>()?;
         Ok(RestoredFeature {
             set,
             feature: NewFeature {

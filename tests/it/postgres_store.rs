@@ -15,7 +15,8 @@ use crate::common;
 use memmachine::error::Error;
 use memmachine::model::filter::parse;
 use memmachine::model::{
-    ApiKeyRecord, EpisodicConfigUpdate, KeyScope, NewEpisode, ProjectConfig, ProjectKey,
+    ApiKeyRecord, EpisodeHandle, EpisodicConfigUpdate, KeyScope, NewEpisode, ProjectConfig,
+    ProjectKey,
 };
 use memmachine::store::postgres::{PoolSettings, PostgresStore};
 use memmachine::store::sqlite::SqliteStore;
@@ -432,7 +433,7 @@ async fn stored_vectors_are_in_the_feed_and_come_back() {
         vec![
             (a, vec![1.0, 0.0, 0.0]),
             (a, vec![0.6, 0.8, 0.0]),
-            (999_999, vec![1.0, 0.0, 0.0]),
+            (EpisodeHandle::from_raw(999_999), vec![1.0, 0.0, 0.0]),
         ],
     )
     .await
@@ -851,7 +852,7 @@ async fn two_workers_never_claim_the_same_set_or_message() {
         "each set claimed once while its lease holds: {batches:?}"
     );
     assert!(batches.iter().all(|(_, m)| m.len() == 2), "{batches:?}");
-    let messages: Vec<i64> = batches.iter().flat_map(|(_, m)| m.clone()).collect();
+    let messages: Vec<EpisodeHandle> = batches.iter().flat_map(|(_, m)| m.clone()).collect();
     assert_eq!(messages.iter().collect::<HashSet<_>>().len(), 32);
     // Once the leases expire, the sets are claimed again (nothing was applied).
     let later = now + 600_000_001;

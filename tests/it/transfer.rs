@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use crate::common;
 use memmachine::embed::hash::HashEmbedder;
-use memmachine::model::{EpisodicConfigUpdate, NewEpisode, ProjectConfig, ProjectKey};
+use memmachine::model::{
+    EpisodeHandle, EpisodicConfigUpdate, NewEpisode, ProjectConfig, ProjectKey,
+};
 use memmachine::semantic::features::new_feature;
 use memmachine::semantic::model::{
     CategoryOwner, NewCategory, NewSet, NewSetType, SetConfig, SetKind, Summary,
@@ -52,12 +54,16 @@ fn id() -> String {
 }
 
 /// Adds episodes with vectors from the hash embedder; returns their handles.
-async fn add_embedded(store: &Arc<dyn Store>, key: &ProjectKey, new: Vec<NewEpisode>) -> Vec<i64> {
+async fn add_embedded(
+    store: &Arc<dyn Store>,
+    key: &ProjectKey,
+    new: Vec<NewEpisode>,
+) -> Vec<EpisodeHandle> {
     let embedder = HashEmbedder::new(16);
     let uids: Vec<uuid::Uuid> = new.iter().map(|e| e.uid).collect();
     let contents: Vec<String> = new.iter().map(|e| e.content.clone()).collect();
     store.add_episodes(key, new, Some("hash:16")).await.unwrap();
-    let handles: Vec<i64> = store
+    let handles: Vec<EpisodeHandle> = store
         .episode_handles(key, &uids)
         .await
         .unwrap()

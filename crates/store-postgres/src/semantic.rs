@@ -21,7 +21,8 @@ use super::{
 };
 use memmachine_core::error::Result;
 use memmachine_core::model::{
-    CategoryId, Episode, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey, SetTypeId, TagId,
+    CategoryId, Episode, EpisodeHandle, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey,
+    SetTypeId, TagId,
 };
 use memmachine_core::store::{
     Batch, Category, CategoryOwner, ClaimRule, Feature, FeatureOp, FeatureUpdate, IndexedFeature,
@@ -171,7 +172,11 @@ impl SemanticStore for PostgresStore {
 
     // Features.
 
-    async fn resolve_episodes(&self, key: &ProjectKey, uids: Vec<uuid::Uuid>) -> Result<Vec<i64>> {
+    async fn resolve_episodes(
+        &self,
+        key: &ProjectKey,
+        uids: Vec<uuid::Uuid>,
+    ) -> Result<Vec<EpisodeHandle>> {
         on_conn!(self, |conn| async {
             let project = super::projects::require(&mut *conn, key).await?;
             episodes::rows_of(
@@ -183,6 +188,7 @@ impl SemanticStore for PostgresStore {
                 "a feature cites episodes of its project only",
             )
             .await
+            .map(|rows| rows.into_iter().map(EpisodeHandle::from_raw).collect())
         })
     }
 
@@ -190,7 +196,7 @@ impl SemanticStore for PostgresStore {
         &self,
         set: i64,
         feature: NewFeature,
-        citations: Vec<i64>,
+        citations: Vec<EpisodeHandle>,
         embedder: Option<String>,
     ) -> Result<Feature> {
         in_tx!(self, |tx| features::add(
@@ -275,7 +281,10 @@ impl SemanticStore for PostgresStore {
         ))
     }
 
-    async fn preceding_episodes(&self, episodes: Vec<i64>) -> Result<Vec<Option<(i64, Episode)>>> {
+    async fn preceding_episodes(
+        &self,
+        episodes: Vec<EpisodeHandle>,
+    ) -> Result<Vec<Option<(EpisodeHandle, Episode)>>> {
         on_conn!(self, |conn| queue::preceding(conn, &episodes))
     }
 

@@ -16,6 +16,7 @@ use super::error::{db_error, sqlstate};
 use super::helpers::{DB_NOW, bad_column, bump_sets, now_micros};
 use super::semantic_sets::require_set;
 use memmachine_core::error::{Error, Result};
+use memmachine_core::model::EpisodeHandle;
 use memmachine_core::store::semantic_features::feature_embedding_text;
 use memmachine_core::store::{
     Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding,
@@ -214,17 +215,18 @@ pub(super) async fn cite(
     tx: &mut PgConnection,
     org_id: &str,
     feature: i64,
-    episodes: &[i64],
+    episodes: &[EpisodeHandle],
 ) -> Result<()> {
     if episodes.is_empty() {
         return Ok(());
     }
+    let episodes: Vec<i64> = episodes.iter().map(|e| e.raw()).collect();
     // An episode that is not there (or of another org) is NotFound, as SQLite's
     // foreign key makes it: checked first, so the transaction stays usable.
     let found: Vec<i64> =
         sqlx::query_scalar("SELECT id FROM episodes WHERE org_id = $1 AND id = ANY($2)")
             .bind(org_id)
-            .bind(episodes)
+            .bind(&episodes)
             .fetch_all(&mut *tx)
             .await
             .map_err(db_error)?;
@@ -237,7 +239,7 @@ pub(super) async fn cite(
     )
     .bind(org_id)
     .bind(feature)
-    .bind(episodes)
+    .bind(&episodes)
     .execute(tx)
     .await
     .map_err(|err| {
@@ -279,7 +281,7 @@ pub(super) async fn insert(
     tx: &mut PgConnection,
     set: i64,
     feature: &NewFeature,
-    citations: &[i64],
+    citations: &[EpisodeHandle],
     embedder: Option<&str>,
 ) -> Result<i64> {
     let org = org_of_set(&mut *tx, set).await?;
@@ -320,7 +322,7 @@ pub(super) async fn add(
     tx: &mut PgConnection,
     set: i64,
     feature: &NewFeature,
-    citations: &[i64],
+    citations: &[EpisodeHandle],
     embedder: Option<&str>,
 ) -> Result<Feature> {
     require_set(&mut *tx, set).await?;
@@ -337,7 +339,7 @@ pub(super) async fn add_or_cite(
     tx: &mut PgConnection,
     set: i64,
     feature: &NewFeature,
-    citations: &[i64],
+    citations: &[EpisodeHandle],
     embedder: Option<&str>,
 ) -> Result<()> {
     let same: Option<(i64, String)> = sqlx::query_as(
@@ -376,7 +378,7 @@ pub(super) async fn update_or_add(
     tx: &mut PgConnection,
     set: i64,
     feature: &NewFeature,
-    citations: &[i64],
+    citations: &[EpisodeHandle],
     embedder: Option<&str>,
 ) -> Result<()> {
     let updated: Vec<(i64, String)> = sqlx::query_as(
@@ -496,7 +498,7 @@ pub(super) async fn consolidate(
     embedder: Option<&str>,
 ) -> Result<()> {
     require_set(&mut *tx, set).await?;
-    let citations: Vec<i64> = sqlx::query_scalar(
+    let citations: Vec<EpisodeHandle> = sqlx::query_scalar::<_, i64>(
         "SELECT DISTINCT c.episode FROM semantic_citations c
          JOIN semantic_features f ON f.org_id = c.org_id AND f.id = c.feature
          WHERE c.feature = ANY($1) AND f.set_ref = $2 ORDER BY c.episode",
@@ -505,7 +507,10 @@ pub(super) async fn consolidate(
     .bind(set)
     .fetch_all(&mut *tx)
     .await
-    .map_err(db_error)?;
+    .map_err(db_error)?
+    .into_iter()
+    .map(EpisodeHandle::from_raw)
+    .collect();
     sqlx::query("DELETE FROM semantic_features WHERE id = ANY($1) AND set_ref = $2")
         .bind(remove)
         .bind(set)

@@ -16,7 +16,7 @@ use super::helpers::{bump_sets, now_micros};
 use super::semantic_features as features;
 use super::semantic_sets::{self as sets, set_by_id};
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::Episode;
+use memmachine_core::model::{Episode, EpisodeHandle};
 use memmachine_core::store::Routing;
 use memmachine_core::store::{Batch, ClaimRule, FeatureOp};
 
@@ -170,7 +170,12 @@ pub(super) async fn claim(tx: &mut PgConnection, rule: &ClaimRule) -> Result<Opt
     .map_err(db_error)?;
     let messages = found
         .iter()
-        .map(|row| Ok((row.try_get(0)?, episodes::from_row(row, 1)?)))
+        .map(|row| {
+            Ok((
+                EpisodeHandle::from_raw(row.try_get(0)?),
+                episodes::from_row(row, 1)?,
+            ))
+        })
         .collect::<sqlx::Result<Vec<_>>>()
         .map_err(db_error)?;
     let set = set_by_id(&mut *tx, set)
@@ -186,7 +191,7 @@ pub(super) async fn claim(tx: &mut PgConnection, rule: &ClaimRule) -> Result<Opt
 
 /// Whether the batch's lease still holds every one of its rows (locking them).
 async fn holds(tx: &mut PgConnection, batch: &Batch) -> Result<bool> {
-    let mut rows: Vec<i64> = batch.messages.iter().map(|(row, _)| *row).collect();
+    let mut rows: Vec<i64> = batch.messages.iter().map(|(row, _)| row.raw()).collect();
     rows.sort_unstable();
     rows.dedup();
     // The projects of the batch's episodes first, in a fixed order, as deleters take
@@ -286,8 +291,8 @@ pub(super) async fn fail(tx: &mut PgConnection, batch: &Batch, reason: &str) -> 
 /// For each episode handle, the episode just before it (by sequence) in its project.
 pub(super) async fn preceding(
     conn: &mut PgConnection,
-    rows: &[i64],
-) -> Result<Vec<Option<(i64, Episode)>>> {
+    rows: &[EpisodeHandle],
+) -> Result<Vec<Option<(EpisodeHandle, Episode)>>> {
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         let found = sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -295,13 +300,18 @@ pub(super) async fn preceding(
                  ON e.org_id = o.org_id AND e.project = o.project AND e.seq < o.seq
              WHERE o.id = $1 ORDER BY e.seq DESC LIMIT 1"
         )))
-        .bind(row)
+        .bind(row.raw())
         .fetch_optional(&mut *conn)
         .await
         .map_err(db_error)?;
         out.push(
             found
-                .map(|r| Ok::<_, sqlx::Error>((r.try_get(0)?, episodes::from_row(&r, 1)?)))
+                .map(|r| {
+                    Ok::<_, sqlx::Error>((
+                        EpisodeHandle::from_raw(r.try_get(0)?),
+                        episodes::from_row(&r, 1)?,
+                    ))
+                })
                 .transpose()
                 .map_err(db_error)?,
         );

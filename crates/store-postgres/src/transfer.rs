@@ -10,7 +10,7 @@ use super::helpers::{ADDED, bump_sets, is_unique_violation, lock_org, log_change
 use super::semantic_sets::{SET_TYPE_COLUMNS, find_set, require_set, set_type_from_row};
 use super::{projects, semantic_features};
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::{Episode, Project, ProjectKey, SetTypeId};
+use memmachine_core::model::{Episode, EpisodeHandle, Project, ProjectKey, SetTypeId};
 use memmachine_core::store::transfer::{EpisodeVector, RestoredFeature, TransferStore};
 use memmachine_core::store::{SetRow, SetType};
 
@@ -168,11 +168,15 @@ impl TransferStore for PostgresStore {
         projects::from_row(&row).map_err(db_error)
     }
 
-    async fn restore_episodes(&self, key: &ProjectKey, new: Vec<Episode>) -> Result<Vec<i64>> {
+    async fn restore_episodes(
+        &self,
+        key: &ProjectKey,
+        new: Vec<Episode>,
+    ) -> Result<Vec<EpisodeHandle>> {
         let mut tx = self.pool().begin().await.map_err(db_error)?;
         let rows = restore_episodes(&mut tx, key, &new).await?;
         tx.commit().await.map_err(db_error)?;
-        Ok(rows)
+        Ok(rows.into_iter().map(EpisodeHandle::from_raw).collect())
     }
 
     async fn episode_vectors(

@@ -14,7 +14,8 @@ use super::{
 };
 use memmachine_core::error::Result;
 use memmachine_core::model::{
-    CategoryId, Episode, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey, SetTypeId, TagId,
+    CategoryId, Episode, EpisodeHandle, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey,
+    SetTypeId, TagId,
 };
 use memmachine_core::store::{
     Batch, Category, CategoryOwner, ClaimRule, Feature, FeatureOp, FeatureUpdate, IndexedFeature,
@@ -23,14 +24,18 @@ use memmachine_core::store::{
 };
 use memmachine_core::store::{Routing, SemanticStore};
 
-fn resolve_episodes(conn: &Connection, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<Vec<i64>> {
+fn resolve_episodes(
+    conn: &Connection,
+    key: &ProjectKey,
+    uids: &[uuid::Uuid],
+) -> Result<Vec<EpisodeHandle>> {
     super::episodes::rows_of(
         conn,
         key,
         uids,
         "a feature cites episodes of its project only",
     )
-    .map(|(_, rows)| rows)
+    .map(|(_, rows)| rows.into_iter().map(EpisodeHandle::from_raw).collect())
 }
 
 fn semantic_version(conn: &Connection, org_id: &str) -> Result<i64> {
@@ -182,7 +187,11 @@ impl SemanticStore for SqliteStore {
 
     // Features.
 
-    async fn resolve_episodes(&self, key: &ProjectKey, uids: Vec<uuid::Uuid>) -> Result<Vec<i64>> {
+    async fn resolve_episodes(
+        &self,
+        key: &ProjectKey,
+        uids: Vec<uuid::Uuid>,
+    ) -> Result<Vec<EpisodeHandle>> {
         let key = key.clone();
         self.readers
             .read(move |tx| resolve_episodes(tx, &key, &uids))
@@ -193,7 +202,7 @@ impl SemanticStore for SqliteStore {
         &self,
         set: i64,
         feature: NewFeature,
-        citations: Vec<i64>,
+        citations: Vec<EpisodeHandle>,
         embedder: Option<String>,
     ) -> Result<Feature> {
         self.writer
@@ -377,7 +386,10 @@ impl SemanticStore for SqliteStore {
             .await
     }
 
-    async fn preceding_episodes(&self, episodes: Vec<i64>) -> Result<Vec<Option<(i64, Episode)>>> {
+    async fn preceding_episodes(
+        &self,
+        episodes: Vec<EpisodeHandle>,
+    ) -> Result<Vec<Option<(EpisodeHandle, Episode)>>> {
         self.readers
             .read(move |tx| queue::preceding(tx, &episodes))
             .await

@@ -15,6 +15,7 @@ use super::helpers::{bad_column, bump_sets, id_array, is_constraint, now_micros}
 use super::semantic_sets::require_set;
 use super::vectors;
 use memmachine_core::error::{Error, Result};
+use memmachine_core::model::EpisodeHandle;
 use memmachine_core::store::semantic_features::feature_embedding_text;
 use memmachine_core::store::{
     Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding,
@@ -154,20 +155,21 @@ fn encode_metadata(metadata: &serde_json::Value) -> Result<String> {
 }
 
 /// Cites these episodes in the feature (those already cited are left as they are).
-pub(super) fn cite(conn: &Connection, feature: i64, episodes: &[i64]) -> Result<()> {
+pub(super) fn cite(conn: &Connection, feature: i64, episodes: &[EpisodeHandle]) -> Result<()> {
     let mut stmt = conn
         .prepare_cached(
             "INSERT OR IGNORE INTO semantic_citations (feature, episode) VALUES (?1, ?2)",
         )
         .map_err(storage_error)?;
     for episode in episodes {
-        stmt.execute(params![feature, episode]).map_err(|err| {
-            if is_constraint(&err) {
-                Error::NotFound(format!("episode {episode} does not exist"))
-            } else {
-                storage_error(err)
-            }
-        })?;
+        stmt.execute(params![feature, episode.raw()])
+            .map_err(|err| {
+                if is_constraint(&err) {
+                    Error::NotFound(format!("episode {episode} does not exist"))
+                } else {
+                    storage_error(err)
+                }
+            })?;
     }
     Ok(())
 }
@@ -191,7 +193,7 @@ pub(super) fn insert(
     conn: &Connection,
     set: i64,
     feature: &NewFeature,
-    citations: &[i64],
+    citations: &[EpisodeHandle],
     embedder: Option<&str>,
 ) -> Result<i64> {
     let now = now_micros();
@@ -236,7 +238,7 @@ pub(super) fn add(
     conn: &Connection,
     set: i64,
     feature: &NewFeature,
-    citations: &[i64],
+    citations: &[EpisodeHandle],
     embedder: Option<&str>,
 ) -> Result<Feature> {
     require_set(conn, set)?;
@@ -251,7 +253,7 @@ pub(super) fn add_or_cite(
     conn: &Connection,
     set: i64,
     feature: &NewFeature,
-    citations: &[i64],
+    citations: &[EpisodeHandle],
     embedder: Option<&str>,
 ) -> Result<()> {
     let same: Option<i64> = conn
@@ -286,7 +288,7 @@ pub(super) fn update_or_add(
     conn: &Connection,
     set: i64,
     feature: &NewFeature,
-    citations: &[i64],
+    citations: &[EpisodeHandle],
     embedder: Option<&str>,
 ) -> Result<()> {
     let ids: Vec<i64> = conn
@@ -402,15 +404,17 @@ pub(super) fn consolidate(
     embedder: Option<&str>,
 ) -> Result<()> {
     require_set(conn, set)?;
-    let citations: Vec<i64> = conn
+    let citations: Vec<EpisodeHandle> = conn
         .prepare_cached(
             "SELECT DISTINCT c.episode FROM semantic_citations c
              JOIN semantic_features f ON f.id = c.feature
              WHERE c.feature IN rarray(?1) AND f.set_ref = ?2 ORDER BY c.episode",
         )
         .and_then(|mut stmt| {
-            stmt.query_map(params![id_array(remove), set], |row| row.get(0))?
-                .collect()
+            stmt.query_map(params![id_array(remove), set], |row| {
+                Ok(EpisodeHandle::from_raw(row.get(0)?))
+            })?
+            .collect()
         })
         .map_err(storage_error)?;
     conn.prepare_cached("DELETE FROM semantic_features WHERE id IN rarray(?1) AND set_ref = ?2")

@@ -14,7 +14,7 @@ use super::helpers::{bump_sets, id_array, now_micros};
 use super::semantic_features as features;
 use super::semantic_sets::{self as sets, set_by_id};
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::Episode;
+use memmachine_core::model::{Episode, EpisodeHandle};
 use memmachine_core::store::Routing;
 use memmachine_core::store::{Batch, ClaimRule, FeatureOp};
 
@@ -145,7 +145,10 @@ pub(super) fn claim(conn: &Connection, set: i64, rule: &ClaimRule) -> Result<Opt
         ))
         .and_then(|mut stmt| {
             stmt.query_map([id_array(&rows)], |row| {
-                Ok((row.get(0)?, episodes::from_row(row, 1)?))
+                Ok((
+                    EpisodeHandle::from_raw(row.get(0)?),
+                    episodes::from_row(row, 1)?,
+                ))
             })?
             .collect()
         })
@@ -162,7 +165,7 @@ pub(super) fn claim(conn: &Connection, set: i64, rule: &ClaimRule) -> Result<Opt
 
 /// Whether the batch's lease still holds every one of its rows.
 fn holds(conn: &Connection, batch: &Batch) -> Result<bool> {
-    let rows: Vec<i64> = batch.messages.iter().map(|(row, _)| *row).collect();
+    let rows: Vec<i64> = batch.messages.iter().map(|(row, _)| row.raw()).collect();
     let held: i64 = conn
         .prepare_cached(
             "SELECT COUNT(*) FROM semantic_queue
@@ -248,7 +251,10 @@ pub(super) fn counts(conn: &Connection) -> Result<(u64, u64)> {
 }
 
 /// For each episode row, the episode just before it (by sequence) in its project.
-pub(super) fn preceding(conn: &Connection, rows: &[i64]) -> Result<Vec<Option<(i64, Episode)>>> {
+pub(super) fn preceding(
+    conn: &Connection,
+    rows: &[EpisodeHandle],
+) -> Result<Vec<Option<(EpisodeHandle, Episode)>>> {
     let mut stmt = conn
         .prepare_cached(&format!(
             "SELECT e.id, {COLUMNS} FROM episodes o JOIN episodes e
@@ -258,9 +264,14 @@ pub(super) fn preceding(conn: &Connection, rows: &[i64]) -> Result<Vec<Option<(i
         .map_err(storage_error)?;
     rows.iter()
         .map(|row| {
-            stmt.query_row([row], |r| Ok((r.get(0)?, episodes::from_row(r, 1)?)))
-                .optional()
-                .map_err(storage_error)
+            stmt.query_row([row.raw()], |r| {
+                Ok((
+                    EpisodeHandle::from_raw(r.get(0)?),
+                    episodes::from_row(r, 1)?,
+                ))
+            })
+            .optional()
+            .map_err(storage_error)
         })
         .collect()
 }

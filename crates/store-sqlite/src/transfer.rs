@@ -11,7 +11,7 @@ use super::helpers::{ADDED, bump_sets, is_constraint, log_changes};
 use super::semantic_sets::{SET_TYPE_COLUMNS, set_type_from_row};
 use super::{SqliteStore, projects, semantic_features, semantic_sets, vectors};
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::{Episode, Project, ProjectKey, SetTypeId};
+use memmachine_core::model::{Episode, EpisodeHandle, Project, ProjectKey, SetTypeId};
 use memmachine_core::store::transfer::{EpisodeVector, RestoredFeature, TransferStore};
 use memmachine_core::store::{SetRow, SetType};
 
@@ -275,11 +275,17 @@ impl TransferStore for SqliteStore {
             .await
     }
 
-    async fn restore_episodes(&self, key: &ProjectKey, new: Vec<Episode>) -> Result<Vec<i64>> {
+    async fn restore_episodes(
+        &self,
+        key: &ProjectKey,
+        new: Vec<Episode>,
+    ) -> Result<Vec<EpisodeHandle>> {
         let key = key.clone();
-        self.writer
+        let rows = self
+            .writer
             .write(move |conn| restore_episodes(conn, &key, &new))
-            .await
+            .await?;
+        Ok(rows.into_iter().map(EpisodeHandle::from_raw).collect())
     }
 
     async fn episode_vectors(

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use memmachine::error::Error;
-use memmachine::model::ProjectHandle;
+use memmachine::model::{EpisodeHandle, ProjectHandle};
 use memmachine::store::{Change, Changes, Store};
 
 use crate::conformance::support::{
@@ -88,7 +88,7 @@ pub async fn adds_are_logged_in_order_one_change_each(store: Arc<dyn Store>) {
         ));
     }
     assert_eq!(after, head.change, "the head is the latest change");
-    let want: Vec<(i64, String, i64)> = expected
+    let want: Vec<(EpisodeHandle, String, i64)> = expected
         .into_iter()
         .zip(["m 0", "m 1", "m 2", "n 0"])
         .zip(1..)
@@ -110,7 +110,7 @@ pub async fn deletes_are_logged_as_removed(store: Arc<dyn Store>) {
     let after = store.feed_head(&k).await.unwrap();
     assert_eq!(after.change, before.change + 2, "one change per episode");
     let read = since(&store, before.project, before.change, None).await;
-    let mut removed: Vec<i64> = read
+    let mut removed: Vec<EpisodeHandle> = read
         .changes
         .iter()
         .map(|c| match c {
@@ -123,7 +123,7 @@ pub async fn deletes_are_logged_as_removed(store: Arc<dyn Store>) {
     assert_eq!(read.through, after.change);
     // Read from the start, a deleted episode's Added is left out.
     let all = since(&store, before.project, 0, None).await;
-    let added: Vec<i64> = all
+    let added: Vec<EpisodeHandle> = all
         .changes
         .iter()
         .filter_map(|c| match c {
@@ -218,7 +218,7 @@ pub async fn index_pages_go_in_sequence_order_with_the_asked_vectors(store: Arc<
         );
     }
     assert_eq!(pages, 3);
-    let want: Vec<(i64, i64, Option<Vec<f32>>)> = h
+    let want: Vec<(EpisodeHandle, i64, Option<Vec<f32>>)> = h
         .iter()
         .zip(1..)
         .map(|(h, seq)| (*h, seq, (seq == 1).then(|| v0.clone())))
@@ -237,7 +237,7 @@ pub async fn reads_stop_at_the_limit_and_continue_from_through(store: Arc<dyn St
     add(&store, &k, batch.clone()).await;
     let h = handles(&store, &k, &batch).await;
     let project = handle_of(&store, &k).await;
-    let added = |read: &Changes| -> Vec<i64> {
+    let added = |read: &Changes| -> Vec<EpisodeHandle> {
         read.changes
             .iter()
             .map(|c| match c {

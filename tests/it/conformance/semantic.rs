@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use memmachine::error::Error;
-use memmachine::model::{NewEpisode, ProjectHandle, ProjectKey};
+use memmachine::model::{EpisodeHandle, NewEpisode, ProjectHandle, ProjectKey};
 use memmachine::semantic::features::{category_key, new_feature};
 use memmachine::semantic::model::{
     Batch, CategoryOwner, ClaimRule, FeatureOp, FeatureUpdate, NewCategory, NewFeature, NewSet,
@@ -107,7 +107,7 @@ async fn set_row(store: &Arc<dyn Store>, set: &NewSet) -> SetRow {
     store.find_set(&set.set_id).await.unwrap().expect("the set")
 }
 
-fn message_ids(batch: &Batch) -> Vec<i64> {
+fn message_ids(batch: &Batch) -> Vec<EpisodeHandle> {
     batch.messages.iter().map(|(id, _)| *id).collect()
 }
 
@@ -704,7 +704,7 @@ pub async fn consolidation_replaces_features_citing_the_union(store: Arc<dyn Sto
     let uids = add_routed(&store, &k, &["a", "b", "c"], &[&set]).await;
     let ids = store.resolve_episodes(&k, uids.clone()).await.unwrap();
     let row = set_row(&store, &set).await;
-    let add = |name: &'static str, cites: Vec<i64>| {
+    let add = |name: &'static str, cites: Vec<EpisodeHandle>| {
         let store = store.clone();
         let set = row.internal_id;
         async move {

@@ -139,6 +139,11 @@ handle!(
     /// A semantic tag's handle.
     TagId
 );
+handle!(
+    /// The store's handle of an episode (not its sequence number, which is per
+    /// project): what vectors, the change feed and citations refer to it by.
+    EpisodeHandle
+);
 
 #[cfg(test)]
 mod tests {

@@ -11,5 +11,5 @@ pub mod project;
 
 pub use api_key::{ApiKeyRecord, KeyScope};
 pub use episode::{Episode, NewEpisode, ScoredEpisode};
-pub use ids::{CategoryId, ProjectHandle, ProjectKey, SetTypeId, TagId};
+pub use ids::{CategoryId, EpisodeHandle, ProjectHandle, ProjectKey, SetTypeId, TagId};
 pub use project::{EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig};

@@ -15,7 +15,8 @@ use super::semantic_sets::{
 use super::summaries::Summary;
 use crate::error::Result;
 use crate::model::{
-    CategoryId, Episode, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey, SetTypeId, TagId,
+    CategoryId, Episode, EpisodeHandle, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey,
+    SetTypeId, TagId,
 };
 
 #[async_trait]
@@ -82,12 +83,16 @@ pub trait SemanticStore: Send + Sync {
 
     /// Internal ids of these episodes of the project, in order; `NotFound` naming those
     /// that are not in it.
-    async fn resolve_episodes(&self, key: &ProjectKey, uids: Vec<uuid::Uuid>) -> Result<Vec<i64>>;
+    async fn resolve_episodes(
+        &self,
+        key: &ProjectKey,
+        uids: Vec<uuid::Uuid>,
+    ) -> Result<Vec<EpisodeHandle>>;
     async fn add_feature(
         &self,
         set: i64,
         feature: NewFeature,
-        citations: Vec<i64>,
+        citations: Vec<EpisodeHandle>,
         embedder: Option<String>,
     ) -> Result<Feature>;
     async fn find_feature(&self, id: &str) -> Result<Option<Feature>>;
@@ -126,7 +131,10 @@ pub trait SemanticStore: Send + Sync {
     ) -> Result<bool>;
     /// For each episode (internal id), the one just before it in its project, if any:
     /// what a message answers, shown to the model as context.
-    async fn preceding_episodes(&self, episodes: Vec<i64>) -> Result<Vec<Option<(i64, Episode)>>>;
+    async fn preceding_episodes(
+        &self,
+        episodes: Vec<EpisodeHandle>,
+    ) -> Result<Vec<Option<(EpisodeHandle, Episode)>>>;
     /// Gives the batch back, to be tried again no sooner than `not_before_micros`.
     async fn release_batch(&self, batch: &Batch, not_before_micros: i64) -> Result<()>;
     /// Marks the batch's messages failed with `reason`; they are not tried again.

@@ -3,22 +3,21 @@
 
 use super::semantic_features::NewFeature;
 use super::semantic_sets::{NewSet, SetRow};
-use crate::model::Episode;
+use crate::model::{Episode, EpisodeHandle};
 
-/// One change the model asked for, applied in the batch's transaction. Citations are
-/// episodes' internal ids.
+/// One change the model asked for, applied in the batch's transaction.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FeatureOp {
     /// Adds the feature, or cites these episodes in the one with the same keys and value.
     Add {
         feature: NewFeature,
-        citations: Vec<i64>,
+        citations: Vec<EpisodeHandle>,
     },
     /// Sets the value of the features with these keys (adding one when there is none)
     /// and cites these episodes.
     Update {
         feature: NewFeature,
-        citations: Vec<i64>,
+        citations: Vec<EpisodeHandle>,
     },
     /// Deletes the features with this `match_key`.
     Delete { match_key: String },
@@ -30,8 +29,8 @@ pub struct Batch {
     pub set: SetRow,
     /// The claim's token: only its holder may apply, release or fail the batch.
     pub lease: String,
-    /// Internal episode ids with the episodes, in sequence order.
-    pub messages: Vec<(i64, Episode)>,
+    /// The episodes with their handles, in sequence order.
+    pub messages: Vec<(EpisodeHandle, Episode)>,
     /// Attempts made on these messages so far.
     pub attempts: u32,
 }

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use super::semantic_features::NewFeature;
 use super::semantic_sets::{SetRow, SetType};
 use crate::error::Result;
-use crate::model::{Episode, Project, ProjectKey};
+use crate::model::{Episode, EpisodeHandle, Project, ProjectKey};
 
 /// An episode's vector as stored, with the id of the embedder that made it.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,7 +26,7 @@ pub struct EpisodeVector {
 pub struct RestoredFeature {
     pub set: i64,
     pub feature: NewFeature,
-    pub citations: Vec<i64>,
+    pub citations: Vec<EpisodeHandle>,
     pub created_at_micros: i64,
     pub updated_at_micros: i64,
 }
@@ -43,7 +43,11 @@ pub trait TransferStore: Send + Sync {
     /// next sequence number past the highest, and appends one `Added` change per
     /// episode to its log, as `add_episodes` does; nothing is queued for a vector.
     /// Returns their handles, in input order. `NotFound` when the project does not exist.
-    async fn restore_episodes(&self, key: &ProjectKey, episodes: Vec<Episode>) -> Result<Vec<i64>>;
+    async fn restore_episodes(
+        &self,
+        key: &ProjectKey,
+        episodes: Vec<Episode>,
+    ) -> Result<Vec<EpisodeHandle>>;
 
     /// The project's episodes' vectors (of any embedder) for episodes with
     /// `sequence_num > after_seq`, in sequence order, at most `limit`.

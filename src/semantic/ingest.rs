@@ -17,7 +17,7 @@ use super::prompts::{self, CommandKind};
 use crate::llm::{ChatRequest, LanguageModel, LlmError, Purpose};
 use crate::metrics::Metrics;
 use crate::model::Episode;
-use crate::model::EpisodeHandle;
+use crate::model::{EpisodeHandle, FeatureId, SetId};
 use crate::runtime_settings::RuntimeSettings;
 
 /// Settings of semantic ingestion.
@@ -157,7 +157,7 @@ struct Worker {
 
 /// How many features each (set, category and tag) had after its last consolidation, so a
 /// tag the model chose to keep as it is is not sent again on every batch.
-type Consolidated = Arc<std::sync::Mutex<std::collections::HashMap<(i64, String), usize>>>;
+type Consolidated = Arc<std::sync::Mutex<std::collections::HashMap<(SetId, String), usize>>>;
 
 impl Worker {
     fn rule(&self) -> ClaimRule {
@@ -459,7 +459,7 @@ impl Worker {
             };
             let keep: std::collections::HashSet<&str> =
                 plan.keep.iter().map(String::as_str).collect();
-            let remove: Vec<i64> = group
+            let remove: Vec<FeatureId> = group
                 .iter()
                 .filter(|f| !keep.contains(f.id.as_str()))
                 .map(|f| f.internal_id)
@@ -499,12 +499,12 @@ impl Worker {
 }
 
 impl Worker {
-    fn consolidated_count(&self, key: &(i64, String)) -> Option<usize> {
+    fn consolidated_count(&self, key: &(SetId, String)) -> Option<usize> {
         let map = self.consolidated.lock().unwrap_or_else(|p| p.into_inner());
         map.get(key).copied()
     }
 
-    fn record_consolidated(&self, key: (i64, String), count: usize) {
+    fn record_consolidated(&self, key: (SetId, String), count: usize) {
         let mut map = self.consolidated.lock().unwrap_or_else(|p| p.into_inner());
         map.insert(key, count);
     }

@@ -60,7 +60,8 @@ impl FeatureFields {
     pub fn of(f: IndexedFeature) -> (i64, String, FeatureFields) {
         let text = format!("{} {} {}", f.tag, f.feature, f.value);
         (
-            f.internal_id,
+            // The index keys features by the raw number, as it keys episodes.
+            f.internal_id.raw(),
             text,
             FeatureFields {
                 set_id: f.set_id.into(),

@@ -18,7 +18,7 @@ use super::format::{
 };
 use crate::error::{Error, Result};
 use crate::model::ids::validate_id;
-use crate::model::{Project, ProjectHandle, ProjectKey, SetTypeId};
+use crate::model::{FeatureId, Project, ProjectHandle, ProjectKey, SetId, SetTypeId};
 use crate::semantic::model::{CategoryOwner, SetRow, SetType};
 use crate::store::Store;
 
@@ -226,7 +226,7 @@ async fn export_semantic(
     // an org-level one that is not exported).
     let mut project_of: HashMap<ProjectHandle, &ProjectKey> = HashMap::new();
     let mut set_types: BTreeMap<SetTypeId, SetType> = BTreeMap::new();
-    let mut sets: BTreeMap<i64, SetRow> = BTreeMap::new();
+    let mut sets: BTreeMap<SetId, SetRow> = BTreeMap::new();
     let mut type_ids: HashMap<SetTypeId, String> = HashMap::new();
     for project in projects {
         project_of.insert(project.internal_id, &project.key);
@@ -333,9 +333,9 @@ async fn export_semantic(
     if sets.is_empty() {
         return Ok(());
     }
-    let set_ids: Vec<i64> = sets.keys().copied().collect();
-    let mut feature_ids: HashMap<i64, String> = HashMap::new();
-    let mut after = 0;
+    let set_ids: Vec<SetId> = sets.keys().copied().collect();
+    let mut feature_ids: HashMap<FeatureId, String> = HashMap::new();
+    let mut after = None;
     loop {
         let page = store.list_features(set_ids.clone(), after, PAGE).await?;
         for f in &page {
@@ -359,7 +359,7 @@ async fn export_semantic(
             }))?;
         }
         match page.last() {
-            Some(last) if page.len() == PAGE => after = last.internal_id,
+            Some(last) if page.len() == PAGE => after = Some(last.internal_id),
             _ => break,
         }
     }

@@ -16,8 +16,8 @@ use super::Counts;
 use super::format::{FeatureLine, Line, VERSION};
 use crate::error::{Error, Result};
 use crate::model::{
-    CategoryId, Episode, EpisodeHandle, EpisodicConfig, Project, ProjectConfig, ProjectHandle,
-    ProjectKey, SetTypeId,
+    CategoryId, Episode, EpisodeHandle, EpisodicConfig, FeatureId, Project, ProjectConfig,
+    ProjectHandle, ProjectKey, SetId, SetTypeId,
 };
 use crate::semantic::features::{match_key, normalise};
 use crate::semantic::model::{
@@ -268,10 +268,10 @@ struct Target {
     /// Projects deleted first (`replace`).
     replaced: Vec<ProjectKey>,
     /// Org-level sets and set types deleted first (`replace`), internal ids.
-    replaced_sets: Vec<i64>,
+    replaced_sets: Vec<SetId>,
     replaced_set_types: Vec<SetTypeId>,
     /// Everything that goes with those deletions (internal ids).
-    doomed_sets: HashSet<i64>,
+    doomed_sets: HashSet<SetId>,
     doomed_set_types: HashSet<SetTypeId>,
     /// Episodes cited but not in the file, with their handles.
     citations: HashMap<uuid::Uuid, EpisodeHandle>,
@@ -511,9 +511,9 @@ struct Writer<'a> {
     store: &'a dyn Store,
     handles: HashMap<uuid::Uuid, EpisodeHandle>,
     set_types: HashMap<String, SetTypeId>,
-    sets: HashMap<String, i64>,
+    sets: HashMap<String, SetId>,
     categories: HashMap<String, CategoryId>,
-    features: HashMap<String, i64>,
+    features: HashMap<String, FeatureId>,
     pending: Pending,
 }
 
@@ -568,7 +568,7 @@ impl Writer<'_> {
         Ok(t.internal_id)
     }
 
-    async fn set(&mut self, id: &str) -> Result<i64> {
+    async fn set(&mut self, id: &str) -> Result<SetId> {
         if let Some(s) = self.sets.get(id) {
             return Ok(*s);
         }
@@ -594,7 +594,7 @@ impl Writer<'_> {
         Ok(c.internal_id)
     }
 
-    async fn feature(&mut self, id: &str) -> Result<i64> {
+    async fn feature(&mut self, id: &str) -> Result<FeatureId> {
         if let Some(f) = self.features.get(id) {
             return Ok(*f);
         }
@@ -780,7 +780,7 @@ impl Writer<'_> {
                     Error::invalid("set_kind", format!("unknown set kind {:?}", s.set_kind))
                 })?;
                 let set = SetRow {
-                    internal_id: 0,
+                    internal_id: SetId::from_raw(0),
                     set_id: s.set_id,
                     org_id: s.org_id,
                     project: None,

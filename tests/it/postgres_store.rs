@@ -15,8 +15,8 @@ use crate::common;
 use memmachine::error::Error;
 use memmachine::model::filter::parse;
 use memmachine::model::{
-    ApiKeyRecord, EpisodeHandle, EpisodicConfigUpdate, KeyScope, NewEpisode, ProjectConfig,
-    ProjectKey,
+    ApiKeyRecord, EpisodeHandle, EpisodicConfigUpdate, FeatureId, KeyScope, NewEpisode,
+    ProjectConfig, ProjectKey, SetId,
 };
 use memmachine::store::postgres::{PoolSettings, PostgresStore};
 use memmachine::store::sqlite::SqliteStore;
@@ -844,7 +844,7 @@ async fn two_workers_never_claim_the_same_set_or_message() {
     for task in tasks {
         batches.extend(task.await.unwrap());
     }
-    let sets: HashSet<i64> = batches.iter().map(|(set, _)| *set).collect();
+    let sets: HashSet<SetId> = batches.iter().map(|(set, _)| *set).collect();
     assert_eq!(sets.len(), 16);
     assert_eq!(
         batches.len(),
@@ -890,7 +890,7 @@ async fn feature_vectors_are_claimed_under_leases() {
     let b = two.claim_feature_embeddings(4, LONG).await.unwrap();
     assert_eq!(a.len(), 4);
     assert_eq!(b.len(), 2, "the rest, none of the first claimer's");
-    let claimed: HashSet<i64> = a.iter().chain(&b).map(|p| p.feature).collect();
+    let claimed: HashSet<FeatureId> = a.iter().chain(&b).map(|p| p.feature).collect();
     assert_eq!(claimed, ids.iter().copied().collect());
     assert_eq!(a[0].text, "dish 0: pasta");
     assert!(

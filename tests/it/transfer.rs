@@ -534,7 +534,11 @@ async fn round_trip(target: Arc<dyn Store>) {
     };
     assert_eq!(ids(&target_sets), ids(&source_sets));
     let source_features = source
-        .list_features(source_sets.iter().map(|s| s.internal_id).collect(), 0, 100)
+        .list_features(
+            source_sets.iter().map(|s| s.internal_id).collect(),
+            None,
+            100,
+        )
         .await
         .unwrap();
     assert_eq!(source_features.len(), 3);

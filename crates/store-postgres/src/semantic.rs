@@ -15,14 +15,15 @@ use sqlx::PgConnection;
 
 use super::PostgresStore;
 use super::error::db_error;
+use super::helpers::raw_ids;
 use super::{
     episodes, semantic_features as features, semantic_queue as queue, semantic_sets as sets,
     semantic_summaries as summaries,
 };
 use memmachine_core::error::Result;
 use memmachine_core::model::{
-    CategoryId, Episode, EpisodeHandle, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey,
-    SetTypeId, TagId,
+    CategoryId, Episode, EpisodeHandle, FeatureId, NewEpisode, ProjectConfig, ProjectHandle,
+    ProjectKey, SetId, SetTypeId, TagId,
 };
 use memmachine_core::store::{
     Batch, Category, CategoryOwner, ClaimRule, Feature, FeatureOp, FeatureUpdate, IndexedFeature,
@@ -108,8 +109,8 @@ impl SemanticStore for PostgresStore {
         on_conn!(self, |conn| sets::list_sets(conn, key))
     }
 
-    async fn configure_set(&self, set: i64, config: SetConfig) -> Result<()> {
-        in_tx!(self, |tx| sets::configure_set(tx, set, &config))
+    async fn configure_set(&self, set: SetId, config: SetConfig) -> Result<()> {
+        in_tx!(self, |tx| sets::configure_set(tx, set.raw(), &config))
     }
 
     // Categories and tags.
@@ -126,7 +127,8 @@ impl SemanticStore for PostgresStore {
         on_conn!(self, |conn| sets::categories_of(conn, &owners))
     }
 
-    async fn delete_category(&self, internal_id: CategoryId, of_sets: Vec<i64>) -> Result<()> {
+    async fn delete_category(&self, internal_id: CategoryId, of_sets: Vec<SetId>) -> Result<()> {
+        let of_sets = raw_ids(&of_sets, SetId::raw);
         in_tx!(self, |tx| sets::delete_category(
             tx,
             internal_id.raw(),
@@ -134,12 +136,12 @@ impl SemanticStore for PostgresStore {
         ))
     }
 
-    async fn disable_category(&self, set: i64, name: &str) -> Result<()> {
-        in_tx!(self, |tx| sets::disable_category(tx, set, name))
+    async fn disable_category(&self, set: SetId, name: &str) -> Result<()> {
+        in_tx!(self, |tx| sets::disable_category(tx, set.raw(), name))
     }
 
-    async fn disabled_categories(&self, set: i64) -> Result<Vec<String>> {
-        on_conn!(self, |conn| sets::disabled_categories(conn, set))
+    async fn disabled_categories(&self, set: SetId) -> Result<Vec<String>> {
+        on_conn!(self, |conn| sets::disabled_categories(conn, set.raw()))
     }
 
     async fn sets_of_type(&self, set_type: SetTypeId) -> Result<Vec<SetRow>> {
@@ -194,14 +196,14 @@ impl SemanticStore for PostgresStore {
 
     async fn add_feature(
         &self,
-        set: i64,
+        set: SetId,
         feature: NewFeature,
         citations: Vec<EpisodeHandle>,
         embedder: Option<String>,
     ) -> Result<Feature> {
         in_tx!(self, |tx| features::add(
             tx,
-            set,
+            set.raw(),
             &feature,
             &citations,
             embedder.as_deref()
@@ -212,42 +214,53 @@ impl SemanticStore for PostgresStore {
         on_conn!(self, |conn| features::find(conn, id))
     }
 
-    async fn features(&self, ids: Vec<i64>) -> Result<Vec<Feature>> {
+    async fn features(&self, ids: Vec<FeatureId>) -> Result<Vec<Feature>> {
+        let ids = raw_ids(&ids, FeatureId::raw);
         on_conn!(self, |conn| features::by_ids(conn, &ids))
     }
 
     async fn update_feature(
         &self,
-        internal_id: i64,
+        internal_id: FeatureId,
         update: FeatureUpdate,
         embedder: Option<String>,
     ) -> Result<()> {
         in_tx!(self, |tx| features::update(
             tx,
-            internal_id,
+            internal_id.raw(),
             &update,
             embedder.as_deref()
         ))
     }
 
-    async fn delete_features(&self, ids: Vec<i64>) -> Result<u64> {
+    async fn delete_features(&self, ids: Vec<FeatureId>) -> Result<u64> {
+        let ids = raw_ids(&ids, FeatureId::raw);
         in_tx!(self, |tx| features::delete(tx, &ids))
     }
 
     async fn list_features(
         &self,
-        of_sets: Vec<i64>,
-        after: i64,
+        of_sets: Vec<SetId>,
+        after: Option<FeatureId>,
         limit: usize,
     ) -> Result<Vec<Feature>> {
+        let (of_sets, after) = (
+            raw_ids(&of_sets, SetId::raw),
+            after.map_or(0, FeatureId::raw),
+        );
         on_conn!(self, |conn| features::list(conn, &of_sets, after, limit))
     }
 
-    async fn category_features(&self, set: i64, category_key: &str) -> Result<Vec<Feature>> {
-        on_conn!(self, |conn| features::of_category(conn, set, category_key))
+    async fn category_features(&self, set: SetId, category_key: &str) -> Result<Vec<Feature>> {
+        on_conn!(self, |conn| features::of_category(
+            conn,
+            set.raw(),
+            category_key
+        ))
     }
 
-    async fn indexed_features(&self, of_sets: Vec<i64>) -> Result<Vec<IndexedFeature>> {
+    async fn indexed_features(&self, of_sets: Vec<SetId>) -> Result<Vec<IndexedFeature>> {
+        let of_sets = raw_ids(&of_sets, SetId::raw);
         on_conn!(self, |conn| features::indexed(conn, &of_sets))
     }
 
@@ -298,11 +311,12 @@ impl SemanticStore for PostgresStore {
 
     async fn consolidate(
         &self,
-        set: i64,
-        remove: Vec<i64>,
+        set: SetId,
+        remove: Vec<FeatureId>,
         add: Vec<NewFeature>,
         embedder: Option<String>,
     ) -> Result<()> {
+        let (set, remove) = (set.raw(), raw_ids(&remove, FeatureId::raw));
         in_tx!(self, |tx| features::consolidate(
             tx,
             set,
@@ -322,15 +336,18 @@ impl SemanticStore for PostgresStore {
         on_conn!(self, |conn| features::claim_vectors(conn, limit, lease))
     }
 
-    async fn release_feature_embeddings(&self, features: Vec<i64>) -> Result<()> {
+    async fn release_feature_embeddings(&self, features: Vec<FeatureId>) -> Result<()> {
+        let features = raw_ids(&features, FeatureId::raw);
         on_conn!(self, |conn| features::release_vectors(conn, &features))
     }
 
     async fn store_feature_embeddings(
         &self,
         embedder: &str,
-        vectors: Vec<(i64, Vec<f32>)>,
+        vectors: Vec<(FeatureId, Vec<f32>)>,
     ) -> Result<()> {
+        let vectors: Vec<(i64, Vec<f32>)> =
+            vectors.into_iter().map(|(f, v)| (f.raw(), v)).collect();
         let dims = super::vectors::dimensions(vectors.iter().map(|(_, v)| v));
         let stored: Result<()> = in_tx!(self, |tx| features::store_vectors(tx, embedder, &vectors));
         stored?;
@@ -338,7 +355,8 @@ impl SemanticStore for PostgresStore {
         Ok(())
     }
 
-    async fn abandon_feature_embeddings(&self, ids: Vec<i64>) -> Result<()> {
+    async fn abandon_feature_embeddings(&self, ids: Vec<FeatureId>) -> Result<()> {
+        let ids = raw_ids(&ids, FeatureId::raw);
         in_tx!(self, |tx| features::abandon_vectors(tx, &ids))
     }
 

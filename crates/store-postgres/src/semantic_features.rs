@@ -16,7 +16,7 @@ use super::error::{db_error, sqlstate};
 use super::helpers::{DB_NOW, bad_column, bump_sets, now_micros};
 use super::semantic_sets::require_set;
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::EpisodeHandle;
+use memmachine_core::model::{EpisodeHandle, FeatureId, SetId};
 use memmachine_core::store::semantic_features::feature_embedding_text;
 use memmachine_core::store::{
     Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding,
@@ -32,9 +32,9 @@ const FROM: &str =
 fn from_row(row: &PgRow) -> sqlx::Result<Feature> {
     let metadata: String = row.try_get(9)?;
     Ok(Feature {
-        internal_id: row.try_get(0)?,
+        internal_id: FeatureId::from_raw(row.try_get(0)?),
         id: row.try_get(1)?,
-        set: row.try_get(2)?,
+        set: SetId::from_raw(row.try_get(2)?),
         set_id: row.try_get(3)?,
         category: row.try_get(4)?,
         category_id: row.try_get(5)?,
@@ -56,7 +56,7 @@ async fn with_citations(
     if features.is_empty() {
         return Ok(features);
     }
-    let ids: Vec<i64> = features.iter().map(|f| f.internal_id).collect();
+    let ids: Vec<i64> = features.iter().map(|f| f.internal_id.raw()).collect();
     let rows = sqlx::query(
         "SELECT c.feature, e.uid FROM semantic_citations c
          JOIN episodes e ON e.org_id = c.org_id AND e.id = c.episode
@@ -73,7 +73,9 @@ async fn with_citations(
         by_feature.entry(feature).or_default().push(uid);
     }
     for feature in &mut features {
-        feature.citations = by_feature.remove(&feature.internal_id).unwrap_or_default();
+        feature.citations = by_feature
+            .remove(&feature.internal_id.raw())
+            .unwrap_or_default();
     }
     Ok(features)
 }
@@ -119,7 +121,7 @@ pub(super) async fn by_ids(conn: &mut PgConnection, ids: &[i64]) -> Result<Vec<F
     let mut found: BTreeMap<i64, Feature> = query(conn, "f.id = ANY($1)", |q| q.bind(wanted))
         .await?
         .into_iter()
-        .map(|f| (f.internal_id, f))
+        .map(|f| (f.internal_id.raw(), f))
         .collect();
     Ok(ids.iter().filter_map(|id| found.remove(id)).collect())
 }
@@ -178,8 +180,8 @@ pub(super) async fn indexed(conn: &mut PgConnection, sets: &[i64]) -> Result<Vec
             let embedder: Option<String> = row.try_get(10)?;
             let vector: Option<pgvector::Vector> = row.try_get(11)?;
             Ok(IndexedFeature {
-                internal_id: row.try_get(0)?,
-                set: row.try_get(1)?,
+                internal_id: FeatureId::from_raw(row.try_get(0)?),
+                set: SetId::from_raw(row.try_get(1)?),
                 set_id: row.try_get(2)?,
                 category: row.try_get(3)?,
                 tag: row.try_get(4)?,
@@ -437,7 +439,7 @@ pub(super) async fn update(
             "feature {internal_id} does not exist"
         )));
     };
-    let org = org_of_set(&mut *tx, current.set).await?;
+    let org = org_of_set(&mut *tx, current.set.raw()).await?;
     let (category, category_id) = update
         .category
         .clone()
@@ -469,7 +471,7 @@ pub(super) async fn update(
     if update.feature.is_some() || update.value.is_some() {
         queue_vector(&mut *tx, &org, internal_id, embedder).await?;
     }
-    bump_sets(tx, &[current.set]).await
+    bump_sets(tx, &[current.set.raw()]).await
 }
 
 /// Deletes those of the features that exist; returns how many.
@@ -528,7 +530,7 @@ pub(super) async fn consolidate(
 fn pending_from_row(row: &PgRow) -> sqlx::Result<PendingFeatureEmbedding> {
     let (feature, value): (String, String) = (row.try_get(2)?, row.try_get(3)?);
     Ok(PendingFeatureEmbedding {
-        feature: row.try_get(0)?,
+        feature: FeatureId::from_raw(row.try_get(0)?),
         embedder: row.try_get(1)?,
         text: feature_embedding_text(&feature, &value),
     })

@@ -52,7 +52,7 @@ pub(super) async fn route(
              SELECT $1, $2, e, $4 FROM UNNEST($3::bigint[]) AS e ON CONFLICT DO NOTHING",
         )
         .bind(&set.org_id)
-        .bind(set.internal_id)
+        .bind(set.internal_id.raw())
         .bind(&episodes)
         .bind(now)
         .execute(&mut *tx)
@@ -210,7 +210,7 @@ async fn holds(tx: &mut PgConnection, batch: &Batch) -> Result<bool> {
         "SELECT episode FROM semantic_queue
          WHERE set_ref = $1 AND lease = $2 AND episode = ANY($3) FOR UPDATE",
     )
-    .bind(batch.set.internal_id)
+    .bind(batch.set.internal_id.raw())
     .bind(&batch.lease)
     .bind(&rows)
     .fetch_all(tx)
@@ -230,7 +230,7 @@ pub(super) async fn apply(
     if !holds(&mut *tx, batch).await? {
         return Ok(false);
     }
-    let set = batch.set.internal_id;
+    let set = batch.set.internal_id.raw();
     for op in ops {
         match op {
             FeatureOp::Add { feature, citations } => {
@@ -264,7 +264,7 @@ pub(super) async fn release(tx: &mut PgConnection, batch: &Batch, not_before: i6
              not_before = $3
          WHERE set_ref = $1 AND lease = $2",
     )
-    .bind(batch.set.internal_id)
+    .bind(batch.set.internal_id.raw())
     .bind(&batch.lease)
     .bind(not_before)
     .execute(tx)
@@ -279,7 +279,7 @@ pub(super) async fn fail(tx: &mut PgConnection, batch: &Batch, reason: &str) -> 
         "UPDATE semantic_queue SET lease = NULL, lease_until = 0, failed = $3
          WHERE set_ref = $1 AND lease = $2",
     )
-    .bind(batch.set.internal_id)
+    .bind(batch.set.internal_id.raw())
     .bind(&batch.lease)
     .bind(reason)
     .execute(tx)

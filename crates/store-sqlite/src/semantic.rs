@@ -8,14 +8,15 @@ use async_trait::async_trait;
 use rusqlite::Connection;
 
 use super::error::storage_error;
+use super::helpers::raw_ids;
 use super::{
     SqliteStore, semantic_features as features, semantic_queue as queue, semantic_sets as sets,
     semantic_summaries as summaries,
 };
 use memmachine_core::error::Result;
 use memmachine_core::model::{
-    CategoryId, Episode, EpisodeHandle, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey,
-    SetTypeId, TagId,
+    CategoryId, Episode, EpisodeHandle, FeatureId, NewEpisode, ProjectConfig, ProjectHandle,
+    ProjectKey, SetId, SetTypeId, TagId,
 };
 use memmachine_core::store::{
     Batch, Category, CategoryOwner, ClaimRule, Feature, FeatureOp, FeatureUpdate, IndexedFeature,
@@ -109,9 +110,9 @@ impl SemanticStore for SqliteStore {
         self.readers.read(move |tx| sets::list_sets(tx, &key)).await
     }
 
-    async fn configure_set(&self, set: i64, config: SetConfig) -> Result<()> {
+    async fn configure_set(&self, set: SetId, config: SetConfig) -> Result<()> {
         self.writer
-            .write(move |conn| sets::configure_set(conn, set, &config))
+            .write(move |conn| sets::configure_set(conn, set.raw(), &config))
             .await
     }
 
@@ -136,22 +137,23 @@ impl SemanticStore for SqliteStore {
             .await
     }
 
-    async fn delete_category(&self, internal_id: CategoryId, of_sets: Vec<i64>) -> Result<()> {
+    async fn delete_category(&self, internal_id: CategoryId, of_sets: Vec<SetId>) -> Result<()> {
+        let of_sets = raw_ids(&of_sets, SetId::raw);
         self.writer
             .write(move |conn| sets::delete_category(conn, internal_id.raw(), &of_sets))
             .await
     }
 
-    async fn disable_category(&self, set: i64, name: &str) -> Result<()> {
+    async fn disable_category(&self, set: SetId, name: &str) -> Result<()> {
         let name = name.to_string();
         self.writer
-            .write(move |conn| sets::disable_category(conn, set, &name))
+            .write(move |conn| sets::disable_category(conn, set.raw(), &name))
             .await
     }
 
-    async fn disabled_categories(&self, set: i64) -> Result<Vec<String>> {
+    async fn disabled_categories(&self, set: SetId) -> Result<Vec<String>> {
         self.readers
-            .read(move |tx| sets::disabled_categories(tx, set))
+            .read(move |tx| sets::disabled_categories(tx, set.raw()))
             .await
     }
 
@@ -200,13 +202,15 @@ impl SemanticStore for SqliteStore {
 
     async fn add_feature(
         &self,
-        set: i64,
+        set: SetId,
         feature: NewFeature,
         citations: Vec<EpisodeHandle>,
         embedder: Option<String>,
     ) -> Result<Feature> {
         self.writer
-            .write(move |conn| features::add(conn, set, &feature, &citations, embedder.as_deref()))
+            .write(move |conn| {
+                features::add(conn, set.raw(), &feature, &citations, embedder.as_deref())
+            })
             .await
     }
 
@@ -215,7 +219,8 @@ impl SemanticStore for SqliteStore {
         self.readers.read(move |tx| features::find(tx, &id)).await
     }
 
-    async fn features(&self, ids: Vec<i64>) -> Result<Vec<Feature>> {
+    async fn features(&self, ids: Vec<FeatureId>) -> Result<Vec<Feature>> {
+        let ids = raw_ids(&ids, FeatureId::raw);
         self.readers
             .read(move |tx| features::by_ids(tx, &ids))
             .await
@@ -223,16 +228,19 @@ impl SemanticStore for SqliteStore {
 
     async fn update_feature(
         &self,
-        internal_id: i64,
+        internal_id: FeatureId,
         update: FeatureUpdate,
         embedder: Option<String>,
     ) -> Result<()> {
         self.writer
-            .write(move |conn| features::update(conn, internal_id, &update, embedder.as_deref()))
+            .write(move |conn| {
+                features::update(conn, internal_id.raw(), &update, embedder.as_deref())
+            })
             .await
     }
 
-    async fn delete_features(&self, ids: Vec<i64>) -> Result<u64> {
+    async fn delete_features(&self, ids: Vec<FeatureId>) -> Result<u64> {
+        let ids = raw_ids(&ids, FeatureId::raw);
         self.writer
             .write(move |conn| features::delete(conn, &ids))
             .await
@@ -240,23 +248,28 @@ impl SemanticStore for SqliteStore {
 
     async fn list_features(
         &self,
-        of_sets: Vec<i64>,
-        after: i64,
+        of_sets: Vec<SetId>,
+        after: Option<FeatureId>,
         limit: usize,
     ) -> Result<Vec<Feature>> {
+        let (of_sets, after) = (
+            raw_ids(&of_sets, SetId::raw),
+            after.map_or(0, FeatureId::raw),
+        );
         self.readers
             .read(move |tx| features::list(tx, &of_sets, after, limit))
             .await
     }
 
-    async fn category_features(&self, set: i64, category_key: &str) -> Result<Vec<Feature>> {
+    async fn category_features(&self, set: SetId, category_key: &str) -> Result<Vec<Feature>> {
         let category_key = category_key.to_string();
         self.readers
-            .read(move |tx| features::of_category(tx, set, &category_key))
+            .read(move |tx| features::of_category(tx, set.raw(), &category_key))
             .await
     }
 
-    async fn indexed_features(&self, of_sets: Vec<i64>) -> Result<Vec<IndexedFeature>> {
+    async fn indexed_features(&self, of_sets: Vec<SetId>) -> Result<Vec<IndexedFeature>> {
+        let of_sets = raw_ids(&of_sets, SetId::raw);
         self.readers
             .read(move |tx| features::indexed(tx, &of_sets))
             .await
@@ -314,11 +327,12 @@ impl SemanticStore for SqliteStore {
 
     async fn consolidate(
         &self,
-        set: i64,
-        remove: Vec<i64>,
+        set: SetId,
+        remove: Vec<FeatureId>,
         add: Vec<NewFeature>,
         embedder: Option<String>,
     ) -> Result<()> {
+        let (set, remove) = (set.raw(), raw_ids(&remove, FeatureId::raw));
         self.writer
             .write(move |conn| features::consolidate(conn, set, &remove, &add, embedder.as_deref()))
             .await
@@ -336,7 +350,8 @@ impl SemanticStore for SqliteStore {
             .await
     }
 
-    async fn release_feature_embeddings(&self, ids: Vec<i64>) -> Result<()> {
+    async fn release_feature_embeddings(&self, ids: Vec<FeatureId>) -> Result<()> {
+        let ids = raw_ids(&ids, FeatureId::raw);
         self.writer
             .write(move |conn| features::release_vectors(conn, &ids))
             .await
@@ -345,15 +360,18 @@ impl SemanticStore for SqliteStore {
     async fn store_feature_embeddings(
         &self,
         embedder: &str,
-        vectors: Vec<(i64, Vec<f32>)>,
+        vectors: Vec<(FeatureId, Vec<f32>)>,
     ) -> Result<()> {
         let embedder = embedder.to_string();
+        let vectors: Vec<(i64, Vec<f32>)> =
+            vectors.into_iter().map(|(f, v)| (f.raw(), v)).collect();
         self.writer
             .write(move |conn| features::store_vectors(conn, &embedder, &vectors))
             .await
     }
 
-    async fn abandon_feature_embeddings(&self, ids: Vec<i64>) -> Result<()> {
+    async fn abandon_feature_embeddings(&self, ids: Vec<FeatureId>) -> Result<()> {
+        let ids = raw_ids(&ids, FeatureId::raw);
         self.writer
             .write(move |conn| features::abandon_vectors(conn, &ids))
             .await

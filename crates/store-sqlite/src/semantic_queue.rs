@@ -45,7 +45,7 @@ pub(super) fn route(
                 ))
             })?;
             queue
-                .execute(params![set.internal_id, row, now])
+                .execute(params![set.internal_id.raw(), row, now])
                 .map_err(storage_error)?;
         }
     }
@@ -173,7 +173,7 @@ fn holds(conn: &Connection, batch: &Batch) -> Result<bool> {
         )
         .and_then(|mut stmt| {
             stmt.query_row(
-                params![batch.set.internal_id, batch.lease, id_array(&rows)],
+                params![batch.set.internal_id.raw(), batch.lease, id_array(&rows)],
                 |row| row.get(0),
             )
         })
@@ -195,7 +195,7 @@ pub(super) fn apply(
     if !holds(conn, batch)? {
         return Ok(false);
     }
-    let set = batch.set.internal_id;
+    let set = batch.set.internal_id.raw();
     for op in ops {
         match op {
             FeatureOp::Add { feature, citations } => {
@@ -224,7 +224,13 @@ pub(super) fn release(conn: &Connection, batch: &Batch, not_before: i64) -> Resu
              not_before = ?3
          WHERE set_ref = ?1 AND lease = ?2",
     )
-    .and_then(|mut stmt| stmt.execute(params![batch.set.internal_id, batch.lease, not_before]))
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            batch.set.internal_id.raw(),
+            batch.lease,
+            not_before
+        ])
+    })
     .map_err(storage_error)?;
     Ok(())
 }
@@ -235,7 +241,7 @@ pub(super) fn fail(conn: &Connection, batch: &Batch, reason: &str) -> Result<()>
         "UPDATE semantic_queue SET lease = NULL, lease_until = 0, failed = ?3
          WHERE set_ref = ?1 AND lease = ?2",
     )
-    .and_then(|mut stmt| stmt.execute(params![batch.set.internal_id, batch.lease, reason]))
+    .and_then(|mut stmt| stmt.execute(params![batch.set.internal_id.raw(), batch.lease, reason]))
     .map_err(storage_error)?;
     Ok(())
 }

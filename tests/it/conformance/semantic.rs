@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use memmachine::error::Error;
-use memmachine::model::{EpisodeHandle, NewEpisode, ProjectHandle, ProjectKey};
+use memmachine::model::{EpisodeHandle, FeatureId, NewEpisode, ProjectHandle, ProjectKey, SetId};
 use memmachine::semantic::features::{category_key, new_feature};
 use memmachine::semantic::model::{
     Batch, CategoryOwner, ClaimRule, FeatureOp, FeatureUpdate, NewCategory, NewFeature, NewSet,
@@ -282,7 +282,7 @@ pub async fn a_lease_holds_until_it_expires_and_only_its_holder_applies(store: A
     let set_row = set_row(&store, &set).await;
     assert!(
         store
-            .list_features(vec![set_row.internal_id], 0, 100)
+            .list_features(vec![set_row.internal_id], None, 100)
             .await
             .unwrap()
             .is_empty()
@@ -308,7 +308,7 @@ pub async fn a_lease_holds_until_it_expires_and_only_its_holder_applies(store: A
         "applied once"
     );
     let features = store
-        .list_features(vec![set_row.internal_id], 0, 100)
+        .list_features(vec![set_row.internal_id], None, 100)
         .await
         .unwrap();
     assert_eq!(values(&features), ["sushi"]);
@@ -378,7 +378,7 @@ pub async fn the_same_fact_again_cites_instead_of_copying(store: Arc<dyn Store>)
     assert!(store.apply_batch(&batch, ops, None).await.unwrap());
     let row = set_row(&store, &set).await;
     let features = store
-        .list_features(vec![row.internal_id], 0, 100)
+        .list_features(vec![row.internal_id], None, 100)
         .await
         .unwrap();
     assert_eq!(
@@ -435,7 +435,7 @@ pub async fn updates_set_values_and_deletes_remove_by_key(store: Arc<dyn Store>)
     assert_eq!(updated.citations, uids);
     assert_eq!(updated.created_at_micros, food.created_at_micros);
     let all = store
-        .list_features(vec![row.internal_id], 0, 100)
+        .list_features(vec![row.internal_id], None, 100)
         .await
         .unwrap();
     assert_eq!(values(&all), ["sushi", "tea", "Rome"]);
@@ -447,7 +447,7 @@ pub async fn updates_set_values_and_deletes_remove_by_key(store: Arc<dyn Store>)
     }];
     assert!(store.apply_batch(&batch, ops, None).await.unwrap());
     let all = store
-        .list_features(vec![row.internal_id], 0, 100)
+        .list_features(vec![row.internal_id], None, 100)
         .await
         .unwrap();
     assert_eq!(values(&all), ["tea", "Rome"]);
@@ -490,24 +490,32 @@ pub async fn manual_feature_changes(store: Arc<dyn Store>) {
     assert_eq!(got.metadata, serde_json::json!({"source": "manual"}));
     assert!(matches!(
         store
-            .update_feature(i64::MAX, FeatureUpdate::default(), None)
+            .update_feature(
+                FeatureId::from_raw(i64::MAX),
+                FeatureUpdate::default(),
+                None
+            )
             .await,
         Err(Error::NotFound(_))
     ));
     let by_ids = store
-        .features(vec![b.internal_id, i64::MAX, a.internal_id])
+        .features(vec![
+            b.internal_id,
+            FeatureId::from_raw(i64::MAX),
+            a.internal_id,
+        ])
         .await
         .unwrap();
     let ids: Vec<&str> = by_ids.iter().map(|f| f.id.as_str()).collect();
     assert_eq!(ids, [b.id.as_str(), a.id.as_str()], "in the order asked");
     let page = store
-        .list_features(vec![row.internal_id], a.internal_id, 10)
+        .list_features(vec![row.internal_id], Some(a.internal_id), 10)
         .await
         .unwrap();
     assert_eq!(values(&page), ["2"]);
     assert_eq!(
         store
-            .delete_features(vec![a.internal_id, i64::MAX])
+            .delete_features(vec![a.internal_id, FeatureId::from_raw(i64::MAX)])
             .await
             .unwrap(),
         1
@@ -515,7 +523,7 @@ pub async fn manual_feature_changes(store: Arc<dyn Store>) {
     assert!(store.find_feature(&a.id).await.unwrap().is_none());
     assert!(matches!(
         store
-            .add_feature(i64::MAX, fact("t", "c", "3"), vec![], None)
+            .add_feature(SetId::from_raw(i64::MAX), fact("t", "c", "3"), vec![], None)
             .await,
         Err(Error::NotFound(_))
     ));
@@ -577,7 +585,7 @@ pub async fn deleting_an_episode_drops_its_citations_and_keeps_the_feature(store
     store.delete_episodes(&k, &uids[..1]).await.unwrap();
     let row = set_row(&store, &set).await;
     let features = store
-        .list_features(vec![row.internal_id], 0, 100)
+        .list_features(vec![row.internal_id], None, 100)
         .await
         .unwrap();
     assert_eq!(values(&features), ["x", "y"], "features stay");
@@ -728,7 +736,7 @@ pub async fn consolidation_replaces_features_citing_the_union(store: Arc<dyn Sto
         .await
         .unwrap();
     let features = store
-        .list_features(vec![row.internal_id], 0, 100)
+        .list_features(vec![row.internal_id], None, 100)
         .await
         .unwrap();
     assert_eq!(values(&features), ["z", "x and y"]);
@@ -882,7 +890,7 @@ pub async fn the_semantic_version_moves_with_every_feature_change(store: Arc<dyn
     assert!(store.apply_batch(&batch, ops, None).await.unwrap());
     let last = moved(&store, &o, last, "apply_batch").await;
     let g = store
-        .list_features(vec![row.internal_id], f.internal_id, 10)
+        .list_features(vec![row.internal_id], Some(f.internal_id), 10)
         .await
         .unwrap()[0]
         .clone();
@@ -956,7 +964,7 @@ pub async fn feature_vectors_are_queued_stored_and_abandoned(store: Arc<dyn Stor
         .await
         .unwrap();
     let pending = pending_features(&store, 10).await;
-    let got: Vec<(i64, &str, &str)> = pending
+    let got: Vec<(FeatureId, &str, &str)> = pending
         .iter()
         .map(|p| (p.feature, p.text.as_str(), p.embedder.as_str()))
         .collect();
@@ -984,7 +992,7 @@ pub async fn feature_vectors_are_queued_stored_and_abandoned(store: Arc<dyn Stor
     assert!(pending_features(&store, 10).await.is_empty());
     let indexed = store.indexed_features(vec![row.internal_id]).await.unwrap();
     assert_eq!(indexed.len(), 3);
-    let of = |id: i64| indexed.iter().find(|f| f.internal_id == id).unwrap();
+    let of = |id: FeatureId| indexed.iter().find(|f| f.internal_id == id).unwrap();
     assert_eq!(
         of(a.internal_id).vector,
         Some(("e1".into(), vec![0.5, -1.0]))
@@ -1015,7 +1023,10 @@ pub async fn feature_vectors_are_queued_stored_and_abandoned(store: Arc<dyn Stor
     store
         .store_feature_embeddings(
             "e1",
-            vec![(a.internal_id, vec![1.0, 0.0]), (i64::MAX, vec![1.0])],
+            vec![
+                (a.internal_id, vec![1.0, 0.0]),
+                (FeatureId::from_raw(i64::MAX), vec![1.0]),
+            ],
         )
         .await
         .unwrap();
@@ -1311,7 +1322,10 @@ pub async fn feature_vector_leases_hold_until_released_or_expired(store: Arc<dyn
         let store = store.clone();
         async move {
             let claimed = store.claim_feature_embeddings(limit, lease).await.unwrap();
-            claimed.into_iter().map(|p| p.feature).collect::<Vec<i64>>()
+            claimed
+                .into_iter()
+                .map(|p| p.feature)
+                .collect::<Vec<FeatureId>>()
         }
     };
     assert_eq!(claim(1, LONG).await, [a], "oldest first");

@@ -144,6 +144,14 @@ handle!(
     /// project): what vectors, the change feed and citations refer to it by.
     EpisodeHandle
 );
+handle!(
+    /// A semantic set's handle (its public id is `set_id`).
+    SetId
+);
+handle!(
+    /// A semantic feature's handle (its public id is `id`).
+    FeatureId
+);
 
 #[cfg(test)]
 mod tests {

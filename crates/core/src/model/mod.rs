@@ -11,5 +11,7 @@ pub mod project;
 
 pub use api_key::{ApiKeyRecord, KeyScope};
 pub use episode::{Episode, NewEpisode, ScoredEpisode};
-pub use ids::{CategoryId, EpisodeHandle, ProjectHandle, ProjectKey, SetTypeId, TagId};
+pub use ids::{
+    CategoryId, EpisodeHandle, FeatureId, ProjectHandle, ProjectKey, SetId, SetTypeId, TagId,
+};
 pub use project::{EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig};

@@ -15,8 +15,8 @@ use super::semantic_sets::{
 use super::summaries::Summary;
 use crate::error::Result;
 use crate::model::{
-    CategoryId, Episode, EpisodeHandle, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey,
-    SetTypeId, TagId,
+    CategoryId, Episode, EpisodeHandle, FeatureId, NewEpisode, ProjectConfig, ProjectHandle,
+    ProjectKey, SetId, SetTypeId, TagId,
 };
 
 #[async_trait]
@@ -52,7 +52,7 @@ pub trait SemanticStore: Send + Sync {
     async fn project_config(&self, project: ProjectHandle) -> Result<Option<ProjectConfig>>;
     /// The project's sets and its org's org-level sets, by set id.
     async fn list_sets(&self, key: &ProjectKey) -> Result<Vec<SetRow>>;
-    async fn configure_set(&self, set: i64, config: SetConfig) -> Result<()>;
+    async fn configure_set(&self, set: SetId, config: SetConfig) -> Result<()>;
 
     // Categories and tags.
 
@@ -63,9 +63,9 @@ pub trait SemanticStore: Send + Sync {
     async fn categories_of(&self, owners: Vec<CategoryOwner>) -> Result<Vec<Category>>;
     /// Deletes the category, its tags and the features of `sets` in a category of its
     /// name (the sets that used it).
-    async fn delete_category(&self, internal_id: CategoryId, sets: Vec<i64>) -> Result<()>;
-    async fn disable_category(&self, set: i64, name: &str) -> Result<()>;
-    async fn disabled_categories(&self, set: i64) -> Result<Vec<String>>;
+    async fn delete_category(&self, internal_id: CategoryId, sets: Vec<SetId>) -> Result<()>;
+    async fn disable_category(&self, set: SetId, name: &str) -> Result<()>;
+    async fn disabled_categories(&self, set: SetId) -> Result<Vec<String>>;
     /// Sets of the set type (internal ids).
     async fn sets_of_type(&self, set_type: SetTypeId) -> Result<Vec<SetRow>>;
     /// `AlreadyExists` when the category has a tag of that name.
@@ -90,29 +90,34 @@ pub trait SemanticStore: Send + Sync {
     ) -> Result<Vec<EpisodeHandle>>;
     async fn add_feature(
         &self,
-        set: i64,
+        set: SetId,
         feature: NewFeature,
         citations: Vec<EpisodeHandle>,
         embedder: Option<String>,
     ) -> Result<Feature>;
     async fn find_feature(&self, id: &str) -> Result<Option<Feature>>;
     /// Features by internal id, in the order asked (missing ones left out).
-    async fn features(&self, ids: Vec<i64>) -> Result<Vec<Feature>>;
+    async fn features(&self, ids: Vec<FeatureId>) -> Result<Vec<Feature>>;
     async fn update_feature(
         &self,
-        internal_id: i64,
+        internal_id: FeatureId,
         update: FeatureUpdate,
         embedder: Option<String>,
     ) -> Result<()>;
     /// Deletes those of these features that exist; returns how many.
-    async fn delete_features(&self, ids: Vec<i64>) -> Result<u64>;
-    /// Features of these sets with internal id above `after`, in id order.
-    async fn list_features(&self, sets: Vec<i64>, after: i64, limit: usize)
-    -> Result<Vec<Feature>>;
+    async fn delete_features(&self, ids: Vec<FeatureId>) -> Result<u64>;
+    /// Features of these sets after feature `after` (from the first: `None`), in id
+    /// order.
+    async fn list_features(
+        &self,
+        sets: Vec<SetId>,
+        after: Option<FeatureId>,
+        limit: usize,
+    ) -> Result<Vec<Feature>>;
     /// Features of one set in one category (matching `category_key`, normalised).
-    async fn category_features(&self, set: i64, category_key: &str) -> Result<Vec<Feature>>;
+    async fn category_features(&self, set: SetId, category_key: &str) -> Result<Vec<Feature>>;
     /// The searchable fields of every feature of these sets.
-    async fn indexed_features(&self, sets: Vec<i64>) -> Result<Vec<IndexedFeature>>;
+    async fn indexed_features(&self, sets: Vec<SetId>) -> Result<Vec<IndexedFeature>>;
     /// A number that changes whenever a feature of the org is added, changed or deleted.
     async fn semantic_version(&self, org_id: &str) -> Result<i64>;
 
@@ -143,8 +148,8 @@ pub trait SemanticStore: Send + Sync {
     /// the removed ones' citations.
     async fn consolidate(
         &self,
-        set: i64,
-        remove: Vec<i64>,
+        set: SetId,
+        remove: Vec<FeatureId>,
         add: Vec<NewFeature>,
         embedder: Option<String>,
     ) -> Result<()>;
@@ -159,14 +164,14 @@ pub trait SemanticStore: Send + Sync {
         lease: std::time::Duration,
     ) -> Result<Vec<PendingFeatureEmbedding>>;
     /// Frees the leases of these queued features (a failed attempt).
-    async fn release_feature_embeddings(&self, features: Vec<i64>) -> Result<()>;
+    async fn release_feature_embeddings(&self, features: Vec<FeatureId>) -> Result<()>;
     async fn store_feature_embeddings(
         &self,
         embedder: &str,
-        vectors: Vec<(i64, Vec<f32>)>,
+        vectors: Vec<(FeatureId, Vec<f32>)>,
     ) -> Result<()>;
     /// Takes these features off the vector queue without one.
-    async fn abandon_feature_embeddings(&self, features: Vec<i64>) -> Result<()>;
+    async fn abandon_feature_embeddings(&self, features: Vec<FeatureId>) -> Result<()>;
 
     // Summaries.
 

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::model::{FeatureId, SetId};
+
 /// A feature to store. `match_key` and `value_key` are the domain's normalised forms
 /// (a fact said again matches on them); the store only compares them.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,9 +25,9 @@ pub struct NewFeature {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Feature {
-    pub internal_id: i64,
+    pub internal_id: FeatureId,
     pub id: String,
-    pub set: i64,
+    pub set: SetId,
     pub set_id: String,
     pub category: String,
     pub category_id: String,
@@ -55,8 +57,8 @@ pub struct FeatureUpdate {
 /// What the feature index of a project is built from: a feature's searchable fields.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IndexedFeature {
-    pub internal_id: i64,
-    pub set: i64,
+    pub internal_id: FeatureId,
+    pub set: SetId,
     pub set_id: String,
     pub category: String,
     pub tag: String,
@@ -72,7 +74,7 @@ pub struct IndexedFeature {
 /// A feature waiting for its vector.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PendingFeatureEmbedding {
-    pub feature: i64,
+    pub feature: FeatureId,
     pub text: String,
     pub embedder: String,
 }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{CategoryId, ProjectHandle, SetTypeId, TagId};
+use crate::model::{CategoryId, ProjectHandle, SetId, SetTypeId, TagId};
 
 /// What a feature set gathers: the whole org, one project, one producer (a "user set")
 /// or the messages carrying a set type's metadata tags.
@@ -88,7 +88,7 @@ pub struct SetConfig {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SetRow {
-    pub internal_id: i64,
+    pub internal_id: SetId,
     pub set_id: String,
     pub org_id: String,
     /// The project it belongs to (internal id); `None` for org-level sets.
@@ -104,7 +104,7 @@ pub struct SetRow {
 /// inherit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CategoryOwner {
-    Set(i64),
+    Set(SetId),
     SetType(SetTypeId),
 }
 

@@ -15,7 +15,7 @@ use crate::common;
 use memmachine::error::Error;
 use memmachine::model::filter::parse;
 use memmachine::model::{
-    ApiKeyRecord, EpisodeHandle, EpisodicConfigUpdate, FeatureId, KeyScope, NewEpisode,
+    ApiKeyRecord, ChangeSeq, EpisodeHandle, EpisodicConfigUpdate, FeatureId, KeyScope, NewEpisode,
     ProjectConfig, ProjectKey, SetId,
 };
 use memmachine::store::postgres::{PoolSettings, PostgresStore};
@@ -440,8 +440,8 @@ async fn stored_vectors_are_in_the_feed_and_come_back() {
     .unwrap();
     let after = pg.feed_head(&k).await.unwrap();
     assert_eq!(
-        after.change,
-        head.change + 1,
+        after.change.raw(),
+        head.change.raw() + 1,
         "one Vector change, the missing one skipped"
     );
     let changes = pg
@@ -458,7 +458,7 @@ async fn stored_vectors_are_in_the_feed_and_come_back() {
     );
     // Another embedder's reader sees no vector.
     let other = pg
-        .changes_since(head.project, 0, Some("e2"), 10)
+        .changes_since(head.project, ChangeSeq::from_raw(0), Some("e2"), 10)
         .await
         .unwrap()
         .unwrap();
@@ -529,9 +529,9 @@ async fn concurrent_writers_get_distinct_sequence_numbers_and_change_ids() {
         task.await.unwrap();
     }
     let head = one.feed_head(&k).await.unwrap();
-    assert_eq!(head.change, 40);
+    assert_eq!(head.change.raw(), 40);
     let changes = two
-        .changes_since(head.project, 0, None, 100)
+        .changes_since(head.project, ChangeSeq::from_raw(0), None, 100)
         .await
         .unwrap()
         .unwrap();
@@ -596,7 +596,7 @@ async fn a_unique_violation_is_already_exists() {
         .unwrap_err();
     assert!(matches!(err, Error::AlreadyExists(_)), "{err}");
     assert_eq!(pg.count_episodes(&b).await.unwrap(), 0);
-    assert_eq!(pg.feed_head(&b).await.unwrap().change, 0);
+    assert_eq!(pg.feed_head(&b).await.unwrap().change.raw(), 0);
     // Caught by the database's unique index (23505): another transaction inserted the
     // same uid and commits while this add waits on it.
     let racing = episode("racing", &[]);

@@ -15,7 +15,7 @@ use super::error::db_error;
 use super::helpers::{ADDED, REMOVED, VECTOR};
 use super::projects;
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::{EpisodeHandle, ProjectHandle, ProjectKey};
+use memmachine_core::model::{ChangeSeq, EpisodeHandle, ProjectHandle, ProjectKey};
 use memmachine_core::store::{Change, ChangeFeed, Changes, FeedHead, IndexedEpisode};
 
 fn vector_of(row: &sqlx::postgres::PgRow, at: usize) -> sqlx::Result<Option<Vec<f32>>> {
@@ -37,7 +37,7 @@ impl ChangeFeed for PostgresStore {
         .ok_or_else(|| projects::not_found(key))?;
         Ok(FeedHead {
             project: ProjectHandle::from_raw(row.try_get(0).map_err(db_error)?),
-            change: row.try_get(1).map_err(db_error)?,
+            change: ChangeSeq::from_raw(row.try_get(1).map_err(db_error)?),
         })
     }
 
@@ -83,11 +83,11 @@ impl ChangeFeed for PostgresStore {
     async fn changes_since(
         &self,
         project: ProjectHandle,
-        after: i64,
+        after: ChangeSeq,
         embedder: Option<&str>,
         limit: usize,
     ) -> Result<Option<Changes>> {
-        let project = project.raw();
+        let (project, after) = (project.raw(), after.raw());
         // One snapshot for the head, the log and the episodes it names.
         let mut tx = self.pool().begin().await.map_err(db_error)?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -179,6 +179,7 @@ impl ChangeFeed for PostgresStore {
                 }
             }
         }
+        let through = ChangeSeq::from_raw(through);
         Ok(Some(Changes { changes, through }))
     }
 

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use memmachine::error::Error;
-use memmachine::model::{EpisodeHandle, FeatureId, NewEpisode, ProjectHandle, ProjectKey, SetId};
+use memmachine::model::{
+    ChangeSeq, EpisodeHandle, FeatureId, NewEpisode, ProjectHandle, ProjectKey, SetId,
+};
 use memmachine::semantic::features::{category_key, new_feature};
 use memmachine::semantic::model::{
     Batch, CategoryOwner, ClaimRule, FeatureOp, FeatureUpdate, NewCategory, NewFeature, NewSet,
@@ -143,9 +145,9 @@ pub async fn routed_episodes_are_stored_queued_and_claimed_by_count(store: Arc<d
     // Stored as add_episodes stores them: logged in the change feed (what indexes
     // read) and queued for a vector from the embedder.
     let head = store.feed_head(&k).await.unwrap();
-    assert_eq!(head.change, 3);
+    assert_eq!(head.change.raw(), 3);
     let logged = store
-        .changes_since(head.project, 0, None, 10)
+        .changes_since(head.project, ChangeSeq::from_raw(0), None, 10)
         .await
         .unwrap()
         .unwrap();

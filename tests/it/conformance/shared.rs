@@ -31,10 +31,10 @@ pub async fn writes_through_one_handle_are_seen_through_the_other(
         other.feed_head(&k).await.unwrap(),
         one.feed_head(&k).await.unwrap()
     );
-    assert_eq!(other.feed_head(&k).await.unwrap().change, 3);
+    assert_eq!(other.feed_head(&k).await.unwrap().change.raw(), 3);
     // And back, with the sequence numbers continuing.
     assert_eq!(add(&other, &k, numbered("n", 1)).await, [4]);
-    assert_eq!(one.feed_head(&k).await.unwrap().change, 4);
+    assert_eq!(one.feed_head(&k).await.unwrap().change.raw(), 4);
     assert!(other.delete_project(&k).await.unwrap());
     assert!(one.get_project(&k).await.unwrap().is_none());
     assert!(

@@ -145,6 +145,11 @@ handle!(
     EpisodeHandle
 );
 handle!(
+    /// The id of an entry of a project's change log: per project, increasing in
+    /// commit order, 0 before the first.
+    ChangeSeq
+);
+handle!(
     /// A semantic set's handle (its public id is `set_id`).
     SetId
 );

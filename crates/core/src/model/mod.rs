@@ -12,6 +12,7 @@ pub mod project;
 pub use api_key::{ApiKeyRecord, KeyScope};
 pub use episode::{Episode, NewEpisode, ScoredEpisode};
 pub use ids::{
-    CategoryId, EpisodeHandle, FeatureId, ProjectHandle, ProjectKey, SetId, SetTypeId, TagId,
+    CategoryId, ChangeSeq, EpisodeHandle, FeatureId, ProjectHandle, ProjectKey, SetId, SetTypeId,
+    TagId,
 };
 pub use project::{EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig};

@@ -796,7 +796,7 @@ fn by_count(now: i64) -> memmachine::semantic::model::ClaimRule {
 #[tokio::test]
 async fn two_workers_never_claim_the_same_set_or_message() {
     use memmachine::semantic::sets::user_set;
-    use memmachine::semantic::store::{Routing, SemanticStore};
+    use memmachine::semantic::store::{Routing, SemanticQueue};
 
     let (one, url) = fresh_or_skip!();
     let one = Arc::new(one);
@@ -809,7 +809,7 @@ async fn two_workers_never_claim_the_same_set_or_message() {
         let batch: Vec<NewEpisode> = (0..3)
             .map(|i| episode(&format!("u{user} m{i}"), &[]))
             .collect();
-        SemanticStore::add_episodes_routed(
+        SemanticQueue::add_episodes_routed(
             &*one,
             &k,
             batch,
@@ -863,7 +863,7 @@ async fn two_workers_never_claim_the_same_set_or_message() {
 async fn feature_vectors_are_claimed_under_leases() {
     use memmachine::semantic::features::new_feature;
     use memmachine::semantic::sets::project_set;
-    use memmachine::semantic::store::SemanticStore;
+    use memmachine::semantic::store::{SemanticFeatures, SemanticSets};
 
     let (one, url) = fresh_or_skip!();
     let two = PostgresStore::connect(&url).await.unwrap();
@@ -942,7 +942,7 @@ async fn feature_vectors_are_claimed_under_leases() {
 #[tokio::test]
 async fn the_summary_cursor_waits_for_episodes_in_flight() {
     use memmachine::semantic::sets::project_set;
-    use memmachine::semantic::store::{Routing, SemanticStore};
+    use memmachine::semantic::store::{Routing, SemanticQueue, Summaries};
 
     let (pg, url) = fresh_or_skip!();
     let pg = Arc::new(pg);
@@ -965,7 +965,7 @@ async fn the_summary_cursor_waits_for_episodes_in_flight() {
     let adding = {
         let (pg, slow) = (pg.clone(), slow.clone());
         tokio::spawn(async move {
-            SemanticStore::add_episodes_routed(
+            SemanticQueue::add_episodes_routed(
                 &*pg,
                 &slow,
                 vec![episode("slow", &[])],

@@ -1,7 +1,7 @@
-//! Semantic memory on PostgreSQL: `SemanticStore` for `PostgresStore`. Sets, set
-//! types, categories and tags are in `semantic_sets`, features and their vectors in
-//! `semantic_features`, the ingestion queue in `semantic_queue` and short-term
-//! summaries in `semantic_summaries`. Each call runs in one transaction.
+//! Semantic memory on PostgreSQL: `SemanticSets`, `SemanticFeatures`, `SemanticQueue`
+//! and `Summaries` for `PostgresStore`. Sets, set types, categories and tags are in
+//! `semantic_sets`, features and their vectors in `semantic_features`, the ingestion
+//! queue in `semantic_queue` and short-term summaries in `semantic_summaries`. Each call runs in one transaction.
 //!
 //! Beside the trait, as inherent methods, the shapes the trait takes after the merge:
 //! `add_episodes_routed` with the embedder to queue the episodes for, and
@@ -30,7 +30,7 @@ use memmachine_core::store::{
     NewCategory, NewFeature, NewSet, NewSetType, PendingFeatureEmbedding, SetConfig, SetRow,
     SetType, Summary, Tag,
 };
-use memmachine_core::store::{Routing, SemanticStore};
+use memmachine_core::store::{Routing, SemanticFeatures, SemanticQueue, SemanticSets, Summaries};
 
 /// Runs `f` in a transaction and commits what it did when it succeeds.
 macro_rules! in_tx {
@@ -55,30 +55,7 @@ macro_rules! on_conn {
 }
 
 #[async_trait]
-impl SemanticStore for PostgresStore {
-    async fn add_episodes_routed(
-        &self,
-        key: &ProjectKey,
-        new: Vec<NewEpisode>,
-        routing: Vec<Routing>,
-        embedder: Option<&str>,
-    ) -> Result<Vec<i64>> {
-        in_tx!(self, |tx| async {
-            let added = episodes::add(&mut *tx, key, &new, embedder).await?;
-            queue::route(
-                &mut *tx,
-                added.project,
-                &added.org_id,
-                &added.rows,
-                &routing,
-            )
-            .await?;
-            Ok::<_, memmachine_core::error::Error>(added.seqs)
-        })
-    }
-
-    // Set types.
-
+impl SemanticSets for PostgresStore {
     async fn create_set_type(&self, key: &ProjectKey, set_type: NewSetType) -> Result<SetType> {
         in_tx!(self, |tx| sets::create_set_type(tx, key, &set_type))
     }
@@ -90,8 +67,6 @@ impl SemanticStore for PostgresStore {
     async fn delete_set_type(&self, internal_id: SetTypeId) -> Result<bool> {
         in_tx!(self, |tx| sets::delete_set_type(tx, internal_id.raw()))
     }
-
-    // Sets.
 
     async fn ensure_sets(&self, key: &ProjectKey, new: Vec<NewSet>) -> Result<Vec<SetRow>> {
         in_tx!(self, |tx| sets::ensure_sets_of(tx, key, &new))
@@ -112,8 +87,6 @@ impl SemanticStore for PostgresStore {
     async fn configure_set(&self, set: SetId, config: SetConfig) -> Result<()> {
         in_tx!(self, |tx| sets::configure_set(tx, set.raw(), &config))
     }
-
-    // Categories and tags.
 
     async fn add_category(&self, owner: CategoryOwner, category: NewCategory) -> Result<Category> {
         in_tx!(self, |tx| sets::add_category(tx, owner, &category))
@@ -171,9 +144,10 @@ impl SemanticStore for PostgresStore {
     async fn delete_tag(&self, internal_id: TagId) -> Result<()> {
         in_tx!(self, |tx| sets::delete_tag(tx, internal_id.raw()))
     }
+}
 
-    // Features.
-
+#[async_trait]
+impl SemanticFeatures for PostgresStore {
     async fn resolve_episodes(
         &self,
         key: &ProjectKey,
@@ -274,7 +248,61 @@ impl SemanticStore for PostgresStore {
         .map_err(db_error)
     }
 
-    // Ingestion.
+    async fn claim_feature_embeddings(
+        &self,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Vec<PendingFeatureEmbedding>> {
+        on_conn!(self, |conn| features::claim_vectors(conn, limit, lease))
+    }
+
+    async fn release_feature_embeddings(&self, features: Vec<FeatureId>) -> Result<()> {
+        let features = raw_ids(&features, FeatureId::raw);
+        on_conn!(self, |conn| features::release_vectors(conn, &features))
+    }
+
+    async fn store_feature_embeddings(
+        &self,
+        embedder: &str,
+        vectors: Vec<(FeatureId, Vec<f32>)>,
+    ) -> Result<()> {
+        let vectors: Vec<(i64, Vec<f32>)> =
+            vectors.into_iter().map(|(f, v)| (f.raw(), v)).collect();
+        let dims = super::vectors::dimensions(vectors.iter().map(|(_, v)| v));
+        let stored: Result<()> = in_tx!(self, |tx| features::store_vectors(tx, embedder, &vectors));
+        stored?;
+        self.ensure_hnsw("feature_embeddings", &dims).await;
+        Ok(())
+    }
+
+    async fn abandon_feature_embeddings(&self, ids: Vec<FeatureId>) -> Result<()> {
+        let ids = raw_ids(&ids, FeatureId::raw);
+        in_tx!(self, |tx| features::abandon_vectors(tx, &ids))
+    }
+}
+
+#[async_trait]
+impl SemanticQueue for PostgresStore {
+    async fn add_episodes_routed(
+        &self,
+        key: &ProjectKey,
+        new: Vec<NewEpisode>,
+        routing: Vec<Routing>,
+        embedder: Option<&str>,
+    ) -> Result<Vec<i64>> {
+        in_tx!(self, |tx| async {
+            let added = episodes::add(&mut *tx, key, &new, embedder).await?;
+            queue::route(
+                &mut *tx,
+                added.project,
+                &added.org_id,
+                &added.rows,
+                &routing,
+            )
+            .await?;
+            Ok::<_, memmachine_core::error::Error>(added.seqs)
+        })
+    }
 
     async fn claim_batch(&self, rule: ClaimRule) -> Result<Option<Batch>> {
         in_tx!(self, |tx| queue::claim(tx, &rule))
@@ -325,43 +353,10 @@ impl SemanticStore for PostgresStore {
             embedder.as_deref()
         ))
     }
+}
 
-    // Feature vectors.
-
-    async fn claim_feature_embeddings(
-        &self,
-        limit: usize,
-        lease: Duration,
-    ) -> Result<Vec<PendingFeatureEmbedding>> {
-        on_conn!(self, |conn| features::claim_vectors(conn, limit, lease))
-    }
-
-    async fn release_feature_embeddings(&self, features: Vec<FeatureId>) -> Result<()> {
-        let features = raw_ids(&features, FeatureId::raw);
-        on_conn!(self, |conn| features::release_vectors(conn, &features))
-    }
-
-    async fn store_feature_embeddings(
-        &self,
-        embedder: &str,
-        vectors: Vec<(FeatureId, Vec<f32>)>,
-    ) -> Result<()> {
-        let vectors: Vec<(i64, Vec<f32>)> =
-            vectors.into_iter().map(|(f, v)| (f.raw(), v)).collect();
-        let dims = super::vectors::dimensions(vectors.iter().map(|(_, v)| v));
-        let stored: Result<()> = in_tx!(self, |tx| features::store_vectors(tx, embedder, &vectors));
-        stored?;
-        self.ensure_hnsw("feature_embeddings", &dims).await;
-        Ok(())
-    }
-
-    async fn abandon_feature_embeddings(&self, ids: Vec<FeatureId>) -> Result<()> {
-        let ids = raw_ids(&ids, FeatureId::raw);
-        in_tx!(self, |tx| features::abandon_vectors(tx, &ids))
-    }
-
-    // Summaries.
-
+#[async_trait]
+impl Summaries for PostgresStore {
     async fn summary(&self, key: &ProjectKey) -> Result<Option<Summary>> {
         on_conn!(self, |conn| summaries::summary(conn, key))
     }

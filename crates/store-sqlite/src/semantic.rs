@@ -1,7 +1,7 @@
-//! Semantic memory on SQLite: `SemanticStore` for `SqliteStore`. Sets, set types,
-//! categories and tags are in `semantic_sets`, features and their vectors in
-//! `semantic_features`, the ingestion queue in `semantic_queue` and short-term
-//! summaries in `semantic_summaries`. Reads go through the read pool, writes through
+//! Semantic memory on SQLite: `SemanticSets`, `SemanticFeatures`, `SemanticQueue` and
+//! `Summaries` for `SqliteStore`. Sets, set types, categories and tags are in
+//! `semantic_sets`, features and their vectors in `semantic_features`, the ingestion
+//! queue in `semantic_queue` and short-term summaries in `semantic_summaries`. Reads go through the read pool, writes through
 //! the writer, each call in one transaction.
 
 use async_trait::async_trait;
@@ -23,7 +23,7 @@ use memmachine_core::store::{
     NewCategory, NewFeature, NewSet, NewSetType, PendingFeatureEmbedding, SetConfig, SetRow,
     SetType, Summary, Tag,
 };
-use memmachine_core::store::{Routing, SemanticStore};
+use memmachine_core::store::{Routing, SemanticFeatures, SemanticQueue, SemanticSets, Summaries};
 
 fn resolve_episodes(
     conn: &Connection,
@@ -46,23 +46,7 @@ fn semantic_version(conn: &Connection, org_id: &str) -> Result<i64> {
 }
 
 #[async_trait]
-impl SemanticStore for SqliteStore {
-    async fn add_episodes_routed(
-        &self,
-        key: &ProjectKey,
-        episodes: Vec<NewEpisode>,
-        routing: Vec<Routing>,
-        embedder: Option<&str>,
-    ) -> Result<Vec<i64>> {
-        let org_id = key.org_id.clone();
-        self.add_episodes_then(key, episodes, embedder, move |conn, added| {
-            queue::route(conn, added.project, &org_id, &added.rows, &routing)
-        })
-        .await
-    }
-
-    // Set types.
-
+impl SemanticSets for SqliteStore {
     async fn create_set_type(&self, key: &ProjectKey, set_type: NewSetType) -> Result<SetType> {
         let key = key.clone();
         self.writer
@@ -82,8 +66,6 @@ impl SemanticStore for SqliteStore {
             .write(move |conn| sets::delete_set_type(conn, internal_id.raw()))
             .await
     }
-
-    // Sets.
 
     async fn ensure_sets(&self, key: &ProjectKey, new: Vec<NewSet>) -> Result<Vec<SetRow>> {
         let key = key.clone();
@@ -115,8 +97,6 @@ impl SemanticStore for SqliteStore {
             .write(move |conn| sets::configure_set(conn, set.raw(), &config))
             .await
     }
-
-    // Categories and tags.
 
     async fn add_category(&self, owner: CategoryOwner, category: NewCategory) -> Result<Category> {
         self.writer
@@ -186,9 +166,10 @@ impl SemanticStore for SqliteStore {
             .write(move |conn| sets::delete_tag(conn, internal_id.raw()))
             .await
     }
+}
 
-    // Features.
-
+#[async_trait]
+impl SemanticFeatures for SqliteStore {
     async fn resolve_episodes(
         &self,
         key: &ProjectKey,
@@ -282,7 +263,59 @@ impl SemanticStore for SqliteStore {
             .await
     }
 
-    // Ingestion.
+    async fn claim_feature_embeddings(
+        &self,
+        limit: usize,
+        lease: std::time::Duration,
+    ) -> Result<Vec<PendingFeatureEmbedding>> {
+        self.writer
+            .write(move |conn| features::claim_vectors(conn, limit, lease))
+            .await
+    }
+
+    async fn release_feature_embeddings(&self, ids: Vec<FeatureId>) -> Result<()> {
+        let ids = raw_ids(&ids, FeatureId::raw);
+        self.writer
+            .write(move |conn| features::release_vectors(conn, &ids))
+            .await
+    }
+
+    async fn store_feature_embeddings(
+        &self,
+        embedder: &str,
+        vectors: Vec<(FeatureId, Vec<f32>)>,
+    ) -> Result<()> {
+        let embedder = embedder.to_string();
+        let vectors: Vec<(i64, Vec<f32>)> =
+            vectors.into_iter().map(|(f, v)| (f.raw(), v)).collect();
+        self.writer
+            .write(move |conn| features::store_vectors(conn, &embedder, &vectors))
+            .await
+    }
+
+    async fn abandon_feature_embeddings(&self, ids: Vec<FeatureId>) -> Result<()> {
+        let ids = raw_ids(&ids, FeatureId::raw);
+        self.writer
+            .write(move |conn| features::abandon_vectors(conn, &ids))
+            .await
+    }
+}
+
+#[async_trait]
+impl SemanticQueue for SqliteStore {
+    async fn add_episodes_routed(
+        &self,
+        key: &ProjectKey,
+        episodes: Vec<NewEpisode>,
+        routing: Vec<Routing>,
+        embedder: Option<&str>,
+    ) -> Result<Vec<i64>> {
+        let org_id = key.org_id.clone();
+        self.add_episodes_then(key, episodes, embedder, move |conn, added| {
+            queue::route(conn, added.project, &org_id, &added.rows, &routing)
+        })
+        .await
+    }
 
     async fn claim_batch(&self, rule: ClaimRule) -> Result<Option<Batch>> {
         // Finding a ready set scans the queue: done on a reader, so a backlog does not
@@ -338,47 +371,18 @@ impl SemanticStore for SqliteStore {
             .await
     }
 
-    // Feature vectors.
-
-    async fn claim_feature_embeddings(
+    async fn preceding_episodes(
         &self,
-        limit: usize,
-        lease: std::time::Duration,
-    ) -> Result<Vec<PendingFeatureEmbedding>> {
-        self.writer
-            .write(move |conn| features::claim_vectors(conn, limit, lease))
+        episodes: Vec<EpisodeHandle>,
+    ) -> Result<Vec<Option<(EpisodeHandle, Episode)>>> {
+        self.readers
+            .read(move |tx| queue::preceding(tx, &episodes))
             .await
     }
+}
 
-    async fn release_feature_embeddings(&self, ids: Vec<FeatureId>) -> Result<()> {
-        let ids = raw_ids(&ids, FeatureId::raw);
-        self.writer
-            .write(move |conn| features::release_vectors(conn, &ids))
-            .await
-    }
-
-    async fn store_feature_embeddings(
-        &self,
-        embedder: &str,
-        vectors: Vec<(FeatureId, Vec<f32>)>,
-    ) -> Result<()> {
-        let embedder = embedder.to_string();
-        let vectors: Vec<(i64, Vec<f32>)> =
-            vectors.into_iter().map(|(f, v)| (f.raw(), v)).collect();
-        self.writer
-            .write(move |conn| features::store_vectors(conn, &embedder, &vectors))
-            .await
-    }
-
-    async fn abandon_feature_embeddings(&self, ids: Vec<FeatureId>) -> Result<()> {
-        let ids = raw_ids(&ids, FeatureId::raw);
-        self.writer
-            .write(move |conn| features::abandon_vectors(conn, &ids))
-            .await
-    }
-
-    // Summaries.
-
+#[async_trait]
+impl Summaries for SqliteStore {
     async fn summary(&self, key: &ProjectKey) -> Result<Option<Summary>> {
         let key = key.clone();
         self.readers
@@ -401,15 +405,6 @@ impl SemanticStore for SqliteStore {
     async fn projects_changed(&self, after: i64) -> Result<(Vec<ProjectKey>, i64)> {
         self.writer
             .write(move |conn| summaries::projects_changed(conn, after))
-            .await
-    }
-
-    async fn preceding_episodes(
-        &self,
-        episodes: Vec<EpisodeHandle>,
-    ) -> Result<Vec<Option<(EpisodeHandle, Episode)>>> {
-        self.readers
-            .read(move |tx| queue::preceding(tx, &episodes))
             .await
     }
 

@@ -170,8 +170,8 @@ impl Worker {
                 Err(err) => {
                     // The episodes stay queued (and searchable lexically) until this works;
                     // freed, so that another replica may try meanwhile.
-                    let episodes = pending.iter().map(|p| p.episode).collect();
-                    if let Err(err) = store.release_embeddings(episodes).await {
+                    let episodes: Vec<_> = pending.iter().map(|p| p.episode).collect();
+                    if let Err(err) = store.release_embeddings(&episodes).await {
                         tracing::warn!(error = %err, "releasing embedding leases failed");
                     }
                     tracing::warn!(
@@ -223,9 +223,9 @@ impl Worker {
                  (lexical search still finds it)"
             );
         }
-        let episodes = refused.iter().map(|(p, _)| p.episode).collect();
+        let episodes: Vec<_> = refused.iter().map(|(p, _)| p.episode).collect();
         store
-            .abandon_embeddings(episodes)
+            .abandon_embeddings(&episodes)
             .await
             .map_err(|err| format!("dequeuing refused episodes: {err}"))?;
         self.metrics.record_refused(embedder.id(), refused.len());

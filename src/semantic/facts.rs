@@ -64,7 +64,7 @@ impl SemanticMemory {
             }
             found => found?,
         };
-        let citations = self.store.resolve_episodes(&project.key, uids).await?;
+        let citations = self.store.resolve_episodes(&project.key, &uids).await?;
         let feature = features::new_feature(
             &category.name,
             &category.id,
@@ -76,7 +76,7 @@ impl SemanticMemory {
         let embedder = self.embedder_for(project, &set);
         let stored = self
             .store
-            .add_feature(set.internal_id, feature, citations, embedder)
+            .add_feature(set.internal_id, feature, &citations, embedder)
             .await?;
         Ok(stored.id)
     }
@@ -178,7 +178,7 @@ impl SemanticMemory {
         }
         internal.sort_unstable();
         internal.dedup();
-        self.store.delete_features(internal).await
+        self.store.delete_features(&internal).await
     }
 
     /// Features ranked by the query across the selected sets, with one score.
@@ -257,7 +257,12 @@ impl SemanticMemory {
             .collect();
         let features = self
             .store
-            .features(ranked.iter().map(|r| FeatureId::from_raw(r.0)).collect())
+            .features(
+                &ranked
+                    .iter()
+                    .map(|r| FeatureId::from_raw(r.0))
+                    .collect::<Vec<_>>(),
+            )
             .await?;
         Ok(features
             .into_iter()
@@ -301,10 +306,7 @@ impl SemanticMemory {
         let set_ids: Vec<SetId> = sets.iter().map(|s| s.internal_id).collect();
         let mut page = Vec::new();
         loop {
-            let chunk = self
-                .store
-                .list_features(set_ids.clone(), after, limit + 1)
-                .await?;
+            let chunk = self.store.list_features(&set_ids, after, limit + 1).await?;
             let exhausted = chunk.len() <= limit;
             for feature in chunk {
                 after = Some(feature.internal_id);

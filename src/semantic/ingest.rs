@@ -351,7 +351,7 @@ impl Worker {
         let preceding = self
             .memory
             .store()
-            .preceding_episodes(rows.clone())
+            .preceding_episodes(&rows)
             .await
             .map_err(|err| Outcome::Retry(err.to_string(), None))?;
         let mut seen = std::collections::HashSet::new();
@@ -488,7 +488,7 @@ impl Worker {
                 })
                 .collect();
             match store
-                .consolidate(set.internal_id, remove, add, embedder.clone())
+                .consolidate(set.internal_id, &remove, add, embedder.clone())
                 .await
             {
                 Ok(()) => self.metrics.record_semantic("consolidated", 1),

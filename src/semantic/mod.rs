@@ -236,7 +236,7 @@ impl SemanticMemory {
                 .iter()
                 .map(|t| CategoryOwner::SetType(t.internal_id)),
         );
-        let categories = self.store.categories_of(owners).await?;
+        let categories = self.store.categories_of(&owners).await?;
         let mut distilled = Distilled::default();
         for category in categories {
             match category.owner {

@@ -193,7 +193,7 @@ impl FeatureIndexes {
         // The sets the project sees: its own and its org's org-level ones.
         let sets = store.list_sets(&project.key).await?;
         let features = store
-            .indexed_features(sets.iter().map(|s| s.internal_id).collect())
+            .indexed_features(&sets.iter().map(|s| s.internal_id).collect::<Vec<_>>())
             .await?;
         let index = Arc::new(ProjectFeatures::build(version, features));
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());

@@ -299,7 +299,7 @@ async fn export_semantic(
         .chain(sets.keys().map(|s| CategoryOwner::Set(*s)))
         .collect();
     if !owners.is_empty() {
-        for c in store.categories_of(owners).await? {
+        for c in store.categories_of(&owners).await? {
             let (set_id, set_type) = match c.owner {
                 CategoryOwner::Set(s) => (sets.get(&s).map(|s| s.set_id.clone()), None),
                 CategoryOwner::SetType(t) => (None, set_types.get(&t).map(|t| t.id.clone())),
@@ -337,7 +337,7 @@ async fn export_semantic(
     let mut feature_ids: HashMap<FeatureId, String> = HashMap::new();
     let mut after = None;
     loop {
-        let page = store.list_features(set_ids.clone(), after, PAGE).await?;
+        let page = store.list_features(&set_ids, after, PAGE).await?;
         for f in &page {
             if vectors {
                 feature_ids.insert(f.internal_id, f.id.clone());
@@ -365,7 +365,7 @@ async fn export_semantic(
     }
     if vectors {
         for set in &set_ids {
-            for f in store.indexed_features(vec![*set]).await? {
+            for f in store.indexed_features(&[*set]).await? {
                 let (Some((embedder, vector)), Some(id)) =
                     (f.vector, feature_ids.get(&f.internal_id))
                 else {

@@ -366,7 +366,7 @@ async fn survey(store: &dyn Store, plan: &Plan, replace: bool) -> Result<Target>
         .collect();
     let mut doomed_tags = HashSet::new();
     if !owners.is_empty() {
-        for c in store.categories_of(owners).await? {
+        for c in store.categories_of(&owners).await? {
             doomed_tags.extend(c.tags.iter().map(|t| t.internal_id));
         }
     }

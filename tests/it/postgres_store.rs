@@ -482,12 +482,12 @@ async fn stored_vectors_are_in_the_feed_and_come_back() {
             .unwrap()
             .is_empty()
     );
-    pg.release_embeddings(vec![b]).await.unwrap();
+    pg.release_embeddings(&[b]).await.unwrap();
     assert_eq!(
         pg.claim_embeddings("e1", 10, LONG).await.unwrap()[0].episode,
         b
     );
-    assert_eq!(pg.abandon_embeddings(vec![b, a]).await.unwrap(), 1);
+    assert_eq!(pg.abandon_embeddings(&[b, a]).await.unwrap(), 1);
     // The HNSW index of that dimension exists, for operators.
     let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
     let indexes: Vec<String> = sqlx::query_scalar(
@@ -880,7 +880,7 @@ async fn feature_vectors_are_claimed_under_leases() {
             serde_json::json!({}),
         );
         ids.push(
-            one.add_feature(set, feature, vec![], Some("e1".into()))
+            one.add_feature(set, feature, &[], Some("e1".into()))
                 .await
                 .unwrap()
                 .internal_id,
@@ -900,7 +900,7 @@ async fn feature_vectors_are_claimed_under_leases() {
             .is_empty()
     );
     // Released: claimable again, by anyone.
-    two.release_feature_embeddings(vec![b[0].feature])
+    two.release_feature_embeddings(&[b[0].feature])
         .await
         .unwrap();
     let again = one.claim_feature_embeddings(10, LONG).await.unwrap();
@@ -909,7 +909,7 @@ async fn feature_vectors_are_claimed_under_leases() {
         [b[0].feature]
     );
     // An expired lease is taken over.
-    one.release_feature_embeddings(ids.clone()).await.unwrap();
+    one.release_feature_embeddings(&ids).await.unwrap();
     let short = one
         .claim_feature_embeddings(1, Duration::from_millis(200))
         .await
@@ -925,7 +925,7 @@ async fn feature_vectors_are_claimed_under_leases() {
     )
     .await
     .unwrap();
-    let indexed = one.indexed_features(vec![set]).await.unwrap();
+    let indexed = one.indexed_features(&[set]).await.unwrap();
     assert_eq!(indexed[0].vector, Some(("e1".to_string(), vec![0.0, 1.0])));
     let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
     let exists: bool = sqlx::query_scalar(

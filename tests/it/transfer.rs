@@ -290,7 +290,7 @@ async fn populate(store: &Arc<dyn Store>) {
         .unwrap();
 
     let cite = store
-        .resolve_episodes(&support, vec![support_uids[0], support_uids[1]])
+        .resolve_episodes(&support, &[support_uids[0], support_uids[1]])
         .await
         .unwrap();
     let dog = store
@@ -304,18 +304,18 @@ async fn populate(store: &Arc<dyn Store>) {
                 "Max",
                 serde_json::json!({"source": "chat", "confidence": 0.9}),
             ),
-            cite,
+            &cite,
             None,
         )
         .await
         .unwrap();
     let mut cite = store
-        .resolve_episodes(&sales, vec![sales_uids[0]])
+        .resolve_episodes(&sales, &[sales_uids[0]])
         .await
         .unwrap();
     cite.extend(
         store
-            .resolve_episodes(&support, vec![support_uids[3]])
+            .resolve_episodes(&support, &[support_uids[3]])
             .await
             .unwrap(),
     );
@@ -323,13 +323,13 @@ async fn populate(store: &Arc<dyn Store>) {
         .add_feature(
             org_set.internal_id,
             new_feature("Work", "", "Deals", "seats", "30", serde_json::json!({})),
-            cite,
+            &cite,
             None,
         )
         .await
         .unwrap();
     let cite = store
-        .resolve_episodes(&support, vec![support_uids[3]])
+        .resolve_episodes(&support, &[support_uids[3]])
         .await
         .unwrap();
     store
@@ -343,7 +343,7 @@ async fn populate(store: &Arc<dyn Store>) {
                 "wrong amount",
                 serde_json::json!({"n": 3}),
             ),
-            cite,
+            &cite,
             None,
         )
         .await
@@ -372,7 +372,7 @@ async fn populate(store: &Arc<dyn Store>) {
         .await
         .unwrap()
         .remove(0);
-    let cite = store.resolve_episodes(&main, main_uids).await.unwrap();
+    let cite = store.resolve_episodes(&main, &main_uids).await.unwrap();
     store
         .add_feature(
             beta_set.internal_id,
@@ -384,7 +384,7 @@ async fn populate(store: &Arc<dyn Store>) {
                 "hello",
                 serde_json::json!({}),
             ),
-            cite,
+            &cite,
             None,
         )
         .await
@@ -535,7 +535,10 @@ async fn round_trip(target: Arc<dyn Store>) {
     assert_eq!(ids(&target_sets), ids(&source_sets));
     let source_features = source
         .list_features(
-            source_sets.iter().map(|s| s.internal_id).collect(),
+            &source_sets
+                .iter()
+                .map(|s| s.internal_id)
+                .collect::<Vec<_>>(),
             None,
             100,
         )

@@ -96,12 +96,12 @@ impl SemanticSets for PostgresStore {
         on_conn!(self, |conn| sets::find_category(conn, id))
     }
 
-    async fn categories_of(&self, owners: Vec<CategoryOwner>) -> Result<Vec<Category>> {
-        on_conn!(self, |conn| sets::categories_of(conn, &owners))
+    async fn categories_of(&self, owners: &[CategoryOwner]) -> Result<Vec<Category>> {
+        on_conn!(self, |conn| sets::categories_of(conn, owners))
     }
 
-    async fn delete_category(&self, internal_id: CategoryId, of_sets: Vec<SetId>) -> Result<()> {
-        let of_sets = raw_ids(&of_sets, SetId::raw);
+    async fn delete_category(&self, internal_id: CategoryId, of_sets: &[SetId]) -> Result<()> {
+        let of_sets = raw_ids(of_sets, SetId::raw);
         in_tx!(self, |tx| sets::delete_category(
             tx,
             internal_id.raw(),
@@ -151,7 +151,7 @@ impl SemanticFeatures for PostgresStore {
     async fn resolve_episodes(
         &self,
         key: &ProjectKey,
-        uids: Vec<uuid::Uuid>,
+        uids: &[uuid::Uuid],
     ) -> Result<Vec<EpisodeHandle>> {
         on_conn!(self, |conn| async {
             let project = super::projects::require(&mut *conn, key).await?;
@@ -160,7 +160,7 @@ impl SemanticFeatures for PostgresStore {
                 &key.org_id,
                 project,
                 key,
-                &uids,
+                uids,
                 "a feature cites episodes of its project only",
             )
             .await
@@ -172,14 +172,14 @@ impl SemanticFeatures for PostgresStore {
         &self,
         set: SetId,
         feature: NewFeature,
-        citations: Vec<EpisodeHandle>,
+        citations: &[EpisodeHandle],
         embedder: Option<String>,
     ) -> Result<Feature> {
         in_tx!(self, |tx| features::add(
             tx,
             set.raw(),
             &feature,
-            &citations,
+            citations,
             embedder.as_deref()
         ))
     }
@@ -188,8 +188,8 @@ impl SemanticFeatures for PostgresStore {
         on_conn!(self, |conn| features::find(conn, id))
     }
 
-    async fn features(&self, ids: Vec<FeatureId>) -> Result<Vec<Feature>> {
-        let ids = raw_ids(&ids, FeatureId::raw);
+    async fn features(&self, ids: &[FeatureId]) -> Result<Vec<Feature>> {
+        let ids = raw_ids(ids, FeatureId::raw);
         on_conn!(self, |conn| features::by_ids(conn, &ids))
     }
 
@@ -207,19 +207,19 @@ impl SemanticFeatures for PostgresStore {
         ))
     }
 
-    async fn delete_features(&self, ids: Vec<FeatureId>) -> Result<u64> {
-        let ids = raw_ids(&ids, FeatureId::raw);
+    async fn delete_features(&self, ids: &[FeatureId]) -> Result<u64> {
+        let ids = raw_ids(ids, FeatureId::raw);
         in_tx!(self, |tx| features::delete(tx, &ids))
     }
 
     async fn list_features(
         &self,
-        of_sets: Vec<SetId>,
+        of_sets: &[SetId],
         after: Option<FeatureId>,
         limit: usize,
     ) -> Result<Vec<Feature>> {
         let (of_sets, after) = (
-            raw_ids(&of_sets, SetId::raw),
+            raw_ids(of_sets, SetId::raw),
             after.map_or(0, FeatureId::raw),
         );
         on_conn!(self, |conn| features::list(conn, &of_sets, after, limit))
@@ -233,8 +233,8 @@ impl SemanticFeatures for PostgresStore {
         ))
     }
 
-    async fn indexed_features(&self, of_sets: Vec<SetId>) -> Result<Vec<IndexedFeature>> {
-        let of_sets = raw_ids(&of_sets, SetId::raw);
+    async fn indexed_features(&self, of_sets: &[SetId]) -> Result<Vec<IndexedFeature>> {
+        let of_sets = raw_ids(of_sets, SetId::raw);
         on_conn!(self, |conn| features::indexed(conn, &of_sets))
     }
 
@@ -256,8 +256,8 @@ impl SemanticFeatures for PostgresStore {
         on_conn!(self, |conn| features::claim_vectors(conn, limit, lease))
     }
 
-    async fn release_feature_embeddings(&self, features: Vec<FeatureId>) -> Result<()> {
-        let features = raw_ids(&features, FeatureId::raw);
+    async fn release_feature_embeddings(&self, features: &[FeatureId]) -> Result<()> {
+        let features = raw_ids(features, FeatureId::raw);
         on_conn!(self, |conn| features::release_vectors(conn, &features))
     }
 
@@ -275,8 +275,8 @@ impl SemanticFeatures for PostgresStore {
         Ok(())
     }
 
-    async fn abandon_feature_embeddings(&self, ids: Vec<FeatureId>) -> Result<()> {
-        let ids = raw_ids(&ids, FeatureId::raw);
+    async fn abandon_feature_embeddings(&self, ids: &[FeatureId]) -> Result<()> {
+        let ids = raw_ids(ids, FeatureId::raw);
         in_tx!(self, |tx| features::abandon_vectors(tx, &ids))
     }
 }
@@ -324,9 +324,9 @@ impl SemanticQueue for PostgresStore {
 
     async fn preceding_episodes(
         &self,
-        episodes: Vec<EpisodeHandle>,
+        episodes: &[EpisodeHandle],
     ) -> Result<Vec<Option<(EpisodeHandle, Episode)>>> {
-        on_conn!(self, |conn| queue::preceding(conn, &episodes))
+        on_conn!(self, |conn| queue::preceding(conn, episodes))
     }
 
     async fn release_batch(&self, batch: &Batch, not_before_micros: i64) -> Result<()> {
@@ -340,11 +340,11 @@ impl SemanticQueue for PostgresStore {
     async fn consolidate(
         &self,
         set: SetId,
-        remove: Vec<FeatureId>,
+        remove: &[FeatureId],
         add: Vec<NewFeature>,
         embedder: Option<String>,
     ) -> Result<()> {
-        let (set, remove) = (set.raw(), raw_ids(&remove, FeatureId::raw));
+        let (set, remove) = (set.raw(), raw_ids(remove, FeatureId::raw));
         in_tx!(self, |tx| features::consolidate(
             tx,
             set,

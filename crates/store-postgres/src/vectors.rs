@@ -173,7 +173,7 @@ impl VectorStore for PostgresStore {
         Ok(pending.into_iter().map(|(_, p)| p).collect())
     }
 
-    async fn release_embeddings(&self, episodes: Vec<EpisodeHandle>) -> Result<()> {
+    async fn release_embeddings(&self, episodes: &[EpisodeHandle]) -> Result<()> {
         let episodes: Vec<i64> = episodes.iter().map(|e| e.raw()).collect();
         sqlx::query("UPDATE embedding_queue SET lease_until = 0 WHERE episode = ANY($1)")
             .bind(&episodes)
@@ -183,7 +183,7 @@ impl VectorStore for PostgresStore {
         Ok(())
     }
 
-    async fn abandon_embeddings(&self, episodes: Vec<EpisodeHandle>) -> Result<u64> {
+    async fn abandon_embeddings(&self, episodes: &[EpisodeHandle]) -> Result<u64> {
         let episodes: Vec<i64> = episodes.iter().map(|e| e.raw()).collect();
         let removed = sqlx::query("DELETE FROM embedding_queue WHERE episode = ANY($1)")
             .bind(&episodes)

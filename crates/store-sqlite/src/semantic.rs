@@ -111,14 +111,15 @@ impl SemanticSets for SqliteStore {
             .await
     }
 
-    async fn categories_of(&self, owners: Vec<CategoryOwner>) -> Result<Vec<Category>> {
+    async fn categories_of(&self, owners: &[CategoryOwner]) -> Result<Vec<Category>> {
+        let owners = owners.to_vec();
         self.readers
             .read(move |tx| sets::categories_of(tx, &owners))
             .await
     }
 
-    async fn delete_category(&self, internal_id: CategoryId, of_sets: Vec<SetId>) -> Result<()> {
-        let of_sets = raw_ids(&of_sets, SetId::raw);
+    async fn delete_category(&self, internal_id: CategoryId, of_sets: &[SetId]) -> Result<()> {
+        let of_sets = raw_ids(of_sets, SetId::raw);
         self.writer
             .write(move |conn| sets::delete_category(conn, internal_id.raw(), &of_sets))
             .await
@@ -173,9 +174,10 @@ impl SemanticFeatures for SqliteStore {
     async fn resolve_episodes(
         &self,
         key: &ProjectKey,
-        uids: Vec<uuid::Uuid>,
+        uids: &[uuid::Uuid],
     ) -> Result<Vec<EpisodeHandle>> {
         let key = key.clone();
+        let uids = uids.to_vec();
         self.readers
             .read(move |tx| resolve_episodes(tx, &key, &uids))
             .await
@@ -185,9 +187,10 @@ impl SemanticFeatures for SqliteStore {
         &self,
         set: SetId,
         feature: NewFeature,
-        citations: Vec<EpisodeHandle>,
+        citations: &[EpisodeHandle],
         embedder: Option<String>,
     ) -> Result<Feature> {
+        let citations = citations.to_vec();
         self.writer
             .write(move |conn| {
                 features::add(conn, set.raw(), &feature, &citations, embedder.as_deref())
@@ -200,8 +203,8 @@ impl SemanticFeatures for SqliteStore {
         self.readers.read(move |tx| features::find(tx, &id)).await
     }
 
-    async fn features(&self, ids: Vec<FeatureId>) -> Result<Vec<Feature>> {
-        let ids = raw_ids(&ids, FeatureId::raw);
+    async fn features(&self, ids: &[FeatureId]) -> Result<Vec<Feature>> {
+        let ids = raw_ids(ids, FeatureId::raw);
         self.readers
             .read(move |tx| features::by_ids(tx, &ids))
             .await
@@ -220,8 +223,8 @@ impl SemanticFeatures for SqliteStore {
             .await
     }
 
-    async fn delete_features(&self, ids: Vec<FeatureId>) -> Result<u64> {
-        let ids = raw_ids(&ids, FeatureId::raw);
+    async fn delete_features(&self, ids: &[FeatureId]) -> Result<u64> {
+        let ids = raw_ids(ids, FeatureId::raw);
         self.writer
             .write(move |conn| features::delete(conn, &ids))
             .await
@@ -229,12 +232,12 @@ impl SemanticFeatures for SqliteStore {
 
     async fn list_features(
         &self,
-        of_sets: Vec<SetId>,
+        of_sets: &[SetId],
         after: Option<FeatureId>,
         limit: usize,
     ) -> Result<Vec<Feature>> {
         let (of_sets, after) = (
-            raw_ids(&of_sets, SetId::raw),
+            raw_ids(of_sets, SetId::raw),
             after.map_or(0, FeatureId::raw),
         );
         self.readers
@@ -249,8 +252,8 @@ impl SemanticFeatures for SqliteStore {
             .await
     }
 
-    async fn indexed_features(&self, of_sets: Vec<SetId>) -> Result<Vec<IndexedFeature>> {
-        let of_sets = raw_ids(&of_sets, SetId::raw);
+    async fn indexed_features(&self, of_sets: &[SetId]) -> Result<Vec<IndexedFeature>> {
+        let of_sets = raw_ids(of_sets, SetId::raw);
         self.readers
             .read(move |tx| features::indexed(tx, &of_sets))
             .await
@@ -273,8 +276,8 @@ impl SemanticFeatures for SqliteStore {
             .await
     }
 
-    async fn release_feature_embeddings(&self, ids: Vec<FeatureId>) -> Result<()> {
-        let ids = raw_ids(&ids, FeatureId::raw);
+    async fn release_feature_embeddings(&self, ids: &[FeatureId]) -> Result<()> {
+        let ids = raw_ids(ids, FeatureId::raw);
         self.writer
             .write(move |conn| features::release_vectors(conn, &ids))
             .await
@@ -293,8 +296,8 @@ impl SemanticFeatures for SqliteStore {
             .await
     }
 
-    async fn abandon_feature_embeddings(&self, ids: Vec<FeatureId>) -> Result<()> {
-        let ids = raw_ids(&ids, FeatureId::raw);
+    async fn abandon_feature_embeddings(&self, ids: &[FeatureId]) -> Result<()> {
+        let ids = raw_ids(ids, FeatureId::raw);
         self.writer
             .write(move |conn| features::abandon_vectors(conn, &ids))
             .await
@@ -361,11 +364,11 @@ impl SemanticQueue for SqliteStore {
     async fn consolidate(
         &self,
         set: SetId,
-        remove: Vec<FeatureId>,
+        remove: &[FeatureId],
         add: Vec<NewFeature>,
         embedder: Option<String>,
     ) -> Result<()> {
-        let (set, remove) = (set.raw(), raw_ids(&remove, FeatureId::raw));
+        let (set, remove) = (set.raw(), raw_ids(remove, FeatureId::raw));
         self.writer
             .write(move |conn| features::consolidate(conn, set, &remove, &add, embedder.as_deref()))
             .await
@@ -373,8 +376,9 @@ impl SemanticQueue for SqliteStore {
 
     async fn preceding_episodes(
         &self,
-        episodes: Vec<EpisodeHandle>,
+        episodes: &[EpisodeHandle],
     ) -> Result<Vec<Option<(EpisodeHandle, Episode)>>> {
+        let episodes = episodes.to_vec();
         self.readers
             .read(move |tx| queue::preceding(tx, &episodes))
             .await

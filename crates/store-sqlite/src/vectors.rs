@@ -248,13 +248,15 @@ impl VectorStore for SqliteStore {
             .await
     }
 
-    async fn release_embeddings(&self, episodes: Vec<EpisodeHandle>) -> Result<()> {
+    async fn release_embeddings(&self, episodes: &[EpisodeHandle]) -> Result<()> {
+        let episodes = episodes.to_vec();
         self.writer
             .write(move |conn| release(conn, &episodes))
             .await
     }
 
-    async fn abandon_embeddings(&self, episodes: Vec<EpisodeHandle>) -> Result<u64> {
+    async fn abandon_embeddings(&self, episodes: &[EpisodeHandle]) -> Result<u64> {
+        let episodes = episodes.to_vec();
         self.writer
             .write(move |conn| dequeue(conn, &episodes))
             .await

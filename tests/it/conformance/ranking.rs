@@ -404,7 +404,7 @@ pub async fn abandoned_episodes_are_still_found_by_their_words(store: Arc<dyn St
         .await
         .unwrap();
     let refused = handles(&store, &k, &batch).await[1];
-    assert_eq!(store.abandon_embeddings(vec![refused]).await.unwrap(), 1);
+    assert_eq!(store.abandon_embeddings(&[refused]).await.unwrap(), 1);
     assert_eq!(embed_all(&store, &embedder).await, 1);
     let found = ranker.rank(Mode::Hybrid, &k, "refuses", None, 10).await;
     assert_eq!(

@@ -134,7 +134,7 @@ pub async fn an_expired_lease_is_taken_over_by_the_other_handle(
             .is_empty()
     );
     // Released by the other, it is the first handle's again at once.
-    other.release_embeddings(vec![h[0]]).await.unwrap();
+    other.release_embeddings(&[h[0]]).await.unwrap();
     let back = one.claim_embeddings(embedder.id(), 10, LONG).await.unwrap();
     assert_eq!(back.iter().map(|p| p.episode).collect::<Vec<_>>(), [h[0]]);
 }

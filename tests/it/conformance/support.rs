@@ -188,7 +188,7 @@ pub async fn queued_for(store: &Arc<dyn Store>, embedder: &str) -> Vec<EpisodeHa
         .await
         .unwrap();
     let handles: Vec<EpisodeHandle> = pending.iter().map(|p| p.episode).collect();
-    store.release_embeddings(handles.clone()).await.unwrap();
+    store.release_embeddings(&handles).await.unwrap();
     handles
 }
 

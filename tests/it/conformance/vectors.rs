@@ -219,7 +219,7 @@ pub async fn released_episodes_are_claimable_at_once(store: Arc<dyn Store>) {
         .await
         .unwrap();
     assert_eq!(claimed.len(), 3);
-    store.release_embeddings(vec![h[2], h[0]]).await.unwrap();
+    store.release_embeddings(&[h[2], h[0]]).await.unwrap();
     let again = store
         .claim_embeddings(embedder.id(), 10, LONG)
         .await
@@ -230,10 +230,10 @@ pub async fn released_episodes_are_claimable_at_once(store: Arc<dyn Store>) {
     );
     // Releasing what is not queued is harmless.
     store
-        .release_embeddings(vec![EpisodeHandle::from_raw(i64::MAX)])
+        .release_embeddings(&[EpisodeHandle::from_raw(i64::MAX)])
         .await
         .unwrap();
-    store.release_embeddings(vec![]).await.unwrap();
+    store.release_embeddings(&[]).await.unwrap();
 }
 
 pub async fn abandoned_episodes_leave_the_queue(store: Arc<dyn Store>) {
@@ -253,13 +253,13 @@ pub async fn abandoned_episodes_leave_the_queue(store: Arc<dyn Store>) {
         .await
         .unwrap();
     assert_eq!(claimed.len(), 2);
-    assert_eq!(store.abandon_embeddings(vec![h[1]]).await.unwrap(), 1);
+    assert_eq!(store.abandon_embeddings(&[h[1]]).await.unwrap(), 1);
     assert_eq!(
-        store.abandon_embeddings(vec![h[1]]).await.unwrap(),
+        store.abandon_embeddings(&[h[1]]).await.unwrap(),
         0,
         "already off"
     );
-    store.release_embeddings(vec![h[0], h[1]]).await.unwrap();
+    store.release_embeddings(&[h[0], h[1]]).await.unwrap();
     assert_eq!(queued_for(&store, embedder.id()).await, [h[0]]);
     // Abandoned, it has no vector, and the episode stays.
     assert_eq!(store.count_episodes(&k).await.unwrap(), 2);
@@ -294,7 +294,7 @@ pub async fn stored_vectors_dequeue_and_deleted_episodes_are_skipped(store: Arc<
         .store_embeddings(embedder.id(), vectors)
         .await
         .unwrap();
-    store.release_embeddings(h.clone()).await.unwrap();
+    store.release_embeddings(&h).await.unwrap();
     assert!(
         queued_for(&store, embedder.id()).await.is_empty(),
         "all dequeued"

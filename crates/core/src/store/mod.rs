@@ -4,6 +4,9 @@
 //! project's public key and resolve it inside their own transaction, so a project
 //! deleted concurrently is `NotFound`, never a half-finished operation.
 
+// Lists: a method takes a list it only reads as a slice (`&[T]`), one whose items it
+// stores or moves as `Vec<T>`; a backend copies what its blocking task needs.
+
 mod episodes;
 mod feed;
 mod keys;

@@ -115,21 +115,21 @@ pub trait SemanticFeatures: Send + Sync {
     async fn resolve_episodes(
         &self,
         key: &ProjectKey,
-        uids: Vec<uuid::Uuid>,
+        uids: &[uuid::Uuid],
     ) -> Result<Vec<EpisodeHandle>>;
 
     async fn add_feature(
         &self,
         set: SetId,
         feature: NewFeature,
-        citations: Vec<EpisodeHandle>,
+        citations: &[EpisodeHandle],
         embedder: Option<String>,
     ) -> Result<Feature>;
 
     async fn find_feature(&self, id: &str) -> Result<Option<Feature>>;
 
     /// Features by internal id, in the order asked (missing ones left out).
-    async fn features(&self, ids: Vec<FeatureId>) -> Result<Vec<Feature>>;
+    async fn features(&self, ids: &[FeatureId]) -> Result<Vec<Feature>>;
 
     async fn update_feature(
         &self,
@@ -139,13 +139,13 @@ pub trait SemanticFeatures: Send + Sync {
     ) -> Result<()>;
 
     /// Deletes those of these features that exist; returns how many.
-    async fn delete_features(&self, ids: Vec<FeatureId>) -> Result<u64>;
+    async fn delete_features(&self, ids: &[FeatureId]) -> Result<u64>;
 
     /// Features of these sets after feature `after` (from the first: `None`), in id
     /// order.
     async fn list_features(
         &self,
-        sets: Vec<SetId>,
+        sets: &[SetId],
         after: Option<FeatureId>,
         limit: usize,
     ) -> Result<Vec<Feature>>;
@@ -154,7 +154,7 @@ pub trait SemanticFeatures: Send + Sync {
     async fn category_features(&self, set: SetId, category_key: &str) -> Result<Vec<Feature>>;
 
     /// The searchable fields of every feature of these sets.
-    async fn indexed_features(&self, sets: Vec<SetId>) -> Result<Vec<IndexedFeature>>;
+    async fn indexed_features(&self, sets: &[SetId]) -> Result<Vec<IndexedFeature>>;
 
     /// A number that changes whenever a feature of the org is added, changed or deleted.
     async fn semantic_version(&self, org_id: &str) -> Result<i64>;
@@ -168,7 +168,7 @@ pub trait SemanticFeatures: Send + Sync {
     ) -> Result<Vec<PendingFeatureEmbedding>>;
 
     /// Frees the leases of these queued features (a failed attempt).
-    async fn release_feature_embeddings(&self, features: Vec<FeatureId>) -> Result<()>;
+    async fn release_feature_embeddings(&self, features: &[FeatureId]) -> Result<()>;
 
     async fn store_feature_embeddings(
         &self,
@@ -177,5 +177,5 @@ pub trait SemanticFeatures: Send + Sync {
     ) -> Result<()>;
 
     /// Takes these features off the vector queue without one.
-    async fn abandon_feature_embeddings(&self, features: Vec<FeatureId>) -> Result<()>;
+    async fn abandon_feature_embeddings(&self, features: &[FeatureId]) -> Result<()>;
 }

@@ -93,7 +93,7 @@ pub trait SemanticQueue: Send + Sync {
     /// what a message answers, shown to the model as context.
     async fn preceding_episodes(
         &self,
-        episodes: Vec<EpisodeHandle>,
+        episodes: &[EpisodeHandle],
     ) -> Result<Vec<Option<(EpisodeHandle, Episode)>>>;
 
     /// Gives the batch back, to be tried again no sooner than `not_before_micros`.
@@ -107,7 +107,7 @@ pub trait SemanticQueue: Send + Sync {
     async fn consolidate(
         &self,
         set: SetId,
-        remove: Vec<FeatureId>,
+        remove: &[FeatureId],
         add: Vec<NewFeature>,
         embedder: Option<String>,
     ) -> Result<()>;

@@ -171,11 +171,11 @@ pub trait SemanticSets: Send + Sync {
     async fn find_category(&self, id: &str) -> Result<Option<Category>>;
 
     /// Categories (with their tags) owned by these owners.
-    async fn categories_of(&self, owners: Vec<CategoryOwner>) -> Result<Vec<Category>>;
+    async fn categories_of(&self, owners: &[CategoryOwner]) -> Result<Vec<Category>>;
 
     /// Deletes the category, its tags and the features of `sets` in a category of its
     /// name (the sets that used it).
-    async fn delete_category(&self, internal_id: CategoryId, sets: Vec<SetId>) -> Result<()>;
+    async fn delete_category(&self, internal_id: CategoryId, sets: &[SetId]) -> Result<()>;
 
     async fn disable_category(&self, set: SetId, name: &str) -> Result<()>;
 

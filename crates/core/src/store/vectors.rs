@@ -32,9 +32,9 @@ pub trait VectorStore: Send + Sync {
         lease: Duration,
     ) -> Result<Vec<PendingEmbedding>>;
     /// Frees the leases of these queued episodes (a failed attempt: anyone may retry).
-    async fn release_embeddings(&self, episodes: Vec<EpisodeHandle>) -> Result<()>;
+    async fn release_embeddings(&self, episodes: &[EpisodeHandle]) -> Result<()>;
     /// Takes these episodes off the queue without a vector. Returns how many were queued.
-    async fn abandon_embeddings(&self, episodes: Vec<EpisodeHandle>) -> Result<u64>;
+    async fn abandon_embeddings(&self, episodes: &[EpisodeHandle]) -> Result<u64>;
     /// Stores vectors made by `embedder` (episodes deleted meanwhile are skipped), takes
     /// them off the queue, and appends a `Vector` change to each one's project log.
     async fn store_embeddings(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::common;
 use memmachine::model::filter::{Expr, parse};
-use memmachine::model::{NewEpisode, ProjectConfig, ProjectKey};
+use memmachine::model::{EpisodeHandle, NewEpisode, ProjectConfig, ProjectKey};
 use memmachine::retrieval::index_cache::IndexCache;
 use memmachine::retrieval::tokenize::query_terms;
 use memmachine::store::Store;
@@ -203,7 +203,7 @@ fn sql_and_in_memory_filters_agree() {
         .block_on(store.list_episodes(&key, None, 0, 1000))
         .unwrap();
     let uids: Vec<uuid::Uuid> = all.iter().map(|e| e.uid).collect();
-    let handles: Vec<i64> = runtime
+    let handles: Vec<EpisodeHandle> = runtime
         .block_on(store.episode_handles(&key, &uids))
         .unwrap()
         .into_iter()
@@ -237,7 +237,7 @@ fn sql_and_in_memory_filters_agree() {
                 .map(|h| {
                     uids[handles
                         .iter()
-                        .position(|x| *x == h)
+                        .position(|x| x.raw() == h)
                         .expect("a handle of the project")]
                 })
                 .collect();

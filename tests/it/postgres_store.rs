@@ -15,7 +15,8 @@ use crate::common;
 use memmachine::error::Error;
 use memmachine::model::filter::parse;
 use memmachine::model::{
-    ApiKeyRecord, EpisodicConfigUpdate, KeyScope, NewEpisode, ProjectConfig, ProjectKey,
+    ApiKeyRecord, ChangeSeq, EpisodeHandle, EpisodicConfigUpdate, FeatureId, KeyScope, NewEpisode,
+    ProjectConfig, ProjectKey, SetId,
 };
 use memmachine::store::postgres::{PoolSettings, PostgresStore};
 use memmachine::store::sqlite::SqliteStore;
@@ -432,15 +433,15 @@ async fn stored_vectors_are_in_the_feed_and_come_back() {
         vec![
             (a, vec![1.0, 0.0, 0.0]),
             (a, vec![0.6, 0.8, 0.0]),
-            (999_999, vec![1.0, 0.0, 0.0]),
+            (EpisodeHandle::from_raw(999_999), vec![1.0, 0.0, 0.0]),
         ],
     )
     .await
     .unwrap();
     let after = pg.feed_head(&k).await.unwrap();
     assert_eq!(
-        after.change,
-        head.change + 1,
+        after.change.raw(),
+        head.change.raw() + 1,
         "one Vector change, the missing one skipped"
     );
     let changes = pg
@@ -457,7 +458,7 @@ async fn stored_vectors_are_in_the_feed_and_come_back() {
     );
     // Another embedder's reader sees no vector.
     let other = pg
-        .changes_since(head.project, 0, Some("e2"), 10)
+        .changes_since(head.project, ChangeSeq::from_raw(0), Some("e2"), 10)
         .await
         .unwrap()
         .unwrap();
@@ -481,12 +482,12 @@ async fn stored_vectors_are_in_the_feed_and_come_back() {
             .unwrap()
             .is_empty()
     );
-    pg.release_embeddings(vec![b]).await.unwrap();
+    pg.release_embeddings(&[b]).await.unwrap();
     assert_eq!(
         pg.claim_embeddings("e1", 10, LONG).await.unwrap()[0].episode,
         b
     );
-    assert_eq!(pg.abandon_embeddings(vec![b, a]).await.unwrap(), 1);
+    assert_eq!(pg.abandon_embeddings(&[b, a]).await.unwrap(), 1);
     // The HNSW index of that dimension exists, for operators.
     let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
     let indexes: Vec<String> = sqlx::query_scalar(
@@ -528,9 +529,9 @@ async fn concurrent_writers_get_distinct_sequence_numbers_and_change_ids() {
         task.await.unwrap();
     }
     let head = one.feed_head(&k).await.unwrap();
-    assert_eq!(head.change, 40);
+    assert_eq!(head.change.raw(), 40);
     let changes = two
-        .changes_since(head.project, 0, None, 100)
+        .changes_since(head.project, ChangeSeq::from_raw(0), None, 100)
         .await
         .unwrap()
         .unwrap();
@@ -595,7 +596,7 @@ async fn a_unique_violation_is_already_exists() {
         .unwrap_err();
     assert!(matches!(err, Error::AlreadyExists(_)), "{err}");
     assert_eq!(pg.count_episodes(&b).await.unwrap(), 0);
-    assert_eq!(pg.feed_head(&b).await.unwrap().change, 0);
+    assert_eq!(pg.feed_head(&b).await.unwrap().change.raw(), 0);
     // Caught by the database's unique index (23505): another transaction inserted the
     // same uid and commits while this add waits on it.
     let racing = episode("racing", &[]);
@@ -795,7 +796,7 @@ fn by_count(now: i64) -> memmachine::semantic::model::ClaimRule {
 #[tokio::test]
 async fn two_workers_never_claim_the_same_set_or_message() {
     use memmachine::semantic::sets::user_set;
-    use memmachine::semantic::store::{Routing, SemanticStore};
+    use memmachine::semantic::store::{Routing, SemanticQueue};
 
     let (one, url) = fresh_or_skip!();
     let one = Arc::new(one);
@@ -808,7 +809,7 @@ async fn two_workers_never_claim_the_same_set_or_message() {
         let batch: Vec<NewEpisode> = (0..3)
             .map(|i| episode(&format!("u{user} m{i}"), &[]))
             .collect();
-        SemanticStore::add_episodes_routed(
+        SemanticQueue::add_episodes_routed(
             &*one,
             &k,
             batch,
@@ -843,7 +844,7 @@ async fn two_workers_never_claim_the_same_set_or_message() {
     for task in tasks {
         batches.extend(task.await.unwrap());
     }
-    let sets: HashSet<i64> = batches.iter().map(|(set, _)| *set).collect();
+    let sets: HashSet<SetId> = batches.iter().map(|(set, _)| *set).collect();
     assert_eq!(sets.len(), 16);
     assert_eq!(
         batches.len(),
@@ -851,7 +852,7 @@ async fn two_workers_never_claim_the_same_set_or_message() {
         "each set claimed once while its lease holds: {batches:?}"
     );
     assert!(batches.iter().all(|(_, m)| m.len() == 2), "{batches:?}");
-    let messages: Vec<i64> = batches.iter().flat_map(|(_, m)| m.clone()).collect();
+    let messages: Vec<EpisodeHandle> = batches.iter().flat_map(|(_, m)| m.clone()).collect();
     assert_eq!(messages.iter().collect::<HashSet<_>>().len(), 32);
     // Once the leases expire, the sets are claimed again (nothing was applied).
     let later = now + 600_000_001;
@@ -862,7 +863,7 @@ async fn two_workers_never_claim_the_same_set_or_message() {
 async fn feature_vectors_are_claimed_under_leases() {
     use memmachine::semantic::features::new_feature;
     use memmachine::semantic::sets::project_set;
-    use memmachine::semantic::store::SemanticStore;
+    use memmachine::semantic::store::{SemanticFeatures, SemanticSets};
 
     let (one, url) = fresh_or_skip!();
     let two = PostgresStore::connect(&url).await.unwrap();
@@ -879,7 +880,7 @@ async fn feature_vectors_are_claimed_under_leases() {
             serde_json::json!({}),
         );
         ids.push(
-            one.add_feature(set, feature, vec![], Some("e1".into()))
+            one.add_feature(set, feature, &[], Some("e1".into()))
                 .await
                 .unwrap()
                 .internal_id,
@@ -889,7 +890,7 @@ async fn feature_vectors_are_claimed_under_leases() {
     let b = two.claim_feature_embeddings(4, LONG).await.unwrap();
     assert_eq!(a.len(), 4);
     assert_eq!(b.len(), 2, "the rest, none of the first claimer's");
-    let claimed: HashSet<i64> = a.iter().chain(&b).map(|p| p.feature).collect();
+    let claimed: HashSet<FeatureId> = a.iter().chain(&b).map(|p| p.feature).collect();
     assert_eq!(claimed, ids.iter().copied().collect());
     assert_eq!(a[0].text, "dish 0: pasta");
     assert!(
@@ -899,7 +900,7 @@ async fn feature_vectors_are_claimed_under_leases() {
             .is_empty()
     );
     // Released: claimable again, by anyone.
-    two.release_feature_embeddings(vec![b[0].feature])
+    two.release_feature_embeddings(&[b[0].feature])
         .await
         .unwrap();
     let again = one.claim_feature_embeddings(10, LONG).await.unwrap();
@@ -908,7 +909,7 @@ async fn feature_vectors_are_claimed_under_leases() {
         [b[0].feature]
     );
     // An expired lease is taken over.
-    one.release_feature_embeddings(ids.clone()).await.unwrap();
+    one.release_feature_embeddings(&ids).await.unwrap();
     let short = one
         .claim_feature_embeddings(1, Duration::from_millis(200))
         .await
@@ -924,7 +925,7 @@ async fn feature_vectors_are_claimed_under_leases() {
     )
     .await
     .unwrap();
-    let indexed = one.indexed_features(vec![set]).await.unwrap();
+    let indexed = one.indexed_features(&[set]).await.unwrap();
     assert_eq!(indexed[0].vector, Some(("e1".to_string(), vec![0.0, 1.0])));
     let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
     let exists: bool = sqlx::query_scalar(
@@ -941,7 +942,7 @@ async fn feature_vectors_are_claimed_under_leases() {
 #[tokio::test]
 async fn the_summary_cursor_waits_for_episodes_in_flight() {
     use memmachine::semantic::sets::project_set;
-    use memmachine::semantic::store::{Routing, SemanticStore};
+    use memmachine::semantic::store::{Routing, SemanticQueue, Summaries};
 
     let (pg, url) = fresh_or_skip!();
     let pg = Arc::new(pg);
@@ -964,7 +965,7 @@ async fn the_summary_cursor_waits_for_episodes_in_flight() {
     let adding = {
         let (pg, slow) = (pg.clone(), slow.clone());
         tokio::spawn(async move {
-            SemanticStore::add_episodes_routed(
+            SemanticQueue::add_episodes_routed(
                 &*pg,
                 &slow,
                 vec![episode("slow", &[])],

@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use crate::common;
 use memmachine::embed::hash::HashEmbedder;
-use memmachine::model::{EpisodicConfigUpdate, NewEpisode, ProjectConfig, ProjectKey};
+use memmachine::model::{
+    EpisodeHandle, EpisodicConfigUpdate, NewEpisode, ProjectConfig, ProjectKey,
+};
 use memmachine::semantic::features::new_feature;
 use memmachine::semantic::model::{
     CategoryOwner, NewCategory, NewSet, NewSetType, SetConfig, SetKind, Summary,
@@ -52,12 +54,16 @@ fn id() -> String {
 }
 
 /// Adds episodes with vectors from the hash embedder; returns their handles.
-async fn add_embedded(store: &Arc<dyn Store>, key: &ProjectKey, new: Vec<NewEpisode>) -> Vec<i64> {
+async fn add_embedded(
+    store: &Arc<dyn Store>,
+    key: &ProjectKey,
+    new: Vec<NewEpisode>,
+) -> Vec<EpisodeHandle> {
     let embedder = HashEmbedder::new(16);
     let uids: Vec<uuid::Uuid> = new.iter().map(|e| e.uid).collect();
     let contents: Vec<String> = new.iter().map(|e| e.content.clone()).collect();
     store.add_episodes(key, new, Some("hash:16")).await.unwrap();
-    let handles: Vec<i64> = store
+    let handles: Vec<EpisodeHandle> = store
         .episode_handles(key, &uids)
         .await
         .unwrap()
@@ -284,7 +290,7 @@ async fn populate(store: &Arc<dyn Store>) {
         .unwrap();
 
     let cite = store
-        .resolve_episodes(&support, vec![support_uids[0], support_uids[1]])
+        .resolve_episodes(&support, &[support_uids[0], support_uids[1]])
         .await
         .unwrap();
     let dog = store
@@ -298,18 +304,18 @@ async fn populate(store: &Arc<dyn Store>) {
                 "Max",
                 serde_json::json!({"source": "chat", "confidence": 0.9}),
             ),
-            cite,
+            &cite,
             None,
         )
         .await
         .unwrap();
     let mut cite = store
-        .resolve_episodes(&sales, vec![sales_uids[0]])
+        .resolve_episodes(&sales, &[sales_uids[0]])
         .await
         .unwrap();
     cite.extend(
         store
-            .resolve_episodes(&support, vec![support_uids[3]])
+            .resolve_episodes(&support, &[support_uids[3]])
             .await
             .unwrap(),
     );
@@ -317,13 +323,13 @@ async fn populate(store: &Arc<dyn Store>) {
         .add_feature(
             org_set.internal_id,
             new_feature("Work", "", "Deals", "seats", "30", serde_json::json!({})),
-            cite,
+            &cite,
             None,
         )
         .await
         .unwrap();
     let cite = store
-        .resolve_episodes(&support, vec![support_uids[3]])
+        .resolve_episodes(&support, &[support_uids[3]])
         .await
         .unwrap();
     store
@@ -337,7 +343,7 @@ async fn populate(store: &Arc<dyn Store>) {
                 "wrong amount",
                 serde_json::json!({"n": 3}),
             ),
-            cite,
+            &cite,
             None,
         )
         .await
@@ -366,7 +372,7 @@ async fn populate(store: &Arc<dyn Store>) {
         .await
         .unwrap()
         .remove(0);
-    let cite = store.resolve_episodes(&main, main_uids).await.unwrap();
+    let cite = store.resolve_episodes(&main, &main_uids).await.unwrap();
     store
         .add_feature(
             beta_set.internal_id,
@@ -378,7 +384,7 @@ async fn populate(store: &Arc<dyn Store>) {
                 "hello",
                 serde_json::json!({}),
             ),
-            cite,
+            &cite,
             None,
         )
         .await
@@ -528,7 +534,14 @@ async fn round_trip(target: Arc<dyn Store>) {
     };
     assert_eq!(ids(&target_sets), ids(&source_sets));
     let source_features = source
-        .list_features(source_sets.iter().map(|s| s.internal_id).collect(), 0, 100)
+        .list_features(
+            &source_sets
+                .iter()
+                .map(|s| s.internal_id)
+                .collect::<Vec<_>>(),
+            None,
+            100,
+        )
         .await
         .unwrap();
     assert_eq!(source_features.len(), 3);

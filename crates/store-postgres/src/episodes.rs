@@ -19,7 +19,7 @@ use super::helpers::{ADDED, REMOVED, log_changes};
 use super::projects;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::filter::Expr;
-use memmachine_core::model::{Episode, NewEpisode, ProjectKey};
+use memmachine_core::model::{Episode, EpisodeHandle, NewEpisode, ProjectKey};
 use memmachine_core::store::EpisodeStore;
 
 /// The advisory lock adders of episodes hold shared, and the summariser's cursor
@@ -397,8 +397,9 @@ impl EpisodeStore for PostgresStore {
     async fn episodes_by_handle(
         &self,
         key: &ProjectKey,
-        handles: &[i64],
-    ) -> Result<Vec<(i64, Episode)>> {
+        handles: &[EpisodeHandle],
+    ) -> Result<Vec<(EpisodeHandle, Episode)>> {
+        let raw: Vec<i64> = handles.iter().map(|h| h.raw()).collect();
         let mut conn = self.pool().acquire().await.map_err(db_error)?;
         // One round trip on the hot path, as `scan`.
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -408,7 +409,7 @@ impl EpisodeStore for PostgresStore {
         )))
         .bind(&key.org_id)
         .bind(&key.project_id)
-        .bind(handles)
+        .bind(&raw)
         .fetch_all(&mut *conn)
         .await
         .map_err(db_error)?;
@@ -417,7 +418,7 @@ impl EpisodeStore for PostgresStore {
         }
         let mut found = HashMap::with_capacity(rows.len());
         for row in &rows {
-            let id: i64 = row.try_get(0).map_err(db_error)?;
+            let id = EpisodeHandle::from_raw(row.try_get(0).map_err(db_error)?);
             found.insert(id, from_row(row, 1).map_err(db_error)?);
         }
         Ok(handles
@@ -430,9 +431,13 @@ impl EpisodeStore for PostgresStore {
         &self,
         key: &ProjectKey,
         uids: &[uuid::Uuid],
-    ) -> Result<Vec<Option<i64>>> {
+    ) -> Result<Vec<Option<EpisodeHandle>>> {
         let mut conn = self.pool().acquire().await.map_err(db_error)?;
         let project = projects::require(&mut conn, key).await?;
-        handles(&mut conn, &key.org_id, project, uids).await
+        let rows = handles(&mut conn, &key.org_id, project, uids).await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| row.map(EpisodeHandle::from_raw))
+            .collect())
     }
 }

@@ -15,7 +15,7 @@ use super::error::db_error;
 use super::helpers::{ADDED, REMOVED, VECTOR};
 use super::projects;
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::{ProjectHandle, ProjectKey};
+use memmachine_core::model::{ChangeSeq, EpisodeHandle, ProjectHandle, ProjectKey};
 use memmachine_core::store::{Change, ChangeFeed, Changes, FeedHead, IndexedEpisode};
 
 fn vector_of(row: &sqlx::postgres::PgRow, at: usize) -> sqlx::Result<Option<Vec<f32>>> {
@@ -37,7 +37,7 @@ impl ChangeFeed for PostgresStore {
         .ok_or_else(|| projects::not_found(key))?;
         Ok(FeedHead {
             project: ProjectHandle::from_raw(row.try_get(0).map_err(db_error)?),
-            change: row.try_get(1).map_err(db_error)?,
+            change: ChangeSeq::from_raw(row.try_get(1).map_err(db_error)?),
         })
     }
 
@@ -71,7 +71,7 @@ impl ChangeFeed for PostgresStore {
         rows.iter()
             .map(|row| {
                 Ok(IndexedEpisode {
-                    handle: row.try_get(0)?,
+                    handle: EpisodeHandle::from_raw(row.try_get(0)?),
                     episode: from_row(row, 1)?,
                     vector: vector_of(row, 11)?,
                 })
@@ -83,11 +83,11 @@ impl ChangeFeed for PostgresStore {
     async fn changes_since(
         &self,
         project: ProjectHandle,
-        after: i64,
+        after: ChangeSeq,
         embedder: Option<&str>,
         limit: usize,
     ) -> Result<Option<Changes>> {
-        let project = project.raw();
+        let (project, after) = (project.raw(), after.raw());
         // One snapshot for the head, the log and the episodes it names.
         let mut tx = self.pool().begin().await.map_err(db_error)?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -122,14 +122,14 @@ impl ChangeFeed for PostgresStore {
         for row in &entries {
             let id: i64 = row.try_get(0).map_err(db_error)?;
             let kind: i16 = row.try_get(1).map_err(db_error)?;
-            let episode: i64 = row.try_get(2).map_err(db_error)?;
+            let episode = EpisodeHandle::from_raw(row.try_get(2).map_err(db_error)?);
             log.push((id, kind, episode));
         }
         let through = log.last().map_or(after, |(id, _, _)| *id);
         let named: Vec<i64> = log
             .iter()
             .filter(|(_, kind, _)| *kind != REMOVED)
-            .map(|(_, _, episode)| *episode)
+            .map(|(_, _, episode)| episode.raw())
             .collect();
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT e.id, {COLUMNS}, v.vector FROM episodes e
@@ -145,7 +145,7 @@ impl ChangeFeed for PostgresStore {
         .map_err(db_error)?;
         let mut live = HashMap::with_capacity(rows.len());
         for row in &rows {
-            let handle: i64 = row.try_get(0).map_err(db_error)?;
+            let handle = EpisodeHandle::from_raw(row.try_get(0).map_err(db_error)?);
             let episode = from_row(row, 1).map_err(db_error)?;
             let vector = vector_of(row, 11).map_err(db_error)?;
             live.insert(handle, (episode, vector));
@@ -179,6 +179,7 @@ impl ChangeFeed for PostgresStore {
                 }
             }
         }
+        let through = ChangeSeq::from_raw(through);
         Ok(Some(Changes { changes, through }))
     }
 

@@ -8,6 +8,11 @@ use sqlx::PgConnection;
 use super::error::{db_error, sqlstate};
 use memmachine_core::error::Result;
 
+/// Handles as the numbers SQL binds (`raw`: the handle type's `raw`).
+pub(super) fn raw_ids<H: Copy>(handles: &[H], raw: fn(H) -> i64) -> Vec<i64> {
+    handles.iter().map(|h| raw(*h)).collect()
+}
+
 /// Microseconds since the Unix epoch, by this process's clock.
 pub(super) fn now_micros() -> i64 {
     chrono::Utc::now().timestamp_micros()

@@ -1,7 +1,7 @@
-//! Semantic memory on PostgreSQL: `SemanticStore` for `PostgresStore`. Sets, set
-//! types, categories and tags are in `semantic_sets`, features and their vectors in
-//! `semantic_features`, the ingestion queue in `semantic_queue` and short-term
-//! summaries in `semantic_summaries`. Each call runs in one transaction.
+//! Semantic memory on PostgreSQL: `SemanticSets`, `SemanticFeatures`, `SemanticQueue`
+//! and `Summaries` for `PostgresStore`. Sets, set types, categories and tags are in
+//! `semantic_sets`, features and their vectors in `semantic_features`, the ingestion
+//! queue in `semantic_queue` and short-term summaries in `semantic_summaries`. Each call runs in one transaction.
 //!
 //! Beside the trait, as inherent methods, the shapes the trait takes after the merge:
 //! `add_episodes_routed` with the embedder to queue the episodes for, and
@@ -15,20 +15,22 @@ use sqlx::PgConnection;
 
 use super::PostgresStore;
 use super::error::db_error;
+use super::helpers::raw_ids;
 use super::{
     episodes, semantic_features as features, semantic_queue as queue, semantic_sets as sets,
     semantic_summaries as summaries,
 };
 use memmachine_core::error::Result;
 use memmachine_core::model::{
-    CategoryId, Episode, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey, SetTypeId, TagId,
+    CategoryId, Episode, EpisodeHandle, FeatureId, NewEpisode, ProjectConfig, ProjectHandle,
+    ProjectKey, SetId, SetTypeId, TagId,
 };
 use memmachine_core::store::{
     Batch, Category, CategoryOwner, ClaimRule, Feature, FeatureOp, FeatureUpdate, IndexedFeature,
     NewCategory, NewFeature, NewSet, NewSetType, PendingFeatureEmbedding, SetConfig, SetRow,
     SetType, Summary, Tag,
 };
-use memmachine_core::store::{Routing, SemanticStore};
+use memmachine_core::store::{Routing, SemanticFeatures, SemanticQueue, SemanticSets, Summaries};
 
 /// Runs `f` in a transaction and commits what it did when it succeeds.
 macro_rules! in_tx {
@@ -53,30 +55,7 @@ macro_rules! on_conn {
 }
 
 #[async_trait]
-impl SemanticStore for PostgresStore {
-    async fn add_episodes_routed(
-        &self,
-        key: &ProjectKey,
-        new: Vec<NewEpisode>,
-        routing: Vec<Routing>,
-        embedder: Option<&str>,
-    ) -> Result<Vec<i64>> {
-        in_tx!(self, |tx| async {
-            let added = episodes::add(&mut *tx, key, &new, embedder).await?;
-            queue::route(
-                &mut *tx,
-                added.project,
-                &added.org_id,
-                &added.rows,
-                &routing,
-            )
-            .await?;
-            Ok::<_, memmachine_core::error::Error>(added.seqs)
-        })
-    }
-
-    // Set types.
-
+impl SemanticSets for PostgresStore {
     async fn create_set_type(&self, key: &ProjectKey, set_type: NewSetType) -> Result<SetType> {
         in_tx!(self, |tx| sets::create_set_type(tx, key, &set_type))
     }
@@ -88,8 +67,6 @@ impl SemanticStore for PostgresStore {
     async fn delete_set_type(&self, internal_id: SetTypeId) -> Result<bool> {
         in_tx!(self, |tx| sets::delete_set_type(tx, internal_id.raw()))
     }
-
-    // Sets.
 
     async fn ensure_sets(&self, key: &ProjectKey, new: Vec<NewSet>) -> Result<Vec<SetRow>> {
         in_tx!(self, |tx| sets::ensure_sets_of(tx, key, &new))
@@ -107,11 +84,9 @@ impl SemanticStore for PostgresStore {
         on_conn!(self, |conn| sets::list_sets(conn, key))
     }
 
-    async fn configure_set(&self, set: i64, config: SetConfig) -> Result<()> {
-        in_tx!(self, |tx| sets::configure_set(tx, set, &config))
+    async fn configure_set(&self, set: SetId, config: SetConfig) -> Result<()> {
+        in_tx!(self, |tx| sets::configure_set(tx, set.raw(), &config))
     }
-
-    // Categories and tags.
 
     async fn add_category(&self, owner: CategoryOwner, category: NewCategory) -> Result<Category> {
         in_tx!(self, |tx| sets::add_category(tx, owner, &category))
@@ -121,11 +96,12 @@ impl SemanticStore for PostgresStore {
         on_conn!(self, |conn| sets::find_category(conn, id))
     }
 
-    async fn categories_of(&self, owners: Vec<CategoryOwner>) -> Result<Vec<Category>> {
-        on_conn!(self, |conn| sets::categories_of(conn, &owners))
+    async fn categories_of(&self, owners: &[CategoryOwner]) -> Result<Vec<Category>> {
+        on_conn!(self, |conn| sets::categories_of(conn, owners))
     }
 
-    async fn delete_category(&self, internal_id: CategoryId, of_sets: Vec<i64>) -> Result<()> {
+    async fn delete_category(&self, internal_id: CategoryId, of_sets: &[SetId]) -> Result<()> {
+        let of_sets = raw_ids(of_sets, SetId::raw);
         in_tx!(self, |tx| sets::delete_category(
             tx,
             internal_id.raw(),
@@ -133,12 +109,12 @@ impl SemanticStore for PostgresStore {
         ))
     }
 
-    async fn disable_category(&self, set: i64, name: &str) -> Result<()> {
-        in_tx!(self, |tx| sets::disable_category(tx, set, name))
+    async fn disable_category(&self, set: SetId, name: &str) -> Result<()> {
+        in_tx!(self, |tx| sets::disable_category(tx, set.raw(), name))
     }
 
-    async fn disabled_categories(&self, set: i64) -> Result<Vec<String>> {
-        on_conn!(self, |conn| sets::disabled_categories(conn, set))
+    async fn disabled_categories(&self, set: SetId) -> Result<Vec<String>> {
+        on_conn!(self, |conn| sets::disabled_categories(conn, set.raw()))
     }
 
     async fn sets_of_type(&self, set_type: SetTypeId) -> Result<Vec<SetRow>> {
@@ -168,10 +144,15 @@ impl SemanticStore for PostgresStore {
     async fn delete_tag(&self, internal_id: TagId) -> Result<()> {
         in_tx!(self, |tx| sets::delete_tag(tx, internal_id.raw()))
     }
+}
 
-    // Features.
-
-    async fn resolve_episodes(&self, key: &ProjectKey, uids: Vec<uuid::Uuid>) -> Result<Vec<i64>> {
+#[async_trait]
+impl SemanticFeatures for PostgresStore {
+    async fn resolve_episodes(
+        &self,
+        key: &ProjectKey,
+        uids: &[uuid::Uuid],
+    ) -> Result<Vec<EpisodeHandle>> {
         on_conn!(self, |conn| async {
             let project = super::projects::require(&mut *conn, key).await?;
             episodes::rows_of(
@@ -179,25 +160,26 @@ impl SemanticStore for PostgresStore {
                 &key.org_id,
                 project,
                 key,
-                &uids,
+                uids,
                 "a feature cites episodes of its project only",
             )
             .await
+            .map(|rows| rows.into_iter().map(EpisodeHandle::from_raw).collect())
         })
     }
 
     async fn add_feature(
         &self,
-        set: i64,
+        set: SetId,
         feature: NewFeature,
-        citations: Vec<i64>,
+        citations: &[EpisodeHandle],
         embedder: Option<String>,
     ) -> Result<Feature> {
         in_tx!(self, |tx| features::add(
             tx,
-            set,
+            set.raw(),
             &feature,
-            &citations,
+            citations,
             embedder.as_deref()
         ))
     }
@@ -206,42 +188,53 @@ impl SemanticStore for PostgresStore {
         on_conn!(self, |conn| features::find(conn, id))
     }
 
-    async fn features(&self, ids: Vec<i64>) -> Result<Vec<Feature>> {
+    async fn features(&self, ids: &[FeatureId]) -> Result<Vec<Feature>> {
+        let ids = raw_ids(ids, FeatureId::raw);
         on_conn!(self, |conn| features::by_ids(conn, &ids))
     }
 
     async fn update_feature(
         &self,
-        internal_id: i64,
+        internal_id: FeatureId,
         update: FeatureUpdate,
         embedder: Option<String>,
     ) -> Result<()> {
         in_tx!(self, |tx| features::update(
             tx,
-            internal_id,
+            internal_id.raw(),
             &update,
             embedder.as_deref()
         ))
     }
 
-    async fn delete_features(&self, ids: Vec<i64>) -> Result<u64> {
+    async fn delete_features(&self, ids: &[FeatureId]) -> Result<u64> {
+        let ids = raw_ids(ids, FeatureId::raw);
         in_tx!(self, |tx| features::delete(tx, &ids))
     }
 
     async fn list_features(
         &self,
-        of_sets: Vec<i64>,
-        after: i64,
+        of_sets: &[SetId],
+        after: Option<FeatureId>,
         limit: usize,
     ) -> Result<Vec<Feature>> {
+        let (of_sets, after) = (
+            raw_ids(of_sets, SetId::raw),
+            after.map_or(0, FeatureId::raw),
+        );
         on_conn!(self, |conn| features::list(conn, &of_sets, after, limit))
     }
 
-    async fn category_features(&self, set: i64, category_key: &str) -> Result<Vec<Feature>> {
-        on_conn!(self, |conn| features::of_category(conn, set, category_key))
+    async fn category_features(&self, set: SetId, category_key: &str) -> Result<Vec<Feature>> {
+        on_conn!(self, |conn| features::of_category(
+            conn,
+            set.raw(),
+            category_key
+        ))
     }
 
-    async fn indexed_features(&self, of_sets: Vec<i64>) -> Result<Vec<IndexedFeature>> {
+    async fn indexed_features(&self, of_sets: &[SetId]) -> Result<Vec<IndexedFeature>> {
+        let of_sets = raw_ids(of_sets, SetId::raw);
         on_conn!(self, |conn| features::indexed(conn, &of_sets))
     }
 
@@ -255,7 +248,61 @@ impl SemanticStore for PostgresStore {
         .map_err(db_error)
     }
 
-    // Ingestion.
+    async fn claim_feature_embeddings(
+        &self,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Vec<PendingFeatureEmbedding>> {
+        on_conn!(self, |conn| features::claim_vectors(conn, limit, lease))
+    }
+
+    async fn release_feature_embeddings(&self, features: &[FeatureId]) -> Result<()> {
+        let features = raw_ids(features, FeatureId::raw);
+        on_conn!(self, |conn| features::release_vectors(conn, &features))
+    }
+
+    async fn store_feature_embeddings(
+        &self,
+        embedder: &str,
+        vectors: Vec<(FeatureId, Vec<f32>)>,
+    ) -> Result<()> {
+        let vectors: Vec<(i64, Vec<f32>)> =
+            vectors.into_iter().map(|(f, v)| (f.raw(), v)).collect();
+        let dims = super::vectors::dimensions(vectors.iter().map(|(_, v)| v));
+        let stored: Result<()> = in_tx!(self, |tx| features::store_vectors(tx, embedder, &vectors));
+        stored?;
+        self.ensure_hnsw("feature_embeddings", &dims).await;
+        Ok(())
+    }
+
+    async fn abandon_feature_embeddings(&self, ids: &[FeatureId]) -> Result<()> {
+        let ids = raw_ids(ids, FeatureId::raw);
+        in_tx!(self, |tx| features::abandon_vectors(tx, &ids))
+    }
+}
+
+#[async_trait]
+impl SemanticQueue for PostgresStore {
+    async fn add_episodes_routed(
+        &self,
+        key: &ProjectKey,
+        new: Vec<NewEpisode>,
+        routing: Vec<Routing>,
+        embedder: Option<&str>,
+    ) -> Result<Vec<i64>> {
+        in_tx!(self, |tx| async {
+            let added = episodes::add(&mut *tx, key, &new, embedder).await?;
+            queue::route(
+                &mut *tx,
+                added.project,
+                &added.org_id,
+                &added.rows,
+                &routing,
+            )
+            .await?;
+            Ok::<_, memmachine_core::error::Error>(added.seqs)
+        })
+    }
 
     async fn claim_batch(&self, rule: ClaimRule) -> Result<Option<Batch>> {
         in_tx!(self, |tx| queue::claim(tx, &rule))
@@ -275,8 +322,11 @@ impl SemanticStore for PostgresStore {
         ))
     }
 
-    async fn preceding_episodes(&self, episodes: Vec<i64>) -> Result<Vec<Option<(i64, Episode)>>> {
-        on_conn!(self, |conn| queue::preceding(conn, &episodes))
+    async fn preceding_episodes(
+        &self,
+        episodes: &[EpisodeHandle],
+    ) -> Result<Vec<Option<(EpisodeHandle, Episode)>>> {
+        on_conn!(self, |conn| queue::preceding(conn, episodes))
     }
 
     async fn release_batch(&self, batch: &Batch, not_before_micros: i64) -> Result<()> {
@@ -289,11 +339,12 @@ impl SemanticStore for PostgresStore {
 
     async fn consolidate(
         &self,
-        set: i64,
-        remove: Vec<i64>,
+        set: SetId,
+        remove: &[FeatureId],
         add: Vec<NewFeature>,
         embedder: Option<String>,
     ) -> Result<()> {
+        let (set, remove) = (set.raw(), raw_ids(remove, FeatureId::raw));
         in_tx!(self, |tx| features::consolidate(
             tx,
             set,
@@ -302,39 +353,10 @@ impl SemanticStore for PostgresStore {
             embedder.as_deref()
         ))
     }
+}
 
-    // Feature vectors.
-
-    async fn claim_feature_embeddings(
-        &self,
-        limit: usize,
-        lease: Duration,
-    ) -> Result<Vec<PendingFeatureEmbedding>> {
-        on_conn!(self, |conn| features::claim_vectors(conn, limit, lease))
-    }
-
-    async fn release_feature_embeddings(&self, features: Vec<i64>) -> Result<()> {
-        on_conn!(self, |conn| features::release_vectors(conn, &features))
-    }
-
-    async fn store_feature_embeddings(
-        &self,
-        embedder: &str,
-        vectors: Vec<(i64, Vec<f32>)>,
-    ) -> Result<()> {
-        let dims = super::vectors::dimensions(vectors.iter().map(|(_, v)| v));
-        let stored: Result<()> = in_tx!(self, |tx| features::store_vectors(tx, embedder, &vectors));
-        stored?;
-        self.ensure_hnsw("feature_embeddings", &dims).await;
-        Ok(())
-    }
-
-    async fn abandon_feature_embeddings(&self, ids: Vec<i64>) -> Result<()> {
-        in_tx!(self, |tx| features::abandon_vectors(tx, &ids))
-    }
-
-    // Summaries.
-
+#[async_trait]
+impl Summaries for PostgresStore {
     async fn summary(&self, key: &ProjectKey) -> Result<Option<Summary>> {
         on_conn!(self, |conn| summaries::summary(conn, key))
     }

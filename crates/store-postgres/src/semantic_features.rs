@@ -16,6 +16,7 @@ use super::error::{db_error, sqlstate};
 use super::helpers::{DB_NOW, bad_column, bump_sets, now_micros};
 use super::semantic_sets::require_set;
 use memmachine_core::error::{Error, Result};
+use memmachine_core::model::{EpisodeHandle, FeatureId, SetId};
 use memmachine_core::store::semantic_features::feature_embedding_text;
 use memmachine_core::store::{
     Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding,
@@ -31,9 +32,9 @@ const FROM: &str =
 fn from_row(row: &PgRow) -> sqlx::Result<Feature> {
     let metadata: String = row.try_get(9)?;
     Ok(Feature {
-        internal_id: row.try_get(0)?,
+        internal_id: FeatureId::from_raw(row.try_get(0)?),
         id: row.try_get(1)?,
-        set: row.try_get(2)?,
+        set: SetId::from_raw(row.try_get(2)?),
         set_id: row.try_get(3)?,
         category: row.try_get(4)?,
         category_id: row.try_get(5)?,
@@ -55,7 +56,7 @@ async fn with_citations(
     if features.is_empty() {
         return Ok(features);
     }
-    let ids: Vec<i64> = features.iter().map(|f| f.internal_id).collect();
+    let ids: Vec<i64> = features.iter().map(|f| f.internal_id.raw()).collect();
     let rows = sqlx::query(
         "SELECT c.feature, e.uid FROM semantic_citations c
          JOIN episodes e ON e.org_id = c.org_id AND e.id = c.episode
@@ -72,7 +73,9 @@ async fn with_citations(
         by_feature.entry(feature).or_default().push(uid);
     }
     for feature in &mut features {
-        feature.citations = by_feature.remove(&feature.internal_id).unwrap_or_default();
+        feature.citations = by_feature
+            .remove(&feature.internal_id.raw())
+            .unwrap_or_default();
     }
     Ok(features)
 }
@@ -118,7 +121,7 @@ pub(super) async fn by_ids(conn: &mut PgConnection, ids: &[i64]) -> Result<Vec<F
     let mut found: BTreeMap<i64, Feature> = query(conn, "f.id = ANY($1)", |q| q.bind(wanted))
         .await?
         .into_iter()
-        .map(|f| (f.internal_id, f))
+        .map(|f| (f.internal_id.raw(), f))
         .collect();
     Ok(ids.iter().filter_map(|id| found.remove(id)).collect())
 }
@@ -177,8 +180,8 @@ pub(super) async fn indexed(conn: &mut PgConnection, sets: &[i64]) -> Result<Vec
             let embedder: Option<String> = row.try_get(10)?;
             let vector: Option<pgvector::Vector> = row.try_get(11)?;
             Ok(IndexedFeature {
-                internal_id: row.try_get(0)?,
-                set: row.try_get(1)?,
+                internal_id: FeatureId::from_raw(row.try_get(0)?),
+                set: SetId::from_raw(row.try_get(1)?),
                 set_id: row.try_get(2)?,
                 category: row.try_get(3)?,
                 tag: row.try_get(4)?,
@@ -214,17 +217,18 @@ pub(super) async fn cite(
     tx: &mut PgConnection,
     org_id: &str,
     feature: i64,
-    episodes: &[i64],
+    episodes: &[EpisodeHandle],
 ) -> Result<()> {
     if episodes.is_empty() {
         return Ok(());
     }
+    let episodes: Vec<i64> = episodes.iter().map(|e| e.raw()).collect();
     // An episode that is not there (or of another org) is NotFound, as SQLite's
     // foreign key makes it: checked first, so the transaction stays usable.
     let found: Vec<i64> =
         sqlx::query_scalar("SELECT id FROM episodes WHERE org_id = $1 AND id = ANY($2)")
             .bind(org_id)
-            .bind(episodes)
+            .bind(&episodes)
             .fetch_all(&mut *tx)
             .await
             .map_err(db_error)?;
@@ -237,7 +241,7 @@ pub(super) async fn cite(
     )
     .bind(org_id)
     .bind(feature)
-    .bind(episodes)
+    .bind(&episodes)
     .execute(tx)
     .await
     .map_err(|err| {
@@ -279,7 +283,7 @@ pub(super) async fn insert(
     tx: &mut PgConnection,
     set: i64,
     feature: &NewFeature,
-    citations: &[i64],
+    citations: &[EpisodeHandle],
     embedder: Option<&str>,
 ) -> Result<i64> {
     let org = org_of_set(&mut *tx, set).await?;
@@ -320,7 +324,7 @@ pub(super) async fn add(
     tx: &mut PgConnection,
     set: i64,
     feature: &NewFeature,
-    citations: &[i64],
+    citations: &[EpisodeHandle],
     embedder: Option<&str>,
 ) -> Result<Feature> {
     require_set(&mut *tx, set).await?;
@@ -337,7 +341,7 @@ pub(super) async fn add_or_cite(
     tx: &mut PgConnection,
     set: i64,
     feature: &NewFeature,
-    citations: &[i64],
+    citations: &[EpisodeHandle],
     embedder: Option<&str>,
 ) -> Result<()> {
     let same: Option<(i64, String)> = sqlx::query_as(
@@ -376,7 +380,7 @@ pub(super) async fn update_or_add(
     tx: &mut PgConnection,
     set: i64,
     feature: &NewFeature,
-    citations: &[i64],
+    citations: &[EpisodeHandle],
     embedder: Option<&str>,
 ) -> Result<()> {
     let updated: Vec<(i64, String)> = sqlx::query_as(
@@ -435,7 +439,7 @@ pub(super) async fn update(
             "feature {internal_id} does not exist"
         )));
     };
-    let org = org_of_set(&mut *tx, current.set).await?;
+    let org = org_of_set(&mut *tx, current.set.raw()).await?;
     let (category, category_id) = update
         .category
         .clone()
@@ -467,7 +471,7 @@ pub(super) async fn update(
     if update.feature.is_some() || update.value.is_some() {
         queue_vector(&mut *tx, &org, internal_id, embedder).await?;
     }
-    bump_sets(tx, &[current.set]).await
+    bump_sets(tx, &[current.set.raw()]).await
 }
 
 /// Deletes those of the features that exist; returns how many.
@@ -496,7 +500,7 @@ pub(super) async fn consolidate(
     embedder: Option<&str>,
 ) -> Result<()> {
     require_set(&mut *tx, set).await?;
-    let citations: Vec<i64> = sqlx::query_scalar(
+    let citations: Vec<EpisodeHandle> = sqlx::query_scalar::<_, i64>(
         "SELECT DISTINCT c.episode FROM semantic_citations c
          JOIN semantic_features f ON f.org_id = c.org_id AND f.id = c.feature
          WHERE c.feature = ANY($1) AND f.set_ref = $2 ORDER BY c.episode",
@@ -505,7 +509,10 @@ pub(super) async fn consolidate(
     .bind(set)
     .fetch_all(&mut *tx)
     .await
-    .map_err(db_error)?;
+    .map_err(db_error)?
+    .into_iter()
+    .map(EpisodeHandle::from_raw)
+    .collect();
     sqlx::query("DELETE FROM semantic_features WHERE id = ANY($1) AND set_ref = $2")
         .bind(remove)
         .bind(set)
@@ -523,7 +530,7 @@ pub(super) async fn consolidate(
 fn pending_from_row(row: &PgRow) -> sqlx::Result<PendingFeatureEmbedding> {
     let (feature, value): (String, String) = (row.try_get(2)?, row.try_get(3)?);
     Ok(PendingFeatureEmbedding {
-        feature: row.try_get(0)?,
+        feature: FeatureId::from_raw(row.try_get(0)?),
         embedder: row.try_get(1)?,
         text: feature_embedding_text(&feature, &value),
     })

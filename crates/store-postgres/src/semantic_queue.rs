@@ -16,7 +16,7 @@ use super::helpers::{bump_sets, now_micros};
 use super::semantic_features as features;
 use super::semantic_sets::{self as sets, set_by_id};
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::Episode;
+use memmachine_core::model::{Episode, EpisodeHandle};
 use memmachine_core::store::Routing;
 use memmachine_core::store::{Batch, ClaimRule, FeatureOp};
 
@@ -52,7 +52,7 @@ pub(super) async fn route(
              SELECT $1, $2, e, $4 FROM UNNEST($3::bigint[]) AS e ON CONFLICT DO NOTHING",
         )
         .bind(&set.org_id)
-        .bind(set.internal_id)
+        .bind(set.internal_id.raw())
         .bind(&episodes)
         .bind(now)
         .execute(&mut *tx)
@@ -170,7 +170,12 @@ pub(super) async fn claim(tx: &mut PgConnection, rule: &ClaimRule) -> Result<Opt
     .map_err(db_error)?;
     let messages = found
         .iter()
-        .map(|row| Ok((row.try_get(0)?, episodes::from_row(row, 1)?)))
+        .map(|row| {
+            Ok((
+                EpisodeHandle::from_raw(row.try_get(0)?),
+                episodes::from_row(row, 1)?,
+            ))
+        })
         .collect::<sqlx::Result<Vec<_>>>()
         .map_err(db_error)?;
     let set = set_by_id(&mut *tx, set)
@@ -186,7 +191,7 @@ pub(super) async fn claim(tx: &mut PgConnection, rule: &ClaimRule) -> Result<Opt
 
 /// Whether the batch's lease still holds every one of its rows (locking them).
 async fn holds(tx: &mut PgConnection, batch: &Batch) -> Result<bool> {
-    let mut rows: Vec<i64> = batch.messages.iter().map(|(row, _)| *row).collect();
+    let mut rows: Vec<i64> = batch.messages.iter().map(|(row, _)| row.raw()).collect();
     rows.sort_unstable();
     rows.dedup();
     // The projects of the batch's episodes first, in a fixed order, as deleters take
@@ -205,7 +210,7 @@ async fn holds(tx: &mut PgConnection, batch: &Batch) -> Result<bool> {
         "SELECT episode FROM semantic_queue
          WHERE set_ref = $1 AND lease = $2 AND episode = ANY($3) FOR UPDATE",
     )
-    .bind(batch.set.internal_id)
+    .bind(batch.set.internal_id.raw())
     .bind(&batch.lease)
     .bind(&rows)
     .fetch_all(tx)
@@ -225,7 +230,7 @@ pub(super) async fn apply(
     if !holds(&mut *tx, batch).await? {
         return Ok(false);
     }
-    let set = batch.set.internal_id;
+    let set = batch.set.internal_id.raw();
     for op in ops {
         match op {
             FeatureOp::Add { feature, citations } => {
@@ -259,7 +264,7 @@ pub(super) async fn release(tx: &mut PgConnection, batch: &Batch, not_before: i6
              not_before = $3
          WHERE set_ref = $1 AND lease = $2",
     )
-    .bind(batch.set.internal_id)
+    .bind(batch.set.internal_id.raw())
     .bind(&batch.lease)
     .bind(not_before)
     .execute(tx)
@@ -274,7 +279,7 @@ pub(super) async fn fail(tx: &mut PgConnection, batch: &Batch, reason: &str) -> 
         "UPDATE semantic_queue SET lease = NULL, lease_until = 0, failed = $3
          WHERE set_ref = $1 AND lease = $2",
     )
-    .bind(batch.set.internal_id)
+    .bind(batch.set.internal_id.raw())
     .bind(&batch.lease)
     .bind(reason)
     .execute(tx)
@@ -286,8 +291,8 @@ pub(super) async fn fail(tx: &mut PgConnection, batch: &Batch, reason: &str) -> 
 /// For each episode handle, the episode just before it (by sequence) in its project.
 pub(super) async fn preceding(
     conn: &mut PgConnection,
-    rows: &[i64],
-) -> Result<Vec<Option<(i64, Episode)>>> {
+    rows: &[EpisodeHandle],
+) -> Result<Vec<Option<(EpisodeHandle, Episode)>>> {
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         let found = sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -295,13 +300,18 @@ pub(super) async fn preceding(
                  ON e.org_id = o.org_id AND e.project = o.project AND e.seq < o.seq
              WHERE o.id = $1 ORDER BY e.seq DESC LIMIT 1"
         )))
-        .bind(row)
+        .bind(row.raw())
         .fetch_optional(&mut *conn)
         .await
         .map_err(db_error)?;
         out.push(
             found
-                .map(|r| Ok::<_, sqlx::Error>((r.try_get(0)?, episodes::from_row(&r, 1)?)))
+                .map(|r| {
+                    Ok::<_, sqlx::Error>((
+                        EpisodeHandle::from_raw(r.try_get(0)?),
+                        episodes::from_row(&r, 1)?,
+                    ))
+                })
                 .transpose()
                 .map_err(db_error)?,
         );

@@ -12,7 +12,7 @@ use super::helpers::{bad_column, bump_sets, is_unique_violation, lock_org, now_m
 use super::projects;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::{
-    CategoryId, ProjectConfig, ProjectHandle, ProjectKey, SetTypeId, TagId,
+    CategoryId, ProjectConfig, ProjectHandle, ProjectKey, SetId, SetTypeId, TagId,
 };
 use memmachine_core::store::{
     Category, CategoryOwner, NewCategory, NewSet, NewSetType, SetConfig, SetKind, SetRow, SetType,
@@ -137,7 +137,7 @@ pub(super) fn set_from_row(row: &PgRow, at: usize) -> sqlx::Result<SetRow> {
     let kind: String = row.try_get(at + 4)?;
     let tags: String = row.try_get(at + 6)?;
     Ok(SetRow {
-        internal_id: row.try_get(at)?,
+        internal_id: SetId::from_raw(row.try_get(at)?),
         set_id: row.try_get(at + 1)?,
         org_id: row.try_get(at + 2)?,
         project: row
@@ -312,7 +312,7 @@ fn category_from_row(row: &PgRow) -> sqlx::Result<Category> {
     let set: Option<i64> = row.try_get(2)?;
     let set_type: Option<i64> = row.try_get(3)?;
     let owner = match (set, set_type) {
-        (Some(set), _) => CategoryOwner::Set(set),
+        (Some(set), _) => CategoryOwner::Set(SetId::from_raw(set)),
         (None, Some(set_type)) => CategoryOwner::SetType(SetTypeId::from_raw(set_type)),
         (None, None) => return Err(bad_column(2, "a category without an owner")),
     };
@@ -367,7 +367,7 @@ async fn with_tags(
 
 fn owner_columns(owner: CategoryOwner) -> (Option<i64>, Option<i64>) {
     match owner {
-        CategoryOwner::Set(set) => (Some(set), None),
+        CategoryOwner::Set(set) => (Some(set.raw()), None),
         CategoryOwner::SetType(set_type) => (None, Some(set_type.raw())),
     }
 }
@@ -460,7 +460,7 @@ pub(super) async fn categories_of(
     let (mut sets, mut set_types) = (Vec::new(), Vec::new());
     for owner in owners {
         match *owner {
-            CategoryOwner::Set(set) => sets.push(set),
+            CategoryOwner::Set(set) => sets.push(set.raw()),
             CategoryOwner::SetType(set_type) => set_types.push(set_type.raw()),
         }
     }

@@ -10,7 +10,9 @@ use super::helpers::{ADDED, bump_sets, is_unique_violation, lock_org, log_change
 use super::semantic_sets::{SET_TYPE_COLUMNS, find_set, require_set, set_type_from_row};
 use super::{projects, semantic_features};
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::{Episode, Project, ProjectKey, SetTypeId};
+use memmachine_core::model::{
+    Episode, EpisodeHandle, FeatureId, Project, ProjectKey, SetId, SetTypeId,
+};
 use memmachine_core::store::transfer::{EpisodeVector, RestoredFeature, TransferStore};
 use memmachine_core::store::{SetRow, SetType};
 
@@ -99,7 +101,7 @@ async fn restore_features(tx: &mut PgConnection, features: &[RestoredFeature]) -
     let mut ids = Vec::with_capacity(features.len());
     let mut sets = Vec::new();
     for restored in features {
-        let set = require_set(&mut *tx, restored.set).await?;
+        let set = require_set(&mut *tx, restored.set.raw()).await?;
         let f = &restored.feature;
         let metadata = serde_json::to_string(&f.metadata)
             .map_err(|err| Error::Internal(format!("encoding feature metadata: {err}")))?;
@@ -110,7 +112,7 @@ async fn restore_features(tx: &mut PgConnection, features: &[RestoredFeature]) -
         )
         .bind(&set.org_id)
         .bind(&f.id)
-        .bind(restored.set)
+        .bind(restored.set.raw())
         .bind(&f.category)
         .bind(&f.category_id)
         .bind(&f.tag)
@@ -126,7 +128,7 @@ async fn restore_features(tx: &mut PgConnection, features: &[RestoredFeature]) -
         .map_err(taken(|| format!("feature {}", f.id)))?;
         semantic_features::cite(&mut *tx, &set.org_id, id, &restored.citations).await?;
         ids.push(id);
-        sets.push(restored.set);
+        sets.push(restored.set.raw());
     }
     sets.sort_unstable();
     sets.dedup();
@@ -168,11 +170,15 @@ impl TransferStore for PostgresStore {
         projects::from_row(&row).map_err(db_error)
     }
 
-    async fn restore_episodes(&self, key: &ProjectKey, new: Vec<Episode>) -> Result<Vec<i64>> {
+    async fn restore_episodes(
+        &self,
+        key: &ProjectKey,
+        new: Vec<Episode>,
+    ) -> Result<Vec<EpisodeHandle>> {
         let mut tx = self.pool().begin().await.map_err(db_error)?;
         let rows = restore_episodes(&mut tx, key, &new).await?;
         tx.commit().await.map_err(db_error)?;
-        Ok(rows)
+        Ok(rows.into_iter().map(EpisodeHandle::from_raw).collect())
     }
 
     async fn episode_vectors(
@@ -283,20 +289,20 @@ impl TransferStore for PostgresStore {
         Ok(restored)
     }
 
-    async fn delete_set(&self, internal_id: i64) -> Result<bool> {
+    async fn delete_set(&self, internal_id: SetId) -> Result<bool> {
         // The org's semantic version moves by a trigger.
         let deleted = sqlx::query("DELETE FROM semantic_sets WHERE id = $1")
-            .bind(internal_id)
+            .bind(internal_id.raw())
             .execute(self.pool())
             .await
             .map_err(db_error)?;
         Ok(deleted.rows_affected() > 0)
     }
 
-    async fn restore_features(&self, features: Vec<RestoredFeature>) -> Result<Vec<i64>> {
+    async fn restore_features(&self, features: Vec<RestoredFeature>) -> Result<Vec<FeatureId>> {
         let mut tx = self.pool().begin().await.map_err(db_error)?;
         let ids = restore_features(&mut tx, &features).await?;
         tx.commit().await.map_err(db_error)?;
-        Ok(ids)
+        Ok(ids.into_iter().map(FeatureId::from_raw).collect())
     }
 }

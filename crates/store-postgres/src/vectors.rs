@@ -16,7 +16,7 @@ use super::error::db_error;
 use super::helpers::{DB_NOW, VECTOR, log_changes};
 use super::projects;
 use memmachine_core::error::Result;
-use memmachine_core::model::ProjectKey;
+use memmachine_core::model::{EpisodeHandle, ProjectKey};
 use memmachine_core::store::{PendingEmbedding, VectorStore};
 
 /// pgvector's HNSW indexes take at most this many dimensions.
@@ -162,7 +162,7 @@ impl VectorStore for PostgresStore {
             pending.push((
                 queued_at,
                 PendingEmbedding {
-                    episode: row.try_get(0).map_err(db_error)?,
+                    episode: EpisodeHandle::from_raw(row.try_get(0).map_err(db_error)?),
                     content: row.try_get(1).map_err(db_error)?,
                     producer_id: row.try_get(2).map_err(db_error)?,
                     embedder: row.try_get(3).map_err(db_error)?,
@@ -173,7 +173,8 @@ impl VectorStore for PostgresStore {
         Ok(pending.into_iter().map(|(_, p)| p).collect())
     }
 
-    async fn release_embeddings(&self, episodes: Vec<i64>) -> Result<()> {
+    async fn release_embeddings(&self, episodes: &[EpisodeHandle]) -> Result<()> {
+        let episodes: Vec<i64> = episodes.iter().map(|e| e.raw()).collect();
         sqlx::query("UPDATE embedding_queue SET lease_until = 0 WHERE episode = ANY($1)")
             .bind(&episodes)
             .execute(self.pool())
@@ -182,7 +183,8 @@ impl VectorStore for PostgresStore {
         Ok(())
     }
 
-    async fn abandon_embeddings(&self, episodes: Vec<i64>) -> Result<u64> {
+    async fn abandon_embeddings(&self, episodes: &[EpisodeHandle]) -> Result<u64> {
+        let episodes: Vec<i64> = episodes.iter().map(|e| e.raw()).collect();
         let removed = sqlx::query("DELETE FROM embedding_queue WHERE episode = ANY($1)")
             .bind(&episodes)
             .execute(self.pool())
@@ -192,11 +194,15 @@ impl VectorStore for PostgresStore {
         Ok(removed)
     }
 
-    async fn store_embeddings(&self, embedder: &str, vectors: Vec<(i64, Vec<f32>)>) -> Result<()> {
+    async fn store_embeddings(
+        &self,
+        embedder: &str,
+        vectors: Vec<(EpisodeHandle, Vec<f32>)>,
+    ) -> Result<()> {
         if vectors.is_empty() {
             return Ok(());
         }
-        let handles: Vec<i64> = vectors.iter().map(|(h, _)| *h).collect();
+        let handles: Vec<i64> = vectors.iter().map(|(h, _)| h.raw()).collect();
         let mut tx = self.pool().begin().await.map_err(db_error)?;
         // Their projects' rows first, in a fixed order (as deleters take them: project,
         // then episodes), so two writers never deadlock.
@@ -230,7 +236,7 @@ impl VectorStore for PostgresStore {
             by_project.entry((org, project)).or_default().push(id);
         }
         let vector_of: std::collections::HashMap<i64, &Vec<f32>> =
-            vectors.iter().map(|(h, v)| (*h, v)).collect();
+            vectors.iter().map(|(h, v)| (h.raw(), v)).collect();
         for ((org, project), episodes) in &by_project {
             let n = episodes.len() as i64;
             let first: i64 = sqlx::query_scalar(
@@ -285,8 +291,8 @@ impl VectorStore for PostgresStore {
         &self,
         key: &ProjectKey,
         embedder: &str,
-        handles: &[i64],
-    ) -> Result<Vec<(i64, Vec<f32>)>> {
+        handles: &[EpisodeHandle],
+    ) -> Result<Vec<(EpisodeHandle, Vec<f32>)>> {
         let mut conn = self.pool().acquire().await.map_err(db_error)?;
         if handles.is_empty() {
             projects::require(&mut conn, key).await?;
@@ -301,7 +307,7 @@ impl VectorStore for PostgresStore {
         )
         .bind(&key.org_id)
         .bind(&key.project_id)
-        .bind(handles)
+        .bind(handles.iter().map(|h| h.raw()).collect::<Vec<i64>>())
         .bind(embedder)
         .fetch_all(&mut *conn)
         .await
@@ -311,7 +317,7 @@ impl VectorStore for PostgresStore {
         }
         let mut found = std::collections::HashMap::with_capacity(rows.len());
         for row in &rows {
-            let handle: i64 = row.try_get(0).map_err(db_error)?;
+            let handle = EpisodeHandle::from_raw(row.try_get(0).map_err(db_error)?);
             let vector: pgvector::Vector = row.try_get(1).map_err(db_error)?;
             found.insert(handle, vector.to_vec());
         }

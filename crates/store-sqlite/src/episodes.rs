@@ -15,7 +15,7 @@ use super::projects;
 use super::vectors;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::filter::Expr;
-use memmachine_core::model::{Episode, NewEpisode, ProjectKey};
+use memmachine_core::model::{Episode, EpisodeHandle, NewEpisode, ProjectKey};
 use memmachine_core::store::EpisodeStore;
 
 /// Columns read by `from_row`, over the alias `e`.
@@ -200,10 +200,10 @@ pub(super) fn delete(
 pub(super) fn by_handle(
     conn: &Connection,
     key: &ProjectKey,
-    handles: &[i64],
-) -> Result<Vec<(i64, Episode)>> {
+    handles: &[EpisodeHandle],
+) -> Result<Vec<(EpisodeHandle, Episode)>> {
     let project = projects::require(conn, key)?;
-    let ids: Vec<Value> = handles.iter().copied().map(Value::Integer).collect();
+    let ids: Vec<Value> = handles.iter().map(|h| Value::Integer(h.raw())).collect();
     if ids.is_empty() {
         return Ok(Vec::new());
     }
@@ -214,9 +214,9 @@ pub(super) fn by_handle(
              WHERE e.project = ?2"
         ))
         .map_err(storage_error)?;
-    let mut found: std::collections::HashMap<i64, Episode> = stmt
+    let mut found: std::collections::HashMap<EpisodeHandle, Episode> = stmt
         .query_map(params![std::rc::Rc::new(ids), project], |row| {
-            Ok((row.get::<_, i64>(0)?, from_row(row, 1)?))
+            Ok((EpisodeHandle::from_raw(row.get(0)?), from_row(row, 1)?))
         })
         .and_then(|rows| rows.collect())
         .map_err(storage_error)?;
@@ -231,16 +231,18 @@ pub(super) fn handles(
     conn: &Connection,
     key: &ProjectKey,
     uids: &[uuid::Uuid],
-) -> Result<Vec<Option<i64>>> {
+) -> Result<Vec<Option<EpisodeHandle>>> {
     let project = projects::require(conn, key)?;
     let mut find = conn
         .prepare_cached("SELECT id FROM episodes WHERE project = ?1 AND uid = ?2")
         .map_err(storage_error)?;
     uids.iter()
         .map(|uid| {
-            find.query_row(params![project, uid.as_bytes()], |row| row.get(0))
-                .optional()
-                .map_err(storage_error)
+            find.query_row(params![project, uid.as_bytes()], |row| {
+                Ok(EpisodeHandle::from_raw(row.get(0)?))
+            })
+            .optional()
+            .map_err(storage_error)
         })
         .collect()
 }
@@ -302,8 +304,8 @@ impl EpisodeStore for SqliteStore {
     async fn episodes_by_handle(
         &self,
         key: &ProjectKey,
-        handles: &[i64],
-    ) -> Result<Vec<(i64, Episode)>> {
+        handles: &[EpisodeHandle],
+    ) -> Result<Vec<(EpisodeHandle, Episode)>> {
         let (key, handles) = (key.clone(), handles.to_vec());
         self.readers
             .read(move |tx| by_handle(tx, &key, &handles))
@@ -314,7 +316,7 @@ impl EpisodeStore for SqliteStore {
         &self,
         key: &ProjectKey,
         uids: &[uuid::Uuid],
-    ) -> Result<Vec<Option<i64>>> {
+    ) -> Result<Vec<Option<EpisodeHandle>>> {
         let (key, uids) = (key.clone(), uids.to_vec());
         self.readers.read(move |tx| handles(tx, &key, &uids)).await
     }

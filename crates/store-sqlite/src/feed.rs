@@ -11,7 +11,7 @@ use super::helpers::{ADDED, REMOVED, VECTOR};
 use super::projects;
 use super::vectors;
 use memmachine_core::error::Result;
-use memmachine_core::model::{ProjectHandle, ProjectKey};
+use memmachine_core::model::{ChangeSeq, EpisodeHandle, ProjectHandle, ProjectKey};
 use memmachine_core::store::{Change, ChangeFeed, Changes, FeedHead, IndexedEpisode};
 
 pub(super) fn head(conn: &Connection, key: &ProjectKey) -> Result<FeedHead> {
@@ -22,7 +22,7 @@ pub(super) fn head(conn: &Connection, key: &ProjectKey) -> Result<FeedHead> {
         stmt.query_row(params![key.org_id, key.project_id], |row| {
             Ok(FeedHead {
                 project: ProjectHandle::from_raw(row.get(0)?),
-                change: row.get(1)?,
+                change: ChangeSeq::from_raw(row.get(1)?),
             })
         })
         .optional()
@@ -48,7 +48,7 @@ pub(super) fn page(
     stmt.query_map(params![project, embedder, after_seq, limit as i64], |row| {
         let vector: Option<Vec<u8>> = row.get(11)?;
         Ok(IndexedEpisode {
-            handle: row.get(0)?,
+            handle: EpisodeHandle::from_raw(row.get(0)?),
             episode: from_row(row, 1)?,
             vector: vector.as_deref().map(|b| vectors::decode(b).into_vec()),
         })
@@ -88,7 +88,7 @@ pub(super) fn since(
     while let Some(row) = rows.next().map_err(storage_error)? {
         through = row.get(0).map_err(storage_error)?;
         let kind: i64 = row.get(1).map_err(storage_error)?;
-        let handle: i64 = row.get(2).map_err(storage_error)?;
+        let handle = EpisodeHandle::from_raw(row.get(2).map_err(storage_error)?);
         let stored: bool = row.get(3).map_err(storage_error)?;
         let vector: Option<Vec<u8>> = row.get(14).map_err(storage_error)?;
         let vector = vector.as_deref().map(|b| vectors::decode(b).into_vec());
@@ -107,6 +107,7 @@ pub(super) fn since(
             _ => {}
         }
     }
+    let through = ChangeSeq::from_raw(through);
     Ok(Some(Changes { changes, through }))
 }
 
@@ -163,13 +164,13 @@ impl ChangeFeed for SqliteStore {
     async fn changes_since(
         &self,
         project: ProjectHandle,
-        after: i64,
+        after: ChangeSeq,
         embedder: Option<&str>,
         limit: usize,
     ) -> Result<Option<Changes>> {
         let embedder = embedder.map(str::to_string);
         self.readers
-            .read(move |tx| since(tx, project.raw(), after, embedder.as_deref(), limit))
+            .read(move |tx| since(tx, project.raw(), after.raw(), embedder.as_deref(), limit))
             .await
     }
 

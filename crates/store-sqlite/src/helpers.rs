@@ -15,6 +15,11 @@ pub(super) fn now_micros() -> i64 {
     chrono::Utc::now().timestamp_micros()
 }
 
+/// Handles as the numbers SQL binds (`raw`: the handle type's `raw`).
+pub(super) fn raw_ids<H: Copy>(handles: &[H], raw: fn(H) -> i64) -> Vec<i64> {
+    handles.iter().map(|h| raw(*h)).collect()
+}
+
 /// Ids as a `rarray` parameter.
 pub(super) fn id_array(ids: &[i64]) -> Rc<Vec<Value>> {
     Rc::new(ids.iter().copied().map(Value::Integer).collect())

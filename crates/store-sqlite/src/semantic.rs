@@ -1,36 +1,42 @@
-//! Semantic memory on SQLite: `SemanticStore` for `SqliteStore`. Sets, set types,
-//! categories and tags are in `semantic_sets`, features and their vectors in
-//! `semantic_features`, the ingestion queue in `semantic_queue` and short-term
-//! summaries in `semantic_summaries`. Reads go through the read pool, writes through
+//! Semantic memory on SQLite: `SemanticSets`, `SemanticFeatures`, `SemanticQueue` and
+//! `Summaries` for `SqliteStore`. Sets, set types, categories and tags are in
+//! `semantic_sets`, features and their vectors in `semantic_features`, the ingestion
+//! queue in `semantic_queue` and short-term summaries in `semantic_summaries`. Reads go through the read pool, writes through
 //! the writer, each call in one transaction.
 
 use async_trait::async_trait;
 use rusqlite::Connection;
 
 use super::error::storage_error;
+use super::helpers::raw_ids;
 use super::{
     SqliteStore, semantic_features as features, semantic_queue as queue, semantic_sets as sets,
     semantic_summaries as summaries,
 };
 use memmachine_core::error::Result;
 use memmachine_core::model::{
-    CategoryId, Episode, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey, SetTypeId, TagId,
+    CategoryId, Episode, EpisodeHandle, FeatureId, NewEpisode, ProjectConfig, ProjectHandle,
+    ProjectKey, SetId, SetTypeId, TagId,
 };
 use memmachine_core::store::{
     Batch, Category, CategoryOwner, ClaimRule, Feature, FeatureOp, FeatureUpdate, IndexedFeature,
     NewCategory, NewFeature, NewSet, NewSetType, PendingFeatureEmbedding, SetConfig, SetRow,
     SetType, Summary, Tag,
 };
-use memmachine_core::store::{Routing, SemanticStore};
+use memmachine_core::store::{Routing, SemanticFeatures, SemanticQueue, SemanticSets, Summaries};
 
-fn resolve_episodes(conn: &Connection, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<Vec<i64>> {
+fn resolve_episodes(
+    conn: &Connection,
+    key: &ProjectKey,
+    uids: &[uuid::Uuid],
+) -> Result<Vec<EpisodeHandle>> {
     super::episodes::rows_of(
         conn,
         key,
         uids,
         "a feature cites episodes of its project only",
     )
-    .map(|(_, rows)| rows)
+    .map(|(_, rows)| rows.into_iter().map(EpisodeHandle::from_raw).collect())
 }
 
 fn semantic_version(conn: &Connection, org_id: &str) -> Result<i64> {
@@ -40,23 +46,7 @@ fn semantic_version(conn: &Connection, org_id: &str) -> Result<i64> {
 }
 
 #[async_trait]
-impl SemanticStore for SqliteStore {
-    async fn add_episodes_routed(
-        &self,
-        key: &ProjectKey,
-        episodes: Vec<NewEpisode>,
-        routing: Vec<Routing>,
-        embedder: Option<&str>,
-    ) -> Result<Vec<i64>> {
-        let org_id = key.org_id.clone();
-        self.add_episodes_then(key, episodes, embedder, move |conn, added| {
-            queue::route(conn, added.project, &org_id, &added.rows, &routing)
-        })
-        .await
-    }
-
-    // Set types.
-
+impl SemanticSets for SqliteStore {
     async fn create_set_type(&self, key: &ProjectKey, set_type: NewSetType) -> Result<SetType> {
         let key = key.clone();
         self.writer
@@ -76,8 +66,6 @@ impl SemanticStore for SqliteStore {
             .write(move |conn| sets::delete_set_type(conn, internal_id.raw()))
             .await
     }
-
-    // Sets.
 
     async fn ensure_sets(&self, key: &ProjectKey, new: Vec<NewSet>) -> Result<Vec<SetRow>> {
         let key = key.clone();
@@ -104,13 +92,11 @@ impl SemanticStore for SqliteStore {
         self.readers.read(move |tx| sets::list_sets(tx, &key)).await
     }
 
-    async fn configure_set(&self, set: i64, config: SetConfig) -> Result<()> {
+    async fn configure_set(&self, set: SetId, config: SetConfig) -> Result<()> {
         self.writer
-            .write(move |conn| sets::configure_set(conn, set, &config))
+            .write(move |conn| sets::configure_set(conn, set.raw(), &config))
             .await
     }
-
-    // Categories and tags.
 
     async fn add_category(&self, owner: CategoryOwner, category: NewCategory) -> Result<Category> {
         self.writer
@@ -125,28 +111,30 @@ impl SemanticStore for SqliteStore {
             .await
     }
 
-    async fn categories_of(&self, owners: Vec<CategoryOwner>) -> Result<Vec<Category>> {
+    async fn categories_of(&self, owners: &[CategoryOwner]) -> Result<Vec<Category>> {
+        let owners = owners.to_vec();
         self.readers
             .read(move |tx| sets::categories_of(tx, &owners))
             .await
     }
 
-    async fn delete_category(&self, internal_id: CategoryId, of_sets: Vec<i64>) -> Result<()> {
+    async fn delete_category(&self, internal_id: CategoryId, of_sets: &[SetId]) -> Result<()> {
+        let of_sets = raw_ids(of_sets, SetId::raw);
         self.writer
             .write(move |conn| sets::delete_category(conn, internal_id.raw(), &of_sets))
             .await
     }
 
-    async fn disable_category(&self, set: i64, name: &str) -> Result<()> {
+    async fn disable_category(&self, set: SetId, name: &str) -> Result<()> {
         let name = name.to_string();
         self.writer
-            .write(move |conn| sets::disable_category(conn, set, &name))
+            .write(move |conn| sets::disable_category(conn, set.raw(), &name))
             .await
     }
 
-    async fn disabled_categories(&self, set: i64) -> Result<Vec<String>> {
+    async fn disabled_categories(&self, set: SetId) -> Result<Vec<String>> {
         self.readers
-            .read(move |tx| sets::disabled_categories(tx, set))
+            .read(move |tx| sets::disabled_categories(tx, set.raw()))
             .await
     }
 
@@ -179,11 +167,17 @@ impl SemanticStore for SqliteStore {
             .write(move |conn| sets::delete_tag(conn, internal_id.raw()))
             .await
     }
+}
 
-    // Features.
-
-    async fn resolve_episodes(&self, key: &ProjectKey, uids: Vec<uuid::Uuid>) -> Result<Vec<i64>> {
+#[async_trait]
+impl SemanticFeatures for SqliteStore {
+    async fn resolve_episodes(
+        &self,
+        key: &ProjectKey,
+        uids: &[uuid::Uuid],
+    ) -> Result<Vec<EpisodeHandle>> {
         let key = key.clone();
+        let uids = uids.to_vec();
         self.readers
             .read(move |tx| resolve_episodes(tx, &key, &uids))
             .await
@@ -191,13 +185,16 @@ impl SemanticStore for SqliteStore {
 
     async fn add_feature(
         &self,
-        set: i64,
+        set: SetId,
         feature: NewFeature,
-        citations: Vec<i64>,
+        citations: &[EpisodeHandle],
         embedder: Option<String>,
     ) -> Result<Feature> {
+        let citations = citations.to_vec();
         self.writer
-            .write(move |conn| features::add(conn, set, &feature, &citations, embedder.as_deref()))
+            .write(move |conn| {
+                features::add(conn, set.raw(), &feature, &citations, embedder.as_deref())
+            })
             .await
     }
 
@@ -206,7 +203,8 @@ impl SemanticStore for SqliteStore {
         self.readers.read(move |tx| features::find(tx, &id)).await
     }
 
-    async fn features(&self, ids: Vec<i64>) -> Result<Vec<Feature>> {
+    async fn features(&self, ids: &[FeatureId]) -> Result<Vec<Feature>> {
+        let ids = raw_ids(ids, FeatureId::raw);
         self.readers
             .read(move |tx| features::by_ids(tx, &ids))
             .await
@@ -214,16 +212,19 @@ impl SemanticStore for SqliteStore {
 
     async fn update_feature(
         &self,
-        internal_id: i64,
+        internal_id: FeatureId,
         update: FeatureUpdate,
         embedder: Option<String>,
     ) -> Result<()> {
         self.writer
-            .write(move |conn| features::update(conn, internal_id, &update, embedder.as_deref()))
+            .write(move |conn| {
+                features::update(conn, internal_id.raw(), &update, embedder.as_deref())
+            })
             .await
     }
 
-    async fn delete_features(&self, ids: Vec<i64>) -> Result<u64> {
+    async fn delete_features(&self, ids: &[FeatureId]) -> Result<u64> {
+        let ids = raw_ids(ids, FeatureId::raw);
         self.writer
             .write(move |conn| features::delete(conn, &ids))
             .await
@@ -231,23 +232,28 @@ impl SemanticStore for SqliteStore {
 
     async fn list_features(
         &self,
-        of_sets: Vec<i64>,
-        after: i64,
+        of_sets: &[SetId],
+        after: Option<FeatureId>,
         limit: usize,
     ) -> Result<Vec<Feature>> {
+        let (of_sets, after) = (
+            raw_ids(of_sets, SetId::raw),
+            after.map_or(0, FeatureId::raw),
+        );
         self.readers
             .read(move |tx| features::list(tx, &of_sets, after, limit))
             .await
     }
 
-    async fn category_features(&self, set: i64, category_key: &str) -> Result<Vec<Feature>> {
+    async fn category_features(&self, set: SetId, category_key: &str) -> Result<Vec<Feature>> {
         let category_key = category_key.to_string();
         self.readers
-            .read(move |tx| features::of_category(tx, set, &category_key))
+            .read(move |tx| features::of_category(tx, set.raw(), &category_key))
             .await
     }
 
-    async fn indexed_features(&self, of_sets: Vec<i64>) -> Result<Vec<IndexedFeature>> {
+    async fn indexed_features(&self, of_sets: &[SetId]) -> Result<Vec<IndexedFeature>> {
+        let of_sets = raw_ids(of_sets, SetId::raw);
         self.readers
             .read(move |tx| features::indexed(tx, &of_sets))
             .await
@@ -260,7 +266,59 @@ impl SemanticStore for SqliteStore {
             .await
     }
 
-    // Ingestion.
+    async fn claim_feature_embeddings(
+        &self,
+        limit: usize,
+        lease: std::time::Duration,
+    ) -> Result<Vec<PendingFeatureEmbedding>> {
+        self.writer
+            .write(move |conn| features::claim_vectors(conn, limit, lease))
+            .await
+    }
+
+    async fn release_feature_embeddings(&self, ids: &[FeatureId]) -> Result<()> {
+        let ids = raw_ids(ids, FeatureId::raw);
+        self.writer
+            .write(move |conn| features::release_vectors(conn, &ids))
+            .await
+    }
+
+    async fn store_feature_embeddings(
+        &self,
+        embedder: &str,
+        vectors: Vec<(FeatureId, Vec<f32>)>,
+    ) -> Result<()> {
+        let embedder = embedder.to_string();
+        let vectors: Vec<(i64, Vec<f32>)> =
+            vectors.into_iter().map(|(f, v)| (f.raw(), v)).collect();
+        self.writer
+            .write(move |conn| features::store_vectors(conn, &embedder, &vectors))
+            .await
+    }
+
+    async fn abandon_feature_embeddings(&self, ids: &[FeatureId]) -> Result<()> {
+        let ids = raw_ids(ids, FeatureId::raw);
+        self.writer
+            .write(move |conn| features::abandon_vectors(conn, &ids))
+            .await
+    }
+}
+
+#[async_trait]
+impl SemanticQueue for SqliteStore {
+    async fn add_episodes_routed(
+        &self,
+        key: &ProjectKey,
+        episodes: Vec<NewEpisode>,
+        routing: Vec<Routing>,
+        embedder: Option<&str>,
+    ) -> Result<Vec<i64>> {
+        let org_id = key.org_id.clone();
+        self.add_episodes_then(key, episodes, embedder, move |conn, added| {
+            queue::route(conn, added.project, &org_id, &added.rows, &routing)
+        })
+        .await
+    }
 
     async fn claim_batch(&self, rule: ClaimRule) -> Result<Option<Batch>> {
         // Finding a ready set scans the queue: done on a reader, so a backlog does not
@@ -305,53 +363,30 @@ impl SemanticStore for SqliteStore {
 
     async fn consolidate(
         &self,
-        set: i64,
-        remove: Vec<i64>,
+        set: SetId,
+        remove: &[FeatureId],
         add: Vec<NewFeature>,
         embedder: Option<String>,
     ) -> Result<()> {
+        let (set, remove) = (set.raw(), raw_ids(remove, FeatureId::raw));
         self.writer
             .write(move |conn| features::consolidate(conn, set, &remove, &add, embedder.as_deref()))
             .await
     }
 
-    // Feature vectors.
-
-    async fn claim_feature_embeddings(
+    async fn preceding_episodes(
         &self,
-        limit: usize,
-        lease: std::time::Duration,
-    ) -> Result<Vec<PendingFeatureEmbedding>> {
-        self.writer
-            .write(move |conn| features::claim_vectors(conn, limit, lease))
+        episodes: &[EpisodeHandle],
+    ) -> Result<Vec<Option<(EpisodeHandle, Episode)>>> {
+        let episodes = episodes.to_vec();
+        self.readers
+            .read(move |tx| queue::preceding(tx, &episodes))
             .await
     }
+}
 
-    async fn release_feature_embeddings(&self, ids: Vec<i64>) -> Result<()> {
-        self.writer
-            .write(move |conn| features::release_vectors(conn, &ids))
-            .await
-    }
-
-    async fn store_feature_embeddings(
-        &self,
-        embedder: &str,
-        vectors: Vec<(i64, Vec<f32>)>,
-    ) -> Result<()> {
-        let embedder = embedder.to_string();
-        self.writer
-            .write(move |conn| features::store_vectors(conn, &embedder, &vectors))
-            .await
-    }
-
-    async fn abandon_feature_embeddings(&self, ids: Vec<i64>) -> Result<()> {
-        self.writer
-            .write(move |conn| features::abandon_vectors(conn, &ids))
-            .await
-    }
-
-    // Summaries.
-
+#[async_trait]
+impl Summaries for SqliteStore {
     async fn summary(&self, key: &ProjectKey) -> Result<Option<Summary>> {
         let key = key.clone();
         self.readers
@@ -374,12 +409,6 @@ impl SemanticStore for SqliteStore {
     async fn projects_changed(&self, after: i64) -> Result<(Vec<ProjectKey>, i64)> {
         self.writer
             .write(move |conn| summaries::projects_changed(conn, after))
-            .await
-    }
-
-    async fn preceding_episodes(&self, episodes: Vec<i64>) -> Result<Vec<Option<(i64, Episode)>>> {
-        self.readers
-            .read(move |tx| queue::preceding(tx, &episodes))
             .await
     }
 

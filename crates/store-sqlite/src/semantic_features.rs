@@ -15,6 +15,7 @@ use super::helpers::{bad_column, bump_sets, id_array, is_constraint, now_micros}
 use super::semantic_sets::require_set;
 use super::vectors;
 use memmachine_core::error::{Error, Result};
+use memmachine_core::model::{EpisodeHandle, FeatureId, SetId};
 use memmachine_core::store::semantic_features::feature_embedding_text;
 use memmachine_core::store::{
     Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding,
@@ -29,9 +30,9 @@ const FROM: &str = "semantic_features f JOIN semantic_sets s ON s.id = f.set_ref
 fn from_row(row: &Row<'_>) -> rusqlite::Result<Feature> {
     let metadata: String = row.get(9)?;
     Ok(Feature {
-        internal_id: row.get(0)?,
+        internal_id: FeatureId::from_raw(row.get(0)?),
         id: row.get(1)?,
-        set: row.get(2)?,
+        set: SetId::from_raw(row.get(2)?),
         set_id: row.get(3)?,
         category: row.get(4)?,
         category_id: row.get(5)?,
@@ -55,7 +56,7 @@ fn with_citations(conn: &Connection, mut features: Vec<Feature>) -> Result<Vec<F
         .map_err(storage_error)?;
     for feature in &mut features {
         feature.citations = stmt
-            .query_map([feature.internal_id], |row| {
+            .query_map([feature.internal_id.raw()], |row| {
                 row.get::<_, [u8; 16]>(0).map(uuid::Uuid::from_bytes)
             })
             .and_then(|rows| rows.collect())
@@ -84,7 +85,7 @@ pub(super) fn find(conn: &Connection, id: &str) -> Result<Option<Feature>> {
 pub(super) fn by_ids(conn: &Connection, ids: &[i64]) -> Result<Vec<Feature>> {
     let mut found: BTreeMap<i64, Feature> = query(conn, "f.id IN rarray(?1)", [id_array(ids)])?
         .into_iter()
-        .map(|f| (f.internal_id, f))
+        .map(|f| (f.internal_id.raw(), f))
         .collect();
     Ok(ids.iter().filter_map(|id| found.remove(id)).collect())
 }
@@ -129,8 +130,8 @@ pub(super) fn indexed(conn: &Connection, sets: &[i64]) -> Result<Vec<IndexedFeat
         let embedder: Option<String> = row.get(10)?;
         let vector: Option<Vec<u8>> = row.get(11)?;
         Ok(IndexedFeature {
-            internal_id: row.get(0)?,
-            set: row.get(1)?,
+            internal_id: FeatureId::from_raw(row.get(0)?),
+            set: SetId::from_raw(row.get(1)?),
             set_id: row.get(2)?,
             category: row.get(3)?,
             tag: row.get(4)?,
@@ -154,20 +155,21 @@ fn encode_metadata(metadata: &serde_json::Value) -> Result<String> {
 }
 
 /// Cites these episodes in the feature (those already cited are left as they are).
-pub(super) fn cite(conn: &Connection, feature: i64, episodes: &[i64]) -> Result<()> {
+pub(super) fn cite(conn: &Connection, feature: i64, episodes: &[EpisodeHandle]) -> Result<()> {
     let mut stmt = conn
         .prepare_cached(
             "INSERT OR IGNORE INTO semantic_citations (feature, episode) VALUES (?1, ?2)",
         )
         .map_err(storage_error)?;
     for episode in episodes {
-        stmt.execute(params![feature, episode]).map_err(|err| {
-            if is_constraint(&err) {
-                Error::NotFound(format!("episode {episode} does not exist"))
-            } else {
-                storage_error(err)
-            }
-        })?;
+        stmt.execute(params![feature, episode.raw()])
+            .map_err(|err| {
+                if is_constraint(&err) {
+                    Error::NotFound(format!("episode {episode} does not exist"))
+                } else {
+                    storage_error(err)
+                }
+            })?;
     }
     Ok(())
 }
@@ -191,7 +193,7 @@ pub(super) fn insert(
     conn: &Connection,
     set: i64,
     feature: &NewFeature,
-    citations: &[i64],
+    citations: &[EpisodeHandle],
     embedder: Option<&str>,
 ) -> Result<i64> {
     let now = now_micros();
@@ -236,7 +238,7 @@ pub(super) fn add(
     conn: &Connection,
     set: i64,
     feature: &NewFeature,
-    citations: &[i64],
+    citations: &[EpisodeHandle],
     embedder: Option<&str>,
 ) -> Result<Feature> {
     require_set(conn, set)?;
@@ -251,7 +253,7 @@ pub(super) fn add_or_cite(
     conn: &Connection,
     set: i64,
     feature: &NewFeature,
-    citations: &[i64],
+    citations: &[EpisodeHandle],
     embedder: Option<&str>,
 ) -> Result<()> {
     let same: Option<i64> = conn
@@ -286,7 +288,7 @@ pub(super) fn update_or_add(
     conn: &Connection,
     set: i64,
     feature: &NewFeature,
-    citations: &[i64],
+    citations: &[EpisodeHandle],
     embedder: Option<&str>,
 ) -> Result<()> {
     let ids: Vec<i64> = conn
@@ -375,7 +377,7 @@ pub(super) fn update(
     if update.feature.is_some() || update.value.is_some() {
         queue_vector(conn, internal_id, embedder)?;
     }
-    bump_sets(conn, &[current.set])
+    bump_sets(conn, &[current.set.raw()])
 }
 
 /// Deletes those of the features that exist; returns how many.
@@ -402,15 +404,17 @@ pub(super) fn consolidate(
     embedder: Option<&str>,
 ) -> Result<()> {
     require_set(conn, set)?;
-    let citations: Vec<i64> = conn
+    let citations: Vec<EpisodeHandle> = conn
         .prepare_cached(
             "SELECT DISTINCT c.episode FROM semantic_citations c
              JOIN semantic_features f ON f.id = c.feature
              WHERE c.feature IN rarray(?1) AND f.set_ref = ?2 ORDER BY c.episode",
         )
         .and_then(|mut stmt| {
-            stmt.query_map(params![id_array(remove), set], |row| row.get(0))?
-                .collect()
+            stmt.query_map(params![id_array(remove), set], |row| {
+                Ok(EpisodeHandle::from_raw(row.get(0)?))
+            })?
+            .collect()
         })
         .map_err(storage_error)?;
     conn.prepare_cached("DELETE FROM semantic_features WHERE id IN rarray(?1) AND set_ref = ?2")
@@ -442,7 +446,7 @@ pub(super) fn claim_vectors(
             stmt.query_map(params![now, limit as i64], |row| {
                 let (feature, value): (String, String) = (row.get(2)?, row.get(3)?);
                 Ok(PendingFeatureEmbedding {
-                    feature: row.get(0)?,
+                    feature: FeatureId::from_raw(row.get(0)?),
                     embedder: row.get(1)?,
                     text: feature_embedding_text(&feature, &value),
                 })
@@ -451,7 +455,7 @@ pub(super) fn claim_vectors(
         })
         .map_err(storage_error)?;
     let until = now.saturating_add(lease.as_micros() as i64);
-    let ids: Vec<i64> = pending.iter().map(|p| p.feature).collect();
+    let ids: Vec<i64> = pending.iter().map(|p| p.feature.raw()).collect();
     conn.prepare_cached(
         "UPDATE feature_embedding_queue SET lease_until = ?2 WHERE feature IN rarray(?1)",
     )

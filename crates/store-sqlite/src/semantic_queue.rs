@@ -14,7 +14,7 @@ use super::helpers::{bump_sets, id_array, now_micros};
 use super::semantic_features as features;
 use super::semantic_sets::{self as sets, set_by_id};
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::Episode;
+use memmachine_core::model::{Episode, EpisodeHandle};
 use memmachine_core::store::Routing;
 use memmachine_core::store::{Batch, ClaimRule, FeatureOp};
 
@@ -45,7 +45,7 @@ pub(super) fn route(
                 ))
             })?;
             queue
-                .execute(params![set.internal_id, row, now])
+                .execute(params![set.internal_id.raw(), row, now])
                 .map_err(storage_error)?;
         }
     }
@@ -145,7 +145,10 @@ pub(super) fn claim(conn: &Connection, set: i64, rule: &ClaimRule) -> Result<Opt
         ))
         .and_then(|mut stmt| {
             stmt.query_map([id_array(&rows)], |row| {
-                Ok((row.get(0)?, episodes::from_row(row, 1)?))
+                Ok((
+                    EpisodeHandle::from_raw(row.get(0)?),
+                    episodes::from_row(row, 1)?,
+                ))
             })?
             .collect()
         })
@@ -162,7 +165,7 @@ pub(super) fn claim(conn: &Connection, set: i64, rule: &ClaimRule) -> Result<Opt
 
 /// Whether the batch's lease still holds every one of its rows.
 fn holds(conn: &Connection, batch: &Batch) -> Result<bool> {
-    let rows: Vec<i64> = batch.messages.iter().map(|(row, _)| *row).collect();
+    let rows: Vec<i64> = batch.messages.iter().map(|(row, _)| row.raw()).collect();
     let held: i64 = conn
         .prepare_cached(
             "SELECT COUNT(*) FROM semantic_queue
@@ -170,7 +173,7 @@ fn holds(conn: &Connection, batch: &Batch) -> Result<bool> {
         )
         .and_then(|mut stmt| {
             stmt.query_row(
-                params![batch.set.internal_id, batch.lease, id_array(&rows)],
+                params![batch.set.internal_id.raw(), batch.lease, id_array(&rows)],
                 |row| row.get(0),
             )
         })
@@ -192,7 +195,7 @@ pub(super) fn apply(
     if !holds(conn, batch)? {
         return Ok(false);
     }
-    let set = batch.set.internal_id;
+    let set = batch.set.internal_id.raw();
     for op in ops {
         match op {
             FeatureOp::Add { feature, citations } => {
@@ -221,7 +224,13 @@ pub(super) fn release(conn: &Connection, batch: &Batch, not_before: i64) -> Resu
              not_before = ?3
          WHERE set_ref = ?1 AND lease = ?2",
     )
-    .and_then(|mut stmt| stmt.execute(params![batch.set.internal_id, batch.lease, not_before]))
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            batch.set.internal_id.raw(),
+            batch.lease,
+            not_before
+        ])
+    })
     .map_err(storage_error)?;
     Ok(())
 }
@@ -232,7 +241,7 @@ pub(super) fn fail(conn: &Connection, batch: &Batch, reason: &str) -> Result<()>
         "UPDATE semantic_queue SET lease = NULL, lease_until = 0, failed = ?3
          WHERE set_ref = ?1 AND lease = ?2",
     )
-    .and_then(|mut stmt| stmt.execute(params![batch.set.internal_id, batch.lease, reason]))
+    .and_then(|mut stmt| stmt.execute(params![batch.set.internal_id.raw(), batch.lease, reason]))
     .map_err(storage_error)?;
     Ok(())
 }
@@ -248,7 +257,10 @@ pub(super) fn counts(conn: &Connection) -> Result<(u64, u64)> {
 }
 
 /// For each episode row, the episode just before it (by sequence) in its project.
-pub(super) fn preceding(conn: &Connection, rows: &[i64]) -> Result<Vec<Option<(i64, Episode)>>> {
+pub(super) fn preceding(
+    conn: &Connection,
+    rows: &[EpisodeHandle],
+) -> Result<Vec<Option<(EpisodeHandle, Episode)>>> {
     let mut stmt = conn
         .prepare_cached(&format!(
             "SELECT e.id, {COLUMNS} FROM episodes o JOIN episodes e
@@ -258,9 +270,14 @@ pub(super) fn preceding(conn: &Connection, rows: &[i64]) -> Result<Vec<Option<(i
         .map_err(storage_error)?;
     rows.iter()
         .map(|row| {
-            stmt.query_row([row], |r| Ok((r.get(0)?, episodes::from_row(r, 1)?)))
-                .optional()
-                .map_err(storage_error)
+            stmt.query_row([row.raw()], |r| {
+                Ok((
+                    EpisodeHandle::from_raw(r.get(0)?),
+                    episodes::from_row(r, 1)?,
+                ))
+            })
+            .optional()
+            .map_err(storage_error)
         })
         .collect()
 }

@@ -9,7 +9,7 @@ use super::helpers::{bad_column, bump_sets, id_array, is_constraint, now_micros}
 use super::projects;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::{
-    CategoryId, ProjectConfig, ProjectHandle, ProjectKey, SetTypeId, TagId,
+    CategoryId, ProjectConfig, ProjectHandle, ProjectKey, SetId, SetTypeId, TagId,
 };
 use memmachine_core::store::{
     Category, CategoryOwner, NewCategory, NewSet, NewSetType, SetConfig, SetKind, SetRow, SetType,
@@ -119,7 +119,7 @@ fn set_from_row(row: &Row<'_>) -> rusqlite::Result<SetRow> {
     let kind: String = row.get(4)?;
     let tags: String = row.get(6)?;
     Ok(SetRow {
-        internal_id: row.get(0)?,
+        internal_id: SetId::from_raw(row.get(0)?),
         set_id: row.get(1)?,
         org_id: row.get(2)?,
         project: row.get::<_, Option<i64>>(3)?.map(ProjectHandle::from_raw),
@@ -263,7 +263,7 @@ fn category_from_row(row: &Row<'_>) -> rusqlite::Result<Category> {
     let set: Option<i64> = row.get(2)?;
     let set_type: Option<i64> = row.get(3)?;
     let owner = match (set, set_type) {
-        (Some(set), _) => CategoryOwner::Set(set),
+        (Some(set), _) => CategoryOwner::Set(SetId::from_raw(set)),
         (None, Some(set_type)) => CategoryOwner::SetType(SetTypeId::from_raw(set_type)),
         (None, None) => return Err(bad_column(2, "a category without an owner")),
     };
@@ -308,7 +308,7 @@ fn with_tags(conn: &Connection, mut categories: Vec<Category>) -> Result<Vec<Cat
 
 fn owner_columns(owner: CategoryOwner) -> (Option<i64>, Option<i64>) {
     match owner {
-        CategoryOwner::Set(set) => (Some(set), None),
+        CategoryOwner::Set(set) => (Some(set.raw()), None),
         CategoryOwner::SetType(set_type) => (None, Some(set_type.raw())),
     }
 }
@@ -379,7 +379,7 @@ pub(super) fn categories_of(conn: &Connection, owners: &[CategoryOwner]) -> Resu
     let (mut sets, mut set_types) = (Vec::new(), Vec::new());
     for owner in owners {
         match *owner {
-            CategoryOwner::Set(set) => sets.push(set),
+            CategoryOwner::Set(set) => sets.push(set.raw()),
             CategoryOwner::SetType(set_type) => set_types.push(set_type.raw()),
         }
     }

@@ -11,7 +11,9 @@ use super::helpers::{ADDED, bump_sets, is_constraint, log_changes};
 use super::semantic_sets::{SET_TYPE_COLUMNS, set_type_from_row};
 use super::{SqliteStore, projects, semantic_features, semantic_sets, vectors};
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::{Episode, Project, ProjectKey, SetTypeId};
+use memmachine_core::model::{
+    Episode, EpisodeHandle, FeatureId, Project, ProjectKey, SetId, SetTypeId,
+};
 use memmachine_core::store::transfer::{EpisodeVector, RestoredFeature, TransferStore};
 use memmachine_core::store::{SetRow, SetType};
 
@@ -227,7 +229,7 @@ fn restore_features(conn: &Connection, features: &[RestoredFeature]) -> Result<V
     let mut ids = Vec::with_capacity(features.len());
     let mut sets = Vec::new();
     for restored in features {
-        semantic_sets::require_set(conn, restored.set)?;
+        semantic_sets::require_set(conn, restored.set.raw())?;
         let f = &restored.feature;
         let metadata = serde_json::to_string(&f.metadata)
             .map_err(|err| Error::Internal(format!("encoding feature metadata: {err}")))?;
@@ -235,7 +237,7 @@ fn restore_features(conn: &Connection, features: &[RestoredFeature]) -> Result<V
             .query_row(
                 params![
                     f.id,
-                    restored.set,
+                    restored.set.raw(),
                     f.category,
                     f.category_id,
                     f.tag,
@@ -258,7 +260,7 @@ fn restore_features(conn: &Connection, features: &[RestoredFeature]) -> Result<V
             })?;
         semantic_features::cite(conn, id, &restored.citations)?;
         ids.push(id);
-        sets.push(restored.set);
+        sets.push(restored.set.raw());
     }
     sets.sort_unstable();
     sets.dedup();
@@ -275,11 +277,17 @@ impl TransferStore for SqliteStore {
             .await
     }
 
-    async fn restore_episodes(&self, key: &ProjectKey, new: Vec<Episode>) -> Result<Vec<i64>> {
+    async fn restore_episodes(
+        &self,
+        key: &ProjectKey,
+        new: Vec<Episode>,
+    ) -> Result<Vec<EpisodeHandle>> {
         let key = key.clone();
-        self.writer
+        let rows = self
+            .writer
             .write(move |conn| restore_episodes(conn, &key, &new))
-            .await
+            .await?;
+        Ok(rows.into_iter().map(EpisodeHandle::from_raw).collect())
     }
 
     async fn episode_vectors(
@@ -317,15 +325,17 @@ impl TransferStore for SqliteStore {
             .await
     }
 
-    async fn delete_set(&self, internal_id: i64) -> Result<bool> {
+    async fn delete_set(&self, internal_id: SetId) -> Result<bool> {
         self.writer
-            .write(move |conn| delete_set(conn, internal_id))
+            .write(move |conn| delete_set(conn, internal_id.raw()))
             .await
     }
 
-    async fn restore_features(&self, features: Vec<RestoredFeature>) -> Result<Vec<i64>> {
-        self.writer
+    async fn restore_features(&self, features: Vec<RestoredFeature>) -> Result<Vec<FeatureId>> {
+        let ids = self
+            .writer
             .write(move |conn| restore_features(conn, &features))
-            .await
+            .await?;
+        Ok(ids.into_iter().map(FeatureId::from_raw).collect())
     }
 }

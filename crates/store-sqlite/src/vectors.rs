@@ -9,7 +9,7 @@ use super::SqliteStore;
 use super::error::storage_error;
 use super::helpers::{VECTOR, log_changes};
 use memmachine_core::error::Result;
-use memmachine_core::model::ProjectKey;
+use memmachine_core::model::{EpisodeHandle, ProjectKey};
 use memmachine_core::store::{PendingEmbedding, VectorStore};
 
 /// Vectors are stored as little-endian f32.
@@ -89,7 +89,7 @@ pub(super) fn claim(
         .and_then(|mut stmt| {
             stmt.query_map(params![embedder, now, limit as i64], |row| {
                 Ok(PendingEmbedding {
-                    episode: row.get(0)?,
+                    episode: EpisodeHandle::from_raw(row.get(0)?),
                     content: row.get(1)?,
                     producer_id: row.get(2)?,
                     embedder: embedder.to_string(),
@@ -103,38 +103,42 @@ pub(super) fn claim(
         .prepare_cached("UPDATE embedding_queue SET lease_until = ?2 WHERE episode = ?1")
         .map_err(storage_error)?;
     for p in &pending {
-        hold.execute(params![p.episode, until])
+        hold.execute(params![p.episode.raw(), until])
             .map_err(storage_error)?;
     }
     Ok(pending)
 }
 
-pub(super) fn release(conn: &Connection, episodes: &[i64]) -> Result<()> {
+pub(super) fn release(conn: &Connection, episodes: &[EpisodeHandle]) -> Result<()> {
     let mut stmt = conn
         .prepare_cached("UPDATE embedding_queue SET lease_until = 0 WHERE episode = ?1")
         .map_err(storage_error)?;
     for episode in episodes {
-        stmt.execute([episode]).map_err(storage_error)?;
+        stmt.execute([episode.raw()]).map_err(storage_error)?;
     }
     Ok(())
 }
 
 /// Takes `episodes` off the queue (with or without a vector); returns how many were
 /// queued.
-pub(super) fn dequeue(conn: &Connection, episodes: &[i64]) -> Result<u64> {
+pub(super) fn dequeue(conn: &Connection, episodes: &[EpisodeHandle]) -> Result<u64> {
     let mut stmt = conn
         .prepare_cached("DELETE FROM embedding_queue WHERE episode = ?1")
         .map_err(storage_error)?;
     let mut removed = 0;
     for episode in episodes {
-        removed += stmt.execute([episode]).map_err(storage_error)? as u64;
+        removed += stmt.execute([episode.raw()]).map_err(storage_error)? as u64;
     }
     Ok(removed)
 }
 
 /// Stores vectors, dequeues their episodes and logs the change in each one's project;
 /// episodes deleted meanwhile, or queued since for another embedder, are skipped.
-pub(super) fn store(conn: &Connection, embedder: &str, vectors: &[(i64, Vec<f32>)]) -> Result<()> {
+pub(super) fn store(
+    conn: &Connection,
+    embedder: &str,
+    vectors: &[(EpisodeHandle, Vec<f32>)],
+) -> Result<()> {
     let mut project_of = conn
         .prepare_cached("SELECT project FROM episodes WHERE id = ?1")
         .map_err(storage_error)?;
@@ -152,7 +156,8 @@ pub(super) fn store(conn: &Connection, embedder: &str, vectors: &[(i64, Vec<f32>
         )
         .map_err(storage_error)?;
     let mut by_project: std::collections::BTreeMap<i64, Vec<i64>> = Default::default();
-    for (row, vector) in vectors {
+    for (handle, vector) in vectors {
+        let row = handle.raw();
         let Some(project) = project_of
             .query_row([row], |r| r.get::<_, i64>(0))
             .optional()
@@ -174,7 +179,7 @@ pub(super) fn store(conn: &Connection, embedder: &str, vectors: &[(i64, Vec<f32>
         insert
             .execute(params![row, embedder, encode(vector)])
             .map_err(storage_error)?;
-        by_project.entry(project).or_default().push(*row);
+        by_project.entry(project).or_default().push(row);
     }
     for (project, rows) in by_project {
         log_changes(conn, project, VECTOR, &rows)?;
@@ -188,19 +193,18 @@ pub(super) fn by_handle(
     conn: &Connection,
     key: &ProjectKey,
     embedder: &str,
-    handles: &[i64],
-) -> Result<Vec<(i64, Vec<f32>)>> {
+    handles: &[EpisodeHandle],
+) -> Result<Vec<(EpisodeHandle, Vec<f32>)>> {
     let project = super::projects::require(conn, key)?;
     if handles.is_empty() {
         return Ok(Vec::new());
     }
     let ids: Vec<rusqlite::types::Value> = handles
         .iter()
-        .copied()
-        .map(rusqlite::types::Value::Integer)
+        .map(|h| rusqlite::types::Value::Integer(h.raw()))
         .collect();
     // CROSS JOIN keeps the id list as the outer loop: one row-id lookup each.
-    let mut found: std::collections::HashMap<i64, Vec<f32>> = conn
+    let mut found: std::collections::HashMap<EpisodeHandle, Vec<f32>> = conn
         .prepare_cached(
             "SELECT v.episode, v.vector FROM rarray(?1) r
              CROSS JOIN embeddings v ON v.episode = r.value
@@ -210,7 +214,10 @@ pub(super) fn by_handle(
         .and_then(|mut stmt| {
             stmt.query_map(params![std::rc::Rc::new(ids), project, embedder], |row| {
                 let bytes: Vec<u8> = row.get(1)?;
-                Ok((row.get::<_, i64>(0)?, decode(&bytes).into_vec()))
+                Ok((
+                    EpisodeHandle::from_raw(row.get(0)?),
+                    decode(&bytes).into_vec(),
+                ))
             })?
             .collect()
         })
@@ -241,19 +248,25 @@ impl VectorStore for SqliteStore {
             .await
     }
 
-    async fn release_embeddings(&self, episodes: Vec<i64>) -> Result<()> {
+    async fn release_embeddings(&self, episodes: &[EpisodeHandle]) -> Result<()> {
+        let episodes = episodes.to_vec();
         self.writer
             .write(move |conn| release(conn, &episodes))
             .await
     }
 
-    async fn abandon_embeddings(&self, episodes: Vec<i64>) -> Result<u64> {
+    async fn abandon_embeddings(&self, episodes: &[EpisodeHandle]) -> Result<u64> {
+        let episodes = episodes.to_vec();
         self.writer
             .write(move |conn| dequeue(conn, &episodes))
             .await
     }
 
-    async fn store_embeddings(&self, embedder: &str, new: Vec<(i64, Vec<f32>)>) -> Result<()> {
+    async fn store_embeddings(
+        &self,
+        embedder: &str,
+        new: Vec<(EpisodeHandle, Vec<f32>)>,
+    ) -> Result<()> {
         let embedder = embedder.to_string();
         self.writer
             .write(move |conn| store(conn, &embedder, &new))
@@ -264,8 +277,8 @@ impl VectorStore for SqliteStore {
         &self,
         key: &ProjectKey,
         embedder: &str,
-        handles: &[i64],
-    ) -> Result<Vec<(i64, Vec<f32>)>> {
+        handles: &[EpisodeHandle],
+    ) -> Result<Vec<(EpisodeHandle, Vec<f32>)>> {
         let (key, embedder, handles) = (key.clone(), embedder.to_string(), handles.to_vec());
         self.readers
             .read(move |tx| by_handle(tx, &key, &embedder, &handles))

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use memmachine::error::Error;
-use memmachine::model::EpisodicConfigUpdate;
 use memmachine::model::filter::parse;
+use memmachine::model::{EpisodeHandle, EpisodicConfigUpdate};
 use memmachine::store::Store;
 
 use crate::conformance::support::{
@@ -32,7 +32,10 @@ pub async fn unknown_projects_are_not_found_and_never_created(store: Arc<dyn Sto
     nf("delete", store.delete_episodes(&k, &[uid]).await.map(drop));
     nf(
         "by handle",
-        store.episodes_by_handle(&k, &[1]).await.map(drop),
+        store
+            .episodes_by_handle(&k, &[EpisodeHandle::from_raw(1)])
+            .await
+            .map(drop),
     );
     nf("handles", store.episode_handles(&k, &[uid]).await.map(drop));
     assert!(store.get_project(&k).await.unwrap().is_none());
@@ -260,10 +263,20 @@ pub async fn episodes_by_handle_keep_the_order_asked_and_the_project(store: Arc<
     let h = handles(&store, &k, &mine).await;
     let stranger = handles(&store, &other, &theirs).await[0];
     let got = store
-        .episodes_by_handle(&k, &[h[2], stranger, h[0], i64::MAX, h[1]])
+        .episodes_by_handle(
+            &k,
+            &[
+                h[2],
+                stranger,
+                h[0],
+                EpisodeHandle::from_raw(i64::MAX),
+                h[1],
+            ],
+        )
         .await
         .unwrap();
-    let pairs: Vec<(i64, String)> = got.into_iter().map(|(h, e)| (h, e.content)).collect();
+    let pairs: Vec<(EpisodeHandle, String)> =
+        got.into_iter().map(|(h, e)| (h, e.content)).collect();
     assert_eq!(
         pairs,
         [

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use memmachine::error::Error;
-use memmachine::model::ProjectHandle;
+use memmachine::model::{ChangeSeq, EpisodeHandle, ProjectHandle};
 use memmachine::store::{Change, Changes, Store};
 
 use crate::conformance::support::{
@@ -14,7 +14,7 @@ use crate::conformance::support::{
 async fn since(
     store: &Arc<dyn Store>,
     project: ProjectHandle,
-    after: i64,
+    after: ChangeSeq,
     embedder: Option<&str>,
 ) -> Changes {
     store
@@ -32,17 +32,17 @@ pub async fn the_head_of_a_missing_project_is_not_found(store: Arc<dyn Store>) {
     ));
     let k = project(&store).await;
     let head = store.feed_head(&k).await.unwrap();
-    assert_eq!(head.change, 0, "nothing logged yet");
+    assert_eq!(head.change.raw(), 0, "nothing logged yet");
     assert_eq!(
         head.project,
         store.get_project(&k).await.unwrap().unwrap().internal_id
     );
-    let empty = since(&store, head.project, 0, None).await;
+    let empty = since(&store, head.project, ChangeSeq::from_raw(0), None).await;
     assert_eq!(
         empty,
         Changes {
             changes: vec![],
-            through: 0
+            through: ChangeSeq::from_raw(0)
         }
     );
 }
@@ -59,7 +59,7 @@ pub async fn adds_are_logged_in_order_one_change_each(store: Arc<dyn Store>) {
     let mut expected = handles(&store, &k, &batch).await;
     expected.extend(handles(&store, &k, &more).await);
     // One entry at a time: ids strictly increase, and each is one episode's Added.
-    let (mut after, mut seen) = (0, Vec::new());
+    let (mut after, mut seen) = (ChangeSeq::from_raw(0), Vec::new());
     loop {
         let read = store
             .changes_since(head.project, after, None, 1)
@@ -88,7 +88,7 @@ pub async fn adds_are_logged_in_order_one_change_each(store: Arc<dyn Store>) {
         ));
     }
     assert_eq!(after, head.change, "the head is the latest change");
-    let want: Vec<(i64, String, i64)> = expected
+    let want: Vec<(EpisodeHandle, String, i64)> = expected
         .into_iter()
         .zip(["m 0", "m 1", "m 2", "n 0"])
         .zip(1..)
@@ -108,9 +108,13 @@ pub async fn deletes_are_logged_as_removed(store: Arc<dyn Store>) {
         .await
         .unwrap();
     let after = store.feed_head(&k).await.unwrap();
-    assert_eq!(after.change, before.change + 2, "one change per episode");
+    assert_eq!(
+        after.change.raw(),
+        before.change.raw() + 2,
+        "one change per episode"
+    );
     let read = since(&store, before.project, before.change, None).await;
-    let mut removed: Vec<i64> = read
+    let mut removed: Vec<EpisodeHandle> = read
         .changes
         .iter()
         .map(|c| match c {
@@ -122,8 +126,8 @@ pub async fn deletes_are_logged_as_removed(store: Arc<dyn Store>) {
     assert_eq!(removed, [h[0], h[2]]);
     assert_eq!(read.through, after.change);
     // Read from the start, a deleted episode's Added is left out.
-    let all = since(&store, before.project, 0, None).await;
-    let added: Vec<i64> = all
+    let all = since(&store, before.project, ChangeSeq::from_raw(0), None).await;
+    let added: Vec<EpisodeHandle> = all
         .changes
         .iter()
         .filter_map(|c| match c {
@@ -169,7 +173,7 @@ pub async fn stored_vectors_are_logged_for_their_embedder_only(store: Arc<dyn St
         );
     }
     // An Added read after the vector came carries it, for its embedder only.
-    let all = since(&store, project, 0, Some(embedder.id())).await;
+    let all = since(&store, project, ChangeSeq::from_raw(0), Some(embedder.id())).await;
     let Change::Added(second) = &all.changes[1] else {
         panic!("{:?}", all.changes)
     };
@@ -177,7 +181,7 @@ pub async fn stored_vectors_are_logged_for_their_embedder_only(store: Arc<dyn St
         (second.handle, second.vector.as_ref()),
         (h[1], Some(&vector))
     );
-    let all = since(&store, project, 0, Some(other.id())).await;
+    let all = since(&store, project, ChangeSeq::from_raw(0), Some(other.id())).await;
     let Change::Added(second) = &all.changes[1] else {
         panic!("{:?}", all.changes)
     };
@@ -218,7 +222,7 @@ pub async fn index_pages_go_in_sequence_order_with_the_asked_vectors(store: Arc<
         );
     }
     assert_eq!(pages, 3);
-    let want: Vec<(i64, i64, Option<Vec<f32>>)> = h
+    let want: Vec<(EpisodeHandle, i64, Option<Vec<f32>>)> = h
         .iter()
         .zip(1..)
         .map(|(h, seq)| (*h, seq, (seq == 1).then(|| v0.clone())))
@@ -237,7 +241,7 @@ pub async fn reads_stop_at_the_limit_and_continue_from_through(store: Arc<dyn St
     add(&store, &k, batch.clone()).await;
     let h = handles(&store, &k, &batch).await;
     let project = handle_of(&store, &k).await;
-    let added = |read: &Changes| -> Vec<i64> {
+    let added = |read: &Changes| -> Vec<EpisodeHandle> {
         read.changes
             .iter()
             .map(|c| match c {
@@ -247,7 +251,7 @@ pub async fn reads_stop_at_the_limit_and_continue_from_through(store: Arc<dyn St
             .collect()
     };
     let first = store
-        .changes_since(project, 0, None, 2)
+        .changes_since(project, ChangeSeq::from_raw(0), None, 2)
         .await
         .unwrap()
         .unwrap();
@@ -285,7 +289,7 @@ pub async fn reads_stop_at_the_limit_and_continue_from_through(store: Arc<dyn St
         .await
         .unwrap();
     let read = store
-        .changes_since(project, 0, None, 2)
+        .changes_since(project, ChangeSeq::from_raw(0), None, 2)
         .await
         .unwrap()
         .unwrap();
@@ -303,7 +307,7 @@ pub async fn a_pruned_log_no_longer_answers_old_readers(store: Arc<dyn Store>) {
     assert_eq!(store.prune_changes(0).await.unwrap(), 0, "nothing that old");
     assert!(
         store
-            .changes_since(project, 0, None, 10)
+            .changes_since(project, ChangeSeq::from_raw(0), None, 10)
             .await
             .unwrap()
             .is_some()
@@ -315,30 +319,30 @@ pub async fn a_pruned_log_no_longer_answers_old_readers(store: Arc<dyn Store>) {
     );
     assert!(
         store
-            .changes_since(project, 0, None, 10)
+            .changes_since(project, ChangeSeq::from_raw(0), None, 10)
             .await
             .unwrap()
             .is_none()
     );
     assert!(
         store
-            .changes_since(project, 1, None, 10)
+            .changes_since(project, ChangeSeq::from_raw(1), None, 10)
             .await
             .unwrap()
             .is_none()
     );
     let head = store.feed_head(&k).await.unwrap();
-    assert_eq!(head.change, 3, "the head stays");
+    assert_eq!(head.change.raw(), 3, "the head stays");
     // A reader that had seen the pruned entries carries on.
     let read = store
-        .changes_since(project, 2, None, 10)
+        .changes_since(project, ChangeSeq::from_raw(2), None, 10)
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(read.through, 3);
+    assert_eq!(read.through.raw(), 3);
     assert_eq!(read.changes.len(), 1);
     let current = store
-        .changes_since(project, 3, None, 10)
+        .changes_since(project, ChangeSeq::from_raw(3), None, 10)
         .await
         .unwrap()
         .unwrap();
@@ -346,32 +350,32 @@ pub async fn a_pruned_log_no_longer_answers_old_readers(store: Arc<dyn Store>) {
         current,
         Changes {
             changes: vec![],
-            through: 3
+            through: ChangeSeq::from_raw(3)
         }
     );
     // New changes after a prune are read as before; pruning again drops what became
     // old (entry 3, older than `later`), never the newest.
     add(&store, &k, numbered("n", 1)).await;
     let read = store
-        .changes_since(project, 3, None, 10)
+        .changes_since(project, ChangeSeq::from_raw(3), None, 10)
         .await
         .unwrap()
         .unwrap();
-    assert_eq!((read.changes.len(), read.through), (1, 4));
+    assert_eq!((read.changes.len(), read.through.raw()), (1, 4));
     assert_eq!(store.prune_changes(later).await.unwrap(), 1);
     assert!(
         store
-            .changes_since(project, 2, None, 10)
+            .changes_since(project, ChangeSeq::from_raw(2), None, 10)
             .await
             .unwrap()
             .is_none()
     );
     let read = store
-        .changes_since(project, 3, None, 10)
+        .changes_since(project, ChangeSeq::from_raw(3), None, 10)
         .await
         .unwrap()
         .unwrap();
-    assert_eq!((read.changes.len(), read.through), (1, 4));
+    assert_eq!((read.changes.len(), read.through.raw()), (1, 4));
 }
 
 pub async fn a_project_created_again_has_another_handle(store: Arc<dyn Store>) {
@@ -383,7 +387,7 @@ pub async fn a_project_created_again_has_another_handle(store: Arc<dyn Store>) {
     assert!(matches!(store.feed_head(&k).await, Err(Error::NotFound(_))));
     assert!(
         store
-            .changes_since(old.project, 0, None, 10)
+            .changes_since(old.project, ChangeSeq::from_raw(0), None, 10)
             .await
             .unwrap()
             .is_none(),
@@ -399,7 +403,7 @@ pub async fn a_project_created_again_has_another_handle(store: Arc<dyn Store>) {
     project_in(&store, &o, "again").await;
     let new = store.feed_head(&k).await.unwrap();
     assert_ne!(new.project, old.project, "never reused");
-    assert_eq!(new.change, 0);
+    assert_eq!(new.change.raw(), 0);
     add(&store, &k, vec![episode("after", "u", &[], 2)]).await;
     let page = store
         .index_page(new.project, None, i64::MIN, 10)

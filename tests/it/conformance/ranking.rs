@@ -7,7 +7,7 @@ use memmachine::embed::Embedder;
 use memmachine::episodic::ranking::{Mode, RankQuery, rank};
 use memmachine::error::Error;
 use memmachine::model::filter::{Expr, parse};
-use memmachine::model::{ProjectKey, ScoredEpisode};
+use memmachine::model::{EpisodeHandle, ProjectKey, ScoredEpisode};
 use memmachine::retrieval::index_cache::IndexCache;
 use memmachine::retrieval::tokenize::query_terms;
 use memmachine::store::Store;
@@ -184,7 +184,10 @@ pub async fn the_index_evaluates_filters_as_the_store_does(store: Arc<dyn Store>
         assert_eq!(&ranked, expected, "ranked with filter {text}");
         let newest = f.clone();
         let handles = cache
-            .read(&k, None, move |index| index.newest(&newest, 100))
+            .read(&k, None, move |index| {
+                let newest = index.newest(&newest, 100).into_iter();
+                newest.map(EpisodeHandle::from_raw).collect::<Vec<_>>()
+            })
             .await
             .unwrap();
         let rows = store.episodes_by_handle(&k, &handles).await.unwrap();
@@ -401,7 +404,7 @@ pub async fn abandoned_episodes_are_still_found_by_their_words(store: Arc<dyn St
         .await
         .unwrap();
     let refused = handles(&store, &k, &batch).await[1];
-    assert_eq!(store.abandon_embeddings(vec![refused]).await.unwrap(), 1);
+    assert_eq!(store.abandon_embeddings(&[refused]).await.unwrap(), 1);
     assert_eq!(embed_all(&store, &embedder).await, 1);
     let found = ranker.rank(Mode::Hybrid, &k, "refuses", None, 10).await;
     assert_eq!(
@@ -431,12 +434,16 @@ pub async fn neighbours_are_in_order_and_filtered(store: Arc<dyn Store>) {
     add(&store, &other, stranger.clone()).await;
     let h = handles(&store, &k, &turns).await;
     let stranger = handles(&store, &other, &stranger).await[0];
-    let window = |handle: i64, before: usize, after: usize, f: Option<Expr>| {
+    let window = |handle: EpisodeHandle, before: usize, after: usize, f: Option<Expr>| {
         let (store, cache, k) = (store.clone(), &cache, k.clone());
         async move {
             let ids = cache
                 .read(&k, None, move |index| {
-                    index.neighbours(handle, before, after, f.as_ref())
+                    let window = index.neighbours(handle.raw(), before, after, f.as_ref());
+                    window
+                        .into_iter()
+                        .map(EpisodeHandle::from_raw)
+                        .collect::<Vec<_>>()
                 })
                 .await
                 .unwrap();

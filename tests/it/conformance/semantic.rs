@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use memmachine::error::Error;
-use memmachine::model::{NewEpisode, ProjectHandle, ProjectKey};
+use memmachine::model::{
+    ChangeSeq, EpisodeHandle, FeatureId, NewEpisode, ProjectHandle, ProjectKey, SetId,
+};
 use memmachine::semantic::features::{category_key, new_feature};
 use memmachine::semantic::model::{
     Batch, CategoryOwner, ClaimRule, FeatureOp, FeatureUpdate, NewCategory, NewFeature, NewSet,
@@ -40,8 +42,8 @@ fn episode(content: &str) -> NewEpisode {
 /// look that leaves the queue as it was).
 async fn pending_features(store: &Arc<dyn Store>, limit: usize) -> Vec<PendingFeatureEmbedding> {
     let pending = store.claim_feature_embeddings(limit, LONG).await.unwrap();
-    let ids = pending.iter().map(|p| p.feature).collect();
-    store.release_feature_embeddings(ids).await.unwrap();
+    let ids: Vec<_> = pending.iter().map(|p| p.feature).collect();
+    store.release_feature_embeddings(&ids).await.unwrap();
     pending
 }
 
@@ -107,7 +109,7 @@ async fn set_row(store: &Arc<dyn Store>, set: &NewSet) -> SetRow {
     store.find_set(&set.set_id).await.unwrap().expect("the set")
 }
 
-fn message_ids(batch: &Batch) -> Vec<i64> {
+fn message_ids(batch: &Batch) -> Vec<EpisodeHandle> {
     batch.messages.iter().map(|(id, _)| *id).collect()
 }
 
@@ -143,9 +145,9 @@ pub async fn routed_episodes_are_stored_queued_and_claimed_by_count(store: Arc<d
     // Stored as add_episodes stores them: logged in the change feed (what indexes
     // read) and queued for a vector from the embedder.
     let head = store.feed_head(&k).await.unwrap();
-    assert_eq!(head.change, 3);
+    assert_eq!(head.change.raw(), 3);
     let logged = store
-        .changes_since(head.project, 0, None, 10)
+        .changes_since(head.project, ChangeSeq::from_raw(0), None, 10)
         .await
         .unwrap()
         .unwrap();
@@ -282,7 +284,7 @@ pub async fn a_lease_holds_until_it_expires_and_only_its_holder_applies(store: A
     let set_row = set_row(&store, &set).await;
     assert!(
         store
-            .list_features(vec![set_row.internal_id], 0, 100)
+            .list_features(&[set_row.internal_id], None, 100)
             .await
             .unwrap()
             .is_empty()
@@ -308,7 +310,7 @@ pub async fn a_lease_holds_until_it_expires_and_only_its_holder_applies(store: A
         "applied once"
     );
     let features = store
-        .list_features(vec![set_row.internal_id], 0, 100)
+        .list_features(&[set_row.internal_id], None, 100)
         .await
         .unwrap();
     assert_eq!(values(&features), ["sushi"]);
@@ -378,7 +380,7 @@ pub async fn the_same_fact_again_cites_instead_of_copying(store: Arc<dyn Store>)
     assert!(store.apply_batch(&batch, ops, None).await.unwrap());
     let row = set_row(&store, &set).await;
     let features = store
-        .list_features(vec![row.internal_id], 0, 100)
+        .list_features(&[row.internal_id], None, 100)
         .await
         .unwrap();
     assert_eq!(
@@ -401,12 +403,12 @@ pub async fn updates_set_values_and_deletes_remove_by_key(store: Arc<dyn Store>)
     let set = project_set(&k);
     let uids = add_routed(&store, &k, &["a", "b"], &[&set]).await;
     let row = set_row(&store, &set).await;
-    let cited = store.resolve_episodes(&k, uids.clone()).await.unwrap();
+    let cited = store.resolve_episodes(&k, &uids).await.unwrap();
     let food = store
         .add_feature(
             row.internal_id,
             fact("preferences", "food", "pizza"),
-            vec![cited[0]],
+            &[cited[0]],
             None,
         )
         .await
@@ -435,7 +437,7 @@ pub async fn updates_set_values_and_deletes_remove_by_key(store: Arc<dyn Store>)
     assert_eq!(updated.citations, uids);
     assert_eq!(updated.created_at_micros, food.created_at_micros);
     let all = store
-        .list_features(vec![row.internal_id], 0, 100)
+        .list_features(&[row.internal_id], None, 100)
         .await
         .unwrap();
     assert_eq!(values(&all), ["sushi", "tea", "Rome"]);
@@ -447,7 +449,7 @@ pub async fn updates_set_values_and_deletes_remove_by_key(store: Arc<dyn Store>)
     }];
     assert!(store.apply_batch(&batch, ops, None).await.unwrap());
     let all = store
-        .list_features(vec![row.internal_id], 0, 100)
+        .list_features(&[row.internal_id], None, 100)
         .await
         .unwrap();
     assert_eq!(values(&all), ["tea", "Rome"]);
@@ -459,11 +461,11 @@ pub async fn manual_feature_changes(store: Arc<dyn Store>) {
     let k = project(&store, &o, "p").await;
     let row = store.ensure_sets(&k, vec![project_set(&k)]).await.unwrap()[0].clone();
     let a = store
-        .add_feature(row.internal_id, fact("t", "a", "1"), vec![], None)
+        .add_feature(row.internal_id, fact("t", "a", "1"), &[], None)
         .await
         .unwrap();
     let b = store
-        .add_feature(row.internal_id, fact("t", "b", "2"), vec![], None)
+        .add_feature(row.internal_id, fact("t", "b", "2"), &[], None)
         .await
         .unwrap();
     let update = FeatureUpdate {
@@ -490,24 +492,28 @@ pub async fn manual_feature_changes(store: Arc<dyn Store>) {
     assert_eq!(got.metadata, serde_json::json!({"source": "manual"}));
     assert!(matches!(
         store
-            .update_feature(i64::MAX, FeatureUpdate::default(), None)
+            .update_feature(
+                FeatureId::from_raw(i64::MAX),
+                FeatureUpdate::default(),
+                None
+            )
             .await,
         Err(Error::NotFound(_))
     ));
     let by_ids = store
-        .features(vec![b.internal_id, i64::MAX, a.internal_id])
+        .features(&[b.internal_id, FeatureId::from_raw(i64::MAX), a.internal_id])
         .await
         .unwrap();
     let ids: Vec<&str> = by_ids.iter().map(|f| f.id.as_str()).collect();
     assert_eq!(ids, [b.id.as_str(), a.id.as_str()], "in the order asked");
     let page = store
-        .list_features(vec![row.internal_id], a.internal_id, 10)
+        .list_features(&[row.internal_id], Some(a.internal_id), 10)
         .await
         .unwrap();
     assert_eq!(values(&page), ["2"]);
     assert_eq!(
         store
-            .delete_features(vec![a.internal_id, i64::MAX])
+            .delete_features(&[a.internal_id, FeatureId::from_raw(i64::MAX)])
             .await
             .unwrap(),
         1
@@ -515,7 +521,7 @@ pub async fn manual_feature_changes(store: Arc<dyn Store>) {
     assert!(store.find_feature(&a.id).await.unwrap().is_none());
     assert!(matches!(
         store
-            .add_feature(i64::MAX, fact("t", "c", "3"), vec![], None)
+            .add_feature(SetId::from_raw(i64::MAX), fact("t", "c", "3"), &[], None)
             .await,
         Err(Error::NotFound(_))
     ));
@@ -528,7 +534,7 @@ pub async fn category_features_match_the_category_key_exactly(store: Arc<dyn Sto
     for category in ["Food", "food court", "foodie", "Fo", "drinks"] {
         let feature = new_feature(category, "", "t", "f", category, serde_json::json!({}));
         store
-            .add_feature(row.internal_id, feature, vec![], None)
+            .add_feature(row.internal_id, feature, &[], None)
             .await
             .unwrap();
     }
@@ -577,7 +583,7 @@ pub async fn deleting_an_episode_drops_its_citations_and_keeps_the_feature(store
     store.delete_episodes(&k, &uids[..1]).await.unwrap();
     let row = set_row(&store, &set).await;
     let features = store
-        .list_features(vec![row.internal_id], 0, 100)
+        .list_features(&[row.internal_id], None, 100)
         .await
         .unwrap();
     assert_eq!(values(&features), ["x", "y"], "features stay");
@@ -601,8 +607,8 @@ pub async fn deleting_a_project_keeps_only_org_level_sets_and_others_citations(
     assert_eq!(org.set_id, org_set(&b).set_id, "one org set");
     let a_uids = add_routed(&store, &a, &["a1"], &[&org, &project_set(&a)]).await;
     let b_uids = add_routed(&store, &b, &["b1"], &[&org]).await;
-    let a_cited = store.resolve_episodes(&a, a_uids.clone()).await.unwrap();
-    let b_cited = store.resolve_episodes(&b, b_uids.clone()).await.unwrap();
+    let a_cited = store.resolve_episodes(&a, &a_uids).await.unwrap();
+    let b_cited = store.resolve_episodes(&b, &b_uids).await.unwrap();
     let org_row = set_row(&store, &org).await;
     assert_eq!(org_row.project, None);
     assert_eq!(org_row.org_id, o);
@@ -612,7 +618,7 @@ pub async fn deleting_a_project_keeps_only_org_level_sets_and_others_citations(
         .add_feature(
             org_row.internal_id,
             fact("t", "shared", "v"),
-            vec![a_cited[0], b_cited[0]],
+            &[a_cited[0], b_cited[0]],
             None,
         )
         .await
@@ -621,7 +627,7 @@ pub async fn deleting_a_project_keeps_only_org_level_sets_and_others_citations(
         .add_feature(
             a_row.internal_id,
             fact("t", "own", "v"),
-            vec![a_cited[0]],
+            &[a_cited[0]],
             Some("e1".into()),
         )
         .await
@@ -702,14 +708,14 @@ pub async fn consolidation_replaces_features_citing_the_union(store: Arc<dyn Sto
     let k = project(&store, &o, "p").await;
     let set = project_set(&k);
     let uids = add_routed(&store, &k, &["a", "b", "c"], &[&set]).await;
-    let ids = store.resolve_episodes(&k, uids.clone()).await.unwrap();
+    let ids = store.resolve_episodes(&k, &uids).await.unwrap();
     let row = set_row(&store, &set).await;
-    let add = |name: &'static str, cites: Vec<i64>| {
+    let add = |name: &'static str, cites: Vec<EpisodeHandle>| {
         let store = store.clone();
         let set = row.internal_id;
         async move {
             store
-                .add_feature(set, fact("t", name, name), cites, None)
+                .add_feature(set, fact("t", name, name), &cites, None)
                 .await
                 .unwrap()
         }
@@ -721,14 +727,14 @@ pub async fn consolidation_replaces_features_citing_the_union(store: Arc<dyn Sto
     store
         .consolidate(
             row.internal_id,
-            vec![x.internal_id, y.internal_id],
+            &[x.internal_id, y.internal_id],
             vec![fact("t", "xy", "x and y")],
             Some("e1".into()),
         )
         .await
         .unwrap();
     let features = store
-        .list_features(vec![row.internal_id], 0, 100)
+        .list_features(&[row.internal_id], None, 100)
         .await
         .unwrap();
     assert_eq!(values(&features), ["z", "x and y"]);
@@ -860,7 +866,7 @@ pub async fn the_semantic_version_moves_with_every_feature_change(store: Arc<dyn
         "queueing messages changes no feature"
     );
     let f = store
-        .add_feature(row.internal_id, fact("t", "f", "1"), vec![], None)
+        .add_feature(row.internal_id, fact("t", "f", "1"), &[], None)
         .await
         .unwrap();
     let last = moved(&store, &o, 0, "add_feature").await;
@@ -882,7 +888,7 @@ pub async fn the_semantic_version_moves_with_every_feature_change(store: Arc<dyn
     assert!(store.apply_batch(&batch, ops, None).await.unwrap());
     let last = moved(&store, &o, last, "apply_batch").await;
     let g = store
-        .list_features(vec![row.internal_id], f.internal_id, 10)
+        .list_features(&[row.internal_id], Some(f.internal_id), 10)
         .await
         .unwrap()[0]
         .clone();
@@ -890,7 +896,7 @@ pub async fn the_semantic_version_moves_with_every_feature_change(store: Arc<dyn
     store
         .consolidate(
             row.internal_id,
-            vec![g.internal_id],
+            &[g.internal_id],
             vec![fact("t", "h", "4")],
             None,
         )
@@ -902,16 +908,16 @@ pub async fn the_semantic_version_moves_with_every_feature_change(store: Arc<dyn
         .await
         .unwrap();
     store
-        .delete_category(category.internal_id, vec![row.internal_id])
+        .delete_category(category.internal_id, &[row.internal_id])
         .await
         .unwrap();
     let last = moved(&store, &o, last, "delete_category").await;
     let h = store
-        .add_feature(row.internal_id, fact("t", "i", "5"), vec![], None)
+        .add_feature(row.internal_id, fact("t", "i", "5"), &[], None)
         .await
         .unwrap();
     let last = moved(&store, &o, last, "add_feature").await;
-    assert_eq!(store.delete_features(vec![h.internal_id]).await.unwrap(), 1);
+    assert_eq!(store.delete_features(&[h.internal_id]).await.unwrap(), 1);
     let last = moved(&store, &o, last, "delete_features").await;
     assert_eq!(
         store.semantic_version(&elsewhere).await.unwrap(),
@@ -927,7 +933,7 @@ pub async fn feature_vectors_are_queued_stored_and_abandoned(store: Arc<dyn Stor
     let k = project(&store, &o, "p").await;
     let row = store.ensure_sets(&k, vec![project_set(&k)]).await.unwrap()[0].clone();
     let lexical = store
-        .add_feature(row.internal_id, fact("t", "colour", "blue"), vec![], None)
+        .add_feature(row.internal_id, fact("t", "colour", "blue"), &[], None)
         .await
         .unwrap();
     let a = store
@@ -941,7 +947,7 @@ pub async fn feature_vectors_are_queued_stored_and_abandoned(store: Arc<dyn Stor
                 "pizza",
                 serde_json::json!({"n": 3, "s": "text", "b": true}),
             ),
-            vec![],
+            &[],
             Some("e1".into()),
         )
         .await
@@ -950,13 +956,13 @@ pub async fn feature_vectors_are_queued_stored_and_abandoned(store: Arc<dyn Stor
         .add_feature(
             row.internal_id,
             fact("t", "drink", "tea"),
-            vec![],
+            &[],
             Some("e2".into()),
         )
         .await
         .unwrap();
     let pending = pending_features(&store, 10).await;
-    let got: Vec<(i64, &str, &str)> = pending
+    let got: Vec<(FeatureId, &str, &str)> = pending
         .iter()
         .map(|p| (p.feature, p.text.as_str(), p.embedder.as_str()))
         .collect();
@@ -978,13 +984,13 @@ pub async fn feature_vectors_are_queued_stored_and_abandoned(store: Arc<dyn Stor
         "the index is rebuilt with the vector"
     );
     store
-        .abandon_feature_embeddings(vec![b.internal_id])
+        .abandon_feature_embeddings(&[b.internal_id])
         .await
         .unwrap();
     assert!(pending_features(&store, 10).await.is_empty());
-    let indexed = store.indexed_features(vec![row.internal_id]).await.unwrap();
+    let indexed = store.indexed_features(&[row.internal_id]).await.unwrap();
     assert_eq!(indexed.len(), 3);
-    let of = |id: i64| indexed.iter().find(|f| f.internal_id == id).unwrap();
+    let of = |id: FeatureId| indexed.iter().find(|f| f.internal_id == id).unwrap();
     assert_eq!(
         of(a.internal_id).vector,
         Some(("e1".into(), vec![0.5, -1.0]))
@@ -1015,12 +1021,15 @@ pub async fn feature_vectors_are_queued_stored_and_abandoned(store: Arc<dyn Stor
     store
         .store_feature_embeddings(
             "e1",
-            vec![(a.internal_id, vec![1.0, 0.0]), (i64::MAX, vec![1.0])],
+            vec![
+                (a.internal_id, vec![1.0, 0.0]),
+                (FeatureId::from_raw(i64::MAX), vec![1.0]),
+            ],
         )
         .await
         .unwrap();
     assert!(pending_features(&store, 10).await.is_empty());
-    let indexed = store.indexed_features(vec![row.internal_id]).await.unwrap();
+    let indexed = store.indexed_features(&[row.internal_id]).await.unwrap();
     let a_now = indexed
         .iter()
         .find(|f| f.internal_id == a.internal_id)
@@ -1197,13 +1206,13 @@ pub async fn categories_and_tags_are_named_once_per_owner(store: Arc<dyn Store>)
     store.delete_tag(tag.internal_id).await.unwrap();
     assert!(store.find_tag(&tag1).await.unwrap().is_none());
     let of = store
-        .categories_of(vec![CategoryOwner::Set(set), CategoryOwner::Set(other)])
+        .categories_of(&[CategoryOwner::Set(set), CategoryOwner::Set(other)])
         .await
         .unwrap();
     assert_eq!(of.len(), 2);
     assert_eq!(of[0].tags.len(), 1);
     let only = store
-        .categories_of(vec![CategoryOwner::Set(other)])
+        .categories_of(&[CategoryOwner::Set(other)])
         .await
         .unwrap();
     assert_eq!(only.len(), 1);
@@ -1213,14 +1222,14 @@ pub async fn categories_and_tags_are_named_once_per_owner(store: Arc<dyn Store>)
     let in_work = new_feature("WORK", "", "t", "job", "baker", serde_json::json!({}));
     let kept = new_feature("Hobbies", "", "t", "sport", "chess", serde_json::json!({}));
     let other_set = new_feature("Work", "", "t", "job", "painter", serde_json::json!({}));
-    let in_work = store.add_feature(set, in_work, vec![], None).await.unwrap();
-    let kept = store.add_feature(set, kept, vec![], None).await.unwrap();
+    let in_work = store.add_feature(set, in_work, &[], None).await.unwrap();
+    let kept = store.add_feature(set, kept, &[], None).await.unwrap();
     let other_set = store
-        .add_feature(other, other_set, vec![], None)
+        .add_feature(other, other_set, &[], None)
         .await
         .unwrap();
     store
-        .delete_category(work.internal_id, vec![set])
+        .delete_category(work.internal_id, &[set])
         .await
         .unwrap();
     assert!(store.find_category(&work.id).await.unwrap().is_none());
@@ -1249,12 +1258,12 @@ pub async fn episodes_resolve_within_their_project_only(store: Arc<dyn Store>) {
     let a_uids = add_routed(&store, &a, &["1", "2"], &[]).await;
     let b_uids = add_routed(&store, &b, &["3"], &[]).await;
     let ids = store
-        .resolve_episodes(&a, vec![a_uids[1], a_uids[0]])
+        .resolve_episodes(&a, &[a_uids[1], a_uids[0]])
         .await
         .unwrap();
     assert_eq!(ids.len(), 2);
     assert!(ids[0] > ids[1], "in the order asked");
-    match store.resolve_episodes(&a, vec![a_uids[0], b_uids[0]]).await {
+    match store.resolve_episodes(&a, &[a_uids[0], b_uids[0]]).await {
         Err(Error::NotFound(message)) => {
             assert!(message.contains(&b_uids[0].to_string()), "{message}");
             assert!(!message.contains(&a_uids[0].to_string()), "{message}");
@@ -1279,7 +1288,7 @@ pub async fn each_message_knows_what_came_before_it_in_its_project(store: Arc<dy
     add_routed(&store, &a, &["follow-up"], &[&set]).await;
     let batch = claim_any(&store).await;
     let rows = message_ids(&batch);
-    let before = store.preceding_episodes(rows.clone()).await.unwrap();
+    let before = store.preceding_episodes(&rows).await.unwrap();
     let contents: Vec<Option<&str>> = before
         .iter()
         .map(|b| b.as_ref().map(|(_, e)| e.content.as_str()))
@@ -1299,7 +1308,7 @@ pub async fn feature_vector_leases_hold_until_released_or_expired(store: Arc<dyn
             .add_feature(
                 row.internal_id,
                 fact("t", name, name),
-                vec![],
+                &[],
                 Some("e1".into()),
             )
             .await
@@ -1311,13 +1320,16 @@ pub async fn feature_vector_leases_hold_until_released_or_expired(store: Arc<dyn
         let store = store.clone();
         async move {
             let claimed = store.claim_feature_embeddings(limit, lease).await.unwrap();
-            claimed.into_iter().map(|p| p.feature).collect::<Vec<i64>>()
+            claimed
+                .into_iter()
+                .map(|p| p.feature)
+                .collect::<Vec<FeatureId>>()
         }
     };
     assert_eq!(claim(1, LONG).await, [a], "oldest first");
     assert_eq!(claim(10, LONG).await, [b], "not the leased one");
     assert!(claim(10, LONG).await.is_empty());
-    store.release_feature_embeddings(vec![a]).await.unwrap();
+    store.release_feature_embeddings(&[a]).await.unwrap();
     assert_eq!(claim(10, SHORT).await, [a], "released: at once");
     assert!(claim(10, LONG).await.is_empty());
     tokio::time::sleep(PAST_SHORT).await;
@@ -1326,6 +1338,6 @@ pub async fn feature_vector_leases_hold_until_released_or_expired(store: Arc<dyn
         .store_feature_embeddings("e1", vec![(a, vec![1.0, 0.0])])
         .await
         .unwrap();
-    store.release_feature_embeddings(vec![a, b]).await.unwrap();
+    store.release_feature_embeddings(&[a, b]).await.unwrap();
     assert_eq!(claim(10, LONG).await, [b], "a's vector came: off the queue");
 }

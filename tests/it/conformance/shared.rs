@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use memmachine::model::EpisodeHandle;
 use memmachine::store::Store;
 
 use crate::conformance::support::{
@@ -30,10 +31,10 @@ pub async fn writes_through_one_handle_are_seen_through_the_other(
         other.feed_head(&k).await.unwrap(),
         one.feed_head(&k).await.unwrap()
     );
-    assert_eq!(other.feed_head(&k).await.unwrap().change, 3);
+    assert_eq!(other.feed_head(&k).await.unwrap().change.raw(), 3);
     // And back, with the sequence numbers continuing.
     assert_eq!(add(&other, &k, numbered("n", 1)).await, [4]);
-    assert_eq!(one.feed_head(&k).await.unwrap().change, 4);
+    assert_eq!(one.feed_head(&k).await.unwrap().change.raw(), 4);
     assert!(other.delete_project(&k).await.unwrap());
     assert!(one.get_project(&k).await.unwrap().is_none());
     assert!(
@@ -46,7 +47,11 @@ pub async fn writes_through_one_handle_are_seen_through_the_other(
 
 /// Claims from `store` until nothing is left (or, should leases not hold, for as many
 /// rounds as there are episodes); returns what it got.
-async fn claim_until_empty(store: Arc<dyn Store>, embedder: String, rounds: usize) -> Vec<i64> {
+async fn claim_until_empty(
+    store: Arc<dyn Store>,
+    embedder: String,
+    rounds: usize,
+) -> Vec<EpisodeHandle> {
     let mut got = Vec::new();
     for _ in 0..rounds {
         let claimed = store.claim_embeddings(&embedder, 7, LONG).await.unwrap();
@@ -69,7 +74,7 @@ pub async fn concurrent_claimers_never_share_an_episode(
     one.add_episodes(&k, batch.clone(), Some(embedder.id()))
         .await
         .unwrap();
-    let all: BTreeSet<i64> = handles(&one, &k, &batch).await.into_iter().collect();
+    let all: BTreeSet<EpisodeHandle> = handles(&one, &k, &batch).await.into_iter().collect();
     let a = tokio::spawn(claim_until_empty(
         one.clone(),
         embedder.id().to_string(),
@@ -81,7 +86,7 @@ pub async fn concurrent_claimers_never_share_an_episode(
         batch.len(),
     ));
     let (a, b) = (a.await.unwrap(), b.await.unwrap());
-    let (sa, sb): (BTreeSet<i64>, BTreeSet<i64>) =
+    let (sa, sb): (BTreeSet<EpisodeHandle>, BTreeSet<EpisodeHandle>) =
         (a.iter().copied().collect(), b.iter().copied().collect());
     assert_eq!(sa.len(), a.len(), "one claimer got an episode twice");
     assert_eq!(sb.len(), b.len(), "one claimer got an episode twice");
@@ -129,7 +134,7 @@ pub async fn an_expired_lease_is_taken_over_by_the_other_handle(
             .is_empty()
     );
     // Released by the other, it is the first handle's again at once.
-    other.release_embeddings(vec![h[0]]).await.unwrap();
+    other.release_embeddings(&[h[0]]).await.unwrap();
     let back = one.claim_embeddings(embedder.id(), 10, LONG).await.unwrap();
     assert_eq!(back.iter().map(|p| p.episode).collect::<Vec<_>>(), [h[0]]);
 }

@@ -10,7 +10,9 @@ use async_trait::async_trait;
 use memmachine::embed::hash::HashEmbedder;
 use memmachine::embed::{EmbedError, Embedder};
 use memmachine::model::filter::{MAX_IN_VALUES, MAX_PREDICATES};
-use memmachine::model::{Episode, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey};
+use memmachine::model::{
+    Episode, EpisodeHandle, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey,
+};
 use memmachine::store::Store;
 
 /// A lease long enough never to expire during a test.
@@ -93,7 +95,7 @@ pub async fn handles(
     store: &Arc<dyn Store>,
     key: &ProjectKey,
     episodes: &[NewEpisode],
-) -> Vec<i64> {
+) -> Vec<EpisodeHandle> {
     let uids: Vec<uuid::Uuid> = episodes.iter().map(|e| e.uid).collect();
     store
         .episode_handles(key, &uids)
@@ -180,13 +182,13 @@ pub async fn embed_all(store: &Arc<dyn Store>, embedder: &TestEmbedder) -> usize
 
 /// The handles queued for `embedder`, claimed and at once released (a look that leaves
 /// the queue as it was).
-pub async fn queued_for(store: &Arc<dyn Store>, embedder: &str) -> Vec<i64> {
+pub async fn queued_for(store: &Arc<dyn Store>, embedder: &str) -> Vec<EpisodeHandle> {
     let pending = store
         .claim_embeddings(embedder, 10_000, LONG)
         .await
         .unwrap();
-    let handles: Vec<i64> = pending.iter().map(|p| p.episode).collect();
-    store.release_embeddings(handles.clone()).await.unwrap();
+    let handles: Vec<EpisodeHandle> = pending.iter().map(|p| p.episode).collect();
+    store.release_embeddings(&handles).await.unwrap();
     handles
 }
 

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use memmachine::model::EpisodeHandle;
 use memmachine::store::{Change, Store};
 
 use crate::conformance::support::{
@@ -9,7 +10,7 @@ use crate::conformance::support::{
     project, queued_for,
 };
 
-fn sorted(mut handles: Vec<i64>) -> Vec<i64> {
+fn sorted(mut handles: Vec<EpisodeHandle>) -> Vec<EpisodeHandle> {
     handles.sort_unstable();
     handles
 }
@@ -130,7 +131,7 @@ pub async fn a_claim_leases_what_it_returns_oldest_first(store: Arc<dyn Store>) 
         .claim_embeddings(embedder.id(), 2, LONG)
         .await
         .unwrap();
-    let got: Vec<(i64, &str, &str, &str)> = first
+    let got: Vec<(EpisodeHandle, &str, &str, &str)> = first
         .iter()
         .map(|p| {
             (
@@ -153,7 +154,7 @@ pub async fn a_claim_leases_what_it_returns_oldest_first(store: Arc<dyn Store>) 
         .claim_embeddings(embedder.id(), 10, LONG)
         .await
         .unwrap();
-    let second: Vec<i64> = second.iter().map(|p| p.episode).collect();
+    let second: Vec<EpisodeHandle> = second.iter().map(|p| p.episode).collect();
     assert_eq!(second, &h[2..], "not the leased ones");
     assert!(
         store
@@ -218,7 +219,7 @@ pub async fn released_episodes_are_claimable_at_once(store: Arc<dyn Store>) {
         .await
         .unwrap();
     assert_eq!(claimed.len(), 3);
-    store.release_embeddings(vec![h[2], h[0]]).await.unwrap();
+    store.release_embeddings(&[h[2], h[0]]).await.unwrap();
     let again = store
         .claim_embeddings(embedder.id(), 10, LONG)
         .await
@@ -228,8 +229,11 @@ pub async fn released_episodes_are_claimable_at_once(store: Arc<dyn Store>) {
         [h[0], h[2]]
     );
     // Releasing what is not queued is harmless.
-    store.release_embeddings(vec![i64::MAX]).await.unwrap();
-    store.release_embeddings(vec![]).await.unwrap();
+    store
+        .release_embeddings(&[EpisodeHandle::from_raw(i64::MAX)])
+        .await
+        .unwrap();
+    store.release_embeddings(&[]).await.unwrap();
 }
 
 pub async fn abandoned_episodes_leave_the_queue(store: Arc<dyn Store>) {
@@ -249,13 +253,13 @@ pub async fn abandoned_episodes_leave_the_queue(store: Arc<dyn Store>) {
         .await
         .unwrap();
     assert_eq!(claimed.len(), 2);
-    assert_eq!(store.abandon_embeddings(vec![h[1]]).await.unwrap(), 1);
+    assert_eq!(store.abandon_embeddings(&[h[1]]).await.unwrap(), 1);
     assert_eq!(
-        store.abandon_embeddings(vec![h[1]]).await.unwrap(),
+        store.abandon_embeddings(&[h[1]]).await.unwrap(),
         0,
         "already off"
     );
-    store.release_embeddings(vec![h[0], h[1]]).await.unwrap();
+    store.release_embeddings(&[h[0], h[1]]).await.unwrap();
     assert_eq!(queued_for(&store, embedder.id()).await, [h[0]]);
     // Abandoned, it has no vector, and the episode stays.
     assert_eq!(store.count_episodes(&k).await.unwrap(), 2);
@@ -284,12 +288,13 @@ pub async fn stored_vectors_dequeue_and_deleted_episodes_are_skipped(store: Arc<
     // Deleted while its vector was being made.
     store.delete_episodes(&k, &[batch[1].uid]).await.unwrap();
     let head = store.feed_head(&k).await.unwrap().change;
-    let vectors: Vec<(i64, Vec<f32>)> = h.iter().map(|h| (*h, vec![*h as f32, 1.0])).collect();
+    let vectors: Vec<(EpisodeHandle, Vec<f32>)> =
+        h.iter().map(|h| (*h, vec![h.raw() as f32, 1.0])).collect();
     store
         .store_embeddings(embedder.id(), vectors)
         .await
         .unwrap();
-    store.release_embeddings(h.clone()).await.unwrap();
+    store.release_embeddings(&h).await.unwrap();
     assert!(
         queued_for(&store, embedder.id()).await.is_empty(),
         "all dequeued"
@@ -299,7 +304,7 @@ pub async fn stored_vectors_dequeue_and_deleted_episodes_are_skipped(store: Arc<
         .await
         .unwrap()
         .unwrap();
-    let logged: Vec<i64> = read
+    let logged: Vec<EpisodeHandle> = read
         .changes
         .iter()
         .map(|c| match c {
@@ -312,13 +317,13 @@ pub async fn stored_vectors_dequeue_and_deleted_episodes_are_skipped(store: Arc<
         .index_page(project, Some(embedder.id()), 0, 10)
         .await
         .unwrap();
-    let stored: Vec<(i64, Option<Vec<f32>>)> =
+    let stored: Vec<(EpisodeHandle, Option<Vec<f32>>)> =
         page.into_iter().map(|s| (s.handle, s.vector)).collect();
     assert_eq!(
         stored,
         [
-            (h[0], Some(vec![h[0] as f32, 1.0])),
-            (h[2], Some(vec![h[2] as f32, 1.0]))
+            (h[0], Some(vec![h[0].raw() as f32, 1.0])),
+            (h[2], Some(vec![h[2].raw() as f32, 1.0]))
         ]
     );
     // An episode added queued and deleted before it was claimed leaves the queue.
@@ -370,7 +375,7 @@ pub async fn vectors_are_read_by_handle_for_the_project_and_embedder(store: Arc<
     add(&store, &elsewhere, theirs.clone()).await;
     let h = handles(&store, &k, &batch).await;
     let foreign = handles(&store, &elsewhere, &theirs).await[0];
-    let vector = |h: i64| vec![h as f32, 0.5, -1.25];
+    let vector = |h: EpisodeHandle| vec![h.raw() as f32, 0.5, -1.25];
     store
         .store_embeddings(
             embedder.id(),
@@ -387,7 +392,14 @@ pub async fn vectors_are_read_by_handle_for_the_project_and_embedder(store: Arc<
         .await
         .unwrap();
     store.delete_episodes(&k, &[batch[1].uid]).await.unwrap();
-    let asked = [h[2], h[3], foreign, h[1], h[0], 987_654_321];
+    let asked = [
+        h[2],
+        h[3],
+        foreign,
+        h[1],
+        h[0],
+        EpisodeHandle::from_raw(987_654_321),
+    ];
     let read = store.vectors(&k, embedder.id(), &asked).await.unwrap();
     assert_eq!(
         read,

@@ -139,6 +139,24 @@ handle!(
     /// A semantic tag's handle.
     TagId
 );
+handle!(
+    /// The store's handle of an episode (not its sequence number, which is per
+    /// project): what vectors, the change feed and citations refer to it by.
+    EpisodeHandle
+);
+handle!(
+    /// The id of an entry of a project's change log: per project, increasing in
+    /// commit order, 0 before the first.
+    ChangeSeq
+);
+handle!(
+    /// A semantic set's handle (its public id is `set_id`).
+    SetId
+);
+handle!(
+    /// A semantic feature's handle (its public id is `id`).
+    FeatureId
+);
 
 #[cfg(test)]
 mod tests {

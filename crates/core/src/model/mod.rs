@@ -11,5 +11,8 @@ pub mod project;
 
 pub use api_key::{ApiKeyRecord, KeyScope};
 pub use episode::{Episode, NewEpisode, ScoredEpisode};
-pub use ids::{CategoryId, ProjectHandle, ProjectKey, SetTypeId, TagId};
+pub use ids::{
+    CategoryId, ChangeSeq, EpisodeHandle, FeatureId, ProjectHandle, ProjectKey, SetId, SetTypeId,
+    TagId,
+};
 pub use project::{EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig};

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 
 use crate::error::Result;
 use crate::model::filter::{Expr, SystemField};
-use crate::model::{Episode, NewEpisode, ProjectKey};
+use crate::model::{Episode, EpisodeHandle, NewEpisode, ProjectKey};
 
 /// The episode column (over the alias `e`) a filter's system field compares, in every
 /// SQL dialect; `None` for the fields of features, which episode filters never parse.
@@ -59,12 +59,12 @@ pub trait EpisodeStore: Send + Sync {
     async fn episodes_by_handle(
         &self,
         key: &ProjectKey,
-        handles: &[i64],
-    ) -> Result<Vec<(i64, Episode)>>;
+        handles: &[EpisodeHandle],
+    ) -> Result<Vec<(EpisodeHandle, Episode)>>;
     /// The handle of each uid, `None` for a uid not in this project.
     async fn episode_handles(
         &self,
         key: &ProjectKey,
         uids: &[uuid::Uuid],
-    ) -> Result<Vec<Option<i64>>>;
+    ) -> Result<Vec<Option<EpisodeHandle>>>;
 }

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 
 use crate::error::Result;
-use crate::model::{Episode, ProjectHandle, ProjectKey};
+use crate::model::{ChangeSeq, Episode, EpisodeHandle, ProjectHandle, ProjectKey};
 
 /// A project as the change feed sees it: the store's handle of it (never reused, so a
 /// project deleted and created again has another) and the id of its latest change
@@ -11,13 +11,13 @@ use crate::model::{Episode, ProjectHandle, ProjectKey};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FeedHead {
     pub project: ProjectHandle,
-    pub change: i64,
+    pub change: ChangeSeq,
 }
 
 /// An episode with its store handle and its vector from the asked embedder.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IndexedEpisode {
-    pub handle: i64,
+    pub handle: EpisodeHandle,
     pub episode: Episode,
     pub vector: Option<Vec<f32>>,
 }
@@ -28,10 +28,13 @@ pub enum Change {
     /// An episode added (left out when it has been deleted since).
     Added(IndexedEpisode),
     /// An episode deleted (its handle).
-    Removed(i64),
+    Removed(EpisodeHandle),
     /// An episode's vector from the asked embedder was set (left out when the episode
     /// is gone or its vector is from another embedder).
-    Vector { handle: i64, vector: Vec<f32> },
+    Vector {
+        handle: EpisodeHandle,
+        vector: Vec<f32>,
+    },
 }
 
 /// Changes read from a project's log.
@@ -40,7 +43,7 @@ pub struct Changes {
     pub changes: Vec<Change>,
     /// The id of the last log entry read (the next read starts after it); equal to
     /// `after` when nothing was read.
-    pub through: i64,
+    pub through: ChangeSeq,
 }
 
 /// The per-project change log that keeps every replica's in-memory index current.
@@ -66,7 +69,7 @@ pub trait ChangeFeed: Send + Sync {
     async fn changes_since(
         &self,
         project: ProjectHandle,
-        after: i64,
+        after: ChangeSeq,
         embedder: Option<&str>,
         limit: usize,
     ) -> Result<Option<Changes>>;

@@ -4,6 +4,9 @@
 //! project's public key and resolve it inside their own transaction, so a project
 //! deleted concurrently is `NotFound`, never a half-finished operation.
 
+// Lists: a method takes a list it only reads as a slice (`&[T]`), one whose items it
+// stores or moves as `Vec<T>`; a backend copies what its blocking task needs.
+
 mod episodes;
 mod feed;
 mod keys;
@@ -29,15 +32,15 @@ pub use projects::ProjectStore;
 pub use runtime_settings::{SettingsStore, StoredSettings};
 pub use semantic::SemanticStore;
 pub use semantic_features::{
-    Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding,
+    Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding, SemanticFeatures,
 };
-pub use semantic_queue::{Batch, ClaimRule, FeatureOp, Routing};
+pub use semantic_queue::{Batch, ClaimRule, FeatureOp, Routing, SemanticQueue};
 pub use semantic_sets::{
-    Category, CategoryOwner, NewCategory, NewSet, NewSetType, SetConfig, SetKind, SetRow, SetType,
-    Tag,
+    Category, CategoryOwner, NewCategory, NewSet, NewSetType, SemanticSets, SetConfig, SetKind,
+    SetRow, SetType, Tag,
 };
 pub use stats::{StatsStore, StoreStats};
-pub use summaries::Summary;
+pub use summaries::{Summaries, Summary};
 pub use transfer::{EpisodeVector, RestoredFeature, TransferStore};
 pub use vectors::{PendingEmbedding, VectorStore};
 

@@ -3,6 +3,11 @@
 
 use std::collections::BTreeMap;
 
+use async_trait::async_trait;
+
+use crate::error::Result;
+use crate::model::{EpisodeHandle, FeatureId, ProjectKey, SetId};
+
 /// A feature to store. `match_key` and `value_key` are the domain's normalised forms
 /// (a fact said again matches on them); the store only compares them.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,9 +28,9 @@ pub struct NewFeature {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Feature {
-    pub internal_id: i64,
+    pub internal_id: FeatureId,
     pub id: String,
-    pub set: i64,
+    pub set: SetId,
     pub set_id: String,
     pub category: String,
     pub category_id: String,
@@ -55,8 +60,8 @@ pub struct FeatureUpdate {
 /// What the feature index of a project is built from: a feature's searchable fields.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IndexedFeature {
-    pub internal_id: i64,
-    pub set: i64,
+    pub internal_id: FeatureId,
+    pub set: SetId,
     pub set_id: String,
     pub category: String,
     pub tag: String,
@@ -72,7 +77,7 @@ pub struct IndexedFeature {
 /// A feature waiting for its vector.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PendingFeatureEmbedding {
-    pub feature: i64,
+    pub feature: FeatureId,
     pub text: String,
     pub embedder: String,
 }
@@ -100,4 +105,77 @@ pub fn flatten_metadata(metadata: &serde_json::Value) -> BTreeMap<String, String
 /// time, and vectors agree whichever store made the queue row.
 pub fn feature_embedding_text(feature: &str, value: &str) -> String {
     format!("{feature}: {value}")
+}
+
+/// Features with their citations, and the queue of features waiting for a vector.
+#[async_trait]
+pub trait SemanticFeatures: Send + Sync {
+    /// Internal ids of these episodes of the project, in order; `NotFound` naming those
+    /// that are not in it.
+    async fn resolve_episodes(
+        &self,
+        key: &ProjectKey,
+        uids: &[uuid::Uuid],
+    ) -> Result<Vec<EpisodeHandle>>;
+
+    async fn add_feature(
+        &self,
+        set: SetId,
+        feature: NewFeature,
+        citations: &[EpisodeHandle],
+        embedder: Option<String>,
+    ) -> Result<Feature>;
+
+    async fn find_feature(&self, id: &str) -> Result<Option<Feature>>;
+
+    /// Features by internal id, in the order asked (missing ones left out).
+    async fn features(&self, ids: &[FeatureId]) -> Result<Vec<Feature>>;
+
+    async fn update_feature(
+        &self,
+        internal_id: FeatureId,
+        update: FeatureUpdate,
+        embedder: Option<String>,
+    ) -> Result<()>;
+
+    /// Deletes those of these features that exist; returns how many.
+    async fn delete_features(&self, ids: &[FeatureId]) -> Result<u64>;
+
+    /// Features of these sets after feature `after` (from the first: `None`), in id
+    /// order.
+    async fn list_features(
+        &self,
+        sets: &[SetId],
+        after: Option<FeatureId>,
+        limit: usize,
+    ) -> Result<Vec<Feature>>;
+
+    /// Features of one set in one category (matching `category_key`, normalised).
+    async fn category_features(&self, set: SetId, category_key: &str) -> Result<Vec<Feature>>;
+
+    /// The searchable fields of every feature of these sets.
+    async fn indexed_features(&self, sets: &[SetId]) -> Result<Vec<IndexedFeature>>;
+
+    /// A number that changes whenever a feature of the org is added, changed or deleted.
+    async fn semantic_version(&self, org_id: &str) -> Result<i64>;
+
+    /// Claims up to `limit` features waiting for a vector whose lease is free or
+    /// expired, oldest first, leasing them for `lease`.
+    async fn claim_feature_embeddings(
+        &self,
+        limit: usize,
+        lease: std::time::Duration,
+    ) -> Result<Vec<PendingFeatureEmbedding>>;
+
+    /// Frees the leases of these queued features (a failed attempt).
+    async fn release_feature_embeddings(&self, features: &[FeatureId]) -> Result<()>;
+
+    async fn store_feature_embeddings(
+        &self,
+        embedder: &str,
+        vectors: Vec<(FeatureId, Vec<f32>)>,
+    ) -> Result<()>;
+
+    /// Takes these features off the vector queue without one.
+    async fn abandon_feature_embeddings(&self, features: &[FeatureId]) -> Result<()>;
 }

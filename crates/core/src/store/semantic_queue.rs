@@ -1,24 +1,26 @@
 //! Semantic memory's ingestion queue: batches of messages claimed under a lease and
 //! the feature changes applied with them.
 
+use async_trait::async_trait;
+
 use super::semantic_features::NewFeature;
 use super::semantic_sets::{NewSet, SetRow};
-use crate::model::Episode;
+use crate::error::Result;
+use crate::model::{Episode, EpisodeHandle, FeatureId, NewEpisode, ProjectKey, SetId};
 
-/// One change the model asked for, applied in the batch's transaction. Citations are
-/// episodes' internal ids.
+/// One change the model asked for, applied in the batch's transaction.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FeatureOp {
     /// Adds the feature, or cites these episodes in the one with the same keys and value.
     Add {
         feature: NewFeature,
-        citations: Vec<i64>,
+        citations: Vec<EpisodeHandle>,
     },
     /// Sets the value of the features with these keys (adding one when there is none)
     /// and cites these episodes.
     Update {
         feature: NewFeature,
-        citations: Vec<i64>,
+        citations: Vec<EpisodeHandle>,
     },
     /// Deletes the features with this `match_key`.
     Delete { match_key: String },
@@ -30,8 +32,8 @@ pub struct Batch {
     pub set: SetRow,
     /// The claim's token: only its holder may apply, release or fail the batch.
     pub lease: String,
-    /// Internal episode ids with the episodes, in sequence order.
-    pub messages: Vec<(i64, Episode)>,
+    /// The episodes with their handles, in sequence order.
+    pub messages: Vec<(EpisodeHandle, Episode)>,
     /// Attempts made on these messages so far.
     pub attempts: u32,
 }
@@ -56,4 +58,57 @@ pub struct ClaimRule {
 pub struct Routing {
     pub set: NewSet,
     pub episodes: Vec<usize>,
+}
+
+/// Ingestion: messages routed to sets' queues, claimed in batches under a lease, and
+/// the feature changes applied with them.
+#[async_trait]
+pub trait SemanticQueue: Send + Sync {
+    /// Stores the episodes as `EpisodeStore::add_episodes` does (queued for a vector
+    /// from `embedder`, logged in the change feed) and, in the same transaction, creates
+    /// the sets of `routing` that do not exist and queues the episodes for them. Returns
+    /// the episodes' sequence numbers.
+    async fn add_episodes_routed(
+        &self,
+        key: &ProjectKey,
+        episodes: Vec<NewEpisode>,
+        routing: Vec<Routing>,
+        embedder: Option<&str>,
+    ) -> Result<Vec<i64>>;
+
+    /// Claims the queued messages of one set that is ready by `rule`, under a new lease.
+    async fn claim_batch(&self, rule: ClaimRule) -> Result<Option<Batch>>;
+
+    /// Applies `ops` to the batch's set and takes its messages off the queue, in one
+    /// transaction, if the lease still holds them (false: it was lost; nothing done).
+    /// `embedder` queues the changed features for a vector.
+    async fn apply_batch(
+        &self,
+        batch: &Batch,
+        ops: Vec<FeatureOp>,
+        embedder: Option<String>,
+    ) -> Result<bool>;
+
+    /// For each episode (internal id), the one just before it in its project, if any:
+    /// what a message answers, shown to the model as context.
+    async fn preceding_episodes(
+        &self,
+        episodes: &[EpisodeHandle],
+    ) -> Result<Vec<Option<(EpisodeHandle, Episode)>>>;
+
+    /// Gives the batch back, to be tried again no sooner than `not_before_micros`.
+    async fn release_batch(&self, batch: &Batch, not_before_micros: i64) -> Result<()>;
+
+    /// Marks the batch's messages failed with `reason`; they are not tried again.
+    async fn fail_batch(&self, batch: &Batch, reason: &str) -> Result<()>;
+
+    /// Replaces `remove` by `add` in one transaction; the new features cite the union of
+    /// the removed ones' citations.
+    async fn consolidate(
+        &self,
+        set: SetId,
+        remove: &[FeatureId],
+        add: Vec<NewFeature>,
+        embedder: Option<String>,
+    ) -> Result<()>;
 }

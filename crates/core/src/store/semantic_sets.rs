@@ -2,7 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{CategoryId, ProjectHandle, SetTypeId, TagId};
+use async_trait::async_trait;
+
+use crate::error::Result;
+use crate::model::{CategoryId, ProjectConfig, ProjectHandle, ProjectKey, SetId, SetTypeId, TagId};
 
 /// What a feature set gathers: the whole org, one project, one producer (a "user set")
 /// or the messages carrying a set type's metadata tags.
@@ -88,7 +91,7 @@ pub struct SetConfig {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SetRow {
-    pub internal_id: i64,
+    pub internal_id: SetId,
     pub set_id: String,
     pub org_id: String,
     /// The project it belongs to (internal id); `None` for org-level sets.
@@ -104,7 +107,7 @@ pub struct SetRow {
 /// inherit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CategoryOwner {
-    Set(i64),
+    Set(SetId),
     SetType(SetTypeId),
 }
 
@@ -134,4 +137,63 @@ pub struct Tag {
     pub category: CategoryId,
     pub name: String,
     pub description: String,
+}
+
+/// Set types, sets, and their categories and tags.
+#[async_trait]
+pub trait SemanticSets: Send + Sync {
+    /// `AlreadyExists` naming the existing one when a visible set type has the same
+    /// level and tags.
+    async fn create_set_type(&self, key: &ProjectKey, set_type: NewSetType) -> Result<SetType>;
+
+    /// The project's own set types and its org's org-level ones.
+    async fn list_set_types(&self, key: &ProjectKey) -> Result<Vec<SetType>>;
+
+    /// Deletes it with its templates; its sets stay (as sets of no type).
+    async fn delete_set_type(&self, internal_id: SetTypeId) -> Result<bool>;
+
+    /// Creates the sets that do not exist (by `set_id`) and returns all of them.
+    async fn ensure_sets(&self, key: &ProjectKey, sets: Vec<NewSet>) -> Result<Vec<SetRow>>;
+
+    async fn find_set(&self, set_id: &str) -> Result<Option<SetRow>>;
+
+    /// The configuration of the project with this internal id (`None`: it is gone).
+    async fn project_config(&self, project: ProjectHandle) -> Result<Option<ProjectConfig>>;
+
+    /// The project's sets and its org's org-level sets, by set id.
+    async fn list_sets(&self, key: &ProjectKey) -> Result<Vec<SetRow>>;
+
+    async fn configure_set(&self, set: SetId, config: SetConfig) -> Result<()>;
+
+    /// `AlreadyExists` when the owner has a category of that name.
+    async fn add_category(&self, owner: CategoryOwner, category: NewCategory) -> Result<Category>;
+
+    async fn find_category(&self, id: &str) -> Result<Option<Category>>;
+
+    /// Categories (with their tags) owned by these owners.
+    async fn categories_of(&self, owners: &[CategoryOwner]) -> Result<Vec<Category>>;
+
+    /// Deletes the category, its tags and the features of `sets` in a category of its
+    /// name (the sets that used it).
+    async fn delete_category(&self, internal_id: CategoryId, sets: &[SetId]) -> Result<()>;
+
+    async fn disable_category(&self, set: SetId, name: &str) -> Result<()>;
+
+    async fn disabled_categories(&self, set: SetId) -> Result<Vec<String>>;
+
+    /// Sets of the set type (internal ids).
+    async fn sets_of_type(&self, set_type: SetTypeId) -> Result<Vec<SetRow>>;
+
+    /// `AlreadyExists` when the category has a tag of that name.
+    async fn add_tag(
+        &self,
+        category: CategoryId,
+        id: &str,
+        name: &str,
+        description: &str,
+    ) -> Result<Tag>;
+
+    async fn find_tag(&self, id: &str) -> Result<Option<Tag>>;
+
+    async fn delete_tag(&self, internal_id: TagId) -> Result<()>;
 }

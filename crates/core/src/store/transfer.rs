@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use super::semantic_features::NewFeature;
 use super::semantic_sets::{SetRow, SetType};
 use crate::error::Result;
-use crate::model::{Episode, Project, ProjectKey};
+use crate::model::{Episode, EpisodeHandle, FeatureId, Project, ProjectKey, SetId};
 
 /// An episode's vector as stored, with the id of the embedder that made it.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,9 +24,9 @@ pub struct EpisodeVector {
 /// belongs to and the episodes it cites (the target's internal ids), and its timestamps.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RestoredFeature {
-    pub set: i64,
+    pub set: SetId,
     pub feature: NewFeature,
-    pub citations: Vec<i64>,
+    pub citations: Vec<EpisodeHandle>,
     pub created_at_micros: i64,
     pub updated_at_micros: i64,
 }
@@ -43,7 +43,11 @@ pub trait TransferStore: Send + Sync {
     /// next sequence number past the highest, and appends one `Added` change per
     /// episode to its log, as `add_episodes` does; nothing is queued for a vector.
     /// Returns their handles, in input order. `NotFound` when the project does not exist.
-    async fn restore_episodes(&self, key: &ProjectKey, episodes: Vec<Episode>) -> Result<Vec<i64>>;
+    async fn restore_episodes(
+        &self,
+        key: &ProjectKey,
+        episodes: Vec<Episode>,
+    ) -> Result<Vec<EpisodeHandle>>;
 
     /// The project's episodes' vectors (of any embedder) for episodes with
     /// `sequence_num > after_seq`, in sequence order, at most `limit`.
@@ -75,11 +79,11 @@ pub trait TransferStore: Send + Sync {
     /// Deletes the set with everything in it (its categories and their tags, disabled
     /// names, features with their citations and vectors, queued messages), moving its
     /// org's semantic version; false when there is no such set.
-    async fn delete_set(&self, internal_id: i64) -> Result<bool>;
+    async fn delete_set(&self, internal_id: SetId) -> Result<bool>;
 
     /// Stores these features with their public ids, fields, keys, timestamps and
     /// citations, all or none (`AlreadyExists` when an id is taken, `NotFound` when a set
     /// or a cited episode does not exist), moving their orgs' semantic versions; nothing
     /// is queued for a vector. Returns their internal ids, in input order.
-    async fn restore_features(&self, features: Vec<RestoredFeature>) -> Result<Vec<i64>>;
+    async fn restore_features(&self, features: Vec<RestoredFeature>) -> Result<Vec<FeatureId>>;
 }

@@ -5,12 +5,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::Result;
-use crate::model::ProjectKey;
+use crate::model::{EpisodeHandle, ProjectKey};
 
 /// An episode waiting for its vector (claimed under a lease).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PendingEmbedding {
-    pub episode: i64, // the store's handle of the episode
+    pub episode: EpisodeHandle,
     pub content: String,
     pub producer_id: String,
     pub embedder: String, // the embedder id it was queued for
@@ -32,12 +32,16 @@ pub trait VectorStore: Send + Sync {
         lease: Duration,
     ) -> Result<Vec<PendingEmbedding>>;
     /// Frees the leases of these queued episodes (a failed attempt: anyone may retry).
-    async fn release_embeddings(&self, episodes: Vec<i64>) -> Result<()>;
+    async fn release_embeddings(&self, episodes: &[EpisodeHandle]) -> Result<()>;
     /// Takes these episodes off the queue without a vector. Returns how many were queued.
-    async fn abandon_embeddings(&self, episodes: Vec<i64>) -> Result<u64>;
+    async fn abandon_embeddings(&self, episodes: &[EpisodeHandle]) -> Result<u64>;
     /// Stores vectors made by `embedder` (episodes deleted meanwhile are skipped), takes
     /// them off the queue, and appends a `Vector` change to each one's project log.
-    async fn store_embeddings(&self, embedder: &str, vectors: Vec<(i64, Vec<f32>)>) -> Result<()>;
+    async fn store_embeddings(
+        &self,
+        embedder: &str,
+        vectors: Vec<(EpisodeHandle, Vec<f32>)>,
+    ) -> Result<()>;
     /// The vectors from `embedder` of this project's episodes with these handles, in
     /// the order asked; handles not in the project, deleted, or without a vector from
     /// `embedder` are left out. `NotFound` when the project does not exist.
@@ -45,6 +49,6 @@ pub trait VectorStore: Send + Sync {
         &self,
         key: &ProjectKey,
         embedder: &str,
-        handles: &[i64],
-    ) -> Result<Vec<(i64, Vec<f32>)>>;
+        handles: &[EpisodeHandle],
+    ) -> Result<Vec<(EpisodeHandle, Vec<f32>)>>;
 }

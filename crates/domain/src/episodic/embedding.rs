@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use crate::embed::{EmbedError, Embedder, Embedders};
 use crate::metrics::Metrics;
+use crate::model::EpisodeHandle;
 use crate::store::{PendingEmbedding, Store};
 
 /// Episodes embedded per call to the embedder.
@@ -169,8 +170,8 @@ impl Worker {
                 Err(err) => {
                     // The episodes stay queued (and searchable lexically) until this works;
                     // freed, so that another replica may try meanwhile.
-                    let episodes = pending.iter().map(|p| p.episode).collect();
-                    if let Err(err) = store.release_embeddings(episodes).await {
+                    let episodes: Vec<_> = pending.iter().map(|p| p.episode).collect();
+                    if let Err(err) = store.release_embeddings(&episodes).await {
                         tracing::warn!(error = %err, "releasing embedding leases failed");
                     }
                     tracing::warn!(
@@ -217,14 +218,14 @@ impl Worker {
             tracing::warn!(
                 error = %err,
                 embedder = embedder.id(),
-                episode = pending.episode,
+                episode = %pending.episode,
                 "the embedder refuses this episode's text; it stays without a vector \
                  (lexical search still finds it)"
             );
         }
-        let episodes = refused.iter().map(|(p, _)| p.episode).collect();
+        let episodes: Vec<_> = refused.iter().map(|(p, _)| p.episode).collect();
         store
-            .abandon_embeddings(episodes)
+            .abandon_embeddings(&episodes)
             .await
             .map_err(|err| format!("dequeuing refused episodes: {err}"))?;
         self.metrics.record_refused(embedder.id(), refused.len());
@@ -235,7 +236,7 @@ impl Worker {
 async fn store_vectors(
     store: &dyn Store,
     embedder: &dyn Embedder,
-    rows: Vec<(i64, Vec<f32>)>,
+    rows: Vec<(EpisodeHandle, Vec<f32>)>,
 ) -> Result<u64, String> {
     if rows.is_empty() {
         return Ok(0);
@@ -258,7 +259,7 @@ async fn works(embedder: &dyn Embedder) -> bool {
 /// embedder refused (alone), with why; and why it stopped, if it became unavailable
 /// (the episodes not embedded stay queued).
 type Outcome<'a> = (
-    Vec<(i64, Vec<f32>)>,
+    Vec<(EpisodeHandle, Vec<f32>)>,
     Vec<(&'a PendingEmbedding, EmbedError)>,
     Option<EmbedError>,
 );

@@ -16,7 +16,7 @@ use crate::embed::Embedders;
 use crate::error::{Error, Result, Violations};
 use crate::limits::Limits;
 use crate::model::filter::{self, Expr};
-use crate::model::{Episode, Project, ProjectKey, ScoredEpisode};
+use crate::model::{Episode, EpisodeHandle, Project, ProjectKey, ScoredEpisode};
 use crate::rerank::Rerankers;
 use crate::retrieval::index_cache::IndexCache;
 use crate::retrieval::ranking::Ranking;
@@ -264,18 +264,21 @@ impl EpisodicMemory {
         let key = &project.key;
         let handles = self.store.episode_handles(key, uids).await?;
         let filter = filter.cloned();
-        let windows: Vec<Vec<i64>> = self
+        let windows: Vec<Vec<EpisodeHandle>> = self
             .index
             .read(key, self.vectors_of(project), move |index| {
-                let neighbours = |h: i64| index.neighbours(h, before, after, filter.as_ref());
+                let neighbours = |h: EpisodeHandle| {
+                    let window = index.neighbours(h.raw(), before, after, filter.as_ref());
+                    window.into_iter().map(EpisodeHandle::from_raw).collect()
+                };
                 handles
                     .iter()
                     .map(|h| h.map_or_else(Vec::new, neighbours))
                     .collect()
             })
             .await?;
-        let all: Vec<i64> = windows.iter().flatten().copied().collect();
-        let rows: std::collections::HashMap<i64, Episode> = self
+        let all: Vec<EpisodeHandle> = windows.iter().flatten().copied().collect();
+        let rows: std::collections::HashMap<EpisodeHandle, Episode> = self
             .store
             .episodes_by_handle(key, &all)
             .await?
@@ -302,10 +305,11 @@ impl EpisodicMemory {
         let ids = self
             .index
             .read(&project.key, self.vectors_of(project), move |index| {
-                index.newest(&filter, limit)
+                let newest = index.newest(&filter, limit).into_iter();
+                newest.map(EpisodeHandle::from_raw).collect::<Vec<_>>()
             })
             .await?;
-        let mut rows: std::collections::HashMap<i64, Episode> = self
+        let mut rows: std::collections::HashMap<EpisodeHandle, Episode> = self
             .store
             .episodes_by_handle(&project.key, &ids)
             .await?
@@ -374,8 +378,8 @@ impl EpisodicMemory {
     /// uid not in it).
     pub async fn get(&self, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<Vec<Option<Episode>>> {
         let handles = self.store.episode_handles(key, uids).await?;
-        let known: Vec<i64> = handles.iter().flatten().copied().collect();
-        let mut rows: std::collections::HashMap<i64, Episode> = self
+        let known: Vec<EpisodeHandle> = handles.iter().flatten().copied().collect();
+        let mut rows: std::collections::HashMap<EpisodeHandle, Episode> = self
             .store
             .episodes_by_handle(key, &known)
             .await?

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::embed::Embedder;
 use crate::error::{Error, Result};
 use crate::model::filter::Expr;
-use crate::model::{ProjectKey, ScoredEpisode};
+use crate::model::{EpisodeHandle, ProjectKey, ScoredEpisode};
 use crate::retrieval::index_cache::IndexCache;
 // The mode is part of `rank`'s signature.
 pub use crate::retrieval::ranking::Mode;
@@ -110,7 +110,10 @@ pub async fn rank(
     // similarity could move any of them across the cut (neighbours' share stays int8).
     let hits = match (query_vector, vectors.as_deref()) {
         (Some(query), Some(embedder)) => {
-            let wanted = crate::retrieval::rescore::wanted(&hits);
+            let wanted: Vec<EpisodeHandle> = crate::retrieval::rescore::wanted(&hits)
+                .into_iter()
+                .map(EpisodeHandle::from_raw)
+                .collect();
             let exact: std::collections::HashMap<i64, Vec<f32>> = if wanted.is_empty() {
                 Default::default()
             } else {
@@ -118,14 +121,18 @@ pub async fn rank(
                     .vectors(key, embedder, &wanted)
                     .await?
                     .into_iter()
+                    .map(|(handle, vector)| (handle.raw(), vector))
                     .collect()
             };
             crate::retrieval::rescore::rescore(hits, &exact, &query, top_k)
         }
         _ => hits,
     };
-    let handles: Vec<i64> = hits.iter().map(|hit| hit.handle).collect();
-    let mut rows: std::collections::HashMap<i64, _> = store
+    let handles: Vec<EpisodeHandle> = hits
+        .iter()
+        .map(|hit| EpisodeHandle::from_raw(hit.handle))
+        .collect();
+    let mut rows: std::collections::HashMap<EpisodeHandle, _> = store
         .episodes_by_handle(key, &handles)
         .await?
         .into_iter()
@@ -135,7 +142,7 @@ pub async fn rank(
         .into_iter()
         .filter_map(|hit| {
             Some(ScoredEpisode {
-                episode: rows.remove(&hit.handle)?,
+                episode: rows.remove(&EpisodeHandle::from_raw(hit.handle))?,
                 score: f64::from(hit.score),
             })
         })

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::project_index::ProjectIndex;
 use crate::error::{Error, Result};
-use crate::model::ProjectKey;
+use crate::model::{ChangeSeq, ProjectKey};
 use crate::store::{Change, FeedHead, Store};
 
 /// Episodes read per page when loading a project, and log entries per catch-up read.
@@ -161,7 +161,7 @@ impl IndexCache {
 
     /// Applies the project's changes up to `target`; false when the log no longer
     /// reaches back to what the index holds (it must be loaded afresh).
-    async fn catch_up(&self, loaded: &mut Loaded, target: i64) -> Result<bool> {
+    async fn catch_up(&self, loaded: &mut Loaded, target: ChangeSeq) -> Result<bool> {
         while loaded.head.change < target {
             let Some(read) = self
                 .store
@@ -185,9 +185,9 @@ impl IndexCache {
                 for change in read.changes {
                     match change {
                         Change::Added(stored) => index.insert_stored(stored),
-                        Change::Removed(handle) => index.remove(handle),
+                        Change::Removed(handle) => index.remove(handle.raw()),
                         Change::Vector { handle, vector } => {
-                            index.set_vector(handle, vector.into_boxed_slice())
+                            index.set_vector(handle.raw(), vector.into_boxed_slice())
                         }
                     }
                 }

@@ -181,6 +181,8 @@ impl ProjectIndex {
             episode,
             vector,
         } = stored;
+        // The index keys episodes by the raw number, as it keys features.
+        let handle = handle.raw();
         if self.text.payload(handle).is_some() {
             return;
         }
@@ -445,6 +447,7 @@ pub struct GraphInput {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::EpisodeHandle;
 
     /// Indexes episode `id` as the store would hand it over.
     fn add(
@@ -467,7 +470,7 @@ mod tests {
             metadata: Default::default(),
         };
         index.insert_stored(IndexedEpisode {
-            handle: id,
+            handle: EpisodeHandle::from_raw(id),
             episode,
             vector,
         });

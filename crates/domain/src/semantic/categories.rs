@@ -114,14 +114,14 @@ pub fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::CategoryId;
+    use crate::model::{CategoryId, SetId};
     use crate::semantic::model::CategoryOwner;
 
     fn category(name: &str, prompt: &str) -> Category {
         Category {
             internal_id: CategoryId::from_raw(1),
             id: format!("id-{name}"),
-            owner: CategoryOwner::Set(1),
+            owner: CategoryOwner::Set(SetId::from_raw(1)),
             name: name.into(),
             prompt: prompt.into(),
             description: String::new(),

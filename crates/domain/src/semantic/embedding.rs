@@ -41,8 +41,8 @@ pub fn spawn(memory: SemanticMemory, lease: Duration) {
             let (batch, others): (Vec<_>, Vec<_>) =
                 pending.into_iter().partition(|p| p.embedder == embedder_id);
             if !others.is_empty() {
-                let ids = others.iter().map(|p| p.feature).collect();
-                if let Err(err) = memory.store().release_feature_embeddings(ids).await {
+                let ids: Vec<_> = others.iter().map(|p| p.feature).collect();
+                if let Err(err) = memory.store().release_feature_embeddings(&ids).await {
                     tracing::warn!(error = %err, "releasing feature leases failed");
                 }
             }
@@ -53,8 +53,8 @@ pub fn spawn(memory: SemanticMemory, lease: Duration) {
                 .find(|e| e.id() == embedder_id)
             else {
                 // An embedder this server no longer runs: its features stay lexical.
-                let ids = batch.iter().map(|p| p.feature).collect();
-                if let Err(err) = memory.store().abandon_feature_embeddings(ids).await {
+                let ids: Vec<_> = batch.iter().map(|p| p.feature).collect();
+                if let Err(err) = memory.store().abandon_feature_embeddings(&ids).await {
                     tracing::warn!(error = %err, "dequeuing features failed");
                 }
                 continue;
@@ -74,8 +74,8 @@ pub fn spawn(memory: SemanticMemory, lease: Duration) {
                     }
                 }
                 Ok(_) | Err(_) => {
-                    let ids = batch.iter().map(|p| p.feature).collect();
-                    if let Err(err) = memory.store().release_feature_embeddings(ids).await {
+                    let ids: Vec<_> = batch.iter().map(|p| p.feature).collect();
+                    if let Err(err) = memory.store().release_feature_embeddings(&ids).await {
                         tracing::warn!(error = %err, "releasing feature leases failed");
                     }
                     tracing::warn!(

@@ -11,7 +11,7 @@ use super::{
     parse_filter, parse_uids, search, sets, visible_set,
 };
 use crate::error::{Error, Result, Violations};
-use crate::model::Project;
+use crate::model::{FeatureId, Project, SetId};
 
 impl SemanticMemory {
     // Features.
@@ -64,7 +64,7 @@ impl SemanticMemory {
             }
             found => found?,
         };
-        let citations = self.store.resolve_episodes(&project.key, uids).await?;
+        let citations = self.store.resolve_episodes(&project.key, &uids).await?;
         let feature = features::new_feature(
             &category.name,
             &category.id,
@@ -76,7 +76,7 @@ impl SemanticMemory {
         let embedder = self.embedder_for(project, &set);
         let stored = self
             .store
-            .add_feature(set.internal_id, feature, citations, embedder)
+            .add_feature(set.internal_id, feature, &citations, embedder)
             .await?;
         Ok(stored.id)
     }
@@ -178,7 +178,7 @@ impl SemanticMemory {
         }
         internal.sort_unstable();
         internal.dedup();
-        self.store.delete_features(internal).await
+        self.store.delete_features(&internal).await
     }
 
     /// Features ranked by the query across the selected sets, with one score.
@@ -257,12 +257,17 @@ impl SemanticMemory {
             .collect();
         let features = self
             .store
-            .features(ranked.iter().map(|r| r.0).collect())
+            .features(
+                &ranked
+                    .iter()
+                    .map(|r| FeatureId::from_raw(r.0))
+                    .collect::<Vec<_>>(),
+            )
             .await?;
         Ok(features
             .into_iter()
             .filter_map(|feature| {
-                let score = ranked.iter().find(|r| r.0 == feature.internal_id)?.1;
+                let score = ranked.iter().find(|r| r.0 == feature.internal_id.raw())?.1;
                 Some(ScoredFeature { feature, score })
             })
             .collect())
@@ -282,13 +287,13 @@ impl SemanticMemory {
         let mut violations = Violations::default();
         let limit = violations.check(self.limits.page_size("page_size", page_size, 100));
         let filter = violations.check(parse_filter("filter", filter));
-        let mut after = 0;
+        let mut after = None;
         if !page_token.is_empty() {
             match page_token
                 .strip_prefix("f")
                 .and_then(|n| n.parse::<i64>().ok())
             {
-                Some(n) if n >= 0 => after = n,
+                Some(n) if n >= 0 => after = Some(FeatureId::from_raw(n)),
                 _ => violations.add("page_token", "is not a token this server issued"),
             }
         }
@@ -298,16 +303,13 @@ impl SemanticMemory {
             crate::model::filter::confine(filter.expect("validated"), scope.cloned()),
         );
         let sets = self.selected_sets(project, set_metadata).await?;
-        let set_ids: Vec<i64> = sets.iter().map(|s| s.internal_id).collect();
+        let set_ids: Vec<SetId> = sets.iter().map(|s| s.internal_id).collect();
         let mut page = Vec::new();
         loop {
-            let chunk = self
-                .store
-                .list_features(set_ids.clone(), after, limit + 1)
-                .await?;
+            let chunk = self.store.list_features(&set_ids, after, limit + 1).await?;
             let exhausted = chunk.len() <= limit;
             for feature in chunk {
-                after = feature.internal_id;
+                after = Some(feature.internal_id);
                 let passes = filter.as_ref().is_none_or(|f| {
                     let indexed = search::FeatureFields::of(indexed_of(&feature)).2;
                     crate::model::filter_eval::matches(f, &indexed)

@@ -17,6 +17,7 @@ use super::prompts::{self, CommandKind};
 use crate::llm::{ChatRequest, LanguageModel, LlmError, Purpose};
 use crate::metrics::Metrics;
 use crate::model::Episode;
+use crate::model::{EpisodeHandle, FeatureId, SetId};
 use crate::runtime_settings::RuntimeSettings;
 
 /// Settings of semantic ingestion.
@@ -163,7 +164,7 @@ struct Worker {
 
 /// How many features each (set, category and tag) had after its last consolidation, so a
 /// tag the model chose to keep as it is is not sent again on every batch.
-type Consolidated = Arc<std::sync::Mutex<std::collections::HashMap<(i64, String), usize>>>;
+type Consolidated = Arc<std::sync::Mutex<std::collections::HashMap<(SetId, String), usize>>>;
 
 impl Worker {
     fn rule(&self) -> ClaimRule {
@@ -320,7 +321,7 @@ impl Worker {
             let shown = most_relevant(&current, &messages, self.settings.max_current_features);
             let commands = self.ask(category, &shown, &context, &messages).await?;
             for command in commands {
-                let citations: Vec<i64> = if command.messages.is_empty() {
+                let citations: Vec<EpisodeHandle> = if command.messages.is_empty() {
                     batch.messages.iter().map(|(id, _)| *id).collect()
                 } else {
                     command
@@ -353,11 +354,11 @@ impl Worker {
     /// What the batch's messages answer: for each, the message just before it when
     /// someone else said it (an assistant's question, say) and it is not in the batch.
     async fn context(&self, batch: &Batch) -> Result<Vec<Episode>, Outcome> {
-        let rows: Vec<i64> = batch.messages.iter().map(|(row, _)| *row).collect();
+        let rows: Vec<EpisodeHandle> = batch.messages.iter().map(|(row, _)| *row).collect();
         let preceding = self
             .memory
             .store()
-            .preceding_episodes(rows.clone())
+            .preceding_episodes(&rows)
             .await
             .map_err(|err| Outcome::Retry(err.to_string(), None))?;
         let mut seen = std::collections::HashSet::new();
@@ -465,7 +466,7 @@ impl Worker {
             };
             let keep: std::collections::HashSet<&str> =
                 plan.keep.iter().map(String::as_str).collect();
-            let remove: Vec<i64> = group
+            let remove: Vec<FeatureId> = group
                 .iter()
                 .filter(|f| !keep.contains(f.id.as_str()))
                 .map(|f| f.internal_id)
@@ -494,7 +495,7 @@ impl Worker {
                 })
                 .collect();
             match store
-                .consolidate(set.internal_id, remove, add, embedder.clone())
+                .consolidate(set.internal_id, &remove, add, embedder.clone())
                 .await
             {
                 Ok(()) => self.metrics.record_semantic("consolidated", 1),
@@ -505,12 +506,12 @@ impl Worker {
 }
 
 impl Worker {
-    fn consolidated_count(&self, key: &(i64, String)) -> Option<usize> {
+    fn consolidated_count(&self, key: &(SetId, String)) -> Option<usize> {
         let map = self.consolidated.lock().unwrap_or_else(|p| p.into_inner());
         map.get(key).copied()
     }
 
-    fn record_consolidated(&self, key: (i64, String), count: usize) {
+    fn record_consolidated(&self, key: (SetId, String), count: usize) {
         let mut map = self.consolidated.lock().unwrap_or_else(|p| p.into_inner());
         map.insert(key, count);
     }

@@ -19,10 +19,12 @@ pub mod model {
 pub mod prompts;
 pub mod search;
 pub mod sets;
-/// The storage trait of semantic memory, where callers have always found it.
+/// The storage traits of semantic memory, where callers have always found them.
 pub mod store {
-    pub use memmachine_core::store::SemanticStore;
     pub use memmachine_core::store::semantic_queue::Routing;
+    pub use memmachine_core::store::{
+        SemanticFeatures, SemanticQueue, SemanticSets, SemanticStore, Summaries,
+    };
 }
 mod structure;
 pub mod summary;
@@ -234,7 +236,7 @@ impl SemanticMemory {
                 .iter()
                 .map(|t| CategoryOwner::SetType(t.internal_id)),
         );
-        let categories = self.store.categories_of(owners).await?;
+        let categories = self.store.categories_of(&owners).await?;
         let mut distilled = Distilled::default();
         for category in categories {
             match category.owner {

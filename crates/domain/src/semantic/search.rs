@@ -60,7 +60,8 @@ impl FeatureFields {
     pub fn of(f: IndexedFeature) -> (i64, String, FeatureFields) {
         let text = format!("{} {} {}", f.tag, f.feature, f.value);
         (
-            f.internal_id,
+            // The index keys features by the raw number, as it keys episodes.
+            f.internal_id.raw(),
             text,
             FeatureFields {
                 set_id: f.set_id.into(),
@@ -192,7 +193,7 @@ impl FeatureIndexes {
         // The sets the project sees: its own and its org's org-level ones.
         let sets = store.list_sets(&project.key).await?;
         let features = store
-            .indexed_features(sets.iter().map(|s| s.internal_id).collect())
+            .indexed_features(&sets.iter().map(|s| s.internal_id).collect::<Vec<_>>())
             .await?;
         let index = Arc::new(ProjectFeatures::build(version, features));
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());

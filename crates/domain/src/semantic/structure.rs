@@ -214,7 +214,7 @@ impl SemanticMemory {
         if let Some(t) = set.set_type {
             owners.push(CategoryOwner::SetType(t));
         }
-        let all = self.store.categories_of(owners).await?;
+        let all = self.store.categories_of(&owners).await?;
         let (own, templates): (Vec<Category>, Vec<Category>) = all
             .into_iter()
             .partition(|c| c.owner == CategoryOwner::Set(set.internal_id));
@@ -286,7 +286,7 @@ impl SemanticMemory {
     ) -> Result<Vec<Category>> {
         let set_type = self.set_type(project, set_type_id).await?;
         self.store
-            .categories_of(vec![CategoryOwner::SetType(set_type.internal_id)])
+            .categories_of(&[CategoryOwner::SetType(set_type.internal_id)])
             .await
     }
 
@@ -359,7 +359,7 @@ impl SemanticMemory {
                 for set in self.store.sets_of_type(t).await? {
                     let own = self
                         .store
-                        .categories_of(vec![CategoryOwner::Set(set.internal_id)])
+                        .categories_of(&[CategoryOwner::Set(set.internal_id)])
                         .await?;
                     if !own
                         .iter()
@@ -380,7 +380,7 @@ impl SemanticMemory {
         self.store
             .delete_category(
                 category.internal_id,
-                sets.iter().map(|s| s.internal_id).collect(),
+                &sets.iter().map(|s| s.internal_id).collect::<Vec<_>>(),
             )
             .await
     }
@@ -433,7 +433,7 @@ impl SemanticMemory {
         );
         let visible = self
             .store
-            .categories_of(owners)
+            .categories_of(&owners)
             .await?
             .iter()
             .any(|c| c.internal_id == tag.category);

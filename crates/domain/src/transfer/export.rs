@@ -18,7 +18,7 @@ use super::format::{
 };
 use crate::error::{Error, Result};
 use crate::model::ids::validate_id;
-use crate::model::{Project, ProjectHandle, ProjectKey, SetTypeId};
+use crate::model::{FeatureId, Project, ProjectHandle, ProjectKey, SetId, SetTypeId};
 use crate::semantic::model::{CategoryOwner, SetRow, SetType};
 use crate::store::Store;
 
@@ -226,7 +226,7 @@ async fn export_semantic(
     // an org-level one that is not exported).
     let mut project_of: HashMap<ProjectHandle, &ProjectKey> = HashMap::new();
     let mut set_types: BTreeMap<SetTypeId, SetType> = BTreeMap::new();
-    let mut sets: BTreeMap<i64, SetRow> = BTreeMap::new();
+    let mut sets: BTreeMap<SetId, SetRow> = BTreeMap::new();
     let mut type_ids: HashMap<SetTypeId, String> = HashMap::new();
     for project in projects {
         project_of.insert(project.internal_id, &project.key);
@@ -299,7 +299,7 @@ async fn export_semantic(
         .chain(sets.keys().map(|s| CategoryOwner::Set(*s)))
         .collect();
     if !owners.is_empty() {
-        for c in store.categories_of(owners).await? {
+        for c in store.categories_of(&owners).await? {
             let (set_id, set_type) = match c.owner {
                 CategoryOwner::Set(s) => (sets.get(&s).map(|s| s.set_id.clone()), None),
                 CategoryOwner::SetType(t) => (None, set_types.get(&t).map(|t| t.id.clone())),
@@ -333,11 +333,11 @@ async fn export_semantic(
     if sets.is_empty() {
         return Ok(());
     }
-    let set_ids: Vec<i64> = sets.keys().copied().collect();
-    let mut feature_ids: HashMap<i64, String> = HashMap::new();
-    let mut after = 0;
+    let set_ids: Vec<SetId> = sets.keys().copied().collect();
+    let mut feature_ids: HashMap<FeatureId, String> = HashMap::new();
+    let mut after = None;
     loop {
-        let page = store.list_features(set_ids.clone(), after, PAGE).await?;
+        let page = store.list_features(&set_ids, after, PAGE).await?;
         for f in &page {
             if vectors {
                 feature_ids.insert(f.internal_id, f.id.clone());
@@ -359,13 +359,13 @@ async fn export_semantic(
             }))?;
         }
         match page.last() {
-            Some(last) if page.len() == PAGE => after = last.internal_id,
+            Some(last) if page.len() == PAGE => after = Some(last.internal_id),
             _ => break,
         }
     }
     if vectors {
         for set in &set_ids {
-            for f in store.indexed_features(vec![*set]).await? {
+            for f in store.indexed_features(&[*set]).await? {
                 let (Some((embedder, vector)), Some(id)) =
                     (f.vector, feature_ids.get(&f.internal_id))
                 else {

@@ -16,8 +16,8 @@ use super::Counts;
 use super::format::{FeatureLine, Line, VERSION};
 use crate::error::{Error, Result};
 use crate::model::{
-    CategoryId, Episode, EpisodicConfig, Project, ProjectConfig, ProjectHandle, ProjectKey,
-    SetTypeId,
+    CategoryId, Episode, EpisodeHandle, EpisodicConfig, FeatureId, Project, ProjectConfig,
+    ProjectHandle, ProjectKey, SetId, SetTypeId,
 };
 use crate::semantic::features::{match_key, normalise};
 use crate::semantic::model::{
@@ -268,13 +268,13 @@ struct Target {
     /// Projects deleted first (`replace`).
     replaced: Vec<ProjectKey>,
     /// Org-level sets and set types deleted first (`replace`), internal ids.
-    replaced_sets: Vec<i64>,
+    replaced_sets: Vec<SetId>,
     replaced_set_types: Vec<SetTypeId>,
     /// Everything that goes with those deletions (internal ids).
-    doomed_sets: HashSet<i64>,
+    doomed_sets: HashSet<SetId>,
     doomed_set_types: HashSet<SetTypeId>,
     /// Episodes cited but not in the file, with their handles.
-    citations: HashMap<uuid::Uuid, i64>,
+    citations: HashMap<uuid::Uuid, EpisodeHandle>,
 }
 
 fn taken(line: usize, what: &str, id: &str) -> Error {
@@ -366,7 +366,7 @@ async fn survey(store: &dyn Store, plan: &Plan, replace: bool) -> Result<Target>
         .collect();
     let mut doomed_tags = HashSet::new();
     if !owners.is_empty() {
-        for c in store.categories_of(owners).await? {
+        for c in store.categories_of(&owners).await? {
             doomed_tags.extend(c.tags.iter().map(|t| t.internal_id));
         }
     }
@@ -453,7 +453,7 @@ async fn cited_in_target(
     store: &dyn Store,
     plan: &Plan,
     set_orgs: &HashMap<&str, String>,
-) -> Result<HashMap<uuid::Uuid, i64>> {
+) -> Result<HashMap<uuid::Uuid, EpisodeHandle>> {
     let mut by_org: BTreeMap<&str, Vec<uuid::Uuid>> = BTreeMap::new();
     for (uid, (_, set_id)) in &plan.target_citations {
         if let Some(org) = set_orgs.get(set_id.as_str()) {
@@ -501,7 +501,7 @@ async fn cited_in_target(
 enum Pending {
     None,
     Episodes(ProjectKey, Vec<Episode>),
-    Vectors(String, Vec<(i64, Vec<f32>)>),
+    Vectors(String, Vec<(EpisodeHandle, Vec<f32>)>),
     Features(Vec<RestoredFeature>),
     FeatureVectors(String, Vec<(String, Vec<f32>)>),
 }
@@ -509,11 +509,11 @@ enum Pending {
 /// The second pass: public references to the target's handles, and batches.
 struct Writer<'a> {
     store: &'a dyn Store,
-    handles: HashMap<uuid::Uuid, i64>,
+    handles: HashMap<uuid::Uuid, EpisodeHandle>,
     set_types: HashMap<String, SetTypeId>,
-    sets: HashMap<String, i64>,
+    sets: HashMap<String, SetId>,
     categories: HashMap<String, CategoryId>,
-    features: HashMap<String, i64>,
+    features: HashMap<String, FeatureId>,
     pending: Pending,
 }
 
@@ -568,7 +568,7 @@ impl Writer<'_> {
         Ok(t.internal_id)
     }
 
-    async fn set(&mut self, id: &str) -> Result<i64> {
+    async fn set(&mut self, id: &str) -> Result<SetId> {
         if let Some(s) = self.sets.get(id) {
             return Ok(*s);
         }
@@ -594,7 +594,7 @@ impl Writer<'_> {
         Ok(c.internal_id)
     }
 
-    async fn feature(&mut self, id: &str) -> Result<i64> {
+    async fn feature(&mut self, id: &str) -> Result<FeatureId> {
         if let Some(f) = self.features.get(id) {
             return Ok(*f);
         }
@@ -607,7 +607,7 @@ impl Writer<'_> {
         Ok(f.internal_id)
     }
 
-    fn handle(&self, uid: &uuid::Uuid) -> Result<i64> {
+    fn handle(&self, uid: &uuid::Uuid) -> Result<EpisodeHandle> {
         self.handles
             .get(uid)
             .copied()
@@ -620,7 +620,7 @@ impl Writer<'_> {
             .citations
             .iter()
             .map(|uid| self.handle(uid))
-            .collect::<Result<Vec<i64>>>()?;
+            .collect::<Result<Vec<EpisodeHandle>>>()?;
         Ok(RestoredFeature {
             set,
             feature: NewFeature {
@@ -780,7 +780,7 @@ impl Writer<'_> {
                     Error::invalid("set_kind", format!("unknown set kind {:?}", s.set_kind))
                 })?;
                 let set = SetRow {
-                    internal_id: 0,
+                    internal_id: SetId::from_raw(0),
                     set_id: s.set_id,
                     org_id: s.org_id,
                     project: None,

@@ -215,20 +215,12 @@ pub struct ServeConfig {
 
 impl ServeConfig {
     /// The settings in the config file's format (keys as `--config` reads them),
-    /// secrets masked and URLs redacted: what `memmachine config print` shows.
+    /// secrets masked and URLs redacted by their types (`Secret`, `SecretUrl`): what
+    /// `memmachine config print` shows.
     pub fn to_toml(&self) -> String {
-        let mut table = toml::Table::try_from(&self.settings).expect("settings serialize");
-        table.iter_mut().for_each(|(_, value)| redact_urls(value));
+        // Through a table: keys print in order, whatever the sections' order.
+        let table = toml::Table::try_from(&self.settings).expect("settings serialize");
         toml::to_string(&table).expect("a table serializes")
-    }
-}
-
-/// Every URL in `value` as [`crate::urls::redact`] shows it (other text is unchanged).
-fn redact_urls(value: &mut toml::Value) {
-    match value {
-        toml::Value::String(text) => *text = crate::urls::redact(text),
-        toml::Value::Array(items) => items.iter_mut().for_each(redact_urls),
-        _ => {}
     }
 }
 

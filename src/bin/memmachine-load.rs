@@ -238,6 +238,7 @@ impl Corpus {
             content = format!("{content} ({})", extra.join(" "));
         }
         pb::MemoryMessage {
+            expires_at: None,
             content,
             producer: turn.speaker.clone(),
             produced_for: turn.listener.clone(),

@@ -157,6 +157,7 @@ fn defaults(args: &AddArgs) -> Result<pb::MemoryMessage, CliError> {
         .map(|t| parse_time(t).map_err(|err| CliError::Usage(format!("--timestamp: {err}"))))
         .transpose()?;
     Ok(pb::MemoryMessage {
+        expires_at: None,
         content: String::new(),
         producer: args.producer.clone().unwrap_or_default(),
         produced_for: args.produced_for.clone().unwrap_or_default(),

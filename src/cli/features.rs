@@ -211,6 +211,7 @@ pub async fn run(args: &ClientArgs, command: FeaturesCommand) -> Result<(), CliE
             let features = client
                 .semantic()
                 .search_features(client.request(pb::SearchFeaturesRequest {
+                    as_of: None,
                     org_id,
                     project_id,
                     query: query.join(" "),

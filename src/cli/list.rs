@@ -70,6 +70,7 @@ pub async fn list(
         let page = client
             .memory()
             .list_memories(client.request(pb::ListMemoriesRequest {
+                as_of: None,
                 org_id: client.org.clone(),
                 project_id: client.project.clone(),
                 r#type: memory_type as i32,

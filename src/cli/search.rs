@@ -63,6 +63,7 @@ pub async fn run(args: SearchArgs) -> Result<(), CliError> {
     let answer = client
         .memory()
         .search_memories(client.request(pb::SearchMemoriesRequest {
+            as_of: None,
             org_id: client.org.clone(),
             project_id: client.project.clone(),
             query: args.query.join(" "),

@@ -70,6 +70,7 @@ pub fn messages(messages: Vec<pb::MemoryMessage>) -> Result<Vec<MessageInput>> {
 
 pub fn episode(key: &ProjectKey, e: model::Episode) -> pb::Episode {
     pb::Episode {
+        expires_at: None,
         uid: e.uid.to_string(),
         content: e.content,
         session_key: key.session_key(),
@@ -105,6 +106,7 @@ pub fn project(p: model::Project) -> pb::Project {
 
 pub fn episodic_config(c: model::EpisodicConfig) -> pb::EpisodicMemoryConfig {
     pb::EpisodicMemoryConfig {
+        episode_retention: None,
         enabled: c.enabled,
         long_term_memory_enabled: c.long_term_memory_enabled,
         short_term_memory_enabled: c.short_term_memory_enabled,

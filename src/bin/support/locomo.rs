@@ -232,6 +232,7 @@ impl Conversation {
                 messages: chunk
                     .iter()
                     .map(|turn| pb::MemoryMessage {
+                        expires_at: None,
                         content: turn.content.clone(),
                         producer: turn.speaker.clone(),
                         produced_for: self.listener(&turn.speaker).to_string(),

@@ -24,11 +24,13 @@ use crate::config::{ServeConfig, TlsFiles};
 use crate::connections::arrival::ArrivalLayer;
 use crate::connections::{Gate, GatedListener};
 use crate::error::{Error, Result};
-use crate::grpc::{Deferred, MemoryGrpc, ProjectGrpc, SemanticGrpc, v1};
+use crate::grpc::{Deferred, LifecycleGrpc, MemoryGrpc, ProjectGrpc, SemanticGrpc, UsageGrpc, v1};
 use crate::metrics::Metrics;
+use crate::pb::lifecycle_service_server::LifecycleServiceServer;
 use crate::pb::memory_service_server::MemoryServiceServer;
 use crate::pb::project_service_server::ProjectServiceServer;
 use crate::pb::semantic_service_server::SemanticServiceServer;
+use crate::pb::usage_service_server::UsageServiceServer;
 
 /// How long streams other than memory calls may outlive the drain.
 const STREAM_GRACE: Duration = Duration::from_secs(5);
@@ -36,6 +38,8 @@ const STREAM_GRACE: Duration = Duration::from_secs(5);
 type ProjectService = Deferred<ProjectServiceServer<ProjectGrpc>>;
 type MemoryService = Deferred<MemoryServiceServer<MemoryGrpc>>;
 type SemanticService = Deferred<SemanticServiceServer<SemanticGrpc>>;
+type LifecycleService = Deferred<LifecycleServiceServer<LifecycleGrpc>>;
+type UsageService = Deferred<UsageServiceServer<UsageGrpc>>;
 /// The deprecated v1 API's services, ready with the rest.
 #[derive(Clone, Default)]
 struct LegacyServices {
@@ -123,6 +127,8 @@ pub async fn run(
     let project_service = ProjectService::default();
     let memory_service = MemoryService::default();
     let semantic_service = SemanticService::default();
+    let lifecycle_service = LifecycleService::default();
+    let usage_service = UsageService::default();
     let legacy_services = LegacyServices::default();
     let router = server_builder(&config)?
         .layer(
@@ -143,6 +149,8 @@ pub async fn run(
         .add_service(project_service.clone())
         .add_service(memory_service.clone())
         .add_service(semantic_service.clone())
+        .add_service(lifecycle_service.clone())
+        .add_service(usage_service.clone())
         .add_service(legacy_services.memory.clone())
         .add_service(legacy_services.sessions.clone())
         .add_service(legacy_services.groups.clone());
@@ -270,6 +278,14 @@ pub async fn run(
                 SemanticGrpc::new(domain.projects.clone(), domain.semantic.clone()),
             );
             legacy_services.set(&domain.legacy, config.max_request_bytes);
+            lifecycle_service.set(
+                LifecycleServiceServer::new(LifecycleGrpc::new(domain.clone()))
+                    .max_decoding_message_size(config.max_request_bytes),
+            );
+            usage_service.set(
+                UsageServiceServer::new(UsageGrpc::new(domain.clone()))
+                    .max_decoding_message_size(config.max_request_bytes),
+            );
             if let Some(rest) = &rest {
                 rest.set(domain);
             }

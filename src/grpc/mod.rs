@@ -2,15 +2,19 @@
 
 pub mod convert;
 mod deferred;
+mod lifecycle_service;
 mod memory_service;
 mod project_service;
 mod semantic_service;
+mod usage_service;
 pub mod v1;
 
 pub use deferred::Deferred;
+pub use lifecycle_service::LifecycleGrpc;
 pub use memory_service::MemoryGrpc;
 pub use project_service::ProjectGrpc;
 pub use semantic_service::SemanticGrpc;
+pub use usage_service::UsageGrpc;
 
 /// The caller the admission layer recorded, and the request's message.
 fn split<T>(request: tonic::Request<T>) -> Result<(crate::auth::Caller, T), tonic::Status> {

@@ -27,6 +27,8 @@ pub struct Domain {
     /// The server-wide settings changeable at run time (`/api/v2/config`).
     pub settings: RuntimeSettings,
     pub metrics: Arc<Metrics>,
+    /// Model usage per org and the orgs' daily token budgets.
+    pub usage: crate::usage::Usage,
 }
 
 /// Builds the domain and starts its background work. What takes time before the server
@@ -71,7 +73,9 @@ pub async fn start(
         config.embedding_lease,
     );
     let settings = runtime_settings(config, &store, &embedders, &rerankers, llm.is_some()).await?;
-    let semantic = SemanticMemory::new(store.clone(), config.limits, embedders.clone(), llm);
+    let usage = crate::usage::Usage::new(store.clone(), config.llm.daily_tokens_per_org);
+    let semantic = SemanticMemory::new(store.clone(), config.limits, embedders.clone(), llm)
+        .with_usage(usage.clone());
     crate::semantic::ingest::spawn_workers(
         semantic.clone(),
         config.ingest,
@@ -113,6 +117,7 @@ pub async fn start(
         rerankers,
         settings,
         metrics,
+        usage,
     })
 }
 

@@ -2,12 +2,14 @@
 
 use tonic::{Request, Response, Status};
 
+use super::convert;
 use crate::domain::Domain;
+use crate::error::Error;
 use crate::pb;
 use crate::pb::usage_service_server::UsageService;
+use crate::usage::{Budget, Figures};
 
 pub struct UsageGrpc {
-    #[allow(dead_code)]
     domain: Domain,
 }
 
@@ -19,19 +21,76 @@ impl UsageGrpc {
 
 type Reply<T> = Result<Response<T>, Status>;
 
+/// A timestamp as microseconds since the epoch; out of range is INVALID_ARGUMENT.
+fn micros(field: &str, ts: &prost_types::Timestamp) -> Result<i64, Error> {
+    let valid = (0..1_000_000_000).contains(&ts.nanos);
+    ts.seconds
+        .checked_mul(1_000_000)
+        .and_then(|s| s.checked_add(i64::from(ts.nanos / 1000)))
+        .filter(|_| valid)
+        .ok_or_else(|| Error::invalid(field, "not a valid timestamp"))
+}
+
+fn purpose(name: &str) -> pb::UsagePurpose {
+    match name {
+        "extraction" => pb::UsagePurpose::Extraction,
+        "consolidation" => pb::UsagePurpose::Consolidation,
+        "summary" => pb::UsagePurpose::Summary,
+        "embedding" => pb::UsagePurpose::Embedding,
+        _ => pb::UsagePurpose::Unspecified,
+    }
+}
+
+fn figures(f: Figures) -> pb::UsageFigures {
+    pb::UsageFigures {
+        purpose: purpose(&f.purpose) as i32,
+        calls: f.calls,
+        prompt_tokens: f.prompt_tokens,
+        completion_tokens: f.completion_tokens,
+    }
+}
+
+fn budget(b: Budget) -> pb::Budget {
+    pb::Budget {
+        daily_tokens: b.daily_tokens,
+        used_today: b.used_today,
+        paused_until: b.paused_until.map(convert::timestamp),
+    }
+}
+
 #[tonic::async_trait]
 impl UsageService for UsageGrpc {
     async fn get_usage(
         &self,
-        _request: Request<pb::GetUsageRequest>,
+        request: Request<pb::GetUsageRequest>,
     ) -> Reply<pb::GetUsageResponse> {
-        Err(Status::unimplemented("GetUsage is not served yet"))
+        let (caller, r) = super::split(request)?;
+        caller.check_org(&r.org_id)?;
+        let since = r.since.as_ref().map(|ts| micros("since", ts)).transpose()?;
+        let report = self
+            .domain
+            .usage
+            .report(&r.org_id, r.project_id.as_deref(), since)
+            .await?;
+        Ok(Response::new(pb::GetUsageResponse {
+            usage: report.usage.into_iter().map(figures).collect(),
+            budget: Some(budget(report.budget)),
+        }))
     }
 
     async fn set_budget(
         &self,
-        _request: Request<pb::SetBudgetRequest>,
+        request: Request<pb::SetBudgetRequest>,
     ) -> Reply<pb::SetBudgetResponse> {
-        Err(Status::unimplemented("SetBudget is not served yet"))
+        let (caller, r) = super::split(request)?;
+        caller.require_admin("setting an org's token budget")?;
+        let set = self
+            .domain
+            .usage
+            .set_budget(&r.org_id, r.daily_tokens)
+            .await?;
+        Ok(Response::new(pb::SetBudgetResponse {
+            budget: Some(budget(set)),
+        }))
     }
 }

@@ -24,3 +24,4 @@ pub mod runtime_settings;
 pub mod secret;
 pub mod semantic;
 pub mod transfer;
+pub mod usage;

@@ -27,6 +27,7 @@ mod semantic_sets;
 mod semantic_summaries;
 mod stats;
 mod transfer;
+mod usage;
 mod vectors;
 
 use std::collections::HashSet;

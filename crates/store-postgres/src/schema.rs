@@ -388,6 +388,26 @@ const MIGRATIONS: &[&str] = &[
         settings TEXT NOT NULL,
         updated_at BIGINT NOT NULL
     );",
+    // usage: language-model and embedder figures per org, project, purpose and UTC
+    // hour (one row per bucket, added to); the orgs' daily token budgets and pauses.
+    "CREATE TABLE usage_hours (
+        org_id TEXT NOT NULL,
+        project_id TEXT NOT NULL,
+        purpose TEXT NOT NULL,
+        hour BIGINT NOT NULL,
+        calls BIGINT NOT NULL,
+        prompt_tokens BIGINT NOT NULL,
+        completion_tokens BIGINT NOT NULL,
+        PRIMARY KEY (org_id, hour, project_id, purpose)
+    );
+    CREATE TABLE usage_budgets (
+        org_id TEXT PRIMARY KEY,
+        daily_tokens BIGINT NOT NULL
+    );
+    CREATE TABLE usage_pauses (
+        org_id TEXT PRIMARY KEY,
+        until_micros BIGINT NOT NULL
+    );",
 ];
 
 /// Brings the database to the latest schema (creating the `vector` extension first)

@@ -67,6 +67,7 @@ async fn ready_sets(conn: &mut PgConnection, rule: &ClaimRule) -> Result<Vec<i64
     sqlx::query_scalar(
         "SELECT set_ref FROM semantic_queue
              WHERE failed IS NULL AND not_before <= $1 AND (lease IS NULL OR lease_until < $1)
+                 AND org_id NOT IN (SELECT org_id FROM usage_pauses WHERE until_micros > $1)
              GROUP BY set_ref
              HAVING (COUNT(*) >= $2 OR MIN(queued_at) <= $3)
                 AND set_ref NOT IN (SELECT set_ref FROM semantic_queue

@@ -29,6 +29,7 @@ mod semantic_sets;
 mod semantic_summaries;
 mod stats;
 mod transfer;
+mod usage;
 mod vectors;
 
 use std::path::{Path, PathBuf};

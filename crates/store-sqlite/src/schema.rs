@@ -243,6 +243,26 @@ const MIGRATIONS: &[&str] = &[
         settings TEXT NOT NULL,
         updated_at INTEGER NOT NULL
     );",
+    // usage: language-model and embedder figures per org, project, purpose and UTC
+    // hour (one row per bucket, added to); the orgs' daily token budgets and pauses.
+    "CREATE TABLE usage_hours (
+        org_id TEXT NOT NULL,
+        project_id TEXT NOT NULL,
+        purpose TEXT NOT NULL,
+        hour INTEGER NOT NULL,
+        calls INTEGER NOT NULL,
+        prompt_tokens INTEGER NOT NULL,
+        completion_tokens INTEGER NOT NULL,
+        PRIMARY KEY (org_id, hour, project_id, purpose)
+    ) WITHOUT ROWID;
+    CREATE TABLE usage_budgets (
+        org_id TEXT PRIMARY KEY,
+        daily_tokens INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE usage_pauses (
+        org_id TEXT PRIMARY KEY,
+        until_micros INTEGER NOT NULL
+    ) WITHOUT ROWID;",
 ];
 
 /// Brings the database to the latest schema, and makes sure universal/universal exists.

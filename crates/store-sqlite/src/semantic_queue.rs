@@ -61,6 +61,8 @@ pub(super) fn ready_set(conn: &Connection, rule: &ClaimRule) -> Result<Option<i6
              HAVING (COUNT(*) >= ?2 OR MIN(queued_at) <= ?1 - ?3)
                 AND set_ref NOT IN (SELECT set_ref FROM semantic_queue
                     WHERE failed IS NULL AND lease IS NOT NULL AND lease_until >= ?1)
+                AND set_ref NOT IN (SELECT s.id FROM semantic_sets s
+                    JOIN usage_pauses p ON p.org_id = s.org_id WHERE p.until_micros > ?1)
              ORDER BY MIN(queued_at), set_ref LIMIT 1",
     )
     .and_then(|mut stmt| {

@@ -21,6 +21,7 @@ pub mod semantic_sets;
 mod stats;
 pub mod summaries;
 pub mod transfer;
+mod usage;
 mod vectors;
 
 pub use episodes::{EpisodeStore, episode_column};
@@ -42,6 +43,7 @@ pub use semantic_sets::{
 pub use stats::{StatsStore, StoreStats};
 pub use summaries::{Summaries, Summary};
 pub use transfer::{EpisodeVector, RestoredFeature, TransferStore};
+pub use usage::{UsageEntry, UsageStore, UsageTotals};
 pub use vectors::{PendingEmbedding, VectorStore};
 
 /// Everything the server needs from a backend.
@@ -57,6 +59,7 @@ pub trait Store:
     + TransferStore
     + SettingsStore
     + StoreLifecycle
+    + UsageStore
 {
 }
 
@@ -72,5 +75,6 @@ impl<T> Store for T where
         + TransferStore
         + SettingsStore
         + StoreLifecycle
+        + UsageStore
 {
 }

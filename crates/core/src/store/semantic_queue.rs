@@ -76,7 +76,8 @@ pub trait SemanticQueue: Send + Sync {
         embedder: Option<&str>,
     ) -> Result<Vec<i64>>;
 
-    /// Claims the queued messages of one set that is ready by `rule`, under a new lease.
+    /// Claims the queued messages of one set that is ready by `rule`, under a new lease;
+    /// sets of orgs paused now (`UsageStore::set_pause`) are skipped, their queue kept.
     async fn claim_batch(&self, rule: ClaimRule) -> Result<Option<Batch>>;
 
     /// Applies `ops` to the batch's set and takes its messages off the queue, in one

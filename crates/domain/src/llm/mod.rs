@@ -105,7 +105,15 @@ pub struct ChatRequest {
     pub json_schema: Option<(String /*schema name*/, serde_json::Value)>,
 }
 
-/// The model's answer, with the tokens the endpoint counted (0 when it did not say).
+/// Tokens in `chars` characters of text, estimated as a quarter of the characters
+/// (rounded up): OpenAI's rule of thumb for English, used when an endpoint reports no
+/// `usage` and for embedder calls.
+pub fn estimate_tokens(chars: usize) -> u64 {
+    chars.div_ceil(4) as u64
+}
+
+/// The model's answer, with the tokens the endpoint counted (estimated by
+/// [`estimate_tokens`] when it did not say).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Completion {
     pub content: String,

@@ -314,7 +314,14 @@ impl OpenAiChat {
     }
 
     /// The first choice's content and the token counts of a parsed response.
-    fn completion(&self, response: ChatResponse, purpose: Purpose) -> Result<Completion, LlmError> {
+    /// `prompt_chars`: the request's characters, to count its tokens when the endpoint
+    /// does not say.
+    fn completion(
+        &self,
+        response: ChatResponse,
+        purpose: Purpose,
+        prompt_chars: usize,
+    ) -> Result<Completion, LlmError> {
         let bad = |what: &str| {
             LlmError::Failed(format!(
                 "chat endpoint {} returned {what}",
@@ -339,11 +346,17 @@ impl OpenAiChat {
                 "the chat completion was cut off at the model's token limit"
             );
         }
+        // Endpoints that leave `usage` out (some local servers) are still counted, by
+        // estimate: budgets must hold whatever the endpoint reports.
         let usage = response.usage.unwrap_or_default();
         Ok(Completion {
+            prompt_tokens: usage
+                .prompt_tokens
+                .unwrap_or_else(|| super::estimate_tokens(prompt_chars)),
+            completion_tokens: usage
+                .completion_tokens
+                .unwrap_or_else(|| super::estimate_tokens(content.chars().count())),
             content,
-            prompt_tokens: usage.prompt_tokens.unwrap_or(0),
-            completion_tokens: usage.completion_tokens.unwrap_or(0),
         })
     }
 }
@@ -382,7 +395,8 @@ impl LanguageModel for OpenAiChat {
             };
             let message = match self.send_with_retries(&body, request.purpose).await {
                 Ok(response) => {
-                    let completion = self.completion(response, request.purpose)?;
+                    let prompt_chars = messages.iter().map(|m| m.content.chars().count()).sum();
+                    let completion = self.completion(response, request.purpose, prompt_chars)?;
                     self.learn(format, temperature);
                     return Ok(completion);
                 }

@@ -17,6 +17,11 @@ pub struct Flags {
         default_value_t = 60
     )]
     pub llm_max_calls_per_minute: u32,
+    /// Language-model tokens each org may use per UTC day unless given its own budget
+    /// (`memmachine budget set`); over it, its semantic ingestion pauses. 0 is unlimited
+    #[arg(long, env = "MEMMACHINE_LLM_DAILY_TOKENS_PER_ORG", default_value_t = 0)]
+    #[serde(default)]
+    pub llm_daily_tokens_per_org: u64,
     /// Seconds one language-model call may take
     #[arg(long, env = "MEMMACHINE_LLM_TIMEOUT", default_value_t = 60.0)]
     pub llm_timeout: f64,
@@ -40,6 +45,7 @@ impl Flags {
             api_key: self.llm_api_key.clone(),
             max_calls_per_minute: Some(self.llm_max_calls_per_minute).filter(|n| *n > 0),
             timeout: crate::flags::positive(self.llm_timeout, "llm-timeout")?,
+            daily_tokens_per_org: self.llm_daily_tokens_per_org,
         })
     }
 }
@@ -53,4 +59,6 @@ pub struct Settings {
     /// `None`: no cap.
     pub max_calls_per_minute: Option<u32>,
     pub timeout: std::time::Duration,
+    /// The daily token budget of orgs without their own; 0 is unlimited.
+    pub daily_tokens_per_org: u64,
 }

@@ -19,6 +19,7 @@ use crate::metrics::Metrics;
 use crate::model::Episode;
 use crate::model::{EpisodeHandle, FeatureId, SetId};
 use crate::runtime_settings::RuntimeSettings;
+use crate::usage::Scope;
 
 /// Settings of semantic ingestion.
 #[derive(Debug, Clone, Copy)]
@@ -202,7 +203,8 @@ impl Worker {
         let store = self.memory.store();
         let set_id = batch.set.set_id.clone();
         let count = batch.messages.len();
-        match self.distil(&batch).await {
+        let scope = self.scope_of(&batch.set).await;
+        match self.distil(&batch, &scope).await {
             Ok((ops, touched)) => {
                 let embedder = self.embedder_of(&batch.set).await;
                 let added = ops.len();
@@ -214,7 +216,8 @@ impl Worker {
                         self.metrics
                             .record_semantic("commands_applied", added as u64);
                         tracing::debug!(set = %set_id, messages = count, commands = added, "semantic batch applied");
-                        self.consolidate(&batch.set, touched, embedder).await;
+                        self.consolidate(&batch.set, touched, embedder, &scope)
+                            .await;
                     }
                     Ok(false) => {
                         // The lease expired, or an episode of the batch was deleted
@@ -266,6 +269,19 @@ impl Worker {
         }
     }
 
+    /// Whose work the set's ingestion is, for usage: its org and its project's id
+    /// (empty for an org-level set, or a project deleted meanwhile).
+    async fn scope_of(&self, set: &SetRow) -> Scope {
+        let project_id = match set.project {
+            Some(project) => match self.memory.store().project_key(project).await {
+                Ok(Some(key)) => key.project_id,
+                _ => String::new(),
+            },
+            None => String::new(),
+        };
+        Scope::new(set.org_id.clone(), project_id)
+    }
+
     /// The embedder id of a set's features (`None`: none).
     async fn embedder_of(&self, set: &SetRow) -> Option<String> {
         if !set.config.embedder.is_empty() {
@@ -294,6 +310,7 @@ impl Worker {
     async fn distil(
         &self,
         batch: &Batch,
+        scope: &Scope,
     ) -> Result<(Vec<FeatureOp>, BTreeSet<(String, String)>), Outcome> {
         let categories = self
             .memory
@@ -319,7 +336,9 @@ impl Worker {
                 .await
                 .map_err(|err| Outcome::Retry(err.to_string(), None))?;
             let shown = most_relevant(&current, &messages, self.settings.max_current_features);
-            let commands = self.ask(category, &shown, &context, &messages).await?;
+            let commands = self
+                .ask(category, &shown, &context, &messages, scope)
+                .await?;
             for command in commands {
                 let citations: Vec<EpisodeHandle> = if command.messages.is_empty() {
                     batch.messages.iter().map(|(id, _)| *id).collect()
@@ -380,6 +399,7 @@ impl Worker {
         current: &[&Feature],
         context: &[&Episode],
         messages: &[&Episode],
+        scope: &Scope,
     ) -> Result<Vec<prompts::Command>, Outcome> {
         let mut request = ChatRequest {
             purpose: Purpose::Extraction,
@@ -388,7 +408,7 @@ impl Worker {
         };
         let mut last_error = String::new();
         for _ in 0..=self.settings.max_corrections {
-            let answer = self.complete(&request).await?;
+            let answer = self.complete(&request, scope).await?;
             match prompts::parse_commands(&answer, &category.tags, messages.len()) {
                 Ok(commands) => return Ok(commands),
                 Err(error) => {
@@ -406,9 +426,21 @@ impl Worker {
         )))
     }
 
-    async fn complete(&self, request: &ChatRequest) -> Result<String, Outcome> {
+    /// One call; its tokens are counted for `scope` whether or not its answer is of use
+    /// (an invalid answer was still paid for).
+    async fn complete(&self, request: &ChatRequest, scope: &Scope) -> Result<String, Outcome> {
         match self.model.complete(request).await {
-            Ok(completion) => Ok(completion.content),
+            Ok(completion) => {
+                self.memory
+                    .record_usage(
+                        scope,
+                        request.purpose.as_str(),
+                        completion.prompt_tokens,
+                        completion.completion_tokens,
+                    )
+                    .await;
+                Ok(completion.content)
+            }
             Err(LlmError::Unavailable {
                 message,
                 retry_after,
@@ -423,6 +455,7 @@ impl Worker {
         set: &SetRow,
         touched: BTreeSet<(String, String)>,
         embedder: Option<String>,
+        scope: &Scope,
     ) {
         let store = self.memory.store();
         for (category, tag) in touched {
@@ -450,7 +483,7 @@ impl Worker {
                 messages: prompts::consolidation(&category, &tag, &group),
                 json_schema: Some(prompts::consolidation_schema()),
             };
-            let answer = match self.complete(&request).await {
+            let answer = match self.complete(&request, scope).await {
                 Ok(answer) => answer,
                 Err(Outcome::Retry(reason, _) | Outcome::Invalid(reason)) => {
                     tracing::warn!(set = %set.set_id, error = %reason, "consolidation skipped: the model failed");

@@ -111,6 +111,8 @@ pub struct SemanticMemory {
     indexes: FeatureIndexes,
     /// Wakes the ingestion workers when messages are queued.
     wake: Arc<tokio::sync::Notify>,
+    /// Where model calls are counted (none: not counted).
+    usage: Option<crate::usage::Usage>,
 }
 
 fn not_found(what: &str, id: &str) -> Error {
@@ -165,6 +167,36 @@ impl SemanticMemory {
             llm,
             indexes: FeatureIndexes::default(),
             wake: Arc::default(),
+            usage: None,
+        }
+    }
+
+    /// Counts the model calls made for semantic memory in `usage`.
+    pub fn with_usage(mut self, usage: crate::usage::Usage) -> SemanticMemory {
+        self.usage = Some(usage);
+        self
+    }
+
+    /// Whether the org's model work is paused for its budget.
+    pub async fn is_paused(&self, org_id: &str) -> bool {
+        match &self.usage {
+            Some(usage) => usage.is_paused(org_id).await,
+            None => false,
+        }
+    }
+
+    /// Counts one call's tokens for `scope`, if usage is kept.
+    pub async fn record_usage(
+        &self,
+        scope: &crate::usage::Scope,
+        purpose: &str,
+        prompt_tokens: u64,
+        completion_tokens: u64,
+    ) {
+        if let Some(usage) = &self.usage {
+            usage
+                .record(scope, purpose, prompt_tokens, completion_tokens)
+                .await;
         }
     }
 

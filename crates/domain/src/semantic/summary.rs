@@ -70,6 +70,11 @@ pub fn spawn(memory: SemanticMemory, messages: usize, runtime: RuntimeSettings) 
                 Ok((projects, next)) => {
                     let mut failed = false;
                     for key in projects {
+                        // Over its budget: no summary now; the next change after it
+                        // resumes folds everything that left the window meanwhile.
+                        if memory.is_paused(&key.org_id).await {
+                            continue;
+                        }
                         if let Err(err) = fold(&memory, &model, window, &key).await {
                             tracing::warn!(project = %key, error = %err, "summarising failed; retrying later");
                             failed = true;
@@ -125,13 +130,20 @@ async fn fold(
             messages: prompts::summary(current.as_ref().map(|s| s.text.as_str()), &leaving),
             json_schema: None,
         };
-        let text = model
+        let completion = model
             .complete(&request)
             .await
-            .map_err(|err| crate::error::Error::Unavailable(err.to_string()))?
-            .content
-            .trim()
-            .to_string();
+            .map_err(|err| crate::error::Error::Unavailable(err.to_string()))?;
+        let scope = crate::usage::Scope::new(key.org_id.clone(), key.project_id.clone());
+        memory
+            .record_usage(
+                &scope,
+                request.purpose.as_str(),
+                completion.prompt_tokens,
+                completion.completion_tokens,
+            )
+            .await;
+        let text = completion.content.trim().to_string();
         let summary = super::model::Summary {
             text,
             first_seq: current

@@ -1,0 +1,170 @@
+//! What language-model and embedder calls cost, per org, project and purpose, and the
+//! orgs' daily token budgets (`budget`). Figures are added to one row per (org,
+//! project, purpose, UTC hour), so the table stays small however many calls are made.
+//! Recording never fails the work it measures: a store error is logged and the figures
+//! of that call are lost.
+
+mod budget;
+
+pub use budget::Budget;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Result, Violations};
+use crate::model::ids::{or_universal, validate_id};
+use crate::store::{Store, UsageEntry};
+
+/// The purpose of embedder calls (the language model's are `llm::Purpose::as_str`).
+pub const EMBEDDING: &str = "embedding";
+
+/// Every purpose figures are kept for, in the order reports list them.
+pub const PURPOSES: [&str; 4] = ["extraction", "consolidation", "summary", EMBEDDING];
+
+const HOUR_MICROS: i64 = 3_600_000_000;
+const DAY_MICROS: i64 = 24 * HOUR_MICROS;
+
+/// Whose work a call is: the org and the project (empty for org-level work).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    pub org_id: String,
+    pub project_id: String,
+}
+
+impl Scope {
+    pub fn new(org_id: impl Into<String>, project_id: impl Into<String>) -> Scope {
+        Scope {
+            org_id: org_id.into(),
+            project_id: project_id.into(),
+        }
+    }
+}
+
+/// The figures of one purpose.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Figures {
+    pub purpose: String,
+    pub calls: i64,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+}
+
+/// What `GetUsage` answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// One entry per purpose, zeros included.
+    pub usage: Vec<Figures>,
+    pub budget: Budget,
+}
+
+/// Records usage and keeps budgets; cheap to clone.
+#[derive(Clone)]
+pub struct Usage {
+    store: Arc<dyn Store>,
+    /// The budget of orgs without their own; 0 is unlimited.
+    default_daily_tokens: i64,
+    /// The orgs this process saw paused, so a pause and its end are each logged once.
+    paused: Arc<Mutex<HashSet<String>>>,
+}
+
+/// The start of the UTC day holding `micros`.
+fn day_start(micros: i64) -> i64 {
+    micros.div_euclid(DAY_MICROS) * DAY_MICROS
+}
+
+fn now_micros() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}
+
+/// The org id as the rest of the API takes it (empty: universal), validated.
+pub fn org(org_id: &str) -> Result<&str> {
+    let org_id = or_universal(org_id);
+    validate_id("org_id", org_id)?;
+    Ok(org_id)
+}
+
+impl Usage {
+    pub fn new(store: Arc<dyn Store>, default_daily_tokens: u64) -> Usage {
+        Usage {
+            store,
+            default_daily_tokens: i64::try_from(default_daily_tokens).unwrap_or(i64::MAX),
+            paused: Arc::default(),
+        }
+    }
+
+    /// Adds one call's tokens under `scope` and `purpose`; a language-model call that
+    /// takes the org to its budget pauses its semantic ingestion.
+    pub async fn record(&self, scope: &Scope, purpose: &str, prompt: u64, completion: u64) {
+        self.record_calls(scope, purpose, 1, prompt, completion)
+            .await
+    }
+
+    /// As [`Usage::record`], for `calls` calls at once.
+    pub async fn record_calls(
+        &self,
+        scope: &Scope,
+        purpose: &str,
+        calls: u64,
+        prompt: u64,
+        completion: u64,
+    ) {
+        let now = now_micros();
+        let entry = UsageEntry {
+            org_id: or_universal(&scope.org_id).to_string(),
+            project_id: scope.project_id.clone(),
+            purpose: purpose.to_string(),
+            hour_micros: now.div_euclid(HOUR_MICROS) * HOUR_MICROS,
+            calls: calls as i64,
+            prompt_tokens: i64::try_from(prompt).unwrap_or(i64::MAX),
+            completion_tokens: i64::try_from(completion).unwrap_or(i64::MAX),
+        };
+        if let Err(err) = self.store.record_usage(&entry).await {
+            tracing::warn!(org = %entry.org_id, purpose, error = %err, "recording model usage failed");
+            return;
+        }
+        if purpose != EMBEDDING
+            && let Err(err) = self.enforce(&entry.org_id, now).await
+        {
+            tracing::warn!(org = %entry.org_id, error = %err, "checking the org's token budget failed");
+        }
+    }
+
+    /// The org's figures per purpose since `since_micros` (default: the start of the
+    /// current UTC day; counted by whole hours, from the one holding `since`), of one
+    /// project when given, and its budget.
+    pub async fn report(
+        &self,
+        org_id: &str,
+        project_id: Option<&str>,
+        since_micros: Option<i64>,
+    ) -> Result<Report> {
+        let mut violations = Violations::default();
+        let org_id = violations.check(org(org_id)).unwrap_or_default();
+        if let Some(project_id) = project_id.filter(|p| !p.is_empty()) {
+            violations.check(validate_id("project_id", project_id));
+        }
+        let now = now_micros();
+        if since_micros.is_some_and(|s| s > now) {
+            violations.add("since", "must not be in the future");
+        }
+        violations.into_result()?;
+        let since = since_micros.unwrap_or_else(|| day_start(now));
+        let since = since.div_euclid(HOUR_MICROS) * HOUR_MICROS;
+        let project_id = project_id.filter(|p| !p.is_empty());
+        let totals = self.store.usage_since(org_id, project_id, since).await?;
+        let usage = PURPOSES
+            .iter()
+            .map(|purpose| {
+                let found = totals.iter().find(|t| t.purpose == *purpose);
+                Figures {
+                    purpose: purpose.to_string(),
+                    calls: found.map_or(0, |t| t.calls),
+                    prompt_tokens: found.map_or(0, |t| t.prompt_tokens),
+                    completion_tokens: found.map_or(0, |t| t.completion_tokens),
+                }
+            })
+            .collect();
+        let budget = self.budget(org_id).await?;
+        Ok(Report { usage, budget })
+    }
+}

@@ -46,3 +46,4 @@ mod slow_clients;
 mod slow_dependencies;
 mod tls;
 mod transfer;
+mod usage;

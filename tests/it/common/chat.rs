@@ -39,6 +39,8 @@ impl ChatCall {
 pub enum ScriptedReply {
     /// A chat completion with this content.
     Content(String),
+    /// A chat completion with this content and no `usage` (as some local servers answer).
+    ContentWithoutUsage(String),
     /// This status with an OpenAI-style error body, and a `Retry-After` (seconds) if
     /// given.
     Status(u16, Option<u64>),
@@ -133,29 +135,12 @@ async fn reply(state: &State, headers: &HeaderMap, body: &Value) -> Response {
     state.calls.lock().unwrap().push(call.clone());
     let answer = state.answer.read().unwrap().clone();
     match answer(&call) {
-        ScriptedReply::Content(content) => {
-            let prompt_tokens: usize = call.messages.iter().map(|(_, c)| words(c)).sum();
-            let completion_tokens = words(&content);
-            Json(json!({
-                "id": "chatcmpl-scripted",
-                "object": "chat.completion",
-                "created": std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs()),
-                "model": call.model,
-                "choices": [{
-                    "index": 0,
-                    "message": {"role": "assistant", "content": content},
-                    "finish_reason": "stop",
-                }],
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                },
-            }))
-            .into_response()
+        ScriptedReply::ContentWithoutUsage(content) => {
+            let mut body = completion(&call, &content);
+            body.as_object_mut().unwrap().remove("usage");
+            Json(body).into_response()
         }
+        ScriptedReply::Content(content) => Json(completion(&call, &content)).into_response(),
         ScriptedReply::Status(code, retry_after) => error(code, None, retry_after),
         ScriptedReply::StatusMessage(code, message) => error(code, Some(message), None),
         ScriptedReply::Garbage => (
@@ -169,6 +154,30 @@ async fn reply(state: &State, headers: &HeaderMap, body: &Value) -> Response {
             StatusCode::GATEWAY_TIMEOUT.into_response()
         }
     }
+}
+
+/// A chat completion of `content`, with `usage` counted in words (see [`words`]).
+fn completion(call: &ChatCall, content: &str) -> Value {
+    let prompt_tokens: usize = call.messages.iter().map(|(_, c)| words(c)).sum();
+    let completion_tokens = words(content);
+    json!({
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "created": std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        "model": call.model,
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": content},
+            "finish_reason": "stop",
+        }],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    })
 }
 
 /// An OpenAI-style error answer.
@@ -220,6 +229,6 @@ fn parse_call(headers: &HeaderMap, body: &Value) -> ChatCall {
 }
 
 /// Tokens, as this server counts them: words.
-fn words(text: &str) -> usize {
+pub fn words(text: &str) -> usize {
     text.split_whitespace().count()
 }

@@ -19,6 +19,7 @@ mod settings;
 mod shared;
 mod stats;
 mod support;
+mod usage;
 mod vectors;
 
 use std::future::Future;
@@ -175,6 +176,12 @@ macro_rules! conformance {
                 settings {
                     fresh runtime_settings_are_replaced_under_their_version,
                     pair one_of_two_replicas_racing_on_the_settings_wins,
+                }
+                usage {
+                    fresh usage_adds_up_per_bucket_and_is_read_since_an_hour,
+                    pair usage_recorded_by_two_replicas_at_once_adds_up,
+                    fresh budgets_and_pauses_are_kept_per_org,
+                    fresh a_paused_orgs_sets_are_not_claimed_and_keep_their_queue,
                 }
                 shared {
                     pair writes_through_one_handle_are_seen_through_the_other,

@@ -72,6 +72,11 @@ impl Client {
         request
     }
 
+    /// The connection, for the services without a helper here.
+    pub fn channel(&self) -> Channel {
+        self.channel.clone()
+    }
+
     pub fn memory(&self) -> MemoryServiceClient<Channel> {
         MemoryServiceClient::new(self.channel.clone()).max_decoding_message_size(MAX_ANSWER_BYTES)
     }

@@ -16,6 +16,7 @@ mod list;
 mod output;
 mod projects;
 mod search;
+mod usage;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -151,6 +152,18 @@ pub enum Command {
         #[command(subcommand)]
         command: features::FeaturesCommand,
     },
+    /// An org's language-model and embedder usage per purpose, and its token budget
+    /// (the whole org, or one project with --project)
+    #[command(after_long_help = EXIT_CODES)]
+    Usage(usage::UsageArgs),
+    /// An org's daily language-model token budget (an admin key)
+    #[command(subcommand_required = true, after_long_help = EXIT_CODES)]
+    Budget {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: usage::BudgetCommand,
+    },
 }
 
 /// Runs one client subcommand; prints its errors and gives its exit code.
@@ -182,5 +195,7 @@ async fn dispatch(command: Command) -> Result<(), CliError> {
         Command::List(args) => list::run(args).await,
         Command::Delete(args) => delete::run(args).await,
         Command::Features { client, command } => features::run(&client, command).await,
+        Command::Usage(args) => usage::run(args).await,
+        Command::Budget { client, command } => usage::budget(&client, command).await,
     }
 }

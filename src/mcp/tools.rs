@@ -128,6 +128,13 @@ pub struct GetProfileInput {
     pub page_token: Option<String>,
 }
 
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct GetUsageInput {
+    /// From this time (RFC 3339) [default: the start of the current UTC day]
+    #[serde(default)]
+    pub since: Option<String>,
+}
+
 #[derive(Serialize)]
 struct EpisodeOut<'a> {
     id: String,
@@ -479,6 +486,53 @@ impl MemoryTools {
             Ok(Listed::Episodes(..)) => failed(Error::Internal(
                 "a semantic listing answered episodes".into(),
             )),
+            Err(err) => failed(err),
+        })
+    }
+
+    #[tool(
+        description = "Read the scoped org's language-model and embedder usage per \
+                       purpose (calls and tokens) and its daily token budget: how much \
+                       is used today and, when over it, until when semantic memory \
+                       pauses."
+    )]
+    async fn get_usage(
+        &self,
+        Parameters(input): Parameters<GetUsageInput>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let (domain, scope) = match self.reach(&ctx) {
+            Ok(reached) => reached,
+            Err(refusal) => return Ok(refusal),
+        };
+        let since = match input.since.as_deref().filter(|s| !s.is_empty()) {
+            None => None,
+            Some(text) => match chrono::DateTime::parse_from_rfc3339(text) {
+                Ok(t) => Some(t.timestamp_micros()),
+                Err(e) => {
+                    return Ok(failed(Error::invalid(
+                        "since",
+                        format!("not an RFC 3339 time: {e}"),
+                    )));
+                }
+            },
+        };
+        let org_id = &scope.project.org_id;
+        Ok(match domain.usage.report(org_id, None, since).await {
+            Ok(report) => answer(serde_json::json!({
+                "org_id": org_id,
+                "usage": report.usage.iter().map(|f| serde_json::json!({
+                    "purpose": f.purpose,
+                    "calls": f.calls,
+                    "prompt_tokens": f.prompt_tokens,
+                    "completion_tokens": f.completion_tokens,
+                })).collect::<Vec<_>>(),
+                "budget": {
+                    "daily_tokens": report.budget.daily_tokens,
+                    "used_today": report.budget.used_today,
+                    "paused_until": report.budget.paused_until.map(time),
+                },
+            })),
             Err(err) => failed(err),
         })
     }

@@ -16,6 +16,7 @@ mod semantic;
 mod serve;
 mod server_config;
 mod shapes;
+mod usage;
 
 use std::sync::{Arc, OnceLock};
 
@@ -123,4 +124,5 @@ fn api() -> OpenApiRouter<Gateway> {
         .merge(memories::routes())
         .merge(semantic::routes())
         .merge(server_config::routes())
+        .merge(usage::routes())
 }

@@ -391,3 +391,135 @@ async fn an_org_over_its_budget_pauses_its_ingestion_until_the_budget_is_raised(
     assert_eq!(raised.paused_until, None);
     wait_for_value(&channel, "thrifty", "pasta").await;
 }
+
+/// The REST gateway's `/usage` routes, `memmachine usage` and `budget set`, and the MCP
+/// `get_usage` tool: the same figures, the same rules (admin-only budgets, org keys on
+/// their own org), the default budget from `--llm-daily-tokens-per-org`.
+#[tokio::test]
+async fn rest_cli_and_mcp_read_usage_and_set_budgets() {
+    use crate::common::ServerProcess;
+    use crate::common::mcp_http::Session;
+    use serde_json::{Value, json};
+
+    let data = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start(
+        data.path(),
+        &[
+            "--embedder",
+            "none",
+            "--rest-listen",
+            "127.0.0.1:0",
+            "--auth",
+            "--llm-daily-tokens-per-org",
+            "700",
+        ],
+    );
+    let admin = create_key(data.path(), &["--admin"]);
+    let acme = create_key(data.path(), &["--org", "acme"]);
+    let http = reqwest::Client::new();
+    let base = server.rest_url();
+    let post = |key: &str, path: &str, body: Value| {
+        let request = http
+            .post(format!("{base}/api/v2{path}"))
+            .bearer_auth(key)
+            .json(&body);
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (
+                status,
+                response.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+
+    let (status, body) = post(
+        &admin,
+        "/usage/budget",
+        json!({"org_id": "acme", "daily_tokens": 1234}),
+    )
+    .await;
+    assert_eq!(
+        (status, body["daily_tokens"].as_i64()),
+        (200, Some(1234)),
+        "{body}"
+    );
+    let (status, _) = post(
+        &acme,
+        "/usage/budget",
+        json!({"org_id": "acme", "daily_tokens": 9}),
+    )
+    .await;
+    assert_eq!(status, 403);
+    let (status, body) = post(&acme, "/usage", json!({"org_id": "acme"})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["usage"].as_array().unwrap().len(), 4, "{body}");
+    assert_eq!(body["usage"][0]["purpose"], "extraction");
+    assert_eq!(body["budget"]["daily_tokens"], 1234);
+    assert_eq!(body["budget"]["paused_until"], Value::Null);
+    let (status, _) = post(&acme, "/usage", json!({"org_id": "globex"})).await;
+    assert_eq!(status, 403);
+    let (status, body) = post(&admin, "/usage", json!({"org_id": "globex"})).await;
+    assert_eq!(
+        (status, body["budget"]["daily_tokens"].as_i64()),
+        (200, Some(700))
+    );
+    let (status, body) = post(
+        &acme,
+        "/usage",
+        json!({"org_id": "acme", "since": "yesterday"}),
+    )
+    .await;
+    assert!((400..500).contains(&status), "{status} {body}");
+
+    // The command line, with the key from the environment.
+    let cli = |key: &str, args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_memmachine"))
+            .args(args)
+            .args(["--addr", server.addr.as_str()])
+            .env("MEMMACHINE_API_KEY", key)
+            .env_remove("MEMMACHINE_ORG")
+            .env_remove("MEMMACHINE_PROJECT")
+            .output()
+            .expect("run memmachine")
+    };
+    let out = cli(&acme, &["usage", "--org", "acme", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["budget"]["daily_tokens"], 1234, "{report}");
+    let out = cli(
+        &acme,
+        &["budget", "set", "--org", "globex", "--daily-tokens", "55"],
+    );
+    assert_eq!(out.status.code(), Some(7), "PERMISSION_DENIED");
+    let out = cli(
+        &admin,
+        &["budget", "set", "--org", "globex", "--daily-tokens", "55"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("budget: 55 tokens a day"));
+    let out = cli(&admin, &["usage", "--org", "globex"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("extraction") && text.contains("budget: 55"),
+        "{text}"
+    );
+
+    // MCP: the session's org only.
+    let mut session = Session::open(&http, &base, ("acme", "notes", "alice"), Some(&acme))
+        .await
+        .expect("open a session");
+    let answer = session.call_tool("get_usage", json!({})).await;
+    assert!(!answer.is_error, "{}", answer.text);
+    let usage: Value = serde_json::from_str(&answer.text).unwrap();
+    assert_eq!(usage["org_id"], "acme");
+    assert_eq!(usage["budget"]["daily_tokens"], 1234, "{usage}");
+}

@@ -555,6 +555,7 @@
         del),
       tabs, body);
     refreshCount(org, project);
+    renderUsage(main, org, gen);
     if (tab === 'episodes') await renderEpisodes(body, route, gen);
     else if (tab === 'search') await renderSearch(body, route, gen);
     else await renderSemantic(body, route, gen);
@@ -1012,6 +1013,52 @@
       h('h2', { id: 'add-feature-title' }, 'Add a feature by hand'),
       sets.length ? null : h('p', { class: 'muted' }, 'This project has no sets yet: they appear with its first messages.'),
       form);
+  }
+
+  /** The org's language-model usage today and its daily token budget, below the
+   * project's views; an admin key may change the budget here. */
+  async function renderUsage(main, org, gen) {
+    const section = h('section', { class: 'card usage', 'aria-labelledby': 'usage-title' },
+      h('h2', { id: 'usage-title' }, `Model usage of ${org} today`), loading('Reading usage…'));
+    main.append(section);
+    let report;
+    try {
+      report = await api('/usage', { org_id: org });
+    } catch (error) {
+      if (gen === generation) showIn(section, h('h2', { id: 'usage-title' }, `Model usage of ${org} today`), errorBox(error, 'Could not read the usage'));
+      return;
+    }
+    if (gen !== generation) return;
+    const n = (x) => Number(x).toLocaleString('en');
+    const table = h('table', { class: 'usage-figures' },
+      h('thead', null, h('tr', null, ...['Purpose', 'Calls', 'Prompt tokens', 'Completion tokens'].map((t) => h('th', { scope: 'col' }, t)))),
+      h('tbody', null, ...report.usage.map((u) => h('tr', null,
+        h('th', { scope: 'row' }, u.purpose), h('td', null, n(u.calls)), h('td', null, n(u.prompt_tokens)), h('td', null, n(u.completion_tokens))))));
+    const b = report.budget;
+    const limit = b.daily_tokens === 0 ? 'unlimited' : `${n(b.daily_tokens)} tokens a day`;
+    const status = h('p', { class: 'budget' }, `Budget: ${limit}; ${n(b.used_today)} language-model tokens used today (embedding is counted, not budgeted).`);
+    const paused = b.paused_until
+      ? h('p', { class: 'error', role: 'status' }, 'Over budget: semantic ingestion is paused until ', time(b.paused_until), ' (messages stay queued; adds and searches go on).')
+      : null;
+    const input = h('input', { type: 'number', min: '0', step: '1', value: String(b.daily_tokens), id: 'budget-tokens' });
+    const submit = h('button', { type: 'submit' }, 'Set budget');
+    const errorArea = h('div');
+    const form = h('form', { class: 'budget-form' }, field('Daily tokens (0 = unlimited; admin key)', input), submit, errorArea);
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      errorArea.replaceChildren();
+      await busy(submit, 'Setting…', async () => {
+        try {
+          await api('/usage/budget', { org_id: org, daily_tokens: Number(input.value) });
+        } catch (error) {
+          showIn(errorArea, errorBox(error, 'Could not set the budget'));
+          return;
+        }
+        notice('Budget set.');
+        render();
+      });
+    });
+    showIn(section, h('h2', { id: 'usage-title' }, `Model usage of ${org} today`), table, status, paused, form);
   }
 
   window.addEventListener('hashchange', () => {

@@ -93,7 +93,8 @@ pub async fn start(
     let episodic = EpisodicMemory::new(store.clone(), index.clone(), config.limits)
         .with_embedders(embedders.clone(), queue)
         .with_rerankers(rerankers.clone())
-        .with_settings(settings.clone());
+        .with_settings(settings.clone())
+        .with_usage(usage.clone());
     // Searches work meanwhile: a project not yet loaded loads on its first search.
     tokio::spawn(async move {
         let embedder_of = |p: &crate::model::Project| {

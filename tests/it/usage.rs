@@ -523,3 +523,39 @@ async fn rest_cli_and_mcp_read_usage_and_set_budgets() {
     assert_eq!(usage["org_id"], "acme");
     assert_eq!(usage["budget"]["daily_tokens"], 1234, "{usage}");
 }
+
+/// A search embeds its query: one embedding call counted for the org and project
+/// (tokens estimated), with no language model involved.
+#[tokio::test]
+async fn searches_count_their_query_embeddings() {
+    let server = InProcess::start_with(|config| {
+        config.embedder.kind = Some(memmachine::config::EmbedderKind::Hash);
+    })
+    .await;
+    let channel = server.channel().await;
+    add(&channel, "embedded", "The launch is on Tuesday.").await;
+    let query = "when is the launch";
+    MemoryServiceClient::new(channel.clone())
+        .search_memories(pb::SearchMemoriesRequest {
+            org_id: "embedded".into(),
+            project_id: "p".into(),
+            query: query.into(),
+            types: vec![MemoryType::Episodic as i32],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut last = (0, 0, 0);
+    for _ in 0..100 {
+        let report = usage(&channel, None, "embedded", Some("p")).await.unwrap();
+        last = figures(&report, UsagePurpose::Embedding);
+        if last.0 > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(last, (1, query.len().div_ceil(4) as i64, 0));
+    // Embedding is counted, not budgeted.
+    let report = usage(&channel, None, "embedded", None).await.unwrap();
+    assert_eq!(report.budget.unwrap().used_today, 0);
+}

@@ -67,6 +67,8 @@ pub struct EpisodicMemory {
     queue: EmbeddingQueue,
     rerankers: Rerankers,
     settings: RuntimeSettings,
+    /// Where searches' query embeddings are counted (none: not counted).
+    usage: Option<crate::usage::Usage>,
 }
 
 /// Parses the request field `field` as a filter.
@@ -89,7 +91,14 @@ impl EpisodicMemory {
                 crate::semantic::ingest::IngestSettings::default().triggers(),
                 false,
             )),
+            usage: None,
         }
+    }
+
+    /// Counts searches' query embeddings in `usage`.
+    pub fn with_usage(mut self, usage: crate::usage::Usage) -> Self {
+        self.usage = Some(usage);
+        self
     }
 
     /// The server-wide settings it follows.
@@ -191,6 +200,11 @@ impl EpisodicMemory {
         // A project that names no ranking gets the server's (settable at run time).
         let ranking = Ranking::parse(&project.config.reranker);
         let (mode, reranker) = ranking.or(&settings.ranking).plan(embedder.is_some());
+        let metered = self.usage.as_ref().zip(embedder).map(|(usage, e)| {
+            let scope = crate::usage::Scope::new(&project.key.org_id, &project.key.project_id);
+            usage.metered(e.clone(), scope)
+        });
+        let embedder = metered.as_ref().or(embedder);
         let candidates = match reranker {
             Some(_) => self.rerankers.candidates(top_k),
             None => top_k,

@@ -236,7 +236,13 @@ impl SemanticMemory {
         let vector = match embedder {
             None => None,
             Some(e) => match e.embed_query(query).await {
-                Ok(v) => Some((e.id().to_string(), v)),
+                Ok(v) => {
+                    let scope =
+                        crate::usage::Scope::new(&project.key.org_id, &project.key.project_id);
+                    let chars = query.chars().count();
+                    self.record_embedding(&scope, crate::llm::estimate_tokens(chars));
+                    Some((e.id().to_string(), v))
+                }
                 Err(err) => {
                     tracing::warn!(error = %err, "query embedding failed; ranking features by text");
                     None

@@ -185,6 +185,13 @@ impl SemanticMemory {
         }
     }
 
+    /// Counts one embedder call for `scope`, if usage is kept.
+    pub fn record_embedding(&self, scope: &crate::usage::Scope, tokens: u64) {
+        if let Some(usage) = &self.usage {
+            usage.record_embedding(scope, tokens);
+        }
+    }
+
     /// Counts one call's tokens for `scope`, if usage is kept.
     pub async fn record_usage(
         &self,

@@ -5,10 +5,11 @@
 //! of that call are lost.
 
 mod budget;
+mod metered;
 
 pub use budget::Budget;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Result, Violations};
@@ -65,7 +66,14 @@ pub struct Usage {
     default_daily_tokens: i64,
     /// The orgs this process saw paused, so a pause and its end are each logged once.
     paused: Arc<Mutex<HashSet<String>>>,
+    /// Embedding figures not yet written: searches embed their query, and one write per
+    /// search would load the store's writer; they are added up here and written once a
+    /// second (what a crash loses: at most that second's query embeddings).
+    pending: Arc<Mutex<HashMap<(String, String, i64), (i64, i64)>>>,
 }
+
+/// How often pending embedding figures are written.
+const FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The start of the UTC day holding `micros`.
 fn day_start(micros: i64) -> i64 {
@@ -84,12 +92,61 @@ pub fn org(org_id: &str) -> Result<&str> {
 }
 
 impl Usage {
+    /// Must be called within a Tokio runtime: it starts the writer of embedding figures,
+    /// which ends with the last clone.
     pub fn new(store: Arc<dyn Store>, default_daily_tokens: u64) -> Usage {
-        Usage {
+        let usage = Usage {
             store,
             default_daily_tokens: i64::try_from(default_daily_tokens).unwrap_or(i64::MAX),
             paused: Arc::default(),
-        }
+            pending: Arc::default(),
+        };
+        let (store, pending) = (usage.store.clone(), Arc::downgrade(&usage.pending));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(FLUSH).await;
+                let Some(pending) = pending.upgrade() else {
+                    return;
+                };
+                let drained: Vec<_> = pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .drain()
+                    .collect();
+                drop(pending);
+                for ((org_id, project_id, hour_micros), (calls, tokens)) in drained {
+                    let entry = UsageEntry {
+                        org_id,
+                        project_id,
+                        purpose: EMBEDDING.to_string(),
+                        hour_micros,
+                        calls,
+                        prompt_tokens: tokens,
+                        completion_tokens: 0,
+                    };
+                    if let Err(err) = store.record_usage(&entry).await {
+                        tracing::warn!(org = %entry.org_id, error = %err, "recording embedding usage failed");
+                    }
+                }
+            }
+        });
+        usage
+    }
+
+    /// Adds one embedder call of `tokens` under `scope`, written within a second.
+    pub fn record_embedding(&self, scope: &Scope, tokens: u64) {
+        let hour = now_micros().div_euclid(HOUR_MICROS) * HOUR_MICROS;
+        let key = (
+            or_universal(&scope.org_id).to_string(),
+            scope.project_id.clone(),
+            hour,
+        );
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let figures = pending.entry(key).or_default();
+        figures.0 += 1;
+        figures.1 = figures
+            .1
+            .saturating_add(i64::try_from(tokens).unwrap_or(i64::MAX));
     }
 
     /// Adds one call's tokens under `scope` and `purpose`; a language-model call that

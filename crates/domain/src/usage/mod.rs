@@ -69,8 +69,11 @@ pub struct Usage {
     /// Embedding figures not yet written: searches embed their query, and one write per
     /// search would load the store's writer; they are added up here and written once a
     /// second (what a crash loses: at most that second's query embeddings).
-    pending: Arc<Mutex<HashMap<(String, String, i64), (i64, i64)>>>,
+    pending: Arc<Mutex<Pending>>,
 }
+
+/// Embedding calls and tokens not yet written, by (org, project, hour).
+type Pending = HashMap<(String, String, i64), (i64, i64)>;
 
 /// How often pending embedding figures are written.
 const FLUSH: std::time::Duration = std::time::Duration::from_secs(1);

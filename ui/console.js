@@ -63,7 +63,7 @@
       throw error;
     }
     // A change may shift where pages start.
-    if (!/\/(list|get|search)$/.test(path)) pageStarts.clear();
+    if (!/\/(list|get|search|usage)$/.test(path)) pageStarts.clear();
     return data;
   }
 

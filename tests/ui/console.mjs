@@ -232,6 +232,17 @@ try {
   ok('"favourite food: sushi" under its user set and profile; its citation shows the message');
   await shot('semantic');
 
+  check('the org\'s model usage and budget show below the project\'s views; an org key cannot set the budget');
+  const usagePanel = main.locator('section.usage');
+  await usagePanel.getByRole('heading', { name: `Model usage of ${ORG} today` }).waitFor();
+  const extraction = usagePanel.getByRole('row').filter({ has: page.getByRole('rowheader', { name: 'extraction' }) });
+  const calls = Number((await extraction.locator('td').first().textContent()).replace(/,/g, ''));
+  assert(calls > 0, `extraction calls counted: ${calls}`);
+  await usagePanel.getByText(/^Budget: unlimited; [\d,]+ language-model tokens used today/).waitFor();
+  await usagePanel.getByRole('button', { name: 'Set budget' }).click();
+  await usagePanel.getByText('Could not set the budget').waitFor();
+  ok(`${calls} extraction calls shown; an org key is refused the budget`);
+
   check('adding, editing and deleting a feature by hand');
   const aliceSet = await set.getAttribute('data-set');
   await page.getByLabel('Set', { exact: true }).selectOption(aliceSet);

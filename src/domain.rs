@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::config::ServeConfig;
 use crate::episodic::EpisodicMemory;
-use crate::episodic::embedding::{EmbeddingQueue, spawn_workers};
+use crate::episodic::embedding::EmbeddingQueue;
 use crate::error::{Error, Result};
 use crate::memory::Memories;
 use crate::metrics::Metrics;
@@ -65,15 +65,16 @@ pub async fn start(
     let projects = Projects::new(store.clone(), config.limits, embedders.clone())
         .with_rerankers(rerankers.clone());
     let queue = EmbeddingQueue::default();
-    spawn_workers(
+    let usage = crate::usage::Usage::new(store.clone(), config.llm.daily_tokens_per_org);
+    crate::episodic::embedding::spawn_counted_workers(
         store.clone(),
         &embedders,
         &queue,
         metrics.clone(),
         config.embedding_lease,
+        Some(usage.clone()),
     );
     let settings = runtime_settings(config, &store, &embedders, &rerankers, llm.is_some()).await?;
-    let usage = crate::usage::Usage::new(store.clone(), config.llm.daily_tokens_per_org);
     let semantic = SemanticMemory::new(store.clone(), config.limits, embedders.clone(), llm)
         .with_usage(usage.clone());
     crate::semantic::ingest::spawn_workers(

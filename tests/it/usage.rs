@@ -524,10 +524,11 @@ async fn rest_cli_and_mcp_read_usage_and_set_budgets() {
     assert_eq!(usage["budget"]["daily_tokens"], 1234, "{usage}");
 }
 
-/// A search embeds its query: one embedding call counted for the org and project
-/// (tokens estimated), with no language model involved.
+/// The episode's embedding (in the background) and a search's query embedding: two
+/// embedding calls counted for the org and project (tokens estimated, a quarter of the
+/// characters), with no language model involved.
 #[tokio::test]
-async fn searches_count_their_query_embeddings() {
+async fn episodes_and_searches_count_their_embeddings() {
     let server = InProcess::start_with(|config| {
         config.embedder.kind = Some(memmachine::config::EmbedderKind::Hash);
     })
@@ -549,12 +550,15 @@ async fn searches_count_their_query_embeddings() {
     for _ in 0..100 {
         let report = usage(&channel, None, "embedded", Some("p")).await.unwrap();
         last = figures(&report, UsagePurpose::Embedding);
-        if last.0 > 0 {
+        if last.0 >= 2 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(last, (1, query.len().div_ceil(4) as i64, 0));
+    // The episode is embedded as "producer: content".
+    let episode = "alice: The launch is on Tuesday.";
+    let tokens = episode.len().div_ceil(4) + query.len().div_ceil(4);
+    assert_eq!(last, (2, tokens as i64, 0));
     // Embedding is counted, not budgeted.
     let report = usage(&channel, None, "embedded", None).await.unwrap();
     assert_eq!(report.budget.unwrap().used_today, 0);

@@ -16,7 +16,7 @@ use super::error::db_error;
 use super::helpers::{DB_NOW, VECTOR, log_changes};
 use super::projects;
 use memmachine_core::error::Result;
-use memmachine_core::model::{EpisodeHandle, ProjectKey};
+use memmachine_core::model::{EpisodeHandle, ProjectHandle, ProjectKey};
 use memmachine_core::store::{PendingEmbedding, VectorStore};
 
 /// pgvector's HNSW indexes take at most this many dimensions.
@@ -148,7 +148,7 @@ impl VectorStore for PostgresStore {
              FROM claimed, episodes e
              WHERE q.org_id = claimed.org_id AND q.episode = claimed.episode
                AND e.org_id = q.org_id AND e.id = q.episode
-             RETURNING q.episode, e.content, e.producer_id, q.embedder, q.queued_at"
+             RETURNING q.episode, e.content, e.producer_id, q.embedder, q.queued_at, e.project"
         )))
         .bind(embedder)
         .bind(limit as i64)
@@ -166,6 +166,7 @@ impl VectorStore for PostgresStore {
                     content: row.try_get(1).map_err(db_error)?,
                     producer_id: row.try_get(2).map_err(db_error)?,
                     embedder: row.try_get(3).map_err(db_error)?,
+                    project: ProjectHandle::from_raw(row.try_get(5).map_err(db_error)?),
                 },
             ));
         }

@@ -9,7 +9,7 @@ use super::SqliteStore;
 use super::error::storage_error;
 use super::helpers::{VECTOR, log_changes};
 use memmachine_core::error::Result;
-use memmachine_core::model::{EpisodeHandle, ProjectKey};
+use memmachine_core::model::{EpisodeHandle, ProjectHandle, ProjectKey};
 use memmachine_core::store::{PendingEmbedding, VectorStore};
 
 /// Vectors are stored as little-endian f32.
@@ -81,7 +81,7 @@ pub(super) fn claim(
     let now = chrono::Utc::now().timestamp_micros();
     let pending: Vec<PendingEmbedding> = conn
         .prepare_cached(
-            "SELECT q.episode, e.content, e.producer_id
+            "SELECT q.episode, e.content, e.producer_id, e.project
              FROM embedding_queue q JOIN episodes e ON e.id = q.episode
              WHERE q.embedder = ?1 AND q.lease_until <= ?2
              ORDER BY q.episode LIMIT ?3",
@@ -93,6 +93,7 @@ pub(super) fn claim(
                     content: row.get(1)?,
                     producer_id: row.get(2)?,
                     embedder: embedder.to_string(),
+                    project: ProjectHandle::from_raw(row.get(3)?),
                 })
             })?
             .collect()

@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::Result;
-use crate::model::{EpisodeHandle, ProjectKey};
+use crate::model::{EpisodeHandle, ProjectHandle, ProjectKey};
 
 /// An episode waiting for its vector (claimed under a lease).
 #[derive(Debug, Clone, PartialEq)]
@@ -14,6 +14,8 @@ pub struct PendingEmbedding {
     pub content: String,
     pub producer_id: String,
     pub embedder: String, // the embedder id it was queued for
+    /// The episode's project: its embedding is counted as that project's usage.
+    pub project: ProjectHandle,
 }
 
 #[async_trait]

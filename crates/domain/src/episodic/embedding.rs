@@ -99,12 +99,25 @@ pub fn spawn_workers(
     metrics: Arc<Metrics>,
     lease: Duration,
 ) {
+    spawn_counted_workers(store, embedders, queue, metrics, lease, None)
+}
+
+/// As [`spawn_workers`], with `usage` counting each batch's embedding per project.
+pub fn spawn_counted_workers(
+    store: Arc<dyn Store>,
+    embedders: &Embedders,
+    queue: &EmbeddingQueue,
+    metrics: Arc<Metrics>,
+    lease: Duration,
+    usage: Option<crate::usage::Usage>,
+) {
     for embedder in embedders.all() {
         let worker = Worker {
             store: store.clone(),
             embedder,
             metrics: metrics.clone(),
             lease,
+            usage: usage.clone(),
         };
         let wake = queue.subscribe(worker.embedder.id());
         tokio::spawn(worker.run(wake));
@@ -117,6 +130,7 @@ struct Worker {
     embedder: Arc<dyn Embedder>,
     metrics: Arc<Metrics>,
     lease: Duration,
+    usage: Option<crate::usage::Usage>,
 }
 
 impl Worker {
@@ -187,12 +201,32 @@ impl Worker {
         }
     }
 
+    /// Counts an embedded batch as one call per project, tokens estimated from its
+    /// texts. (A batch embedded around a refusal is not counted: that is rare, and its
+    /// calls are many small ones.)
+    async fn count(&self, batch: &[&PendingEmbedding]) {
+        let Some(usage) = &self.usage else {
+            return;
+        };
+        let mut chars = std::collections::BTreeMap::new();
+        for p in batch {
+            *chars.entry(p.project).or_insert(0usize) +=
+                embedding_text(&p.producer_id, &p.content).chars().count();
+        }
+        for (project, chars) in chars {
+            usage
+                .record_project_embedding(project, crate::llm::estimate_tokens(chars))
+                .await;
+        }
+    }
+
     /// Embeds `batch` and stores the vectors; returns how many were stored. An error means
     /// the embedder (or the store) failed as a whole: the episodes stay queued.
     async fn embed(&self, batch: &[&PendingEmbedding]) -> Result<u64, String> {
         let (store, embedder) = (self.store.as_ref(), self.embedder.as_ref());
         let err = match embed_batch(embedder, batch).await {
             Ok(vectors) => {
+                self.count(batch).await;
                 let rows = batch.iter().map(|p| p.episode).zip(vectors).collect();
                 return store_vectors(store, embedder, rows).await;
             }

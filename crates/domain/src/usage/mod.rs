@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{Result, Violations};
 use crate::model::ids::{or_universal, validate_id};
+use crate::model::{ProjectHandle, ProjectKey};
 use crate::store::{Store, UsageEntry};
 
 /// The purpose of embedder calls (the language model's are `llm::Purpose::as_str`).
@@ -70,6 +71,9 @@ pub struct Usage {
     /// search would load the store's writer; they are added up here and written once a
     /// second (what a crash loses: at most that second's query embeddings).
     pending: Arc<Mutex<Pending>>,
+    /// Project keys by handle, for the background embedding of episodes (handles are
+    /// never reused, so an entry never goes stale; cleared when it grows large).
+    keys: Arc<Mutex<HashMap<ProjectHandle, ProjectKey>>>,
 }
 
 /// Embedding calls and tokens not yet written, by (org, project, hour).
@@ -103,6 +107,7 @@ impl Usage {
             default_daily_tokens: i64::try_from(default_daily_tokens).unwrap_or(i64::MAX),
             paused: Arc::default(),
             pending: Arc::default(),
+            keys: Arc::default(),
         };
         let (store, pending) = (usage.store.clone(), Arc::downgrade(&usage.pending));
         tokio::spawn(async move {
@@ -134,6 +139,33 @@ impl Usage {
             }
         });
         usage
+    }
+
+    /// Adds one embedder call of `tokens` for the project by its handle (a project
+    /// deleted meanwhile is not counted), written within a second.
+    pub async fn record_project_embedding(&self, project: ProjectHandle, tokens: u64) {
+        const MAX_KEYS: usize = 10_000;
+        let known = self
+            .keys
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&project)
+            .cloned();
+        let key = match known {
+            Some(key) => key,
+            None => match self.store.project_key(project).await {
+                Ok(Some(key)) => {
+                    let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+                    if keys.len() >= MAX_KEYS {
+                        keys.clear();
+                    }
+                    keys.insert(project, key.clone());
+                    key
+                }
+                _ => return,
+            },
+        };
+        self.record_embedding(&Scope::new(key.org_id, key.project_id), tokens);
     }
 
     /// Adds one embedder call of `tokens` under `scope`, written within a second.

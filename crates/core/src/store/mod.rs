@@ -10,9 +10,11 @@
 mod episodes;
 mod feed;
 mod keys;
+mod leases;
 pub mod legacy;
 mod lifecycle;
 mod projects;
+mod retention;
 mod runtime_settings;
 pub mod semantic;
 pub mod semantic_features;
@@ -26,9 +28,11 @@ mod vectors;
 pub use episodes::{EpisodeStore, episode_column};
 pub use feed::{Change, ChangeFeed, Changes, FeedHead, IndexedEpisode};
 pub use keys::KeyStore;
+pub use leases::LeaseStore;
 pub use legacy::{GroupQuery, GroupRow, LegacyStore, SessionQuery, SessionRow};
 pub use lifecycle::StoreLifecycle;
 pub use projects::ProjectStore;
+pub use retention::RetentionStore;
 pub use runtime_settings::{SettingsStore, StoredSettings};
 pub use semantic::SemanticStore;
 pub use semantic_features::{
@@ -57,6 +61,8 @@ pub trait Store:
     + TransferStore
     + SettingsStore
     + StoreLifecycle
+    + LeaseStore
+    + RetentionStore
 {
 }
 
@@ -72,5 +78,7 @@ impl<T> Store for T where
         + TransferStore
         + SettingsStore
         + StoreLifecycle
+    + LeaseStore
+    + RetentionStore
 {
 }

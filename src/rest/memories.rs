@@ -142,8 +142,10 @@ fn messages(messages: Vec<MessageJson>) -> Result<Vec<MessageInput>> {
                     format!("{t:?} is not an episode type (only \"message\")"),
                 );
             }
-            let expires_at =
-                violations.check(timestamp(&format!("messages[{i}].expires_at"), &m.expires_at));
+            let expires_at = violations.check(timestamp(
+                &format!("messages[{i}].expires_at"),
+                &m.expires_at,
+            ));
             let timestamp =
                 violations.check(timestamp(&format!("messages[{i}].timestamp"), &m.timestamp));
             MessageInput {

@@ -281,7 +281,11 @@ fn retention_micros(seconds: f64) -> Option<i64> {
         return None;
     }
     let micros = (seconds * 1e6).ceil();
-    Some(if micros.is_finite() { micros as i64 } else { -1 })
+    Some(if micros.is_finite() {
+        micros as i64
+    } else {
+        -1
+    })
 }
 
 async fn update_episodic(

@@ -32,6 +32,7 @@ fn key(org: &str, project: &str) -> ProjectKey {
 
 fn episode(content: &str, metadata: &[(&str, &str)]) -> NewEpisode {
     NewEpisode {
+        expires_at_micros: None,
         uid: uuid::Uuid::new_v4(),
         content: content.into(),
         producer_id: "alice".into(),
@@ -126,6 +127,7 @@ async fn project_script(store: &dyn ProjectStore) -> Vec<String> {
                 long_term_memory_enabled: None,
                 short_term_memory_enabled: Some(false),
                 participant_aware: None,
+                episode_retention_micros: None,
             },
         )
         .await

@@ -78,7 +78,7 @@ impl<T> Store for T where
         + TransferStore
         + SettingsStore
         + StoreLifecycle
-    + LeaseStore
-    + RetentionStore
+        + LeaseStore
+        + RetentionStore
 {
 }

@@ -3,7 +3,7 @@
 //! deleted them, so an expired episode is never answered.
 
 use crate::model::filter::{CmpOp, Expr, Field, Literal, SystemField};
-use crate::model::{EpisodicConfig, Episode};
+use crate::model::{Episode, EpisodicConfig};
 
 /// The expiry rules of one project at one instant.
 #[derive(Debug, Clone, Copy)]

@@ -4,10 +4,10 @@
 pub mod embedding;
 mod expand;
 pub mod expiry;
-pub mod retention;
 mod messages;
 pub mod ranking;
 mod rerank;
+pub mod retention;
 
 use std::sync::Arc;
 
@@ -410,7 +410,11 @@ impl EpisodicMemory {
 
     /// The episodes of this project with these uids, in the order asked (`None` for a
     /// uid not in it).
-    pub async fn get(&self, project: &Project, uids: &[uuid::Uuid]) -> Result<Vec<Option<Episode>>> {
+    pub async fn get(
+        &self,
+        project: &Project,
+        uids: &[uuid::Uuid],
+    ) -> Result<Vec<Option<Episode>>> {
         let (key, expiry) = (&project.key, Expiry::of(&project.episodic));
         let handles = self.store.episode_handles(key, uids).await?;
         let known: Vec<EpisodeHandle> = handles.iter().flatten().copied().collect();

@@ -39,7 +39,8 @@ fn expired(conn: &Connection, now: i64, limit: usize) -> Result<Expired> {
         ))
     };
     // Own expiries through their index; then retention, project by project through
-    // (project, created_at).
+    // (project, created_at): CROSS JOIN keeps projects the outer loop (without it the
+    // planner may scan every episode).
     let mut found: Expired = conn
         .prepare_cached(
             "SELECT p.org_id, p.project_id, e.uid FROM episodes e JOIN projects p ON p.id = e.project
@@ -54,7 +55,8 @@ fn expired(conn: &Connection, now: i64, limit: usize) -> Result<Expired> {
         let rest: Expired = conn
             .prepare_cached(
                 "SELECT p.org_id, p.project_id, e.uid FROM projects p
-                 JOIN episodes e ON e.project = p.id AND e.created_at <= ?1 - p.episode_retention
+                 CROSS JOIN episodes e
+                     ON e.project = p.id AND e.created_at <= ?1 - p.episode_retention
                  WHERE p.episode_retention IS NOT NULL LIMIT ?2",
             )
             .and_then(|mut stmt| {

@@ -485,6 +485,16 @@ impl Progress {
 mod tests {
     use super::*;
 
+    #[test]
+    fn expiry_durations_take_a_unit() {
+        assert_eq!(parse_duration("30d"), Ok(Duration::from_secs(30 * 86_400)));
+        assert_eq!(parse_duration("90m"), Ok(Duration::from_secs(90 * 60)));
+        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
+        for bad in ["0", "-1h", "3w", "d", "soon"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
     fn defaults() -> pb::MemoryMessage {
         pb::MemoryMessage {
             producer: "bob".into(),

@@ -563,7 +563,9 @@ async fn migrations_run_concurrently_from_two_handles() {
             .fetch_all(&mut conn)
             .await
             .unwrap();
-    assert_eq!(versions, [1, 2, 3, 4, 5, 6]);
+    // Each migration once, in order (7: retention, issue 29; later ones append).
+    assert_eq!(versions, (1..=versions.len() as i32).collect::<Vec<_>>());
+    assert!(versions.len() >= 7, "{versions:?}");
     let universal: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM projects")
         .fetch_one(&mut conn)
         .await

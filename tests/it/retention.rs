@@ -494,3 +494,97 @@ async fn two_replicas_sweep_each_expired_episode_once() {
     }
     assert_eq!(listed_all(&other_channel).await, ["kept"]);
 }
+
+#[tokio::test]
+async fn export_leaves_expired_episodes_out_and_carries_expiries_and_retention() {
+    use memmachine::model::{EpisodicConfigUpdate, ProjectConfig, ProjectKey};
+    use memmachine::store::Store;
+    use memmachine::transfer::{ExportOptions, ImportOptions, export, import};
+    use std::sync::Arc;
+
+    async fn open(dir: &std::path::Path) -> Arc<dyn Store> {
+        Arc::new(
+            memmachine::store::sqlite::SqliteStore::open_async(dir)
+                .await
+                .unwrap(),
+        )
+    }
+    let (from, to) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let source = open(from.path()).await;
+    let key = ProjectKey::parse(ORG, PROJECT).unwrap();
+    source
+        .create_project(&key, "", &ProjectConfig::default())
+        .await
+        .unwrap();
+    let ten_days = 10 * DAY * 1_000_000;
+    source
+        .update_episodic_config(
+            &key,
+            EpisodicConfigUpdate {
+                episode_retention_micros: Some(Some(ten_days)),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let micros = chrono::Utc::now().timestamp_micros();
+    let episode = |content: &str, expires: Option<i64>| memmachine::model::NewEpisode {
+        uid: uuid::Uuid::new_v4(),
+        content: content.into(),
+        producer_id: "ada".into(),
+        producer_role: String::new(),
+        produced_for_id: String::new(),
+        episode_type: "message".into(),
+        content_type: "string".into(),
+        created_at_micros: micros - 1_000_000,
+        metadata: Default::default(),
+        expires_at_micros: expires,
+    };
+    let later = micros + DAY * 1_000_000;
+    let expired = episode("expired", Some(micros - 1));
+    source
+        .add_episodes(
+            &key,
+            vec![
+                episode("plain", None),
+                expired.clone(),
+                episode("later", Some(later)),
+            ],
+            None,
+        )
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    export(
+        source.as_ref(),
+        &ExportOptions::default(),
+        &mut out,
+        &mut |_| {},
+    )
+    .await
+    .unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        !text.contains("\"expired\"") && !text.contains(&expired.uid.to_string()),
+        "{text}"
+    );
+    let file = from.path().join("export.jsonl");
+    std::fs::write(&file, &text).unwrap();
+    let target = open(to.path()).await;
+    import(
+        target.as_ref(),
+        &file,
+        &ImportOptions { replace: false },
+        &mut |_| {},
+    )
+    .await
+    .unwrap();
+    let project = target.get_project(&key).await.unwrap().unwrap();
+    assert_eq!(project.episodic.episode_retention_micros, Some(ten_days));
+    let episodes = target.list_episodes(&key, None, 0, 10).await.unwrap();
+    let kept: Vec<(&str, Option<i64>)> = episodes
+        .iter()
+        .map(|e| (e.content.as_str(), e.expires_at_micros))
+        .collect();
+    assert_eq!(kept, [("plain", None), ("later", Some(later))]);
+}

@@ -101,6 +101,9 @@ pub struct Settings {
     pub ingest: crate::semantic::ingest::Flags,
     #[command(flatten)]
     #[serde(flatten)]
+    pub retention: crate::episodic::retention::Flags,
+    #[command(flatten)]
+    #[serde(flatten)]
     pub embedder: crate::embed::Flags,
     #[command(flatten)]
     #[serde(flatten)]
@@ -211,6 +214,8 @@ pub struct ServeConfig {
     pub otlp_endpoint: Option<SecretUrl>,
     pub llm: crate::llm::Settings,
     pub ingest: crate::semantic::ingest::IngestSettings,
+    /// How often expired episodes are swept.
+    pub retention: crate::episodic::retention::RetentionSettings,
 }
 
 impl ServeConfig {
@@ -319,6 +324,7 @@ impl ServeArgs {
             otlp_endpoint: settings.telemetry.otlp_endpoint.clone(),
             llm: settings.llm.settings()?,
             ingest: settings.ingest.settings()?,
+            retention: settings.retention.settings()?,
             store: store.clone(),
             index_memory: parse_size(&server.index_memory)
                 .map_err(|err| format!("--index-memory: {err}"))?,

@@ -91,6 +91,7 @@ pub async fn start(
     );
     let index = Arc::new(IndexCache::new(store.clone(), config.index_memory));
     crate::retrieval::index_cache::spawn_feed_pruner(&store);
+    crate::episodic::retention::spawn(&store, config.retention);
     let episodic = EpisodicMemory::new(store.clone(), index.clone(), config.limits)
         .with_embedders(embedders.clone(), queue)
         .with_rerankers(rerankers.clone())

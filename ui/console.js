@@ -633,6 +633,7 @@
       ep.produced_for_id ? h('span', null, ` → ${ep.produced_for_id}`) : null,
       ep.producer_role ? h('span', { class: 'chip' }, ep.producer_role) : null,
       time(ep.created_at),
+      ep.expires_at ? h('span', { class: 'chip expires' }, 'expires ', time(ep.expires_at)) : null,
       typeof ep.score === 'number' ? h('span', { class: 'score', 'data-score': String(ep.score) }, `score ${ep.score.toFixed(4)}`) : null);
     const metadata = Object.entries(ep.metadata || {});
     return h('li', { class: 'card episode', 'data-uid': ep.uid },
@@ -651,7 +652,7 @@
     const filter = filterForm('episode-filter', filterText,
       (f) => go(link(org, project, 'episodes', { filter: f })), "producer_id = 'alice' AND m.topic = 'travel'");
     const listArea = h('div', { class: 'list-area' }, loading('Loading episodes…'));
-    showIn(body, filter.form, listArea);
+    showIn(body, retentionForm(org, project), filter.form, listArea);
     let episodes;
     let next;
     let first;
@@ -680,6 +681,39 @@
       h('p', { class: 'summary' }, `Episodes ${first}–${first + episodes.length - 1}, oldest first${filterText ? ', filtered' : ''}`),
       list,
       pager(page, Boolean(next), hrefOf));
+  }
+
+  // --- retention (issue 29) -------------------------------------------------------------
+
+  // The project's episode retention in days (0 or empty keeps episodes until deleted);
+  // expired episodes are never listed and are deleted within a minute.
+  function retentionForm(org, project) {
+    const input = h('input', { type: 'number', min: '0', step: 'any', id: 'retention-days', 'aria-label': 'Retention in days' });
+    const state = h('span', { class: 'retention-state' }, 'Loading…');
+    const save = h('button', { type: 'submit' }, 'Save');
+    const form = h('form', { class: 'retention', 'aria-label': 'Episode retention' },
+      h('label', { for: 'retention-days' }, 'Keep episodes for (days, 0 = forever) '), input, save, ' ', state);
+    const show = (seconds) => {
+      state.textContent = seconds ? `Episodes older than ${+(seconds / 86400).toFixed(3)} days expire.` : 'Episodes are kept until deleted.';
+      input.value = seconds ? String(+(seconds / 86400).toFixed(3)) : '0';
+    };
+    api('/memory/episodic/config/get', ref(org, project))
+      .then((c) => show(c.episode_retention_seconds))
+      .catch((error) => { state.textContent = `Could not read the retention: ${error.message}`; });
+    form.addEventListener('submit', async (event) => {
+      event.preventDefault();
+      const seconds = Math.round(Number(input.value || 0) * 86400);
+      await busy(save, 'Saving…', async () => {
+        try {
+          await api('/memory/episodic/config', { ...ref(org, project), episode_retention_seconds: seconds });
+          show(seconds);
+          notice(seconds ? 'Retention saved: older episodes are hidden now and deleted within a minute.' : 'Retention cleared.');
+        } catch (error) {
+          notice(`Could not save the retention: ${error.message}`);
+        }
+      });
+    });
+    return form;
   }
 
   async function deleteEpisode(route, ep, button, onPage) {

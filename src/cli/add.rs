@@ -19,7 +19,8 @@ pub const ADD_HELP: &str = concat!(
     "\
 Standard input (no TEXT, or `-`): one message per line, or JSON Lines objects
   {\"content\": \"...\", \"producer\": \"alice\", \"produced_for\": \"bot\", \"role\": \"user\",
-   \"timestamp\": \"2024-05-08T13:56:00Z\", \"metadata\": {\"topic\": \"pets\"}}
+   \"timestamp\": \"2024-05-08T13:56:00Z\", \"expires_at\": \"2025-05-08T00:00:00Z\",
+   \"metadata\": {\"topic\": \"pets\"}}
 (only content is required; the flags give the other fields' defaults). With --format
 auto (the default) a line that is a JSON object is such a message, and any other line is
 plain text; blank lines are skipped. Messages are sent --batch at a time; each batch is
@@ -64,6 +65,12 @@ pub struct AddArgs {
     /// When they were said, RFC 3339 [default: now]
     #[arg(long)]
     pub timestamp: Option<String>,
+    /// When they expire, RFC 3339 (never returned after it, then deleted)
+    #[arg(long, conflicts_with = "expires_in")]
+    pub expires_at: Option<String>,
+    /// How long they are kept from now: a number with s, m, h or d (e.g. 30d)
+    #[arg(long, value_parser = parse_duration)]
+    pub expires_in: Option<Duration>,
     /// Metadata on every message, KEY=VALUE (repeatable)
     #[arg(long = "meta", value_name = "KEY=VALUE", value_parser = key_value)]
     pub meta: Vec<(String, String)>,
@@ -87,6 +94,7 @@ struct JsonMessage {
     produced_for: Option<String>,
     role: Option<String>,
     timestamp: Option<String>,
+    expires_at: Option<String>,
     #[serde(default)]
     metadata: HashMap<String, serde_json::Value>,
 }
@@ -156,8 +164,21 @@ fn defaults(args: &AddArgs) -> Result<pb::MemoryMessage, CliError> {
         .as_deref()
         .map(|t| parse_time(t).map_err(|err| CliError::Usage(format!("--timestamp: {err}"))))
         .transpose()?;
+    let expires_at = match (&args.expires_at, args.expires_in) {
+        (Some(t), _) => {
+            Some(parse_time(t).map_err(|err| CliError::Usage(format!("--expires-at: {err}")))?)
+        }
+        (None, Some(d)) => {
+            let at = chrono::Utc::now() + d;
+            Some(prost_types::Timestamp {
+                seconds: at.timestamp(),
+                nanos: at.timestamp_subsec_nanos() as i32,
+            })
+        }
+        (None, None) => None,
+    };
     Ok(pb::MemoryMessage {
-        expires_at: None,
+        expires_at,
         content: String::new(),
         producer: args.producer.clone().unwrap_or_default(),
         produced_for: args.produced_for.clone().unwrap_or_default(),
@@ -173,6 +194,28 @@ fn with_content(defaults: &pb::MemoryMessage, content: String) -> pb::MemoryMess
         content,
         ..defaults.clone()
     }
+}
+
+/// `30d`, `12h`, `90m`, `45s` or plain seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => (&text[..i], c),
+        _ => (text, 's'),
+    };
+    let scale = match unit {
+        's' => 1.0,
+        'm' => 60.0,
+        'h' => 3600.0,
+        'd' => 86_400.0,
+        _ => return Err(format!("{text:?}: the unit is one of s, m, h, d")),
+    };
+    number
+        .parse::<f64>()
+        .ok()
+        .filter(|n| *n > 0.0)
+        .and_then(|n| Duration::try_from_secs_f64(n * scale).ok())
+        .ok_or_else(|| format!("{text:?} is not a positive duration (e.g. 30d, 12h)"))
 }
 
 fn parse_time(text: &str) -> Result<prost_types::Timestamp, String> {
@@ -223,6 +266,10 @@ fn parse_line(
     if let Some(timestamp) = parsed.timestamp {
         message.timestamp =
             Some(parse_time(&timestamp).map_err(|err| bad(format!("timestamp: {err}")))?);
+    }
+    if let Some(expires_at) = parsed.expires_at {
+        message.expires_at =
+            Some(parse_time(&expires_at).map_err(|err| bad(format!("expires_at: {err}")))?);
     }
     for (key, value) in parsed.metadata {
         // The wire's metadata values are strings; numbers and flags keep their JSON text.
@@ -437,6 +484,16 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expiry_durations_take_a_unit() {
+        assert_eq!(parse_duration("30d"), Ok(Duration::from_secs(30 * 86_400)));
+        assert_eq!(parse_duration("90m"), Ok(Duration::from_secs(90 * 60)));
+        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
+        for bad in ["0", "-1h", "3w", "d", "soon"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
 
     fn defaults() -> pb::MemoryMessage {
         pb::MemoryMessage {

@@ -16,6 +16,29 @@ pub fn timestamp(micros: i64) -> Timestamp {
     }
 }
 
+pub fn duration(micros: i64) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: micros / 1_000_000,
+        nanos: ((micros % 1_000_000) * 1000) as i32,
+    }
+}
+
+/// A retention update: zero clears it (`Some(None)`); a part of a microsecond counts as
+/// one; negative or overflowing values stay out of range for the domain to refuse.
+pub fn retention_update(d: Option<prost_types::Duration>) -> Option<Option<i64>> {
+    let d = d?;
+    if d.seconds == 0 && d.nanos == 0 {
+        return Some(None);
+    }
+    let micros = d
+        .seconds
+        .checked_mul(1_000_000)
+        .and_then(|m| m.checked_add(i64::from(d.nanos).div_euclid(1000)))
+        .map(|m| if m == 0 && d.nanos > 0 { 1 } else { m })
+        .unwrap_or(if d.seconds < 0 { i64::MIN } else { i64::MAX });
+    Some(Some(micros))
+}
+
 pub fn memory_kind(field: &str, value: i32) -> Result<MemoryKind> {
     match pb::MemoryType::try_from(value) {
         Ok(pb::MemoryType::Episodic) => Ok(MemoryKind::Episodic),
@@ -61,6 +84,7 @@ pub fn messages(messages: Vec<pb::MemoryMessage>) -> Result<Vec<MessageInput>> {
                 timestamp: m.timestamp.map(|ts| (ts.seconds, ts.nanos)),
                 role: m.role,
                 metadata: m.metadata.into_iter().collect(),
+                expires_at: m.expires_at.map(|ts| (ts.seconds, ts.nanos)),
             }
         })
         .collect();
@@ -70,7 +94,7 @@ pub fn messages(messages: Vec<pb::MemoryMessage>) -> Result<Vec<MessageInput>> {
 
 pub fn episode(key: &ProjectKey, e: model::Episode) -> pb::Episode {
     pb::Episode {
-        expires_at: None,
+        expires_at: e.expires_at_micros.map(timestamp),
         uid: e.uid.to_string(),
         content: e.content,
         session_key: key.session_key(),
@@ -106,7 +130,7 @@ pub fn project(p: model::Project) -> pb::Project {
 
 pub fn episodic_config(c: model::EpisodicConfig) -> pb::EpisodicMemoryConfig {
     pb::EpisodicMemoryConfig {
-        episode_retention: None,
+        episode_retention: c.episode_retention_micros.map(duration),
         enabled: c.enabled,
         long_term_memory_enabled: c.long_term_memory_enabled,
         short_term_memory_enabled: c.short_term_memory_enabled,

@@ -122,6 +122,7 @@ impl ProjectService for ProjectGrpc {
             long_term_memory_enabled: r.long_term_memory_enabled,
             short_term_memory_enabled: r.short_term_memory_enabled,
             participant_aware: r.participant_aware,
+            episode_retention_micros: convert::retention_update(r.episode_retention),
         };
         let config = self
             .projects

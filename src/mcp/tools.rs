@@ -297,6 +297,7 @@ impl MemoryTools {
             timestamp: None,
             role: input.role.unwrap_or_else(|| "user".to_string()),
             metadata: input.metadata,
+            expires_at: None,
         };
         let types: Vec<MemoryKind> = input.types.into_iter().map(Into::into).collect();
         Ok(

@@ -71,6 +71,11 @@ pub struct MessageJson {
     /// Only `message` exists.
     #[serde(default)]
     episode_type: Option<String>,
+    /// This server's: when the message expires (same forms as `timestamp`); omitted or
+    /// null: the project's retention decides.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    expires_at: serde_json::Value,
 }
 
 fn default_producer() -> String {
@@ -137,6 +142,10 @@ fn messages(messages: Vec<MessageJson>) -> Result<Vec<MessageInput>> {
                     format!("{t:?} is not an episode type (only \"message\")"),
                 );
             }
+            let expires_at = violations.check(timestamp(
+                &format!("messages[{i}].expires_at"),
+                &m.expires_at,
+            ));
             let timestamp =
                 violations.check(timestamp(&format!("messages[{i}].timestamp"), &m.timestamp));
             MessageInput {
@@ -147,6 +156,7 @@ fn messages(messages: Vec<MessageJson>) -> Result<Vec<MessageInput>> {
                 timestamp: timestamp.flatten(),
                 role: m.role,
                 metadata: m.metadata,
+                expires_at: expires_at.flatten(),
             }
         })
         .collect();

@@ -198,6 +198,9 @@ pub struct EpisodicConfigJson {
     /// This server's: dense and hybrid ranking treat the participants a question
     /// names apart (embedded without their names, their turns preferred).
     participant_aware: bool,
+    /// This server's: seconds an episode is kept after its `created_at`; null keeps
+    /// episodes until deleted.
+    episode_retention_seconds: Option<f64>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -210,6 +213,8 @@ pub struct ConfigureEpisodic {
     long_term_memory_enabled: Option<bool>,
     short_term_memory_enabled: Option<bool>,
     participant_aware: Option<bool>,
+    /// Seconds an episode is kept after its `created_at`; 0 clears it (keep forever).
+    episode_retention_seconds: Option<f64>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -240,6 +245,7 @@ async fn get_episodic_config(
         long_term_memory_enabled: c.long_term_memory_enabled,
         short_term_memory_enabled: c.short_term_memory_enabled,
         participant_aware: c.participant_aware,
+        episode_retention_seconds: c.episode_retention_micros.map(|m| m as f64 / 1e6),
     }))
 }
 
@@ -263,8 +269,23 @@ async fn configure_episodic(
         long_term_memory_enabled: r.long_term_memory_enabled,
         short_term_memory_enabled: r.short_term_memory_enabled,
         participant_aware: r.participant_aware,
+        episode_retention_micros: r.episode_retention_seconds.map(retention_micros),
     };
     update_episodic(&gateway, &key, update).await
+}
+
+/// Seconds as the domain's retention: 0 clears it; anything not finite or out of range
+/// stays out of range for the domain to refuse.
+fn retention_micros(seconds: f64) -> Option<i64> {
+    if seconds == 0.0 {
+        return None;
+    }
+    let micros = (seconds * 1e6).ceil();
+    Some(if micros.is_finite() {
+        micros as i64
+    } else {
+        -1
+    })
 }
 
 async fn update_episodic(

@@ -84,6 +84,9 @@ pub struct ScoredEpisodeJson {
     pub uid: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub score: Option<f64>,
+    /// This server's: when it expires (its own expiry or the project's retention).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
 }
 
 impl ScoredEpisodeJson {
@@ -98,6 +101,7 @@ impl ScoredEpisodeJson {
             created_at: time(e.created_at_micros),
             uid: e.uid.to_string(),
             score,
+            expires_at: e.expires_at_micros.map(time),
         }
     }
 }
@@ -115,6 +119,9 @@ pub struct EpisodeJson {
     pub episode_type: String,
     pub content_type: String,
     pub metadata: BTreeMap<String, String>,
+    /// This server's: when it expires (its own expiry or the project's retention).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
 }
 
 impl EpisodeJson {
@@ -130,6 +137,7 @@ impl EpisodeJson {
             episode_type: e.episode_type,
             content_type: e.content_type,
             metadata: e.metadata,
+            expires_at: e.expires_at_micros.map(time),
         }
     }
 }

@@ -152,6 +152,7 @@ fn varied_episodes() -> Vec<NewEpisode> {
                 metadata.insert("turn".to_string(), (i * 7 % 13).to_string());
             }
             NewEpisode {
+                expires_at_micros: None,
                 uid: uuid::Uuid::new_v4(),
                 content: format!("talking about things {i}"),
                 producer_id: producers[i % producers.len()].into(),
@@ -291,6 +292,7 @@ fn topical_episodes() -> Vec<NewEpisode> {
         .iter()
         .enumerate()
         .map(|(i, topic)| NewEpisode {
+            expires_at_micros: None,
             uid: uuid::Uuid::new_v4(),
             content: format!("talking about {topic}"),
             producer_id: "alice".into(),

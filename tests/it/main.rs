@@ -39,6 +39,7 @@ mod postgres_store;
 mod replicas;
 mod rerank;
 mod rest_api;
+mod retention;
 mod semantic_crash;
 mod semantic_isolation;
 mod semantic_memory;

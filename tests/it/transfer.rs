@@ -29,6 +29,7 @@ fn key(org: &str, project: &str) -> ProjectKey {
 
 fn episode(content: &str, producer: &str, meta: &[(&str, &str)], at: i64) -> NewEpisode {
     NewEpisode {
+        expires_at_micros: None,
         uid: uuid::Uuid::new_v4(),
         content: content.into(),
         producer_id: producer.into(),

@@ -286,6 +286,30 @@ try {
   assert(left.content.missing.includes(uids[1]), 'the server no longer has it');
   ok(`gone from the page and the server; count ${before} -> ${before - 1}`);
 
+  check('the retention field shows the project\'s retention, saves it, and old episodes vanish');
+  const RET = 'retention-demo';
+  await rest('/projects', { org_id: ORG, project_id: RET });
+  const threeDaysAgo = Math.floor(Date.now() / 1000) - 3 * 86400;
+  await rest('/memories', { org_id: ORG, project_id: RET, messages: [
+    { content: 'An old note about the garden', timestamp: threeDaysAgo },
+    { content: 'A fresh note about the garden' }] });
+  await goTo(`#/p/${ORG}/${RET}/episodes`);
+  await main.getByText('An old note about the garden').waitFor();
+  await main.getByText('Episodes are kept until deleted.').waitFor();
+  await page.locator('#retention-days').fill('1');
+  await page.locator('form.retention').getByRole('button', { name: 'Save' }).click();
+  await main.getByText('Episodes older than 1 days expire.').waitFor();
+  const retention = await rest('/memory/episodic/config/get', { org_id: ORG, project_id: RET });
+  assert(retention.episode_retention_seconds === 86400, `retention stored: ${JSON.stringify(retention)}`);
+  await goTo('#/');
+  await settled();
+  await goTo(`#/p/${ORG}/${RET}/episodes`);
+  const fresh = main.locator('li.episode', { hasText: 'A fresh note about the garden' });
+  await fresh.waitFor();
+  await fresh.locator('.expires').waitFor();
+  assert(!(await main.getByText('An old note about the garden').isVisible()), 'the old episode is hidden');
+  ok('1 day saved; the old episode is gone, the fresh one shows when it expires');
+
   check('a large project pages, also where the server cuts a page at its byte budget');
   const LONG = 'long-chat';
   await rest('/projects', { org_id: ORG, project_id: LONG });

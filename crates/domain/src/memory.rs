@@ -239,10 +239,11 @@ impl Memories {
                 .await?;
             return Ok(Listed::Features(features, next));
         }
+        let project = self.projects.get(key).await?;
         let (episodes, next) = self
             .episodic
             .list(
-                key,
+                &project,
                 input.page_size,
                 &input.page_token,
                 &input.filter,
@@ -263,8 +264,8 @@ impl Memories {
         key: &ProjectKey,
         uids: &[uuid::Uuid],
     ) -> Result<Vec<Option<Episode>>> {
-        self.projects.get(key).await?;
-        self.episodic.get(key, uids).await
+        let project = self.projects.get(key).await?;
+        self.episodic.get(&project, uids).await
     }
 
     /// The episodes of the project with these ids (at most [`MAX_GET_EPISODES`]), in the

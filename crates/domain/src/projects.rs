@@ -155,12 +155,23 @@ impl Projects {
         key: &ProjectKey,
         update: EpisodicConfigUpdate,
     ) -> Result<EpisodicConfig> {
+        if let Some(Some(micros)) = update.episode_retention_micros
+            && !(1..=MAX_RETENTION_MICROS).contains(&micros)
+        {
+            return Err(Error::invalid(
+                "episode_retention",
+                "must be positive and at most 100 years (zero clears it)",
+            ));
+        }
         self.store
             .update_episodic_config(key, update)
             .await?
             .ok_or_else(|| not_found(key))
     }
 }
+
+/// Longest episode retention accepted: 100 years (longer is a mistake, not a policy).
+pub const MAX_RETENTION_MICROS: i64 = 100 * 366 * 24 * 3600 * 1_000_000;
 
 pub fn not_found(key: &ProjectKey) -> Error {
     Error::NotFound(format!("project {key} does not exist"))

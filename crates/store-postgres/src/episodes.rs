@@ -28,7 +28,7 @@ pub(super) const EPISODE_IDS_LOCK: i64 = 0x65_70_69_73_6f_64_65_73;
 
 /// Columns read by `from_row`, over the alias `e`.
 pub(super) const COLUMNS: &str = "e.uid, e.content, e.producer_id, e.producer_role, \
-     e.produced_for_id, e.seq, e.episode_type, e.content_type, e.created_at, e.metadata";
+     e.produced_for_id, e.seq, e.episode_type, e.content_type, e.created_at, e.metadata, e.expires_at";
 
 /// Reads an episode from `COLUMNS`, starting at column `at`.
 pub(super) fn from_row(row: &PgRow, at: usize) -> sqlx::Result<Episode> {
@@ -48,6 +48,7 @@ pub(super) fn from_row(row: &PgRow, at: usize) -> sqlx::Result<Episode> {
         content_type: row.try_get(at + 7)?,
         created_at_micros: row.try_get(at + 8)?,
         metadata: metadata.map(|m| m.0).unwrap_or_default(),
+        expires_at_micros: row.try_get(at + 10)?,
     })
 }
 
@@ -144,15 +145,17 @@ pub(super) async fn add(
             .collect()
     };
     let created: Vec<i64> = episodes.iter().map(|e| e.created_at_micros).collect();
+    let expires: Vec<Option<i64>> = episodes.iter().map(|e| e.expires_at_micros).collect();
     let inserted = sqlx::query(
         "INSERT INTO episodes (org_id, project, uid, seq, content, producer_id, producer_role,
-             produced_for_id, episode_type, content_type, created_at, metadata)
+             produced_for_id, episode_type, content_type, created_at, metadata, expires_at)
          SELECT $1, $2, u.uid, u.seq, u.content, u.producer_id, u.producer_role,
-             u.produced_for_id, u.episode_type, u.content_type, u.created_at, u.metadata
+             u.produced_for_id, u.episode_type, u.content_type, u.created_at, u.metadata,
+             u.expires_at
          FROM UNNEST($3::uuid[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[],
-                     $9::text[], $10::text[], $11::bigint[], $12::jsonb[])
+                     $9::text[], $10::text[], $11::bigint[], $12::jsonb[], $13::bigint[])
              AS u (uid, seq, content, producer_id, producer_role, produced_for_id,
-                   episode_type, content_type, created_at, metadata)
+                   episode_type, content_type, created_at, metadata, expires_at)
          ORDER BY u.seq
          RETURNING id, seq",
     )
@@ -168,6 +171,7 @@ pub(super) async fn add(
     .bind(column(|e| &e.content_type))
     .bind(&created)
     .bind(&metadata)
+    .bind(&expires)
     .fetch_all(&mut *tx)
     .await
     .map_err(db_error)?;

@@ -73,7 +73,7 @@ impl ChangeFeed for PostgresStore {
                 Ok(IndexedEpisode {
                     handle: EpisodeHandle::from_raw(row.try_get(0)?),
                     episode: from_row(row, 1)?,
-                    vector: vector_of(row, 11)?,
+                    vector: vector_of(row, 12)?,
                 })
             })
             .collect::<sqlx::Result<_>>()
@@ -147,7 +147,7 @@ impl ChangeFeed for PostgresStore {
         for row in &rows {
             let handle = EpisodeHandle::from_raw(row.try_get(0).map_err(db_error)?);
             let episode = from_row(row, 1).map_err(db_error)?;
-            let vector = vector_of(row, 11).map_err(db_error)?;
+            let vector = vector_of(row, 12).map_err(db_error)?;
             live.insert(handle, (episode, vector));
         }
         tx.commit().await.map_err(db_error)?;

@@ -15,7 +15,7 @@ use memmachine_core::model::{
 use memmachine_core::store::ProjectStore;
 
 pub(super) const COLUMNS: &str = "id, org_id, project_id, description, embedder, reranker, \
-     episodic_enabled, long_term_enabled, short_term_enabled, created_at, participant_aware";
+     episodic_enabled, long_term_enabled, short_term_enabled, created_at, participant_aware, episode_retention";
 
 pub(super) fn from_row(row: &PgRow) -> sqlx::Result<Project> {
     Ok(Project {
@@ -34,6 +34,7 @@ pub(super) fn from_row(row: &PgRow) -> sqlx::Result<Project> {
             long_term_memory_enabled: row.try_get(7)?,
             short_term_memory_enabled: row.try_get(8)?,
             participant_aware: row.try_get(10)?,
+            episode_retention_micros: row.try_get(11)?,
         },
         created_at_micros: row.try_get(9)?,
     })
@@ -180,10 +181,11 @@ impl ProjectStore for PostgresStore {
                  episodic_enabled = COALESCE($3, episodic_enabled),
                  long_term_enabled = COALESCE($4, long_term_enabled),
                  short_term_enabled = COALESCE($5, short_term_enabled),
-                 participant_aware = COALESCE($6, participant_aware)
+                 participant_aware = COALESCE($6, participant_aware),
+                 episode_retention = CASE WHEN $7 THEN $8 ELSE episode_retention END
              WHERE org_id = $1 AND project_id = $2
              RETURNING episodic_enabled, long_term_enabled, short_term_enabled,
-                 participant_aware",
+                 participant_aware, episode_retention",
         )
         .bind(&key.org_id)
         .bind(&key.project_id)
@@ -191,6 +193,8 @@ impl ProjectStore for PostgresStore {
         .bind(update.long_term_memory_enabled)
         .bind(update.short_term_memory_enabled)
         .bind(update.participant_aware)
+        .bind(update.episode_retention_micros.is_some())
+        .bind(update.episode_retention_micros.flatten())
         .fetch_optional(self.pool())
         .await
         .map_err(db_error)?;
@@ -200,6 +204,7 @@ impl ProjectStore for PostgresStore {
                 long_term_memory_enabled: row.try_get(1)?,
                 short_term_memory_enabled: row.try_get(2)?,
                 participant_aware: row.try_get(3)?,
+                episode_retention_micros: row.try_get(4)?,
             })
         })
         .transpose()

@@ -67,8 +67,8 @@ async fn restore_episodes(
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO episodes (org_id, project, uid, seq, content, producer_id,
                  producer_role, produced_for_id, episode_type, content_type, created_at,
-                 metadata)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id",
+                 metadata, expires_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING id",
         )
         .bind(&key.org_id)
         .bind(project)
@@ -82,6 +82,7 @@ async fn restore_episodes(
         .bind(&episode.content_type)
         .bind(episode.created_at_micros)
         .bind(metadata)
+        .bind(episode.expires_at_micros)
         .fetch_one(&mut *tx)
         .await
         .map_err(taken(|| {
@@ -142,14 +143,15 @@ impl TransferStore for PostgresStore {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO projects (org_id, project_id, description, embedder, reranker,
                  episodic_enabled, long_term_enabled, short_term_enabled, created_at,
-                 participant_aware)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                 participant_aware, episode_retention)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
              ON CONFLICT (org_id, project_id) DO UPDATE SET
                  description = EXCLUDED.description, embedder = EXCLUDED.embedder,
                  reranker = EXCLUDED.reranker, episodic_enabled = EXCLUDED.episodic_enabled,
                  long_term_enabled = EXCLUDED.long_term_enabled,
                  short_term_enabled = EXCLUDED.short_term_enabled,
                  participant_aware = EXCLUDED.participant_aware,
+                 episode_retention = EXCLUDED.episode_retention,
                  created_at = EXCLUDED.created_at
              RETURNING {}",
             projects::COLUMNS
@@ -164,6 +166,7 @@ impl TransferStore for PostgresStore {
         .bind(project.episodic.short_term_memory_enabled)
         .bind(project.created_at_micros)
         .bind(project.episodic.participant_aware)
+        .bind(project.episodic.episode_retention_micros)
         .fetch_one(self.pool())
         .await
         .map_err(db_error)?;

@@ -20,7 +20,7 @@ use memmachine_core::store::EpisodeStore;
 
 /// Columns read by `from_row`, over the alias `e`.
 pub(super) const COLUMNS: &str = "e.uid, e.content, e.producer_id, e.producer_role, \
-     e.produced_for_id, e.seq, e.episode_type, e.content_type, e.created_at, e.metadata";
+     e.produced_for_id, e.seq, e.episode_type, e.content_type, e.created_at, e.metadata, e.expires_at";
 
 /// Reads an episode from `COLUMNS`, starting at column `at`.
 pub(super) fn from_row(row: &Row<'_>, at: usize) -> rusqlite::Result<Episode> {
@@ -39,6 +39,7 @@ pub(super) fn from_row(row: &Row<'_>, at: usize) -> rusqlite::Result<Episode> {
         metadata: metadata
             .and_then(|json| serde_json::from_str::<BTreeMap<String, String>>(&json).ok())
             .unwrap_or_default(),
+        expires_at_micros: row.get(at + 10)?,
     })
 }
 
@@ -66,8 +67,8 @@ pub(super) fn add(conn: &Connection, key: &ProjectKey, episodes: &[NewEpisode]) 
     let mut insert = conn
         .prepare_cached(
             "INSERT INTO episodes (project, uid, seq, content, producer_id, producer_role,
-                 produced_for_id, episode_type, content_type, created_at, metadata)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                 produced_for_id, episode_type, content_type, created_at, metadata, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         )
         .map_err(storage_error)?;
     let mut seqs = Vec::with_capacity(episodes.len());
@@ -91,6 +92,7 @@ pub(super) fn add(conn: &Connection, key: &ProjectKey, episodes: &[NewEpisode]) 
                 episode.content_type,
                 episode.created_at_micros,
                 metadata,
+                episode.expires_at_micros,
             ])
             .map_err(|err| match err {
                 rusqlite::Error::SqliteFailure(e, _)

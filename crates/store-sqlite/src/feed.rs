@@ -46,7 +46,7 @@ pub(super) fn page(
         ))
         .map_err(storage_error)?;
     stmt.query_map(params![project, embedder, after_seq, limit as i64], |row| {
-        let vector: Option<Vec<u8>> = row.get(11)?;
+        let vector: Option<Vec<u8>> = row.get(12)?;
         Ok(IndexedEpisode {
             handle: EpisodeHandle::from_raw(row.get(0)?),
             episode: from_row(row, 1)?,
@@ -90,7 +90,7 @@ pub(super) fn since(
         let kind: i64 = row.get(1).map_err(storage_error)?;
         let handle = EpisodeHandle::from_raw(row.get(2).map_err(storage_error)?);
         let stored: bool = row.get(3).map_err(storage_error)?;
-        let vector: Option<Vec<u8>> = row.get(14).map_err(storage_error)?;
+        let vector: Option<Vec<u8>> = row.get(15).map_err(storage_error)?;
         let vector = vector.as_deref().map(|b| vectors::decode(b).into_vec());
         match kind {
             REMOVED => changes.push(Change::Removed(handle)),

@@ -20,6 +20,7 @@ mod keys;
 mod legacy;
 mod lifecycle;
 mod projects;
+mod retention;
 mod runtime_settings;
 mod schema;
 mod semantic;

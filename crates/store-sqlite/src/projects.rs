@@ -12,7 +12,7 @@ use memmachine_core::model::{
 use memmachine_core::store::ProjectStore;
 
 const COLUMNS: &str = "id, org_id, project_id, description, embedder, reranker, \
-     episodic_enabled, long_term_enabled, short_term_enabled, created_at, participant_aware";
+     episodic_enabled, long_term_enabled, short_term_enabled, created_at, participant_aware, episode_retention";
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<Project> {
     Ok(Project {
@@ -31,6 +31,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Project> {
             long_term_memory_enabled: row.get(7)?,
             short_term_memory_enabled: row.get(8)?,
             participant_aware: row.get(10)?,
+            episode_retention_micros: row.get(11)?,
         },
         created_at_micros: row.get(9)?,
     })
@@ -138,13 +139,15 @@ pub(super) fn update_episodic_config(
     let config = project.episodic.apply(update);
     conn.execute(
         "UPDATE projects SET episodic_enabled = ?2, long_term_enabled = ?3,
-             short_term_enabled = ?4, participant_aware = ?5 WHERE id = ?1",
+             short_term_enabled = ?4, participant_aware = ?5, episode_retention = ?6
+             WHERE id = ?1",
         params![
             project.internal_id.raw(),
             config.enabled,
             config.long_term_memory_enabled,
             config.short_term_memory_enabled,
-            config.participant_aware
+            config.participant_aware,
+            config.episode_retention_micros
         ],
     )
     .map_err(storage_error)?;

@@ -263,6 +263,18 @@ const MIGRATIONS: &[&str] = &[
         org_id TEXT PRIMARY KEY,
         until_micros INTEGER NOT NULL
     ) WITHOUT ROWID;",
+    // Retention (issue 29): a message's own expiry, the project's retention (micros;
+    // NULL keeps forever), indexes the sweeper reads by, and named leases so that one
+    // process at a time sweeps a batch.
+    "ALTER TABLE episodes ADD COLUMN expires_at INTEGER;
+    ALTER TABLE projects ADD COLUMN episode_retention INTEGER;
+    CREATE INDEX episodes_by_expiry ON episodes (expires_at) WHERE expires_at IS NOT NULL;
+    CREATE INDEX episodes_by_project_time ON episodes (project, created_at);
+    CREATE TABLE leases (
+        name TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        until INTEGER NOT NULL
+    );",
 ];
 
 /// Brings the database to the latest schema, and makes sure universal/universal exists.

@@ -21,14 +21,15 @@ fn restore_project(conn: &Connection, project: &Project) -> Result<Project> {
     conn.prepare_cached(
         "INSERT INTO projects (org_id, project_id, description, embedder, reranker,
              episodic_enabled, long_term_enabled, short_term_enabled, created_at,
-             participant_aware)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+             participant_aware, episode_retention)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
          ON CONFLICT (org_id, project_id) DO UPDATE SET description = excluded.description,
              embedder = excluded.embedder, reranker = excluded.reranker,
              episodic_enabled = excluded.episodic_enabled,
              long_term_enabled = excluded.long_term_enabled,
              short_term_enabled = excluded.short_term_enabled,
              participant_aware = excluded.participant_aware,
+             episode_retention = excluded.episode_retention,
              created_at = excluded.created_at",
     )
     .and_then(|mut stmt| {
@@ -43,6 +44,7 @@ fn restore_project(conn: &Connection, project: &Project) -> Result<Project> {
             project.episodic.short_term_memory_enabled,
             project.created_at_micros,
             project.episodic.participant_aware,
+            project.episodic.episode_retention_micros,
         ])
     })
     .map_err(storage_error)?;
@@ -55,8 +57,8 @@ fn restore_episodes(conn: &Connection, key: &ProjectKey, new: &[Episode]) -> Res
     let mut insert = conn
         .prepare_cached(
             "INSERT INTO episodes (project, uid, seq, content, producer_id, producer_role,
-                 produced_for_id, episode_type, content_type, created_at, metadata)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                 produced_for_id, episode_type, content_type, created_at, metadata, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         )
         .map_err(storage_error)?;
     let mut rows = Vec::with_capacity(new.len());
@@ -79,6 +81,7 @@ fn restore_episodes(conn: &Connection, key: &ProjectKey, new: &[Episode]) -> Res
                 episode.content_type,
                 episode.created_at_micros,
                 metadata,
+                episode.expires_at_micros,
             ])
             .map_err(|err| {
                 if is_constraint(&err) {

@@ -84,6 +84,7 @@ pub async fn episodes_round_trip_every_field(store: Arc<dyn Store>) {
     e.produced_for_id = "bob".into();
     e.episode_type = "note".into();
     e.content_type = "text".into();
+    e.expires_at_micros = Some(1_700_000_000_000_000);
     let plain = episode("", "bob", &[], -5);
     add(&store, &k, vec![e.clone(), plain.clone()]).await;
     let got = store.list_episodes(&k, None, 0, 10).await.unwrap();
@@ -98,6 +99,7 @@ pub async fn episodes_round_trip_every_field(store: Arc<dyn Store>) {
         content_type: new.content_type.clone(),
         created_at_micros: new.created_at_micros,
         metadata: new.metadata.clone(),
+        expires_at_micros: new.expires_at_micros,
     };
     assert_eq!(got, [expected(&e, 1), expected(&plain, 2)]);
 }

@@ -14,6 +14,7 @@ mod keys;
 mod legacy;
 mod projects;
 mod ranking;
+mod retention;
 mod semantic;
 mod settings;
 mod shared;
@@ -172,6 +173,10 @@ macro_rules! conformance {
                 }
                 stats {
                     fresh stats_count_episodes_and_the_embedding_queue,
+                }
+                retention {
+                    pair a_lease_has_one_holder_until_it_expires_or_is_released,
+                    fresh expired_episodes_are_past_their_expiry_or_their_projects_retention,
                 }
                 settings {
                     fresh runtime_settings_are_replaced_under_their_version,

@@ -26,6 +26,7 @@ use crate::conformance::support::{
 
 fn episode(content: &str) -> NewEpisode {
     NewEpisode {
+        expires_at_micros: None,
         uid: uuid::Uuid::new_v4(),
         content: content.into(),
         producer_id: "alice".into(),

@@ -63,6 +63,7 @@ pub fn episode(
     created_at: i64,
 ) -> NewEpisode {
     NewEpisode {
+        expires_at_micros: None,
         uid: uuid::Uuid::new_v4(),
         content: content.into(),
         producer_id: producer.into(),

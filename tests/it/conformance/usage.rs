@@ -120,6 +120,7 @@ fn message() -> NewEpisode {
         content_type: "string".into(),
         created_at_micros: 1,
         metadata: BTreeMap::new(),
+        expires_at_micros: None,
     }
 }
 

@@ -15,6 +15,8 @@ pub struct NewEpisode {
     /// Microseconds since the Unix epoch.
     pub created_at_micros: i64,
     pub metadata: BTreeMap<String, String>,
+    /// When the message itself expires (microseconds); `None`: the project's retention decides.
+    pub expires_at_micros: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -29,6 +31,9 @@ pub struct Episode {
     pub content_type: String,
     pub created_at_micros: i64,
     pub metadata: BTreeMap<String, String>,
+    /// As read from the store, the message's own expiry; as answered by the domain, the
+    /// effective one (the earlier of it and `created_at` plus the project's retention).
+    pub expires_at_micros: Option<i64>,
 }
 
 impl Episode {

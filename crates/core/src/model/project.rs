@@ -16,6 +16,8 @@ pub struct EpisodicConfig {
     /// Dense and hybrid ranking treat the participants a question names apart: the
     /// question is embedded without their names, and their turns are preferred.
     pub participant_aware: bool,
+    /// How long after its `created_at` an episode is kept (microseconds); `None`: forever.
+    pub episode_retention_micros: Option<i64>,
 }
 
 impl Default for EpisodicConfig {
@@ -25,6 +27,7 @@ impl Default for EpisodicConfig {
             long_term_memory_enabled: true,
             short_term_memory_enabled: true,
             participant_aware: true,
+            episode_retention_micros: None,
         }
     }
 }
@@ -36,6 +39,8 @@ pub struct EpisodicConfigUpdate {
     pub long_term_memory_enabled: Option<bool>,
     pub short_term_memory_enabled: Option<bool>,
     pub participant_aware: Option<bool>,
+    /// `Some(None)` clears the retention (keep forever).
+    pub episode_retention_micros: Option<Option<i64>>,
 }
 
 impl EpisodicConfig {
@@ -49,6 +54,9 @@ impl EpisodicConfig {
                 .short_term_memory_enabled
                 .unwrap_or(self.short_term_memory_enabled),
             participant_aware: update.participant_aware.unwrap_or(self.participant_aware),
+            episode_retention_micros: update
+                .episode_retention_micros
+                .unwrap_or(self.episode_retention_micros),
         }
     }
 }

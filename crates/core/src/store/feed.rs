@@ -23,6 +23,9 @@ pub struct IndexedEpisode {
 }
 
 /// One entry of a project's change log, as a reader needs it.
+// Most entries are additions, read a page at a time and consumed at once: boxing them
+// would cost an allocation each for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Change {
     /// An episode added (left out when it has been deleted since).

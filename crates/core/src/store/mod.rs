@@ -10,9 +10,11 @@
 mod episodes;
 mod feed;
 mod keys;
+mod leases;
 pub mod legacy;
 mod lifecycle;
 mod projects;
+mod retention;
 mod runtime_settings;
 pub mod semantic;
 pub mod semantic_features;
@@ -27,9 +29,11 @@ mod vectors;
 pub use episodes::{EpisodeStore, episode_column};
 pub use feed::{Change, ChangeFeed, Changes, FeedHead, IndexedEpisode};
 pub use keys::KeyStore;
+pub use leases::LeaseStore;
 pub use legacy::{GroupQuery, GroupRow, LegacyStore, SessionQuery, SessionRow};
 pub use lifecycle::StoreLifecycle;
 pub use projects::ProjectStore;
+pub use retention::RetentionStore;
 pub use runtime_settings::{SettingsStore, StoredSettings};
 pub use semantic::SemanticStore;
 pub use semantic_features::{
@@ -60,6 +64,8 @@ pub trait Store:
     + SettingsStore
     + StoreLifecycle
     + UsageStore
+    + LeaseStore
+    + RetentionStore
 {
 }
 
@@ -76,5 +82,7 @@ impl<T> Store for T where
         + SettingsStore
         + StoreLifecycle
         + UsageStore
+        + LeaseStore
+        + RetentionStore
 {
 }

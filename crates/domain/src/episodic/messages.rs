@@ -26,6 +26,8 @@ pub struct MessageInput {
     pub timestamp: Option<(i64, i32)>,
     pub role: String,
     pub metadata: BTreeMap<String, String>,
+    /// When it expires, as Unix seconds and nanoseconds; `None`: the project's retention decides.
+    pub expires_at: Option<(i64, i32)>,
 }
 
 pub(super) fn to_episodes(messages: Vec<MessageInput>, limits: &Limits) -> Result<Vec<NewEpisode>> {
@@ -67,6 +69,9 @@ pub(super) fn to_episodes(messages: Vec<MessageInput>, limits: &Limits) -> Resul
                 .and_then(|(seconds, nanos)| timestamp_micros(seconds, nanos))
                 .unwrap_or(now),
             metadata: m.metadata,
+            expires_at_micros: m
+                .expires_at
+                .and_then(|(seconds, nanos)| timestamp_micros(seconds, nanos)),
         })
         .collect())
 }
@@ -104,6 +109,22 @@ fn check_message(violations: &mut Violations, i: usize, m: &MessageInput, limits
             field("timestamp"),
             "must be a valid timestamp between years 1 and 9999",
         );
+    }
+    // An expiry in the past is accepted (the episode is never returned); one at or
+    // before the message's own timestamp is a mistake.
+    if let Some((seconds, nanos)) = m.expires_at {
+        match timestamp_micros(seconds, nanos) {
+            None => violations.add(
+                field("expires_at"),
+                "must be a valid timestamp between years 1 and 9999",
+            ),
+            Some(expires) => {
+                let said = m.timestamp.and_then(|(s, n)| timestamp_micros(s, n));
+                if said.is_some_and(|said| expires <= said) {
+                    violations.add(field("expires_at"), "must be after the message's timestamp");
+                }
+            }
+        }
     }
     let mut bytes = 0;
     for (key, value) in &m.metadata {

@@ -3,13 +3,17 @@
 
 pub mod embedding;
 mod expand;
+pub mod expiry;
 mod messages;
 pub mod ranking;
 mod rerank;
+pub mod retention;
 
 use std::sync::Arc;
 
 pub use messages::MessageInput;
+
+use self::expiry::Expiry;
 
 use self::embedding::EmbeddingQueue;
 use crate::embed::Embedders;
@@ -26,6 +30,8 @@ use crate::store::Store;
 
 /// Largest `expand_context` accepted.
 pub const MAX_EXPAND_CONTEXT: i32 = 100;
+/// How many times `top_k` a ranking may ask for while expired hits leave it short.
+const MAX_OVERFETCH: usize = 8;
 /// Episodes read from the store at a time while a page fills up to its byte budget.
 const LIST_CHUNK: usize = 64;
 
@@ -213,6 +219,10 @@ impl EpisodicMemory {
         if !config.enabled {
             return Ok(EpisodicSearch::default());
         }
+        // Expired episodes are never answered: retention narrows every read, own
+        // expiries are dropped after it.
+        let expiry = Expiry::of(&project.episodic);
+        let filter = filter::confine(filter, expiry.scope());
         // The two reads are independent: run them side by side.
         let long_term = async {
             // A blank query asks for nothing to rank by: the recent window still answers
@@ -220,15 +230,27 @@ impl EpisodicMemory {
             if !config.long_term_memory_enabled || input.query.trim().is_empty() {
                 return Ok::<_, Error>(Vec::new());
             }
-            let asked = ranking::RankQuery {
-                mode,
-                key: &project.key,
-                query: &input.query,
-                participant_aware: config.participant_aware,
-                filter: filter.as_ref(),
-                top_k: candidates,
+            // Asks for more while expired hits left the ranking short (bounded).
+            let mut asked_for = candidates;
+            let mut hits = loop {
+                let asked = ranking::RankQuery {
+                    mode,
+                    key: &project.key,
+                    query: &input.query,
+                    participant_aware: config.participant_aware,
+                    filter: filter.as_ref(),
+                    top_k: asked_for,
+                };
+                let mut hits = ranking::rank(&self.store, &self.index, embedder, asked).await?;
+                let ranked = hits.len();
+                hits.retain_mut(|hit| expiry.keep(&mut hit.episode));
+                let most = candidates.saturating_mul(MAX_OVERFETCH);
+                if hits.len() >= candidates || ranked < asked_for || asked_for >= most {
+                    hits.truncate(candidates);
+                    break hits;
+                }
+                asked_for = asked_for.saturating_mul(2).min(most);
             };
-            let mut hits = ranking::rank(&self.store, &self.index, embedder, asked).await?;
             if let Some(name) = reranker {
                 hits = rerank::rerank(&self.rerankers, name, &input.query, hits, top_k).await;
             }
@@ -242,7 +264,10 @@ impl EpisodicMemory {
             let uids: Vec<uuid::Uuid> = hits.iter().map(|h| h.episode.uid).collect();
             let contexts = self
                 .contexts(project, &uids, before, after, filter.as_ref())
-                .await?;
+                .await?
+                .into_iter()
+                .map(|window| expiry.retain(window))
+                .collect();
             Ok(expand::expand(hits, contexts, top_k))
         };
         let short_term = async {
@@ -250,7 +275,7 @@ impl EpisodicMemory {
             if !config.short_term_memory_enabled || capacity == 0 {
                 return Ok(Vec::new());
             }
-            let recent = self.recent(project, filter.as_ref(), capacity).await?;
+            let recent = expiry.retain(self.recent(project, filter.as_ref(), capacity).await?);
             let window = crate::semantic::summary::Window {
                 messages: capacity,
                 chars: settings.short_term_chars,
@@ -343,7 +368,7 @@ impl EpisodicMemory {
     /// next page's token (a position, so it holds whatever the scope).
     pub async fn list(
         &self,
-        key: &ProjectKey,
+        project: &Project,
         page_size: Option<i32>,
         page_token: &str,
         filter: &str,
@@ -354,9 +379,14 @@ impl EpisodicMemory {
         let filter = violations.check(parse_filter("filter", filter));
         let after = violations.check(decode_sequence_token(page_token));
         violations.into_result()?;
+        let key = &project.key;
+        let expiry = Expiry::of(&project.episodic);
         let (limit, filter, after) = (
             limit.expect("validated"),
-            filter::confine(filter.expect("validated"), scope.cloned()),
+            filter::confine(
+                filter::confine(filter.expect("validated"), scope.cloned()),
+                expiry.scope(),
+            ),
             after.expect("validated"),
         );
         // Read in chunks, so that a page of large episodes ends at the byte budget
@@ -370,7 +400,11 @@ impl EpisodicMemory {
                 .list_episodes(key, filter.as_ref(), cursor, wanted)
                 .await?;
             let exhausted = chunk.len() < wanted;
-            for episode in chunk {
+            for mut episode in chunk {
+                if !expiry.keep(&mut episode) {
+                    cursor = episode.sequence_num;
+                    continue;
+                }
                 bytes += episode.approximate_bytes();
                 // The first episode is always sent, however large.
                 if page.len() == limit || (bytes > self.limits.max_page_bytes && !page.is_empty()) {
@@ -390,7 +424,12 @@ impl EpisodicMemory {
 
     /// The episodes of this project with these uids, in the order asked (`None` for a
     /// uid not in it).
-    pub async fn get(&self, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<Vec<Option<Episode>>> {
+    pub async fn get(
+        &self,
+        project: &Project,
+        uids: &[uuid::Uuid],
+    ) -> Result<Vec<Option<Episode>>> {
+        let (key, expiry) = (&project.key, Expiry::of(&project.episodic));
         let handles = self.store.episode_handles(key, uids).await?;
         let known: Vec<EpisodeHandle> = handles.iter().flatten().copied().collect();
         let mut rows: std::collections::HashMap<EpisodeHandle, Episode> = self
@@ -402,6 +441,7 @@ impl EpisodicMemory {
         Ok(handles
             .into_iter()
             .map(|h| h.and_then(|h| rows.remove(&h)))
+            .map(|e| e.and_then(|mut e| expiry.keep(&mut e).then_some(e)))
             .collect())
     }
 

@@ -85,6 +85,7 @@ fn to_message(session_id: &str, e: EpisodeInput, uid: Option<uuid::Uuid>) -> Mes
         timestamp: e.timestamp,
         role: String::new(),
         metadata,
+        expires_at: None,
     }
 }
 

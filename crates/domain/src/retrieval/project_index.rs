@@ -468,6 +468,7 @@ mod tests {
             content_type: "string".into(),
             created_at_micros: 0,
             metadata: Default::default(),
+            expires_at_micros: None,
         };
         index.insert_stored(IndexedEpisode {
             handle: EpisodeHandle::from_raw(id),

@@ -177,6 +177,7 @@ mod tests {
             content_type: "string".into(),
             created_at_micros: 0,
             metadata: Default::default(),
+            expires_at_micros: None,
         }
     }
 

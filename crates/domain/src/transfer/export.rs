@@ -42,6 +42,9 @@ struct Sink<'a> {
     out: &'a mut (dyn Write + Send),
     counts: Counts,
     progress: &'a mut (dyn FnMut(&Counts) + Send),
+    /// Episodes left out because they expired (the sweeper has yet to delete them):
+    /// their vectors and citations are left out too.
+    expired: std::collections::HashSet<uuid::Uuid>,
 }
 
 impl Sink<'_> {
@@ -111,6 +114,7 @@ pub async fn export(
         out,
         counts: Counts::default(),
         progress,
+        expired: Default::default(),
     };
     sink.put(Line::Format(FormatLine { version: VERSION }))?;
     let mut by_org: BTreeMap<String, Vec<Project>> = BTreeMap::new();
@@ -153,13 +157,19 @@ async fn export_project(
             long_term_memory_enabled: project.episodic.long_term_memory_enabled,
             short_term_memory_enabled: project.episodic.short_term_memory_enabled,
             participant_aware: project.episodic.participant_aware,
+            episode_retention_micros: project.episodic.episode_retention_micros,
         },
         created_at_micros: project.created_at_micros,
     }))?;
+    let expiry = crate::episodic::expiry::Expiry::of(&project.episodic);
     let mut after = i64::MIN;
     loop {
         let page = store.list_episodes(key, None, after, PAGE).await?;
         for e in &page {
+            if !expiry.keep(&mut e.clone()) {
+                sink.expired.insert(e.uid);
+                continue;
+            }
             sink.put(Line::Episode(EpisodeLine {
                 org_id: key.org_id.clone(),
                 project_id: key.project_id.clone(),
@@ -173,6 +183,7 @@ async fn export_project(
                 content_type: e.content_type.clone(),
                 created_at_micros: e.created_at_micros,
                 metadata: e.metadata.clone(),
+                expires_at_micros: e.expires_at_micros,
             }))?;
         }
         match page.last() {
@@ -185,6 +196,9 @@ async fn export_project(
         loop {
             let page = store.episode_vectors(key, after, PAGE).await?;
             for v in &page {
+                if sink.expired.contains(&v.uid) {
+                    continue;
+                }
                 sink.put(Line::Vector(VectorLine {
                     org_id: key.org_id.clone(),
                     project_id: key.project_id.clone(),
@@ -343,6 +357,7 @@ async fn export_semantic(
                 feature_ids.insert(f.internal_id, f.id.clone());
             }
             let mut citations = f.citations.clone();
+            citations.retain(|uid| !sink.expired.contains(uid));
             citations.sort_unstable();
             sink.put(Line::Feature(FeatureLine {
                 id: f.id.clone(),

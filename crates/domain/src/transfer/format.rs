@@ -66,6 +66,9 @@ pub struct EpisodicLine {
     /// Absent in exports made before it existed: on, the default.
     #[serde(default = "on")]
     pub participant_aware: bool,
+    /// Microseconds; absent: episodes are kept until deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub episode_retention_micros: Option<i64>,
 }
 
 fn on() -> bool {
@@ -99,6 +102,9 @@ pub struct EpisodeLine {
     pub content_type: String,
     pub created_at_micros: i64,
     pub metadata: BTreeMap<String, String>,
+    /// The message's own expiry; absent: the project's retention decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_micros: Option<i64>,
 }
 
 /// An episode's vector, by the embedder (its id) that made it.

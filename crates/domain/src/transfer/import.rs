@@ -677,6 +677,7 @@ impl Writer<'_> {
                         long_term_memory_enabled: p.episodic.long_term_memory_enabled,
                         short_term_memory_enabled: p.episodic.short_term_memory_enabled,
                         participant_aware: p.episodic.participant_aware,
+                        episode_retention_micros: p.episodic.episode_retention_micros,
                     },
                     created_at_micros: p.created_at_micros,
                 };
@@ -694,6 +695,7 @@ impl Writer<'_> {
                     content_type: e.content_type,
                     created_at_micros: e.created_at_micros,
                     metadata: e.metadata,
+                    expires_at_micros: e.expires_at_micros,
                 };
                 match &mut self.pending {
                     Pending::Episodes(_, rows) => rows.push(episode),

@@ -8,6 +8,7 @@
 // stores or moves as `Vec<T>`; a backend copies what its blocking task needs.
 
 mod episodes;
+pub mod feature_history;
 mod feed;
 mod keys;
 pub mod legacy;
@@ -24,6 +25,7 @@ pub mod transfer;
 mod vectors;
 
 pub use episodes::{EpisodeStore, episode_column};
+pub use feature_history::{ChangedBy, FeatureHistory, FeatureVersion};
 pub use feed::{Change, ChangeFeed, Changes, FeedHead, IndexedEpisode};
 pub use keys::KeyStore;
 pub use legacy::{GroupQuery, GroupRow, LegacyStore, SessionQuery, SessionRow};
@@ -57,6 +59,7 @@ pub trait Store:
     + TransferStore
     + SettingsStore
     + StoreLifecycle
+    + FeatureHistory
 {
 }
 
@@ -72,5 +75,6 @@ impl<T> Store for T where
         + TransferStore
         + SettingsStore
         + StoreLifecycle
+        + FeatureHistory
 {
 }

@@ -108,6 +108,9 @@ pub struct Settings {
     #[command(flatten)]
     #[serde(flatten)]
     pub reranker: crate::rerank::Flags,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub history: crate::semantic::history::Flags,
     /// Keys of a config file no section has (serde's `deny_unknown_fields` does not
     /// work across flattened sections): an error.
     #[arg(skip)]
@@ -211,6 +214,8 @@ pub struct ServeConfig {
     pub otlp_endpoint: Option<SecretUrl>,
     pub llm: crate::llm::Settings,
     pub ingest: crate::semantic::ingest::IngestSettings,
+    /// Earlier versions kept per feature.
+    pub feature_history_limit: usize,
 }
 
 impl ServeConfig {
@@ -319,6 +324,7 @@ impl ServeArgs {
             otlp_endpoint: settings.telemetry.otlp_endpoint.clone(),
             llm: settings.llm.settings()?,
             ingest: settings.ingest.settings()?,
+            feature_history_limit: settings.history.feature_history_limit,
             store: store.clone(),
             index_memory: parse_size(&server.index_memory)
                 .map_err(|err| format!("--index-memory: {err}"))?,

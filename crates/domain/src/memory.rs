@@ -50,6 +50,8 @@ pub struct ListInput {
     pub scope: Option<crate::model::filter::Expr>,
     /// Selects semantic sets.
     pub set_metadata: BTreeMap<String, String>,
+    /// Micros: list the features as they were then (semantic listings only).
+    pub as_of: Option<i64>,
 }
 
 /// A page of a listing: episodes or features, and the next page's token.
@@ -156,6 +158,7 @@ impl Memories {
                     filter: input.filter.clone(),
                     score_threshold: input.score_threshold,
                     set_metadata: set_metadata.clone(),
+                    as_of: input.as_of,
                 };
                 return self.semantic.search(&project, search).await;
             }
@@ -172,6 +175,7 @@ impl Memories {
                     filter.as_ref(),
                     top_k,
                     input.score_threshold,
+                    input.as_of,
                 )
                 .await
         };
@@ -235,6 +239,7 @@ impl Memories {
                     &input.filter,
                     input.scope.as_ref(),
                     &input.set_metadata,
+                    input.as_of,
                 )
                 .await?;
             return Ok(Listed::Features(features, next));

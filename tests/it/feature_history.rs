@@ -223,7 +223,7 @@ async fn an_update_keeps_the_old_version_and_as_of_reads_it_even_after_deletion(
             ("sushi", FeatureChange::Manual, false),
         ]
     );
-    assert_eq!(history[0].citations, [said.clone()]);
+    assert_eq!(history[0].citations, [said]);
     assert_eq!(history[0].valid_to, history[1].valid_from);
     assert_eq!(
         (history[0].tag.as_str(), history[0].feature_name.as_str()),

@@ -173,9 +173,11 @@ impl Memories {
                     &input.query,
                     set_metadata,
                     filter.as_ref(),
-                    top_k,
-                    input.score_threshold,
-                    input.as_of,
+                    crate::semantic::Cut {
+                        top_k,
+                        score_threshold: input.score_threshold,
+                        as_of: input.as_of,
+                    },
                 )
                 .await
         };
@@ -234,12 +236,14 @@ impl Memories {
                 .semantic
                 .list(
                     &project,
-                    input.page_size,
-                    &input.page_token,
+                    crate::semantic::Page {
+                        size: input.page_size,
+                        token: &input.page_token,
+                        as_of: input.as_of,
+                    },
                     &input.filter,
                     input.scope.as_ref(),
                     &input.set_metadata,
-                    input.as_of,
                 )
                 .await?;
             return Ok(Listed::Features(features, next));

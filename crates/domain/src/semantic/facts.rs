@@ -13,6 +13,21 @@ use super::{
 use crate::error::{Error, Result, Violations};
 use crate::model::{FeatureId, Project, SetId};
 
+/// How many features a ranking answers, above which score, as of when (micros; `None`:
+/// now).
+pub struct Cut {
+    pub top_k: usize,
+    pub score_threshold: Option<f64>,
+    pub as_of: Option<i64>,
+}
+
+/// A page of a listing: its size, the token of the page before, as of when (micros).
+pub struct Page<'a> {
+    pub size: Option<i32>,
+    pub token: &'a str,
+    pub as_of: Option<i64>,
+}
+
 impl SemanticMemory {
     // Features.
 
@@ -196,14 +211,17 @@ impl SemanticMemory {
         }
         violations.into_result()?;
         let (top_k, filter) = (top_k.expect("validated"), filter.expect("validated"));
+        let cut = Cut {
+            top_k,
+            score_threshold: input.score_threshold,
+            as_of: input.as_of,
+        };
         self.rank(
             project,
             &input.query,
             &input.set_metadata,
             filter.as_ref(),
-            top_k,
-            input.score_threshold,
-            input.as_of,
+            cut,
         )
         .await
     }
@@ -215,10 +233,13 @@ impl SemanticMemory {
         query: &str,
         set_metadata: &BTreeMap<String, String>,
         filter: Option<&crate::model::filter::Expr>,
-        top_k: usize,
-        score_threshold: Option<f64>,
-        as_of: Option<i64>,
+        cut: Cut,
     ) -> Result<Vec<ScoredFeature>> {
+        let Cut {
+            top_k,
+            score_threshold,
+            as_of,
+        } = cut;
         // Empty set metadata: every set the project sees, which is all the index holds.
         let selected: Option<HashSet<String>> = if set_metadata.is_empty() {
             None
@@ -292,13 +313,16 @@ impl SemanticMemory {
     pub async fn list(
         &self,
         project: &Project,
-        page_size: Option<i32>,
-        page_token: &str,
+        page: Page<'_>,
         filter: &str,
         scope: Option<&crate::model::filter::Expr>,
         set_metadata: &BTreeMap<String, String>,
-        as_of: Option<i64>,
     ) -> Result<(Vec<Feature>, String)> {
+        let Page {
+            size: page_size,
+            token: page_token,
+            as_of,
+        } = page;
         let mut violations = Violations::default();
         let limit = violations.check(self.limits.page_size("page_size", page_size, 100));
         let filter = violations.check(parse_filter("filter", filter));

@@ -7,6 +7,7 @@
 pub mod categories;
 pub mod embedding;
 mod facts;
+pub use facts::{Cut, Page};
 pub mod features;
 pub mod history;
 pub mod ingest;

@@ -453,3 +453,94 @@ async fn consolidation_keeps_its_sources_history() {
     then.sort();
     assert_eq!(then, ["Emma", "fig", "tea"]);
 }
+
+/// The REST gateway's history route and `as_of` on its search and list bodies.
+#[test]
+fn the_rest_gateway_reads_history_and_as_of() {
+    use reqwest::blocking::Client as Http;
+    use serde_json::{Value, json};
+    let data = tempfile::tempdir().unwrap();
+    let server =
+        crate::common::ServerProcess::start(data.path(), &["--rest-listen", "127.0.0.1:0"]);
+    let base = format!("{}/api/v2", server.rest_url());
+    let http = Http::new();
+    let post = |path: &str, body: Value| -> (u16, Value) {
+        let response = http
+            .post(format!("{base}{path}"))
+            .json(&body)
+            .send()
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().unwrap_or(Value::Null))
+    };
+    let at = json!({"org_id": "acme", "project_id": "p"});
+    let with = |extra: Value| {
+        let mut body = at.clone();
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        body
+    };
+    assert_eq!(post("/projects", at.clone()).0, 201);
+    let (_, set) = post("/memories/semantic/set_id/get", at.clone());
+    let (status, added) = post(
+        "/memories/semantic/feature",
+        with(json!({"set_id": set["set_id"], "category_name": "profile",
+                    "tag": "preferences", "feature": "food", "value": "pizza"})),
+    );
+    assert_eq!(status, 201, "{added}");
+    let id = added["feature_id"].clone();
+    let (status, _) = post(
+        "/memories/semantic/feature/update",
+        with(json!({"feature_id": id, "value": "sushi"})),
+    );
+    assert!(status < 300);
+    let (status, history) = post(
+        "/memories/semantic/feature/history",
+        with(json!({"feature_id": id})),
+    );
+    assert_eq!(status, 200, "{history}");
+    let versions = history["versions"].as_array().unwrap();
+    assert_eq!(versions.len(), 2, "{history}");
+    assert_eq!(versions[0]["value"], "pizza");
+    assert_eq!(versions[0]["changed_by"], "manual");
+    assert_eq!(versions[0]["valid_to"], versions[1]["valid_from"]);
+    assert!(versions[1].get("valid_to").is_none());
+    let then = versions[0]["valid_from"].clone();
+
+    let (status, found) = post(
+        "/memories/search",
+        with(json!({"query": "food", "types": ["semantic"], "as_of": then})),
+    );
+    assert_eq!(status, 200, "{found}");
+    assert_eq!(
+        found["content"]["semantic_memory"][0]["value"], "pizza",
+        "{found}"
+    );
+    let (status, listed) = post(
+        "/memories/list",
+        with(json!({"type": "semantic", "as_of": then})),
+    );
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(
+        listed["content"]["semantic_memory"][0]["value"], "pizza",
+        "{listed}"
+    );
+    let (_, now) = post("/memories/list", with(json!({"type": "semantic"})));
+    assert_eq!(
+        now["content"]["semantic_memory"][0]["value"], "sushi",
+        "{now}"
+    );
+
+    let other = json!({"org_id": "other", "project_id": "p", "feature_id": id});
+    assert_eq!(
+        post("/projects", json!({"org_id": "other", "project_id": "p"})).0,
+        201
+    );
+    assert_eq!(post("/memories/semantic/feature/history", other).0, 404);
+    let (status, _) = post(
+        "/memories/search",
+        with(json!({"query": "food", "as_of": "yesterday-ish"})),
+    );
+    assert_eq!(status, 422);
+}

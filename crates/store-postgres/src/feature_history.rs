@@ -14,7 +14,7 @@ use super::helpers::{bad_column, raw_ids};
 use super::semantic_features as features;
 use memmachine_core::error::Result;
 use memmachine_core::model::{EpisodeHandle, FeatureId, ProjectHandle, SetId};
-use memmachine_core::store::{ChangedBy, Feature, FeatureHistory, FeatureVersion};
+use memmachine_core::store::{ChangedBy, Feature, FeatureHistory, FeatureVersion, RestoredVersion};
 
 const COLUMNS: &str = "v.id, v.feature_public_id, v.origin_id, v.org_id, v.project, v.set_id, \
      v.category, v.category_id, v.tag, v.feature_name, v.value, v.metadata, v.valid_from, \
@@ -247,8 +247,104 @@ pub(super) async fn merge_into(
     Ok(())
 }
 
+/// Writes kept versions as they were. The owner is the feature with that public id, or
+/// the owner its earlier restored versions got; a deleted feature's versions get a
+/// negative owner of their own (no feature row ever has one).
+async fn restore(tx: &mut PgConnection, versions: &[RestoredVersion]) -> Result<()> {
+    for v in versions {
+        let Some(valid_to) = v.valid_to_micros else {
+            sqlx::query(
+                "UPDATE semantic_features SET valid_from = $2, changed_by = $3
+                 WHERE public_id = $1 AND set_ref = $4",
+            )
+            .bind(&v.feature_id)
+            .bind(v.valid_from_micros)
+            .bind(v.changed_by.code())
+            .bind(v.set.raw())
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+            continue;
+        };
+        let metadata = serde_json::to_string(&v.metadata).map_err(|err| {
+            memmachine_core::error::Error::Internal(format!("encoding metadata: {err}"))
+        })?;
+        let kept: Option<(String, i64)> = sqlx::query_as(
+            "INSERT INTO feature_versions (org_id, feature, feature_public_id, origin_id,
+                 project, set_ref, set_id, category, category_id, tag, feature_name, value,
+                 metadata, valid_from, valid_to, changed_by)
+             SELECT s.org_id, COALESCE(
+                     (SELECT id FROM semantic_features WHERE public_id = $1 LIMIT 1),
+                     (SELECT feature FROM feature_versions WHERE feature_public_id = $1
+                      LIMIT 1), 0),
+                 $1, $2, s.project, s.id, s.set_id, $4, $5, $6, $7, $8, $9, $10, $11, $12
+             FROM semantic_sets s WHERE s.id = $3 RETURNING org_id, id",
+        )
+        .bind(&v.feature_id)
+        .bind(&v.origin_id)
+        .bind(v.set.raw())
+        .bind(&v.category)
+        .bind(&v.category_id)
+        .bind(&v.tag)
+        .bind(&v.feature)
+        .bind(&v.value)
+        .bind(&metadata)
+        .bind(v.valid_from_micros)
+        .bind(valid_to)
+        .bind(v.changed_by.code())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let Some((org, id)) = kept else {
+            return Err(memmachine_core::error::Error::NotFound(format!(
+                "set {} does not exist",
+                v.set
+            )));
+        };
+        sqlx::query("UPDATE feature_versions SET feature = -id WHERE org_id = $1 AND id = $2 AND feature = 0")
+            .bind(&org)
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let episodes: Vec<i64> = v.citations.iter().map(|e| e.raw()).collect();
+        sqlx::query(
+            "INSERT INTO feature_version_citations (org_id, version, episode)
+             SELECT $1, $2, e FROM unnest($3::bigint[]) AS e ON CONFLICT DO NOTHING",
+        )
+        .bind(&org)
+        .bind(id)
+        .bind(&episodes)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl FeatureHistory for PostgresStore {
+    async fn versions_of_sets(&self, sets: &[SetId]) -> Result<Vec<FeatureVersion>> {
+        let sets = raw_ids(sets, SetId::raw);
+        let mut tx = self.pool().begin().await.map_err(db_error)?;
+        let found = versions(&mut tx, "v.set_ref = ANY($1) ORDER BY v.id", |q| {
+            q.bind(sets)
+        })
+        .await?
+        .into_iter()
+        .map(|(_, _, v)| v)
+        .collect();
+        tx.commit().await.map_err(db_error)?;
+        Ok(found)
+    }
+
+    async fn restore_feature_versions(&self, versions: Vec<RestoredVersion>) -> Result<()> {
+        let mut tx = self.pool().begin().await.map_err(db_error)?;
+        restore(&mut tx, &versions).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(())
+    }
+
     async fn feature_history(&self, id: &str) -> Result<Vec<FeatureVersion>> {
         let mut tx = self.pool().begin().await.map_err(db_error)?;
         let found = history(&mut tx, id).await?;

@@ -11,7 +11,7 @@ use super::helpers::{bad_column, id_array, raw_ids};
 use super::semantic_features as features;
 use memmachine_core::error::Result;
 use memmachine_core::model::{EpisodeHandle, FeatureId, ProjectHandle, SetId};
-use memmachine_core::store::{ChangedBy, Feature, FeatureHistory, FeatureVersion};
+use memmachine_core::store::{ChangedBy, Feature, FeatureHistory, FeatureVersion, RestoredVersion};
 
 const COLUMNS: &str = "v.id, v.feature_public_id, v.origin_id, v.org_id, v.project, v.set_id, \
      v.category, v.category_id, v.tag, v.feature_name, v.value, v.metadata, v.valid_from, \
@@ -216,8 +216,110 @@ pub(super) fn merge_into(
     trim(conn, *first)
 }
 
+/// Writes kept versions as they were. The owner is the feature with that public id, or
+/// the owner its earlier restored versions got; a deleted feature's versions get a
+/// negative owner of their own (no feature row ever has one).
+fn restore(conn: &Connection, versions: &[RestoredVersion]) -> Result<()> {
+    for v in versions {
+        let Some(valid_to) = v.valid_to_micros else {
+            conn.prepare_cached(
+                "UPDATE semantic_features SET valid_from = ?2, changed_by = ?3
+                 WHERE public_id = ?1 AND set_ref = ?4",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    v.feature_id,
+                    v.valid_from_micros,
+                    v.changed_by.code(),
+                    v.set.raw()
+                ])
+            })
+            .map_err(storage_error)?;
+            continue;
+        };
+        let metadata = serde_json::to_string(&v.metadata).map_err(|err| {
+            memmachine_core::error::Error::Internal(format!("encoding metadata: {err}"))
+        })?;
+        let id: i64 = conn
+            .prepare_cached(
+                "INSERT INTO feature_versions (feature, feature_public_id, origin_id, org_id,
+                     project, set_ref, set_id, category, category_id, tag, feature_name, value,
+                     metadata, valid_from, valid_to, changed_by)
+                 SELECT COALESCE(
+                         (SELECT id FROM semantic_features WHERE public_id = ?1),
+                         (SELECT feature FROM feature_versions WHERE feature_public_id = ?1
+                          LIMIT 1), 0),
+                     ?1, ?2, s.org_id, s.project, s.id, s.set_id, ?4, ?5, ?6, ?7, ?8, ?9, ?10,
+                     ?11, ?12
+                 FROM semantic_sets s WHERE s.id = ?3 RETURNING id",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_row(
+                    params![
+                        v.feature_id,
+                        v.origin_id,
+                        v.set.raw(),
+                        v.category,
+                        v.category_id,
+                        v.tag,
+                        v.feature,
+                        v.value,
+                        metadata,
+                        v.valid_from_micros,
+                        valid_to,
+                        v.changed_by.code()
+                    ],
+                    |row| row.get(0),
+                )
+            })
+            .map_err(|err| match err {
+                rusqlite::Error::QueryReturnedNoRows => {
+                    memmachine_core::error::Error::NotFound(format!("set {} does not exist", v.set))
+                }
+                err => storage_error(err),
+            })?;
+        conn.prepare_cached(
+            "UPDATE feature_versions SET feature = -id WHERE id = ?1 AND feature = 0",
+        )
+        .and_then(|mut stmt| stmt.execute([id]))
+        .map_err(storage_error)?;
+        let mut cite = conn
+            .prepare_cached(
+                "INSERT OR IGNORE INTO feature_version_citations (version, episode) VALUES (?1, ?2)",
+            )
+            .map_err(storage_error)?;
+        for episode in &v.citations {
+            cite.execute(params![id, episode.raw()])
+                .map_err(storage_error)?;
+        }
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl FeatureHistory for SqliteStore {
+    async fn versions_of_sets(&self, sets: &[SetId]) -> Result<Vec<FeatureVersion>> {
+        let sets = raw_ids(sets, SetId::raw);
+        self.readers
+            .read(move |tx| {
+                Ok(versions(
+                    tx,
+                    "v.set_ref IN rarray(?1) ORDER BY v.id",
+                    [id_array(&sets)],
+                )?
+                .into_iter()
+                .map(|(_, _, v)| v)
+                .collect())
+            })
+            .await
+    }
+
+    async fn restore_feature_versions(&self, versions: Vec<RestoredVersion>) -> Result<()> {
+        self.writer
+            .write(move |conn| restore(conn, &versions))
+            .await
+    }
+
     async fn feature_history(&self, id: &str) -> Result<Vec<FeatureVersion>> {
         let id = id.to_string();
         self.readers.read(move |tx| history(tx, &id)).await

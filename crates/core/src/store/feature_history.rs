@@ -69,6 +69,26 @@ pub struct FeatureVersion {
     pub changed_by: ChangedBy,
 }
 
+/// A kept version to write as it was (an import): the feature whose history holds it
+/// (`feature_id`, deleted or not), the set and cited episodes (the target's ids).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RestoredVersion {
+    pub feature_id: String,
+    pub origin_id: String,
+    pub set: SetId,
+    pub category: String,
+    pub category_id: String,
+    pub tag: String,
+    pub feature: String,
+    pub value: String,
+    pub metadata: serde_json::Value,
+    pub citations: Vec<EpisodeHandle>,
+    pub valid_from_micros: i64,
+    /// `None`: the feature's current version, whose start and maker are set on its row.
+    pub valid_to_micros: Option<i64>,
+    pub changed_by: ChangedBy,
+}
+
 /// Earlier versions of features, as the store keeps them.
 #[async_trait]
 pub trait FeatureHistory: Send + Sync {
@@ -88,6 +108,13 @@ pub trait FeatureHistory: Send + Sync {
     /// Drops every kept version of these features (what a forget removes with them);
     /// returns how many.
     async fn delete_feature_history(&self, features: &[FeatureId]) -> Result<u64>;
+
+    /// The kept versions (not the current ones) of these sets' features, deleted ones
+    /// included, in the order they were kept (an export).
+    async fn versions_of_sets(&self, sets: &[SetId]) -> Result<Vec<FeatureVersion>>;
+
+    /// Writes kept versions as they were (an import).
+    async fn restore_feature_versions(&self, versions: Vec<RestoredVersion>) -> Result<()>;
 
     /// Drops every kept version that cites one of these episodes; returns how many.
     /// Call it before deleting the episodes (their citations go with them).

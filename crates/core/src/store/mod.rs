@@ -25,7 +25,7 @@ pub mod transfer;
 mod vectors;
 
 pub use episodes::{EpisodeStore, episode_column};
-pub use feature_history::{ChangedBy, FeatureHistory, FeatureVersion};
+pub use feature_history::{ChangedBy, FeatureHistory, FeatureVersion, RestoredVersion};
 pub use feed::{Change, ChangeFeed, Changes, FeedHead, IndexedEpisode};
 pub use keys::KeyStore;
 pub use legacy::{GroupQuery, GroupRow, LegacyStore, SessionQuery, SessionRow};

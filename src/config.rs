@@ -111,6 +111,9 @@ pub struct Settings {
     #[command(flatten)]
     #[serde(flatten)]
     pub reranker: crate::rerank::Flags,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub history: crate::semantic::history::Flags,
     /// Keys of a config file no section has (serde's `deny_unknown_fields` does not
     /// work across flattened sections): an error.
     #[arg(skip)]
@@ -216,6 +219,8 @@ pub struct ServeConfig {
     pub ingest: crate::semantic::ingest::IngestSettings,
     /// How often expired episodes are swept.
     pub retention: crate::episodic::retention::RetentionSettings,
+    /// Earlier versions kept per feature.
+    pub feature_history_limit: usize,
 }
 
 impl ServeConfig {
@@ -325,6 +330,7 @@ impl ServeArgs {
             llm: settings.llm.settings()?,
             ingest: settings.ingest.settings()?,
             retention: settings.retention.settings()?,
+            feature_history_limit: settings.history.feature_history_limit,
             store: store.clone(),
             index_memory: parse_size(&server.index_memory)
                 .map_err(|err| format!("--index-memory: {err}"))?,

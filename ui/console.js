@@ -913,13 +913,18 @@
     const edit = h('button', { type: 'button', class: 'quiet', 'aria-label': `Edit feature ${ft.feature_name}` }, 'Edit');
     const del = h('button', { type: 'button', class: 'danger quiet', 'aria-label': `Delete feature ${ft.feature_name}` }, 'Delete');
     del.addEventListener('click', () => deleteFeature(route, ft, del));
+    const historyId = `history-${id}`;
+    const historyPanel = h('div', { class: 'feature-history', id: historyId, hidden: true });
+    const history = h('button', { type: 'button', class: 'quiet', 'aria-expanded': 'false', 'aria-controls': historyId,
+      'aria-label': `History of feature ${ft.feature_name}` }, 'History');
+    history.addEventListener('click', () => toggleHistory(route, id, history, historyPanel));
     const view = h('div', { class: 'feature-view' },
       h('div', { class: 'meta' }, h('span', { class: 'chip tag', title: 'tag' }, ft.tag), h('strong', { class: 'feature-name' }, ft.feature_name),
         time(ft.updated_at)),
       h('p', { class: 'content value' }, ft.value),
-      h('div', { class: 'foot' }, cite, edit, del));
+      h('div', { class: 'foot' }, cite, history, edit, del));
     edit.addEventListener('click', () => editFeature(route, ft, card, view));
-    card.append(view, panel);
+    card.append(view, panel, historyPanel);
     return card;
   }
 
@@ -948,6 +953,28 @@
       missing.length ? h('div', { class: 'missing' },
         h('p', null, `${plural(missing.length, 'cited message')} no longer in this project (deleted):`),
         h('ul', null, missing.map((m) => h('li', null, h('code', { class: 'uid' }, m))))) : null);
+  }
+
+  // A feature's versions, oldest first: what each said, when it held, what changed it.
+  async function toggleHistory(route, id, button, panel) {
+    const open = button.getAttribute('aria-expanded') === 'true';
+    button.setAttribute('aria-expanded', String(!open));
+    panel.hidden = open;
+    if (open) return;
+    showIn(panel, loading('Loading the history…'));
+    let versions;
+    try {
+      ({ versions } = await api('/memories/semantic/feature/history', { ...ref(route.org, route.project), feature_id: id }));
+    } catch (error) {
+      showIn(panel, errorBox(error, 'Could not load the history'));
+      return;
+    }
+    showIn(panel,
+      h('h4', null, `History (${plural(versions.length, 'version')})`),
+      h('ol', { class: 'versions' }, versions.map((v) => h('li', { class: v.valid_to ? 'version' : 'version current' },
+        h('div', { class: 'meta' }, h('span', { class: 'chip' }, v.changed_by), time(v.valid_from), ' – ',
+          v.valid_to ? time(v.valid_to) : h('strong', null, 'current')),
+        h('p', { class: 'content value' }, `${v.tag} · ${v.feature_name}: ${v.value}`)))));
   }
 
   function editFeature(route, ft, card, view) {

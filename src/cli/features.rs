@@ -1,4 +1,4 @@
-//! `memmachine features add|get|update|search|list|delete|set-id|sets` over
+//! `memmachine features add|get|update|history|search|list|delete|set-id|sets` over
 //! `memmachine.v2.SemanticService`. Without a language model this is how features are
 //! made: by hand, in a set named by id or selected by its metadata (`--user alice` is
 //! alice's profile, whose default category is `profile`).
@@ -79,6 +79,8 @@ pub enum FeaturesCommand {
     },
     /// Change a feature's fields (those given)
     Update(UpdateFeature),
+    /// A feature's versions, oldest first (the current one last, unless deleted)
+    History { id: String },
     /// Rank the features of the selected sets (every set the project sees by default)
     Search {
         #[arg(required = true, num_args = 1..)]
@@ -180,6 +182,47 @@ pub async fn run(args: &ClientArgs, command: FeaturesCommand) -> Result<(), CliE
                 out(format!("citations: {}", feature.citations.join(" ")))?;
             }
             Ok(())
+        }
+        FeaturesCommand::History { id } => {
+            let versions = client
+                .lifecycle()
+                .get_feature_history(client.request(pb::GetFeatureHistoryRequest {
+                    org_id,
+                    project_id,
+                    feature_id: id,
+                }))
+                .await?
+                .into_inner()
+                .versions;
+            if args.json {
+                let versions: Vec<serde_json::Value> = versions
+                    .iter()
+                    .map(|v| {
+                        json!({
+                            "category": v.category, "tag": v.tag,
+                            "feature_name": v.feature_name, "value": v.value,
+                            "citations": v.citations, "valid_from": time(&v.valid_from),
+                            "valid_to": v.valid_to.map(|t| time(&Some(t))),
+                            "changed_by": change_name(v.changed_by()),
+                        })
+                    })
+                    .collect();
+                return print_json(&json!({ "versions": versions }));
+            }
+            let mut table =
+                Table::new(&["VALID FROM", "VALID TO", "BY", "TAG", "FEATURE", "VALUE"]);
+            for v in &versions {
+                table.row(vec![
+                    time(&v.valid_from),
+                    v.valid_to
+                        .map_or_else(|| "(current)".into(), |t| time(&Some(t))),
+                    change_name(v.changed_by()).into(),
+                    v.tag.clone(),
+                    v.feature_name.clone(),
+                    v.value.clone(),
+                ]);
+            }
+            table.print()
         }
         FeaturesCommand::Update(update) => {
             let id = update.id.clone();
@@ -307,4 +350,15 @@ fn metadata(pairs: &[(String, String)]) -> prost_types::Struct {
         .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
         .collect();
     proto_struct(&serde_json::Value::Object(object))
+}
+
+/// What made a feature version, as the history shows it.
+fn change_name(change: pb::FeatureChange) -> &'static str {
+    match change {
+        pb::FeatureChange::Unspecified => "unknown",
+        pb::FeatureChange::Extraction => "extraction",
+        pb::FeatureChange::Consolidation => "consolidation",
+        pb::FeatureChange::Manual => "manual",
+        pb::FeatureChange::Deletion => "deletion",
+    }
 }

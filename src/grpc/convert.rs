@@ -243,3 +243,18 @@ pub fn set_type(t: crate::semantic::model::SetType) -> pb::SetType {
         description: t.description,
     }
 }
+
+/// An optional `as_of` time in micros: nanoseconds must be 0..1e9 and the time must fit.
+pub fn as_of(field: &str, ts: Option<Timestamp>) -> Result<Option<i64>> {
+    let Some(ts) = ts else {
+        return Ok(None);
+    };
+    if !(0..1_000_000_000).contains(&ts.nanos) {
+        return Err(Error::invalid(field, "nanos must be from 0 to 999,999,999"));
+    }
+    ts.seconds
+        .checked_mul(1_000_000)
+        .and_then(|micros| micros.checked_add(i64::from(ts.nanos / 1000)))
+        .map(Some)
+        .ok_or_else(|| Error::invalid(field, "is out of range"))
+}

@@ -38,8 +38,41 @@ impl LifecycleService for LifecycleGrpc {
 
     async fn get_feature_history(
         &self,
-        _request: Request<pb::GetFeatureHistoryRequest>,
+        request: Request<pb::GetFeatureHistoryRequest>,
     ) -> Reply<pb::GetFeatureHistoryResponse> {
-        Err(Status::unimplemented("GetFeatureHistory is not served yet"))
+        let (caller, r) = super::split(request)?;
+        caller.check_org(&r.org_id)?;
+        let key = crate::model::ProjectKey::parse(&r.org_id, &r.project_id)?;
+        let project = self.domain.projects.get(&key).await?;
+        let versions = self
+            .domain
+            .semantic
+            .feature_history(&project, &r.feature_id)
+            .await?;
+        Ok(Response::new(pb::GetFeatureHistoryResponse {
+            versions: versions.into_iter().map(feature_version).collect(),
+        }))
+    }
+}
+
+/// A kept or current version of a feature on the wire.
+pub fn feature_version(v: crate::store::FeatureVersion) -> pb::FeatureVersion {
+    use crate::store::ChangedBy;
+    let changed_by = match v.changed_by {
+        ChangedBy::Unknown => pb::FeatureChange::Unspecified,
+        ChangedBy::Extraction => pb::FeatureChange::Extraction,
+        ChangedBy::Consolidation => pb::FeatureChange::Consolidation,
+        ChangedBy::Manual => pb::FeatureChange::Manual,
+        ChangedBy::Deletion => pb::FeatureChange::Deletion,
+    };
+    pb::FeatureVersion {
+        tag: v.tag,
+        feature_name: v.feature,
+        value: v.value,
+        citations: v.citations.iter().map(|u| u.to_string()).collect(),
+        valid_from: Some(super::convert::timestamp(v.valid_from_micros)),
+        valid_to: v.valid_to_micros.map(super::convert::timestamp),
+        changed_by: changed_by as i32,
+        category: v.category,
     }
 }

@@ -58,6 +58,7 @@ impl MemoryService for MemoryGrpc {
             score_threshold: r.score_threshold,
             scope: None,
             blank_query_ranks_nothing: false,
+            as_of: convert::as_of("as_of", r.as_of)?,
         };
         let set_metadata = r.set_metadata.into_iter().collect();
         let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
@@ -109,6 +110,7 @@ impl MemoryService for MemoryGrpc {
             filter: r.filter,
             set_metadata: r.set_metadata.into_iter().collect(),
             scope: None,
+            as_of: convert::as_of("as_of", r.as_of)?,
         };
         let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
         let listed = self.memories.list(&key, input).await?;

@@ -318,6 +318,7 @@ impl SemanticService for SemanticGrpc {
             filter: r.filter,
             score_threshold: r.score_threshold,
             set_metadata: r.set_metadata.into_iter().collect(),
+            as_of: convert::as_of("as_of", r.as_of)?,
         };
         let found = self.semantic.search(&project, input).await?;
         Ok(Response::new(pb::SearchFeaturesResponse {

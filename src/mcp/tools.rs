@@ -338,6 +338,7 @@ impl MemoryTools {
             score_threshold: None,
             scope: Some(users_episodes(&scope.user)),
             blank_query_ranks_nothing: false,
+            as_of: None,
         };
         let sets = BTreeMap::from([(
             crate::semantic::sets::PRODUCER_TAG.to_string(),
@@ -379,6 +380,7 @@ impl MemoryTools {
         };
         let kind = input.memory_type.unwrap_or(MemoryType::Episodic);
         let list = ListInput {
+            as_of: None,
             kind: Some(kind.into()),
             page_size: input.page_size,
             page_token: input.page_token.unwrap_or_default(),
@@ -466,6 +468,7 @@ impl MemoryTools {
         // The user's set alone, not the org's and project's it selects with it.
         let user_set = crate::semantic::sets::user_set(&scope.project, &scope.user).set_id;
         let list = ListInput {
+            as_of: None,
             kind: Some(MemoryKind::Semantic),
             page_size: input.page_size,
             page_token: input.page_token.unwrap_or_default(),

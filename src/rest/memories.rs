@@ -186,6 +186,15 @@ fn timestamp(field: &str, value: &serde_json::Value) -> Result<Option<(i64, i32)
     )))
 }
 
+/// `as_of` in micros, read as a message's time is.
+fn as_of(value: &serde_json::Value) -> Result<Option<i64>> {
+    Ok(timestamp("as_of", value)?.map(|(seconds, nanos)| {
+        seconds
+            .saturating_mul(1_000_000)
+            .saturating_add(i64::from(nanos / 1000))
+    }))
+}
+
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct SearchMemories {
     #[serde(default)]
@@ -210,6 +219,11 @@ pub struct SearchMemories {
     /// search is the same either way.
     #[serde(default)]
     agent_mode: bool,
+    /// This server's addition: the features as they were at this time (RFC 3339 or
+    /// Unix seconds; semantic memory only).
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    as_of: serde_json::Value,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -263,6 +277,7 @@ async fn search_memories(
         score_threshold: r.score_threshold,
         scope: None,
         blank_query_ranks_nothing: true,
+        as_of: as_of(&r.as_of)?,
     };
     let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
     let found = gateway
@@ -328,6 +343,11 @@ pub struct ListMemories {
     /// [default: both kinds, as MemMachine; episodic when `page_token` is given]
     #[serde(default, rename = "type")]
     memory_type: Option<MemoryTypeJson>,
+    /// This server's addition: the features as they were at this time (RFC 3339 or
+    /// Unix seconds; semantic memory only).
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    as_of: serde_json::Value,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -366,6 +386,7 @@ async fn list_memories(
     let wants_token = r.page_token.is_some();
     // No type and no token: MemMachine answers the page of both kinds.
     let both = r.memory_type.is_none() && !wants_token;
+    let as_of = as_of(&r.as_of)?;
     let input = |kind| ListInput {
         kind,
         page_size: r.page_size,
@@ -374,6 +395,7 @@ async fn list_memories(
         filter: r.filter.clone(),
         set_metadata: r.set_metadata.clone(),
         scope: None,
+        as_of,
     };
     let kind = r.memory_type.map(MemoryKind::from);
     let listed = memories.list(&key, input(kind)).await?;

@@ -9,6 +9,7 @@ mod body;
 mod config_updates;
 mod console;
 mod error;
+mod feature_history;
 mod health;
 mod memories;
 mod projects;
@@ -123,6 +124,7 @@ fn api() -> OpenApiRouter<Gateway> {
         .merge(projects::routes())
         .merge(memories::routes())
         .merge(semantic::routes())
+        .merge(feature_history::routes())
         .merge(server_config::routes())
         .merge(usage::routes())
 }

@@ -332,6 +332,18 @@ fn projects_memories_and_features_through_the_binary() {
     assert_eq!(updated.trim(), format!("updated feature {feature_id}"));
     let feature = json(mm(&["features", "get", &feature_id, "--json"]));
     assert_eq!(feature["value"], "Maximus");
+    // Its history: the first value kept, the current one last.
+    let history = json(mm(&["features", "history", &feature_id, "--json"]));
+    assert_eq!(history["versions"][0]["value"], "Max", "{history}");
+    assert_eq!(history["versions"][0]["changed_by"], "manual");
+    assert_eq!(history["versions"][0]["citations"][0], uids[0]);
+    assert_eq!(history["versions"][1]["value"], "Maximus");
+    assert!(history["versions"][1]["valid_to"].is_null());
+    let table = ok(mm(&["features", "history", &feature_id]));
+    assert!(
+        table.contains("(current)") && table.contains("Max"),
+        "{table}"
+    );
     let found = json(mm(&[
         "features", "search", "dog", "--user", "alice", "--json",
     ]));

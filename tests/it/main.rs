@@ -16,6 +16,7 @@ mod durability;
 mod embedding_worker;
 mod external_clients;
 mod extreme_values;
+mod feature_history;
 mod filter_props;
 mod fuzz_regressions;
 mod grpc_api;

@@ -929,6 +929,7 @@ fn the_openapi_document_describes_exactly_the_routes_served() {
         "/memories/semantic/feature",
         "/memories/semantic/feature/get",
         "/memories/semantic/feature/update",
+        "/memories/semantic/feature/history",
         "/memories/semantic/set_type",
         "/memories/semantic/set_type/list",
         "/memories/semantic/set_type/delete",

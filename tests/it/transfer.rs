@@ -349,6 +349,36 @@ async fn populate(store: &Arc<dyn Store>) {
         )
         .await
         .unwrap();
+    // Fact history: dog's first value kept, and a feature deleted (its versions stay).
+    store
+        .update_feature(
+            dog.internal_id,
+            memmachine::semantic::model::FeatureUpdate {
+                value: Some("Maximus".into()),
+                value_key: Some("maximus".into()),
+                ..Default::default()
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    let cat = store
+        .add_feature(
+            project_set.internal_id,
+            new_feature(
+                "Pets",
+                &profile.id,
+                "Cats",
+                "name",
+                "Tom",
+                serde_json::json!({}),
+            ),
+            &[],
+            None,
+        )
+        .await
+        .unwrap();
+    store.delete_features(&[cat.internal_id]).await.unwrap();
     let embedder = HashEmbedder::new(16);
     store
         .store_feature_embeddings(
@@ -480,11 +510,41 @@ async fn round_trip(target: Arc<dyn Store>) {
         ("disabled_category", 2),
         ("feature", 4),
         ("feature_vector", 1),
+        ("feature_version", 7),
     ] {
         assert_eq!(kinds.get(kind), Some(&n), "{kind}: {kinds:?}");
     }
 
     // Spot checks through the traits.
+    let versions = |store: Arc<dyn Store>, id: String| async move {
+        store
+            .feature_history(&id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|mut v| {
+                // Cited in handle order, which differs between stores.
+                v.citations.sort_unstable();
+                (
+                    v.value,
+                    v.changed_by,
+                    v.valid_from_micros,
+                    v.valid_to_micros,
+                    v.citations,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let kept: Vec<String> = lines_of(&exported)
+        .iter()
+        .filter(|l| l["kind"] == "feature_version")
+        .map(|l| l["feature_id"].as_str().unwrap().to_string())
+        .collect();
+    for id in kept {
+        let before = versions(source.clone(), id.clone()).await;
+        assert!(!before.is_empty());
+        assert_eq!(versions(target.clone(), id).await, before);
+    }
     let support = key("acme", "support");
     let before = source.list_episodes(&support, None, 0, 100).await.unwrap();
     let after = target.list_episodes(&support, None, 0, 100).await.unwrap();

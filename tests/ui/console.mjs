@@ -262,6 +262,13 @@ try {
   await edited.getByRole('button', { name: 'Save' }).click();
   await edited.getByText('helix', { exact: true }).waitFor();
   ok('edited its value to "helix"');
+  await edited.getByRole('button', { name: 'History of feature editor' }).click();
+  const versions = edited.locator('.feature-history li.version');
+  await edited.locator('.feature-history li.version.current').filter({ hasText: 'helix' }).waitFor();
+  assert((await versions.count()) === 2, 'two versions: vim, then helix');
+  assert((await versions.first().textContent()).includes('vim'), 'the first version says vim');
+  assert((await versions.first().textContent()).includes('manual'), 'made by hand');
+  ok('its history shows "vim" then the current "helix"');
   await edited.getByRole('button', { name: 'Delete feature editor' }).click();
   await confirmDialog('Delete feature');
   await edited.waitFor({ state: 'detached' });

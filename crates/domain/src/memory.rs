@@ -50,6 +50,8 @@ pub struct ListInput {
     pub scope: Option<crate::model::filter::Expr>,
     /// Selects semantic sets.
     pub set_metadata: BTreeMap<String, String>,
+    /// Micros: list the features as they were then (semantic listings only).
+    pub as_of: Option<i64>,
 }
 
 /// A page of a listing: episodes or features, and the next page's token.
@@ -156,6 +158,7 @@ impl Memories {
                     filter: input.filter.clone(),
                     score_threshold: input.score_threshold,
                     set_metadata: set_metadata.clone(),
+                    as_of: input.as_of,
                 };
                 return self.semantic.search(&project, search).await;
             }
@@ -170,8 +173,11 @@ impl Memories {
                     &input.query,
                     set_metadata,
                     filter.as_ref(),
-                    top_k,
-                    input.score_threshold,
+                    crate::semantic::Cut {
+                        top_k,
+                        score_threshold: input.score_threshold,
+                        as_of: input.as_of,
+                    },
                 )
                 .await
         };
@@ -230,8 +236,11 @@ impl Memories {
                 .semantic
                 .list(
                     &project,
-                    input.page_size,
-                    &input.page_token,
+                    crate::semantic::Page {
+                        size: input.page_size,
+                        token: &input.page_token,
+                        as_of: input.as_of,
+                    },
                     &input.filter,
                     input.scope.as_ref(),
                     &input.set_metadata,

@@ -11,6 +11,7 @@
 
 mod episodes;
 mod error;
+mod feature_history;
 mod feed;
 mod filter_sql;
 mod helpers;

@@ -420,6 +420,130 @@ const MIGRATIONS: &[&str] = &[
         holder TEXT NOT NULL,
         until BIGINT NOT NULL
     );",
+    // Fact history. A feature row is its current version
+    // (`valid_from`, 0: since `created_at`; `changed_by`: what made it, as
+    // `FeatureChange`); triggers keep every earlier one (and a deletion's final one with
+    // a zero-length tombstone) in the same statement as the change, so no path can
+    // forget it. `feature` names the owner (a consolidation re-points its sources'
+    // versions to the survivor), `origin_id` the feature the version belonged to.
+    // Versions of features deleted with their project or set are not kept. At most
+    // `keep` per feature.
+    r#"
+    ALTER TABLE semantic_features ADD COLUMN valid_from BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE semantic_features ADD COLUMN changed_by BIGINT NOT NULL DEFAULT 0;
+    CREATE TABLE feature_history_settings (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        keep BIGINT NOT NULL
+    );
+    INSERT INTO feature_history_settings (id, keep) VALUES (1, 50);
+    CREATE TABLE feature_versions (
+        org_id TEXT NOT NULL,
+        id BIGINT GENERATED ALWAYS AS IDENTITY,
+        feature BIGINT NOT NULL,
+        feature_public_id TEXT NOT NULL,
+        origin_id TEXT NOT NULL,
+        project BIGINT,
+        set_ref BIGINT NOT NULL,
+        set_id TEXT NOT NULL,
+        category TEXT NOT NULL,
+        category_id TEXT NOT NULL,
+        tag TEXT NOT NULL,
+        feature_name TEXT NOT NULL,
+        value TEXT NOT NULL,
+        metadata TEXT NOT NULL,
+        valid_from BIGINT NOT NULL,
+        valid_to BIGINT NOT NULL,
+        changed_by BIGINT NOT NULL,
+        PRIMARY KEY (org_id, id),
+        FOREIGN KEY (org_id, project) REFERENCES projects (org_id, id) ON DELETE CASCADE
+    );
+    CREATE INDEX feature_versions_by_feature ON feature_versions (feature, id);
+    CREATE INDEX feature_versions_by_public_id ON feature_versions (feature_public_id);
+    CREATE INDEX feature_versions_by_set ON feature_versions (set_ref, valid_from);
+    CREATE INDEX feature_versions_by_project ON feature_versions (org_id, project);
+    CREATE TABLE feature_version_citations (
+        org_id TEXT NOT NULL,
+        version BIGINT NOT NULL,
+        episode BIGINT NOT NULL,
+        PRIMARY KEY (org_id, version, episode),
+        FOREIGN KEY (org_id, version) REFERENCES feature_versions (org_id, id)
+            ON DELETE CASCADE,
+        FOREIGN KEY (org_id, episode) REFERENCES episodes (org_id, id) ON DELETE CASCADE
+    );
+    CREATE INDEX feature_version_citations_by_episode
+        ON feature_version_citations (org_id, episode);
+
+    CREATE FUNCTION memmachine_trim_feature_versions(org TEXT, f BIGINT) RETURNS void
+        LANGUAGE sql AS $$
+        DELETE FROM feature_versions WHERE org_id = org AND feature = f AND id <= (
+            SELECT id FROM feature_versions WHERE org_id = org AND feature = f
+            ORDER BY id DESC LIMIT 1
+            OFFSET (SELECT keep FROM feature_history_settings WHERE id = 1));
+    $$;
+
+    -- Keeps OLD as a version ending at `ended`; NULL when its set or project is going.
+    CREATE FUNCTION memmachine_keep_feature_version(old semantic_features, ended BIGINT)
+        RETURNS BIGINT LANGUAGE plpgsql AS $$
+    DECLARE
+        kept BIGINT;
+    BEGIN
+        INSERT INTO feature_versions (org_id, feature, feature_public_id, origin_id, project, set_ref,
+                set_id, category, category_id, tag, feature_name, value, metadata, valid_from,
+                valid_to, changed_by)
+            SELECT old.org_id, old.id, old.public_id, old.public_id, s.project, old.set_ref,
+                s.set_id, old.category, old.category_id, old.tag, old.feature, old.value,
+                old.metadata, GREATEST(old.valid_from, old.created_at), ended, old.changed_by
+            FROM semantic_sets s
+            WHERE s.org_id = old.org_id AND s.id = old.set_ref
+                AND (s.project IS NULL OR EXISTS (
+                    SELECT 1 FROM projects p WHERE p.org_id = s.org_id AND p.id = s.project))
+            RETURNING id INTO kept;
+        IF kept IS NOT NULL THEN
+            INSERT INTO feature_version_citations (org_id, version, episode)
+                SELECT old.org_id, kept, episode FROM semantic_citations
+                WHERE org_id = old.org_id AND feature = old.id;
+        END IF;
+        RETURN kept;
+    END $$;
+
+    CREATE FUNCTION memmachine_feature_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        ended BIGINT := GREATEST(NEW.updated_at, OLD.valid_from, OLD.created_at);
+    BEGIN
+        IF memmachine_keep_feature_version(OLD, ended) IS NOT NULL THEN
+            PERFORM memmachine_trim_feature_versions(OLD.org_id, OLD.id);
+        END IF;
+        NEW.valid_from := ended;
+        RETURN NEW;
+    END $$;
+    CREATE TRIGGER feature_versions_on_update
+        BEFORE UPDATE OF category, tag, feature, value ON semantic_features
+        FOR EACH ROW WHEN (OLD.category IS DISTINCT FROM NEW.category
+            OR OLD.tag IS DISTINCT FROM NEW.tag OR OLD.feature IS DISTINCT FROM NEW.feature
+            OR OLD.value IS DISTINCT FROM NEW.value)
+        EXECUTE FUNCTION memmachine_feature_changed();
+
+    CREATE FUNCTION memmachine_feature_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        ended BIGINT := GREATEST((extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
+            OLD.valid_from, OLD.created_at);
+        kept BIGINT := memmachine_keep_feature_version(OLD, ended);
+    BEGIN
+        IF kept IS NOT NULL THEN
+            INSERT INTO feature_versions (org_id, feature, feature_public_id, origin_id, project, set_ref,
+                set_id, category, category_id, tag, feature_name, value, metadata, valid_from,
+                valid_to, changed_by)
+                SELECT org_id, feature, feature_public_id, origin_id, project, set_ref,
+                    set_id, category, category_id, tag, feature_name, value, metadata,
+                    valid_to, valid_to, 4
+                FROM feature_versions WHERE org_id = OLD.org_id AND id = kept;
+            PERFORM memmachine_trim_feature_versions(OLD.org_id, OLD.id);
+        END IF;
+        RETURN OLD;
+    END $$;
+    CREATE TRIGGER feature_versions_on_delete BEFORE DELETE ON semantic_features
+        FOR EACH ROW EXECUTE FUNCTION memmachine_feature_deleted();
+    "#,
 ];
 
 /// Brings the database to the latest schema (creating the `vector` extension first)

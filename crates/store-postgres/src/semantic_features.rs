@@ -19,17 +19,18 @@ use memmachine_core::error::{Error, Result};
 use memmachine_core::model::{EpisodeHandle, FeatureId, SetId};
 use memmachine_core::store::semantic_features::feature_embedding_text;
 use memmachine_core::store::{
-    Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding,
+    ChangedBy, Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding,
 };
 
 /// Columns read by `from_row`, over `semantic_features f JOIN semantic_sets s`.
 const COLUMNS: &str = "f.id, f.public_id, f.set_ref, s.set_id, f.category, f.category_id, \
-     f.tag, f.feature, f.value, f.metadata, f.created_at, f.updated_at";
+     f.tag, f.feature, f.value, f.metadata, f.created_at, f.updated_at, \
+     GREATEST(f.valid_from, f.created_at), f.changed_by";
 
 const FROM: &str =
     "semantic_features f JOIN semantic_sets s ON s.org_id = f.org_id AND s.id = f.set_ref";
 
-fn from_row(row: &PgRow) -> sqlx::Result<Feature> {
+pub(super) fn from_row(row: &PgRow) -> sqlx::Result<Feature> {
     let metadata: String = row.try_get(9)?;
     Ok(Feature {
         internal_id: FeatureId::from_raw(row.try_get(0)?),
@@ -45,11 +46,13 @@ fn from_row(row: &PgRow) -> sqlx::Result<Feature> {
         citations: Vec::new(),
         created_at_micros: row.try_get(10)?,
         updated_at_micros: row.try_get(11)?,
+        valid_from_micros: row.try_get(12)?,
+        changed_by: ChangedBy::from_code(row.try_get(13)?),
     })
 }
 
 /// Fills in the features' citations: episode uids, oldest (lowest handle) first.
-async fn with_citations(
+pub(super) async fn with_citations(
     conn: &mut PgConnection,
     mut features: Vec<Feature>,
 ) -> Result<Vec<Feature>> {
@@ -80,7 +83,7 @@ async fn with_citations(
     Ok(features)
 }
 
-async fn query(
+pub(super) async fn query(
     conn: &mut PgConnection,
     condition: &str,
     bind: impl FnOnce(
@@ -285,14 +288,16 @@ pub(super) async fn insert(
     feature: &NewFeature,
     citations: &[EpisodeHandle],
     embedder: Option<&str>,
+    changed_by: ChangedBy,
 ) -> Result<i64> {
     let org = org_of_set(&mut *tx, set).await?;
     let now = now_micros();
     let metadata = encode_metadata(&feature.metadata)?;
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO semantic_features (org_id, public_id, set_ref, category, category_id, tag,
-             feature, value, metadata, match_key, value_key, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12) RETURNING id",
+             feature, value, metadata, match_key, value_key, created_at, updated_at,
+             valid_from, changed_by)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $12, $13) RETURNING id",
     )
     .bind(&org)
     .bind(&feature.id)
@@ -306,6 +311,7 @@ pub(super) async fn insert(
     .bind(&feature.match_key)
     .bind(&feature.value_key)
     .bind(now)
+    .bind(changed_by.code())
     .fetch_one(&mut *tx)
     .await
     .map_err(|err| {
@@ -328,7 +334,15 @@ pub(super) async fn add(
     embedder: Option<&str>,
 ) -> Result<Feature> {
     require_set(&mut *tx, set).await?;
-    let id = insert(&mut *tx, set, feature, citations, embedder).await?;
+    let id = insert(
+        &mut *tx,
+        set,
+        feature,
+        citations,
+        embedder,
+        ChangedBy::Manual,
+    )
+    .await?;
     bump_sets(&mut *tx, &[set]).await?;
     by_id(tx, id)
         .await?
@@ -368,7 +382,7 @@ pub(super) async fn add_or_cite(
             .map_err(db_error)?;
         }
         None => {
-            insert(tx, set, feature, citations, embedder).await?;
+            insert(tx, set, feature, citations, embedder, ChangedBy::Extraction).await?;
         }
     }
     Ok(())
@@ -385,7 +399,10 @@ pub(super) async fn update_or_add(
 ) -> Result<()> {
     let updated: Vec<(i64, String)> = sqlx::query_as(
         "UPDATE semantic_features SET value = $3, value_key = $4, category = $5,
-             category_id = $6, tag = $7, feature = $8, updated_at = $9
+             category_id = $6, tag = $7, feature = $8, updated_at = $9,
+             changed_by = CASE WHEN value IS DISTINCT FROM $3 OR category IS DISTINCT FROM $5
+                 OR tag IS DISTINCT FROM $7 OR feature IS DISTINCT FROM $8
+                 THEN $10 ELSE changed_by END
          WHERE set_ref = $1 AND match_key = $2 RETURNING id, org_id",
     )
     .bind(set)
@@ -397,11 +414,12 @@ pub(super) async fn update_or_add(
     .bind(&feature.tag)
     .bind(&feature.feature)
     .bind(now_micros())
+    .bind(ChangedBy::Extraction.code())
     .fetch_all(&mut *tx)
     .await
     .map_err(db_error)?;
     if updated.is_empty() {
-        insert(tx, set, feature, citations, embedder).await?;
+        insert(tx, set, feature, citations, embedder, ChangedBy::Extraction).await?;
         return Ok(());
     }
     let mut updated = updated;
@@ -443,14 +461,25 @@ pub(super) async fn update(
     let (category, category_id) = update
         .category
         .clone()
-        .unwrap_or((current.category, current.category_id));
+        .unwrap_or((current.category.clone(), current.category_id.clone()));
     let metadata = encode_metadata(update.metadata.as_ref().unwrap_or(&current.metadata))?;
+    // A new version when a field the history keeps changes (metadata is not one).
+    let differs = |new: &Option<String>, old: &str| new.as_deref().is_some_and(|n| n != old);
+    let versioned = category != current.category
+        || differs(&update.tag, &current.tag)
+        || differs(&update.feature, &current.feature)
+        || differs(&update.value, &current.value);
+    let changed_by = if versioned {
+        ChangedBy::Manual
+    } else {
+        current.changed_by
+    };
     sqlx::query(
         "UPDATE semantic_features SET category = $2, category_id = $3,
              tag = COALESCE($4, tag), feature = COALESCE($5, feature),
              value = COALESCE($6, value), metadata = $7,
              match_key = COALESCE($8, match_key), value_key = COALESCE($9, value_key),
-             updated_at = $10
+             updated_at = $10, changed_by = $12
          WHERE org_id = $11 AND id = $1",
     )
     .bind(internal_id)
@@ -464,6 +493,7 @@ pub(super) async fn update(
     .bind(&update.value_key)
     .bind(now_micros())
     .bind(&org)
+    .bind(changed_by.code())
     .execute(&mut *tx)
     .await
     .map_err(db_error)?;
@@ -519,9 +549,20 @@ pub(super) async fn consolidate(
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
+    let mut survivors = Vec::with_capacity(add.len());
     for feature in add {
-        insert(&mut *tx, set, feature, &citations, embedder).await?;
+        let id = insert(
+            &mut *tx,
+            set,
+            feature,
+            &citations,
+            embedder,
+            ChangedBy::Consolidation,
+        )
+        .await?;
+        survivors.push((id, feature.id.as_str()));
     }
+    super::feature_history::merge_into(&mut *tx, remove, &survivors).await?;
     bump_sets(tx, &[set]).await
 }
 

@@ -38,7 +38,7 @@ pub(super) fn open_connection(path: &Path) -> Result<Connection> {
 }
 
 /// `mm_num(x)`: x as a number when it is one (or a string holding one), else NULL.
-/// Filters use it so that numbers compare numerically.
+/// Filters use it so that numbers compare numerically. `mm_now_micros()`: now.
 fn register_functions(conn: &Connection) -> rusqlite::Result<()> {
     conn.create_scalar_function(
         "mm_num",
@@ -55,7 +55,12 @@ fn register_functions(conn: &Connection) -> rusqlite::Result<()> {
                 _ => Value::Null,
             })
         },
-    )
+    )?;
+    // The clock every other timestamp comes from, to the microsecond (SQLite's own is
+    // to the millisecond): the feature history's triggers end versions with it.
+    conn.create_scalar_function("mm_now_micros", 0, FunctionFlags::SQLITE_UTF8, |_| {
+        Ok(chrono::Utc::now().timestamp_micros())
+    })
 }
 
 type Finish = Box<dyn FnOnce(Result<()>) + Send>;

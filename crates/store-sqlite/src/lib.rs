@@ -13,6 +13,7 @@
 mod connection;
 mod episodes;
 mod error;
+mod feature_history;
 mod feed;
 mod filter_sql;
 mod helpers;

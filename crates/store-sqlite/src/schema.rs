@@ -275,6 +275,97 @@ const MIGRATIONS: &[&str] = &[
         holder TEXT NOT NULL,
         until INTEGER NOT NULL
     );",
+    // Fact history. A feature row is its current version (`valid_from`, 0: since
+    // `created_at`; `changed_by`: what made it, as `FeatureChange`); triggers keep
+    // every earlier one (and a deletion's final one with a zero-length tombstone) in
+    // the same statement as the change, so no path can forget it. `feature` names the
+    // owner (a consolidation re-points its sources' versions to the survivor),
+    // `origin_id` the feature the version belonged to. Versions of features whose set
+    // is being deleted with its project are not kept. At most `keep` per feature.
+    "ALTER TABLE semantic_features ADD COLUMN valid_from INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE semantic_features ADD COLUMN changed_by INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE feature_history_settings (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        keep INTEGER NOT NULL
+    );
+    INSERT INTO feature_history_settings (id, keep) VALUES (1, 50);
+    CREATE TABLE feature_versions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        feature INTEGER NOT NULL,
+        feature_public_id TEXT NOT NULL,
+        origin_id TEXT NOT NULL,
+        org_id TEXT NOT NULL,
+        project INTEGER REFERENCES projects (id) ON DELETE CASCADE,
+        set_ref INTEGER NOT NULL,
+        set_id TEXT NOT NULL,
+        category TEXT NOT NULL,
+        category_id TEXT NOT NULL,
+        tag TEXT NOT NULL,
+        feature_name TEXT NOT NULL,
+        value TEXT NOT NULL,
+        metadata TEXT NOT NULL,
+        valid_from INTEGER NOT NULL,
+        valid_to INTEGER NOT NULL,
+        changed_by INTEGER NOT NULL
+    );
+    CREATE INDEX feature_versions_by_feature ON feature_versions (feature, id);
+    CREATE INDEX feature_versions_by_public_id ON feature_versions (feature_public_id);
+    CREATE INDEX feature_versions_by_set ON feature_versions (set_ref, valid_from);
+    CREATE INDEX feature_versions_by_project ON feature_versions (project);
+    CREATE TABLE feature_version_citations (
+        version INTEGER NOT NULL REFERENCES feature_versions (id) ON DELETE CASCADE,
+        episode INTEGER NOT NULL REFERENCES episodes (id) ON DELETE CASCADE,
+        PRIMARY KEY (version, episode)
+    ) WITHOUT ROWID;
+    CREATE INDEX feature_version_citations_by_episode ON feature_version_citations (episode);
+    CREATE TRIGGER feature_versions_on_update
+        AFTER UPDATE OF category, tag, feature, value ON semantic_features
+        WHEN OLD.category IS NOT NEW.category OR OLD.tag IS NOT NEW.tag
+            OR OLD.feature IS NOT NEW.feature OR OLD.value IS NOT NEW.value
+    BEGIN
+        INSERT INTO feature_versions (feature, feature_public_id, origin_id, org_id, project,
+                set_ref, set_id, category, category_id, tag, feature_name, value, metadata,
+                valid_from, valid_to, changed_by)
+            SELECT OLD.id, OLD.public_id, OLD.public_id, s.org_id, s.project, OLD.set_ref,
+                s.set_id, OLD.category, OLD.category_id, OLD.tag, OLD.feature, OLD.value,
+                OLD.metadata, MAX(OLD.valid_from, OLD.created_at),
+                MAX(NEW.updated_at, OLD.valid_from, OLD.created_at), OLD.changed_by
+            FROM semantic_sets s WHERE s.id = OLD.set_ref;
+        INSERT INTO feature_version_citations (version, episode)
+            SELECT last_insert_rowid(), episode FROM semantic_citations
+            WHERE feature = OLD.id AND EXISTS (SELECT 1 FROM semantic_sets WHERE id = OLD.set_ref);
+        UPDATE semantic_features SET valid_from = MAX(NEW.updated_at, OLD.valid_from, OLD.created_at)
+            WHERE id = NEW.id;
+        DELETE FROM feature_versions WHERE feature = OLD.id AND id <= (
+            SELECT id FROM feature_versions WHERE feature = OLD.id ORDER BY id DESC
+            LIMIT 1 OFFSET (SELECT keep FROM feature_history_settings WHERE id = 1));
+    END;
+    CREATE TRIGGER feature_versions_on_delete BEFORE DELETE ON semantic_features
+    BEGIN
+        INSERT INTO feature_versions (feature, feature_public_id, origin_id, org_id, project,
+                set_ref, set_id, category, category_id, tag, feature_name, value, metadata,
+                valid_from, valid_to, changed_by)
+            SELECT OLD.id, OLD.public_id, OLD.public_id, s.org_id, s.project, OLD.set_ref,
+                s.set_id, OLD.category, OLD.category_id, OLD.tag, OLD.feature, OLD.value,
+                OLD.metadata, MAX(OLD.valid_from, OLD.created_at),
+                MAX(mm_now_micros(), OLD.valid_from, OLD.created_at),
+                OLD.changed_by
+            FROM semantic_sets s WHERE s.id = OLD.set_ref;
+        INSERT INTO feature_version_citations (version, episode)
+            SELECT last_insert_rowid(), episode FROM semantic_citations
+            WHERE feature = OLD.id AND EXISTS (SELECT 1 FROM semantic_sets WHERE id = OLD.set_ref);
+        INSERT INTO feature_versions (feature, feature_public_id, origin_id, org_id, project,
+                set_ref, set_id, category, category_id, tag, feature_name, value, metadata,
+                valid_from, valid_to, changed_by)
+            SELECT feature, feature_public_id, origin_id, org_id, project, set_ref, set_id,
+                category, category_id, tag, feature_name, value, metadata, valid_to, valid_to, 4
+            FROM feature_versions
+            WHERE id = last_insert_rowid() AND feature = OLD.id
+                AND EXISTS (SELECT 1 FROM semantic_sets WHERE id = OLD.set_ref);
+        DELETE FROM feature_versions WHERE feature = OLD.id AND id <= (
+            SELECT id FROM feature_versions WHERE feature = OLD.id ORDER BY id DESC
+            LIMIT 1 OFFSET (SELECT keep FROM feature_history_settings WHERE id = 1));
+    END;",
 ];
 
 /// Brings the database to the latest schema, and makes sure universal/universal exists.

@@ -18,16 +18,17 @@ use memmachine_core::error::{Error, Result};
 use memmachine_core::model::{EpisodeHandle, FeatureId, SetId};
 use memmachine_core::store::semantic_features::feature_embedding_text;
 use memmachine_core::store::{
-    Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding,
+    ChangedBy, Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding,
 };
 
 /// Columns read by `from_row`, over `semantic_features f JOIN semantic_sets s`.
 const COLUMNS: &str = "f.id, f.public_id, f.set_ref, s.set_id, f.category, f.category_id, \
-     f.tag, f.feature, f.value, f.metadata, f.created_at, f.updated_at";
+     f.tag, f.feature, f.value, f.metadata, f.created_at, f.updated_at, \
+     MAX(f.valid_from, f.created_at), f.changed_by";
 
 const FROM: &str = "semantic_features f JOIN semantic_sets s ON s.id = f.set_ref";
 
-fn from_row(row: &Row<'_>) -> rusqlite::Result<Feature> {
+pub(super) fn from_row(row: &Row<'_>) -> rusqlite::Result<Feature> {
     let metadata: String = row.get(9)?;
     Ok(Feature {
         internal_id: FeatureId::from_raw(row.get(0)?),
@@ -43,11 +44,16 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Feature> {
         citations: Vec::new(),
         created_at_micros: row.get(10)?,
         updated_at_micros: row.get(11)?,
+        valid_from_micros: row.get(12)?,
+        changed_by: ChangedBy::from_code(row.get(13)?),
     })
 }
 
 /// Fills in the features' citations: episode uids, oldest (lowest row id) first.
-fn with_citations(conn: &Connection, mut features: Vec<Feature>) -> Result<Vec<Feature>> {
+pub(super) fn with_citations(
+    conn: &Connection,
+    mut features: Vec<Feature>,
+) -> Result<Vec<Feature>> {
     let mut stmt = conn
         .prepare_cached(
             "SELECT e.uid FROM semantic_citations c JOIN episodes e ON e.id = c.episode
@@ -65,7 +71,11 @@ fn with_citations(conn: &Connection, mut features: Vec<Feature>) -> Result<Vec<F
     Ok(features)
 }
 
-fn query(conn: &Connection, filter: &str, params: impl rusqlite::Params) -> Result<Vec<Feature>> {
+pub(super) fn query(
+    conn: &Connection,
+    filter: &str,
+    params: impl rusqlite::Params,
+) -> Result<Vec<Feature>> {
     let features = conn
         .prepare_cached(&format!("SELECT {COLUMNS} FROM {FROM} WHERE {filter}"))
         .and_then(|mut stmt| stmt.query_map(params, from_row)?.collect())
@@ -195,14 +205,16 @@ pub(super) fn insert(
     feature: &NewFeature,
     citations: &[EpisodeHandle],
     embedder: Option<&str>,
+    changed_by: ChangedBy,
 ) -> Result<i64> {
     let now = now_micros();
     let metadata = encode_metadata(&feature.metadata)?;
     let id: i64 = conn
         .prepare_cached(
             "INSERT INTO semantic_features (public_id, set_ref, category, category_id, tag,
-                 feature, value, metadata, match_key, value_key, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11) RETURNING id",
+                 feature, value, metadata, match_key, value_key, created_at, updated_at,
+                 valid_from, changed_by)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?11, ?12) RETURNING id",
         )
         .and_then(|mut stmt| {
             stmt.query_row(
@@ -217,7 +229,8 @@ pub(super) fn insert(
                     metadata,
                     feature.match_key,
                     feature.value_key,
-                    now
+                    now,
+                    changed_by.code()
                 ],
                 |row| row.get(0),
             )
@@ -242,7 +255,7 @@ pub(super) fn add(
     embedder: Option<&str>,
 ) -> Result<Feature> {
     require_set(conn, set)?;
-    let id = insert(conn, set, feature, citations, embedder)?;
+    let id = insert(conn, set, feature, citations, embedder, ChangedBy::Manual)?;
     bump_sets(conn, &[set])?;
     by_id(conn, id)?.ok_or_else(|| Error::Internal("an added feature vanished".into()))
 }
@@ -276,7 +289,14 @@ pub(super) fn add_or_cite(
                 .map_err(storage_error)?;
         }
         None => {
-            insert(conn, set, feature, citations, embedder)?;
+            insert(
+                conn,
+                set,
+                feature,
+                citations,
+                embedder,
+                ChangedBy::Extraction,
+            )?;
         }
     }
     Ok(())
@@ -294,7 +314,9 @@ pub(super) fn update_or_add(
     let ids: Vec<i64> = conn
         .prepare_cached(
             "UPDATE semantic_features SET value = ?3, value_key = ?4, category = ?5,
-                 category_id = ?6, tag = ?7, feature = ?8, updated_at = ?9
+                 category_id = ?6, tag = ?7, feature = ?8, updated_at = ?9,
+                 changed_by = CASE WHEN value IS NOT ?3 OR category IS NOT ?5 OR tag IS NOT ?7
+                     OR feature IS NOT ?8 THEN ?10 ELSE changed_by END
              WHERE set_ref = ?1 AND match_key = ?2 RETURNING id",
         )
         .and_then(|mut stmt| {
@@ -308,7 +330,8 @@ pub(super) fn update_or_add(
                     feature.category_id,
                     feature.tag,
                     feature.feature,
-                    now_micros()
+                    now_micros(),
+                    ChangedBy::Extraction.code()
                 ],
                 |row| row.get(0),
             )?
@@ -316,7 +339,14 @@ pub(super) fn update_or_add(
         })
         .map_err(storage_error)?;
     if ids.is_empty() {
-        insert(conn, set, feature, citations, embedder)?;
+        insert(
+            conn,
+            set,
+            feature,
+            citations,
+            embedder,
+            ChangedBy::Extraction,
+        )?;
         return Ok(());
     }
     for id in ids {
@@ -348,14 +378,25 @@ pub(super) fn update(
     let (category, category_id) = update
         .category
         .clone()
-        .unwrap_or((current.category, current.category_id));
+        .unwrap_or((current.category.clone(), current.category_id.clone()));
     let metadata = encode_metadata(update.metadata.as_ref().unwrap_or(&current.metadata))?;
+    // A new version when a field the history keeps changes (metadata is not one).
+    let differs = |new: &Option<String>, old: &str| new.as_deref().is_some_and(|n| n != old);
+    let versioned = category != current.category
+        || differs(&update.tag, &current.tag)
+        || differs(&update.feature, &current.feature)
+        || differs(&update.value, &current.value);
+    let changed_by = if versioned {
+        ChangedBy::Manual.code()
+    } else {
+        current.changed_by.code()
+    };
     conn.prepare_cached(
         "UPDATE semantic_features SET category = ?2, category_id = ?3,
              tag = COALESCE(?4, tag), feature = COALESCE(?5, feature),
              value = COALESCE(?6, value), metadata = ?7,
              match_key = COALESCE(?8, match_key), value_key = COALESCE(?9, value_key),
-             updated_at = ?10
+             updated_at = ?10, changed_by = ?11
          WHERE id = ?1",
     )
     .and_then(|mut stmt| {
@@ -369,7 +410,8 @@ pub(super) fn update(
             metadata,
             update.match_key,
             update.value_key,
-            now_micros()
+            now_micros(),
+            changed_by
         ])
     })
     .map_err(storage_error)?;
@@ -420,9 +462,19 @@ pub(super) fn consolidate(
     conn.prepare_cached("DELETE FROM semantic_features WHERE id IN rarray(?1) AND set_ref = ?2")
         .and_then(|mut stmt| stmt.execute(params![id_array(remove), set]))
         .map_err(storage_error)?;
+    let mut survivors = Vec::with_capacity(add.len());
     for feature in add {
-        insert(conn, set, feature, &citations, embedder)?;
+        let id = insert(
+            conn,
+            set,
+            feature,
+            &citations,
+            embedder,
+            ChangedBy::Consolidation,
+        )?;
+        survivors.push((id, feature.id.as_str()));
     }
+    super::feature_history::merge_into(conn, remove, &survivors)?;
     bump_sets(conn, &[set])
 }
 

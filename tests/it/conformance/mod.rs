@@ -10,6 +10,7 @@
 
 mod episodes;
 mod feed;
+mod history;
 mod keys;
 mod legacy;
 mod projects;
@@ -229,6 +230,13 @@ macro_rules! conformance {
                     fresh categories_and_tags_are_named_once_per_owner,
                     fresh episodes_resolve_within_their_project_only,
                     fresh each_message_knows_what_came_before_it_in_its_project,
+                }
+                history {
+                    fresh versions_are_kept_on_every_change_and_on_deletion,
+                    fresh the_bound_drops_the_oldest_versions,
+                    fresh consolidation_keeps_its_sources_history,
+                    fresh versions_are_dropped_by_feature_and_by_cited_episode,
+                    fresh deleting_a_project_drops_its_sets_history_only,
                 }
             }
         }

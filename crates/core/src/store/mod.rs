@@ -8,6 +8,7 @@
 // stores or moves as `Vec<T>`; a backend copies what its blocking task needs.
 
 mod episodes;
+pub mod feature_history;
 mod feed;
 mod keys;
 mod leases;
@@ -27,6 +28,7 @@ mod usage;
 mod vectors;
 
 pub use episodes::{EpisodeStore, episode_column};
+pub use feature_history::{ChangedBy, FeatureHistory, FeatureVersion, RestoredVersion};
 pub use feed::{Change, ChangeFeed, Changes, FeedHead, IndexedEpisode};
 pub use keys::KeyStore;
 pub use leases::LeaseStore;
@@ -66,6 +68,7 @@ pub trait Store:
     + UsageStore
     + LeaseStore
     + RetentionStore
+    + FeatureHistory
 {
 }
 
@@ -84,5 +87,6 @@ impl<T> Store for T where
         + UsageStore
         + LeaseStore
         + RetentionStore
+        + FeatureHistory
 {
 }

@@ -42,6 +42,10 @@ pub struct Feature {
     pub citations: Vec<uuid::Uuid>,
     pub created_at_micros: i64,
     pub updated_at_micros: i64,
+    /// Since when its current value holds.
+    pub valid_from_micros: i64,
+    /// What made its current value.
+    pub changed_by: super::feature_history::ChangedBy,
 }
 
 /// A manual change of a feature: `None` keeps the field.

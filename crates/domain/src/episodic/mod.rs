@@ -48,6 +48,8 @@ pub struct SearchInput {
     /// A blank query ranks nothing (the recent window still answers) instead of being
     /// refused: MemMachine's REST answers it so; gRPC, MCP and v1 refuse it.
     pub blank_query_ranks_nothing: bool,
+    /// Micros: the semantic half ranks the features as they were then.
+    pub as_of: Option<i64>,
 }
 
 impl SearchInput {

@@ -260,6 +260,7 @@ impl Legacy {
             score_threshold: None,
             scope: session_scope(&ctx.session_id),
             blank_query_ranks_nothing: false,
+            as_of: None,
         };
         let found = self
             .memories
@@ -305,6 +306,7 @@ impl Legacy {
             filter: filter.to_string(),
             scope: session_scope(&ctx.session_id),
             set_metadata: BTreeMap::new(),
+            as_of: None,
         };
         let listed = self
             .memories
@@ -422,6 +424,7 @@ impl Legacy {
                 // Even an empty id names one session, never the whole group.
                 scope: Some(super::session_episodes(session_id)),
                 set_metadata: BTreeMap::new(),
+                as_of: None,
             };
             let Listed::Episodes(page, _) = self.memories.list(key, input).await? else {
                 return Err(Error::Internal(

@@ -7,11 +7,26 @@ use super::categories::{self, Effective};
 use super::model::{Feature, FeatureUpdate, SetRow};
 use super::{
     FeatureChange, FeatureInput, FeatureSearch, MAX_VALUE_BYTES, ScoredFeature, SemanticMemory,
-    check_id, check_metadata, check_name, check_text, features, indexed_of, not_found,
+    check_id, check_metadata, check_name, check_text, features, history, indexed_of, not_found,
     parse_filter, parse_uids, search, sets, visible_set,
 };
 use crate::error::{Error, Result, Violations};
 use crate::model::{FeatureId, Project, SetId};
+
+/// How many features a ranking answers, above which score, as of when (micros; `None`:
+/// now).
+pub struct Cut {
+    pub top_k: usize,
+    pub score_threshold: Option<f64>,
+    pub as_of: Option<i64>,
+}
+
+/// A page of a listing: its size, the token of the page before, as of when (micros).
+pub struct Page<'a> {
+    pub size: Option<i32>,
+    pub token: &'a str,
+    pub as_of: Option<i64>,
+}
 
 impl SemanticMemory {
     // Features.
@@ -196,13 +211,17 @@ impl SemanticMemory {
         }
         violations.into_result()?;
         let (top_k, filter) = (top_k.expect("validated"), filter.expect("validated"));
+        let cut = Cut {
+            top_k,
+            score_threshold: input.score_threshold,
+            as_of: input.as_of,
+        };
         self.rank(
             project,
             &input.query,
             &input.set_metadata,
             filter.as_ref(),
-            top_k,
-            input.score_threshold,
+            cut,
         )
         .await
     }
@@ -214,9 +233,13 @@ impl SemanticMemory {
         query: &str,
         set_metadata: &BTreeMap<String, String>,
         filter: Option<&crate::model::filter::Expr>,
-        top_k: usize,
-        score_threshold: Option<f64>,
+        cut: Cut,
     ) -> Result<Vec<ScoredFeature>> {
+        let Cut {
+            top_k,
+            score_threshold,
+            as_of,
+        } = cut;
         // Empty set metadata: every set the project sees, which is all the index holds.
         let selected: Option<HashSet<String>> = if set_metadata.is_empty() {
             None
@@ -228,7 +251,15 @@ impl SemanticMemory {
                     .collect(),
             )
         };
-        let index = self.indexes.current(&self.store, project).await?;
+        // As of a past time: an index of the versions valid then, built for this call.
+        let (index, mut snapshot) = match history::past(as_of) {
+            None => (self.indexes.current(&self.store, project).await?, None),
+            Some(at) => {
+                let sets = self.visible_set_ids(project).await?;
+                let (index, features) = self.snapshot(&sets, at).await?;
+                (index, Some(features))
+            }
+        };
         if index.is_empty() {
             return Ok(Vec::new());
         }
@@ -261,15 +292,19 @@ impl SemanticMemory {
             .map(|(id, score)| (id, score as f64))
             .filter(|(_, score)| score_threshold.is_none_or(|t| *score >= t))
             .collect();
-        let features = self
-            .store
-            .features(
-                &ranked
-                    .iter()
-                    .map(|r| FeatureId::from_raw(r.0))
-                    .collect::<Vec<_>>(),
-            )
-            .await?;
+        let features = match snapshot.as_mut() {
+            Some(then) => ranked.iter().filter_map(|r| then.remove(&r.0)).collect(),
+            None => {
+                self.store
+                    .features(
+                        &ranked
+                            .iter()
+                            .map(|r| FeatureId::from_raw(r.0))
+                            .collect::<Vec<_>>(),
+                    )
+                    .await?
+            }
+        };
         Ok(features
             .into_iter()
             .filter_map(|feature| {
@@ -284,17 +319,29 @@ impl SemanticMemory {
     pub async fn list(
         &self,
         project: &Project,
-        page_size: Option<i32>,
-        page_token: &str,
+        page: Page<'_>,
         filter: &str,
         scope: Option<&crate::model::filter::Expr>,
         set_metadata: &BTreeMap<String, String>,
     ) -> Result<(Vec<Feature>, String)> {
+        let Page {
+            size: page_size,
+            token: page_token,
+            as_of,
+        } = page;
         let mut violations = Violations::default();
         let limit = violations.check(self.limits.page_size("page_size", page_size, 100));
         let filter = violations.check(parse_filter("filter", filter));
+        let as_of = history::past(as_of);
         let mut after = None;
-        if !page_token.is_empty() {
+        let mut offset = 0usize;
+        if as_of.is_some() && !page_token.is_empty() {
+            // As of a past time the page is a window of the versions valid then.
+            match page_token.strip_prefix("a").and_then(|n| n.parse().ok()) {
+                Some(n) => offset = n,
+                None => violations.add("page_token", "is not a token this server issued"),
+            }
+        } else if !page_token.is_empty() {
             match page_token
                 .strip_prefix("f")
                 .and_then(|n| n.parse::<i64>().ok())
@@ -310,6 +357,32 @@ impl SemanticMemory {
         );
         let sets = self.selected_sets(project, set_metadata).await?;
         let set_ids: Vec<SetId> = sets.iter().map(|s| s.internal_id).collect();
+        if let Some(at) = as_of {
+            let passing: Vec<Feature> = self
+                .store
+                .features_as_of(&set_ids, at)
+                .await?
+                .into_iter()
+                .filter(|feature| {
+                    filter.as_ref().is_none_or(|f| {
+                        let indexed = search::FeatureFields::of(indexed_of(feature)).2;
+                        crate::model::filter_eval::matches(f, &indexed)
+                    })
+                })
+                .collect();
+            let end = offset.saturating_add(limit).min(passing.len());
+            let next = if end < passing.len() {
+                format!("a{end}")
+            } else {
+                String::new()
+            };
+            let page = passing
+                .into_iter()
+                .skip(offset)
+                .take(end.saturating_sub(offset))
+                .collect();
+            return Ok((page, next));
+        }
         let mut page = Vec::new();
         loop {
             let chunk = self.store.list_features(&set_ids, after, limit + 1).await?;

@@ -7,7 +7,9 @@
 pub mod categories;
 pub mod embedding;
 mod facts;
+pub use facts::{Cut, Page};
 pub mod features;
+pub mod history;
 pub mod ingest;
 /// Semantic memory's rows, defined with the storage contract that exchanges them.
 pub mod model {
@@ -78,6 +80,8 @@ pub struct FeatureSearch {
     pub filter: String,
     pub score_threshold: Option<f64>,
     pub set_metadata: BTreeMap<String, String>,
+    /// Micros: rank the features as they were then (a time not yet reached: now).
+    pub as_of: Option<i64>,
 }
 
 /// A manual feature.

@@ -4,7 +4,8 @@
 //! org (in id order) each project of the org (by id) with its episodes (by sequence
 //! number), their vectors (with `vectors`) and its summary; then the org's semantic rows
 //! in the order the store made them: set types, sets, categories (each followed by its
-//! tags), disabled default categories (by set, then name), features, feature vectors.
+//! tags), disabled default categories (by set, then name), features, feature vectors,
+//! the features' kept versions.
 //! Citations are listed by uid.
 
 use std::collections::{BTreeMap, HashMap};
@@ -13,8 +14,8 @@ use std::io::Write;
 use super::Counts;
 use super::format::{
     CategoryLine, DisabledCategoryLine, EpisodeLine, EpisodicLine, FeatureLine, FeatureVectorLine,
-    FormatLine, Line, ProjectConfigLine, ProjectLine, SetLine, SetTypeLine, SummaryLine, TagLine,
-    VERSION, VectorLine,
+    FeatureVersionLine, FormatLine, Line, ProjectConfigLine, ProjectLine, SetLine, SetTypeLine,
+    SummaryLine, TagLine, VERSION, VectorLine,
 };
 use crate::error::{Error, Result};
 use crate::model::ids::validate_id;
@@ -349,6 +350,8 @@ async fn export_semantic(
     }
     let set_ids: Vec<SetId> = sets.keys().copied().collect();
     let mut feature_ids: HashMap<FeatureId, String> = HashMap::new();
+    // Each feature's current version: when it began and what made it (after the history).
+    let mut current = Vec::new();
     let mut after = None;
     loop {
         let page = store.list_features(&set_ids, after, PAGE).await?;
@@ -359,6 +362,21 @@ async fn export_semantic(
             let mut citations = f.citations.clone();
             citations.retain(|uid| !sink.expired.contains(uid));
             citations.sort_unstable();
+            current.push(FeatureVersionLine {
+                feature_id: f.id.clone(),
+                origin_id: f.id.clone(),
+                set_id: f.set_id.clone(),
+                category: f.category.clone(),
+                category_id: f.category_id.clone(),
+                tag: f.tag.clone(),
+                feature: f.feature.clone(),
+                value: f.value.clone(),
+                metadata: f.metadata.clone(),
+                citations: citations.clone(),
+                valid_from_micros: f.valid_from_micros,
+                valid_to_micros: None,
+                changed_by: change_name(f.changed_by).to_string(),
+            });
             sink.put(Line::Feature(FeatureLine {
                 id: f.id.clone(),
                 set_id: f.set_id.clone(),
@@ -394,5 +412,40 @@ async fn export_semantic(
             }
         }
     }
+    // The features' history, deleted features' included, in the order it was kept.
+    for v in store.versions_of_sets(&set_ids).await? {
+        let mut citations = v.citations;
+        citations.sort_unstable();
+        sink.put(Line::FeatureVersion(FeatureVersionLine {
+            feature_id: v.feature_id,
+            origin_id: v.origin_id,
+            set_id: v.set_id,
+            category: v.category,
+            category_id: v.category_id,
+            tag: v.tag,
+            feature: v.feature,
+            value: v.value,
+            metadata: v.metadata,
+            citations,
+            valid_from_micros: v.valid_from_micros,
+            valid_to_micros: Some(v.valid_to_micros.unwrap_or(v.valid_from_micros)),
+            changed_by: change_name(v.changed_by).to_string(),
+        }))?;
+    }
+    for line in current {
+        sink.put(Line::FeatureVersion(line))?;
+    }
     Ok(())
+}
+
+/// What made a version, as the file names it.
+pub fn change_name(change: crate::store::ChangedBy) -> &'static str {
+    use crate::store::ChangedBy;
+    match change {
+        ChangedBy::Unknown => "unknown",
+        ChangedBy::Extraction => "extraction",
+        ChangedBy::Consolidation => "consolidation",
+        ChangedBy::Manual => "manual",
+        ChangedBy::Deletion => "deletion",
+    }
 }

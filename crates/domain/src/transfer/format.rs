@@ -26,6 +26,7 @@ pub enum Line {
     DisabledCategory(DisabledCategoryLine),
     Feature(FeatureLine),
     FeatureVector(FeatureVectorLine),
+    FeatureVersion(FeatureVersionLine),
 }
 
 /// Every kind, as written in the file.
@@ -42,6 +43,7 @@ pub const KINDS: &[&str] = &[
     "disabled_category",
     "feature",
     "feature_vector",
+    "feature_version",
 ];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -211,6 +213,30 @@ pub struct FeatureVectorLine {
     pub feature_id: String,
     pub embedder: String,
     pub vector: Vec<f32>,
+}
+
+/// An earlier version of a feature (its history): `feature_id` is the feature whose
+/// history holds it (deleted or not), `origin_id` the one it was a version of;
+/// `changed_by` is `extraction`, `consolidation`, `manual`, `deletion` or `unknown`.
+/// Without `valid_to_micros`: a feature's current version (when and what made it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureVersionLine {
+    pub feature_id: String,
+    pub origin_id: String,
+    pub set_id: String,
+    pub category: String,
+    pub category_id: String,
+    pub tag: String,
+    pub feature: String,
+    pub value: String,
+    pub metadata: serde_json::Value,
+    #[serde(with = "uids")]
+    pub citations: Vec<uuid::Uuid>,
+    pub valid_from_micros: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid_to_micros: Option<i64>,
+    pub changed_by: String,
 }
 
 /// Uids as their hyphenated text.

@@ -23,7 +23,16 @@ use crate::semantic::features::{match_key, normalise};
 use crate::semantic::model::{
     CategoryOwner, NewCategory, NewFeature, SetConfig, SetKind, SetRow, SetType, Summary,
 };
-use crate::store::{RestoredFeature, Store};
+use crate::store::{ChangedBy, RestoredFeature, RestoredVersion, Store};
+
+/// What may have made a feature version, as the file names it.
+const KNOWN_CHANGES: &[&str] = &[
+    "extraction",
+    "consolidation",
+    "manual",
+    "deletion",
+    "unknown",
+];
 
 /// Rows written per call.
 const BATCH: usize = 1000;
@@ -237,6 +246,18 @@ impl Plan {
                             .or_insert((number, f.set_id.clone()));
                     }
                 }
+            }
+            Line::FeatureVersion(v) => {
+                if !v.metadata.is_object() {
+                    return Err(bad(number, "a feature version's metadata is a JSON object"));
+                }
+                if !KNOWN_CHANGES.contains(&v.changed_by.as_str()) {
+                    return Err(bad(
+                        number,
+                        format!("unknown changed_by {:?}", v.changed_by),
+                    ));
+                }
+                self.set_ref(number, &v.set_id);
             }
             Line::FeatureVector(v) => {
                 if !self.features.contains(&v.feature_id) {
@@ -829,6 +850,39 @@ impl Writer<'_> {
                     Pending::Features(rows) => rows.push(feature),
                     _ => self.pending = Pending::Features(vec![feature]),
                 }
+            }
+            Line::FeatureVersion(v) => {
+                let set = self.set(&v.set_id).await?;
+                // A version's citations are what it cited and is still stored: an episode
+                // the file does not hold is left out.
+                let citations = v
+                    .citations
+                    .iter()
+                    .filter_map(|uid| self.handle(uid).ok())
+                    .collect();
+                let changed_by = match v.changed_by.as_str() {
+                    "extraction" => ChangedBy::Extraction,
+                    "consolidation" => ChangedBy::Consolidation,
+                    "manual" => ChangedBy::Manual,
+                    "deletion" => ChangedBy::Deletion,
+                    _ => ChangedBy::Unknown,
+                };
+                let restored = RestoredVersion {
+                    feature_id: v.feature_id,
+                    origin_id: v.origin_id,
+                    set,
+                    category: v.category,
+                    category_id: v.category_id,
+                    tag: v.tag,
+                    feature: v.feature,
+                    value: v.value,
+                    metadata: v.metadata,
+                    citations,
+                    valid_from_micros: v.valid_from_micros,
+                    valid_to_micros: v.valid_to_micros,
+                    changed_by,
+                };
+                self.store.restore_feature_versions(vec![restored]).await?;
             }
             Line::FeatureVector(v) => match &mut self.pending {
                 Pending::FeatureVectors(_, rows) => rows.push((v.feature_id, v.vector)),

@@ -28,6 +28,7 @@ pub struct Counts {
     pub disabled_categories: u64,
     pub features: u64,
     pub feature_vectors: u64,
+    pub feature_versions: u64,
 }
 
 impl Counts {
@@ -45,6 +46,7 @@ impl Counts {
             Line::DisabledCategory(_) => &mut self.disabled_categories,
             Line::Feature(_) => &mut self.features,
             Line::FeatureVector(_) => &mut self.feature_vectors,
+            Line::FeatureVersion(_) => &mut self.feature_versions,
         };
         *n += 1;
     }
@@ -62,6 +64,7 @@ impl Counts {
             + self.disabled_categories
             + self.features
             + self.feature_vectors
+            + self.feature_versions
     }
 }
 
@@ -71,7 +74,7 @@ impl std::fmt::Display for Counts {
             f,
             "{} rows: {} projects, {} episodes, {} vectors, {} summaries, {} set types, \
              {} sets, {} categories, {} tags, {} disabled categories, {} features, \
-             {} feature vectors",
+             {} feature vectors, {} feature versions",
             self.rows(),
             self.projects,
             self.episodes,
@@ -83,7 +86,8 @@ impl std::fmt::Display for Counts {
             self.tags,
             self.disabled_categories,
             self.features,
-            self.feature_vectors
+            self.feature_vectors,
+            self.feature_versions
         )
     }
 }

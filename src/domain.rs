@@ -27,6 +27,8 @@ pub struct Domain {
     /// The server-wide settings changeable at run time (`/api/v2/config`).
     pub settings: RuntimeSettings,
     pub metrics: Arc<Metrics>,
+    /// Forgetting a subject, with receipts (`LifecycleService.ForgetSubject`).
+    pub forget: crate::forget::Forget,
 }
 
 /// Builds the domain and starts its background work. What takes time before the server
@@ -103,6 +105,7 @@ pub async fn start(
         }
     });
     let memories = Memories::new(projects.clone(), episodic, semantic.clone());
+    let forget = crate::forget::Forget::new(store.clone(), projects.clone());
     let legacy =
         crate::legacy::Legacy::new(projects.clone(), memories.clone(), store, config.limits);
     Ok(Domain {
@@ -113,6 +116,7 @@ pub async fn start(
         rerankers,
         settings,
         metrics,
+        forget,
     })
 }
 

@@ -6,7 +6,7 @@
 
 pub use memmachine_core::{error, model, urls};
 pub use memmachine_domain::{
-    embed, episodic, flags, inference, legacy, limits, llm, memory, metrics, openai_http, projects,
+    embed, episodic, flags, forget, inference, legacy, limits, llm, memory, metrics, openai_http, projects,
     rerank, resource_status, retrieval, runtime_settings, secret, semantic,
 };
 

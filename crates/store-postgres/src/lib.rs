@@ -13,6 +13,7 @@ mod episodes;
 mod error;
 mod feed;
 mod filter_sql;
+mod forget;
 mod helpers;
 mod keys;
 mod legacy;

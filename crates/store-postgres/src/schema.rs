@@ -388,6 +388,18 @@ const MIGRATIONS: &[&str] = &[
         settings TEXT NOT NULL,
         updated_at BIGINT NOT NULL
     );",
+    // 7: receipts of forgetting a subject (counts per project as JSON, never content),
+    // and the episodes by producer and recipient, so a forget finds them by index.
+    "CREATE TABLE forget_receipts (
+        org_id TEXT NOT NULL,
+        receipt_id TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        completed_at BIGINT NOT NULL,
+        projects TEXT NOT NULL,
+        PRIMARY KEY (org_id, receipt_id)
+    );
+    CREATE INDEX episodes_by_producer ON episodes (org_id, project, producer_id);
+    CREATE INDEX episodes_by_recipient ON episodes (org_id, project, produced_for_id);",
 ];
 
 /// Brings the database to the latest schema (creating the `vector` extension first)

@@ -15,6 +15,7 @@ mod episodes;
 mod error;
 mod feed;
 mod filter_sql;
+mod forget;
 mod helpers;
 mod keys;
 mod legacy;

@@ -243,6 +243,17 @@ const MIGRATIONS: &[&str] = &[
         settings TEXT NOT NULL,
         updated_at INTEGER NOT NULL
     );",
+    // 9: receipts of forgetting a subject (counts per project as JSON, never content),
+    // and the episodes by producer and recipient, so a forget finds them by index.
+    "CREATE TABLE forget_receipts (
+        receipt_id TEXT PRIMARY KEY,
+        org_id TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        completed_at INTEGER NOT NULL,
+        projects TEXT NOT NULL
+    );
+    CREATE INDEX episodes_by_producer ON episodes (project, producer_id);
+    CREATE INDEX episodes_by_recipient ON episodes (project, produced_for_id);",
 ];
 
 /// Brings the database to the latest schema, and makes sure universal/universal exists.

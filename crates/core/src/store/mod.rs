@@ -9,6 +9,7 @@
 
 mod episodes;
 mod feed;
+mod forget;
 mod keys;
 pub mod legacy;
 mod lifecycle;
@@ -25,6 +26,10 @@ mod vectors;
 
 pub use episodes::{EpisodeStore, episode_column};
 pub use feed::{Change, ChangeFeed, Changes, FeedHead, IndexedEpisode};
+pub use forget::{
+    ForgetCounts, ForgetReceipt, ForgetStore, Forgotten, ProjectForget, decode_forget_projects,
+    encode_forget_projects,
+};
 pub use keys::KeyStore;
 pub use legacy::{GroupQuery, GroupRow, LegacyStore, SessionQuery, SessionRow};
 pub use lifecycle::StoreLifecycle;
@@ -57,6 +62,7 @@ pub trait Store:
     + TransferStore
     + SettingsStore
     + StoreLifecycle
+    + ForgetStore
 {
 }
 
@@ -72,5 +78,6 @@ impl<T> Store for T where
         + TransferStore
         + SettingsStore
         + StoreLifecycle
+        + ForgetStore
 {
 }

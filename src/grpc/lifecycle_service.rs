@@ -66,11 +66,7 @@ impl LifecycleService for LifecycleGrpc {
     ) -> Reply<pb::GetForgetReceiptResponse> {
         let (caller, r) = super::split(request)?;
         caller.check_org(&r.org_id)?;
-        let receipt = self
-            .domain
-            .forget
-            .receipt(&r.org_id, &r.receipt_id)
-            .await?;
+        let receipt = self.domain.forget.receipt(&r.org_id, &r.receipt_id).await?;
         Ok(Response::new(pb::GetForgetReceiptResponse {
             receipt: Some(forget_receipt(receipt)),
         }))

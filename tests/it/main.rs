@@ -17,6 +17,7 @@ mod embedding_worker;
 mod external_clients;
 mod extreme_values;
 mod filter_props;
+mod forget;
 mod fuzz_regressions;
 mod grpc_api;
 mod grpc_web;

@@ -170,6 +170,8 @@ impl Forget {
         self.store
             .forget_receipt(org_id, receipt_id)
             .await?
-            .ok_or_else(|| Error::NotFound(format!("no forget receipt {receipt_id} in org {org_id}")))
+            .ok_or_else(|| {
+                Error::NotFound(format!("no forget receipt {receipt_id} in org {org_id}"))
+            })
     }
 }

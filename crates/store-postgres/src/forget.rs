@@ -160,7 +160,7 @@ async fn preview(
                     JOIN episodes e2 ON e2.org_id = c2.org_id AND e2.id = c2.episode
                     WHERE c2.org_id = $1 AND c2.feature = f.id
                       AND NOT (e2.project = ANY($5)
-                          AND (e2.producer_id = $3 OR e2.produced_for_id = $3)))),
+                          AND (e2.producer_id = $3 OR COALESCE(e2.produced_for_id, '') = $3)))),
            (SELECT COUNT(*) FROM episode_summaries s WHERE s.org_id = $1 AND s.project = $2
               AND EXISTS (SELECT 1 FROM episodes e
                   WHERE e.org_id = $1 AND e.project = $2 AND {OF_SUBJECT}
@@ -174,9 +174,7 @@ async fn preview(
     .fetch_one(&mut *conn)
     .await
     .map_err(db_error)?;
-    let get = |i: usize| -> Result<u64> {
-        Ok(row.try_get::<i64, _>(i).map_err(db_error)? as u64)
-    };
+    let get = |i: usize| -> Result<u64> { Ok(row.try_get::<i64, _>(i).map_err(db_error)? as u64) };
     Ok(ForgetCounts {
         episodes: get(0)?,
         sets: get(1)?,
@@ -229,11 +227,12 @@ impl ForgetStore for PostgresStore {
 
     async fn drop_set(&self, set: SetId) -> Result<Vec<FeatureId>> {
         let mut tx = self.pool().begin().await.map_err(db_error)?;
-        let org: Option<String> = sqlx::query_scalar("SELECT org_id FROM semantic_sets WHERE id = $1")
-            .bind(set.raw())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_error)?;
+        let org: Option<String> =
+            sqlx::query_scalar("SELECT org_id FROM semantic_sets WHERE id = $1")
+                .bind(set.raw())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?;
         let Some(org) = org else {
             return Ok(Vec::new());
         };

@@ -59,7 +59,10 @@ pub(super) fn delete_rows(conn: &Connection, project: i64, rows: &[i64]) -> Resu
             "SELECT f.id FROM semantic_features f WHERE f.id IN rarray(?1)
              AND NOT EXISTS (SELECT 1 FROM semantic_citations c WHERE c.feature = f.id)",
         )
-        .and_then(|mut stmt| stmt.query_map([id_array(&candidates)], |row| row.get(0))?.collect())
+        .and_then(|mut stmt| {
+            stmt.query_map([id_array(&candidates)], |row| row.get(0))?
+                .collect()
+        })
         .map_err(storage_error)?;
     let features = if orphans.is_empty() {
         0
@@ -181,7 +184,7 @@ fn preview(
              AND NOT EXISTS (SELECT 1 FROM semantic_citations c2
                  JOIN episodes e2 ON e2.id = c2.episode WHERE c2.feature = f.id
                  AND NOT (e2.project IN rarray(?4)
-                     AND (e2.producer_id = ?2 OR e2.produced_for_id = ?2)))"
+                     AND (e2.producer_id = ?2 OR COALESCE(e2.produced_for_id, '') = ?2)))"
         ),
         &[&project, &subject, &sets, &id_array(&gone)],
     )?;
@@ -233,14 +236,16 @@ fn receipt(conn: &Connection, org_id: &str, receipt_id: &str) -> Result<Option<F
             .optional()
         })
         .map_err(storage_error)?;
-    Ok(row.map(|(subject, completed_at_micros, projects)| ForgetReceipt {
-        receipt_id: receipt_id.to_string(),
-        org_id: org_id.to_string(),
-        subject,
-        dry_run: false,
-        completed_at_micros,
-        projects: decode_forget_projects(&projects).unwrap_or_default(),
-    }))
+    Ok(
+        row.map(|(subject, completed_at_micros, projects)| ForgetReceipt {
+            receipt_id: receipt_id.to_string(),
+            org_id: org_id.to_string(),
+            subject,
+            dry_run: false,
+            completed_at_micros,
+            projects: decode_forget_projects(&projects).unwrap_or_default(),
+        }),
+    )
 }
 
 #[async_trait]
@@ -265,7 +270,9 @@ impl ForgetStore for SqliteStore {
     }
 
     async fn drop_set(&self, set: SetId) -> Result<Vec<FeatureId>> {
-        self.writer.write(move |conn| drop_set(conn, set.raw())).await
+        self.writer
+            .write(move |conn| drop_set(conn, set.raw()))
+            .await
     }
 
     async fn forget_preview(

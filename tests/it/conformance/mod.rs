@@ -10,6 +10,7 @@
 
 mod episodes;
 mod feed;
+mod forget;
 mod keys;
 mod legacy;
 mod projects;
@@ -217,6 +218,10 @@ macro_rules! conformance {
                     fresh categories_and_tags_are_named_once_per_owner,
                     fresh episodes_resolve_within_their_project_only,
                     fresh each_message_knows_what_came_before_it_in_its_project,
+                }
+                forget {
+                    fresh deleting_episodes_deletes_the_features_left_citing_nothing,
+                    fresh forgetting_counts_what_it_removes_in_batches_as_previewed,
                 }
             }
         }

@@ -9,6 +9,7 @@ mod body;
 mod config_updates;
 mod console;
 mod error;
+mod forget;
 mod health;
 mod memories;
 mod projects;
@@ -123,4 +124,5 @@ fn api() -> OpenApiRouter<Gateway> {
         .merge(memories::routes())
         .merge(semantic::routes())
         .merge(server_config::routes())
+        .merge(forget::routes())
 }

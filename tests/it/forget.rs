@@ -118,7 +118,6 @@ impl Client {
                 set_metadata: producer
                     .map(|p| [("producer_id".to_string(), p.to_string())].into())
                     .unwrap_or_default(),
-                ..Default::default()
             })
             .await
             .unwrap()
@@ -453,7 +452,7 @@ async fn forget_reaches_every_call_of_the_other_replica(shared: Shared) {
     for project in ["one", "two"] {
         assert_clean(&b.everything(project, &features).await, &alice, "gRPC");
         assert_clean(
-            &rest_everything(&b_process, project, &[bob_one.clone()]).await,
+            &rest_everything(&b_process, project, std::slice::from_ref(&bob_one)).await,
             &alice,
             "REST",
         );
@@ -581,6 +580,70 @@ async fn bad_requests_are_refused_and_change_nothing(shared: Shared) {
     assert_eq!(unknown.code(), Code::NotFound);
 }
 
+async fn the_rest_gateway_forgets_with_the_same_receipt(shared: Shared) {
+    let server = shared.start();
+    let c = Client::connect(&server).await;
+    ProjectServiceClient::new(c.channel.clone())
+        .create_project(pb::CreateProjectRequest {
+            org_id: ORG.into(),
+            project_id: "one".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    c.add("one", "alice was here", "alice", "").await;
+    c.add("one", "bob was here", "bob", "").await;
+    let http = reqwest::Client::new();
+    let base = format!("{}/api/v2", server.rest_url());
+    let post = |path: &str, body: serde_json::Value| {
+        let request = http.post(format!("{base}{path}")).json(&body);
+        async move {
+            let answer = request.send().await.unwrap();
+            let status = answer.status().as_u16();
+            (status, answer.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    let (status, dry) = post(
+        "/forget",
+        json!({"org_id": ORG, "subject": "alice", "dry_run": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "{dry}");
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(dry["receipt_id"], "");
+    assert_eq!(dry["projects"][0]["episodes_deleted"], 1, "{dry}");
+    assert_eq!(c.episodic_count("one").await, 2);
+    let (status, done) = post(
+        "/forget",
+        json!({"org_id": ORG, "subject": "alice", "project_ids": ["one"]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["projects"], dry["projects"]);
+    assert_eq!(c.episodic_count("one").await, 1);
+    let (status, kept) = post(
+        "/forget/receipt",
+        json!({"org_id": ORG, "receipt_id": done["receipt_id"]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{kept}");
+    assert_eq!(kept, done);
+    let (status, _) = post(
+        "/forget/receipt",
+        json!({"org_id": "other", "receipt_id": done["receipt_id"]}),
+    )
+    .await;
+    assert_eq!(status, 404);
+    let (status, _) = post("/forget", json!({"org_id": ORG, "subject": ""})).await;
+    assert_eq!(status, 422);
+    let (status, _) = post(
+        "/forget",
+        json!({"org_id": ORG, "subject": "alice", "project_ids": ["ghost"]}),
+    )
+    .await;
+    assert_eq!(status, 404);
+}
+
 macro_rules! forget_tests {
     ($backend:ident, $shared:expr) => {
         mod $backend {
@@ -594,6 +657,12 @@ macro_rules! forget_tests {
             async fn bad_requests_are_refused_and_change_nothing() {
                 let Some(shared) = $shared.await else { return };
                 super::bad_requests_are_refused_and_change_nothing(shared).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn the_rest_gateway_forgets_with_the_same_receipt() {
+                let Some(shared) = $shared.await else { return };
+                super::the_rest_gateway_forgets_with_the_same_receipt(shared).await;
             }
         }
     };

@@ -84,6 +84,13 @@ impl Client {
         SemanticServiceClient::new(self.channel.clone()).max_decoding_message_size(MAX_ANSWER_BYTES)
     }
 
+    pub fn lifecycle(
+        &self,
+    ) -> crate::pb::lifecycle_service_client::LifecycleServiceClient<Channel> {
+        crate::pb::lifecycle_service_client::LifecycleServiceClient::new(self.channel.clone())
+            .max_decoding_message_size(MAX_ANSWER_BYTES)
+    }
+
     /// `org/project` as the user named them (universal when unset).
     pub fn project_name(&self) -> String {
         let or_universal = |s: &str| {

@@ -634,6 +634,27 @@ async fn the_rest_gateway_forgets_with_the_same_receipt(shared: Shared) {
     )
     .await;
     assert_eq!(status, 404);
+    // The CLI: a dry run counts bob's, and the receipt shows as stored.
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_memmachine"))
+            .args(args)
+            .args(["--addr", server.addr.as_str(), "--org", ORG, "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let bob = cli(&["forget", "--subject", "bob", "--dry-run"]);
+    assert_eq!(bob["dry_run"], true);
+    assert_eq!(bob["projects"][0]["episodes_deleted"], 1, "{bob}");
+    assert_eq!(c.episodic_count("one").await, 1);
+    let shown = cli(&["forget", "receipt", done["receipt_id"].as_str().unwrap()]);
+    assert_eq!(shown["receipt_id"], done["receipt_id"]);
+    assert_eq!(shown["projects"], done["projects"]);
     let (status, _) = post("/forget", json!({"org_id": ORG, "subject": ""})).await;
     assert_eq!(status, 422);
     let (status, _) = post(

@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 
 use crate::common;
 use crate::common::ServerProcess;
+use crate::common::mcp_http::Session;
 use memmachine::pb;
 use memmachine::pb::lifecycle_service_client::LifecycleServiceClient;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
@@ -458,8 +459,18 @@ async fn forget_reaches_every_call_of_the_other_replica(shared: Shared) {
         );
     }
     assert_clean(&exported(&shared), &alice, "export");
-    // Her episodes are gone by id too; others' stay, with what they support.
     let http = reqwest::Client::new();
+    let mut mcp = Session::open(&http, &b_process.rest_url(), (ORG, "one", "bob"), None)
+        .await
+        .unwrap();
+    for query in [MARK, "kiwi secret"] {
+        let found = mcp
+            .call_tool("search_memory", json!({"query": query, "top_k": 100}))
+            .await;
+        assert!(!found.is_error, "{}", found.text);
+        assert_clean(&found.text, &alice, "MCP");
+    }
+    // Her episodes are gone by id too; others' stay, with what they support.
     let got: serde_json::Value = http
         .post(format!(
             "{}/api/v2/memories/episodic/get",
@@ -655,6 +666,23 @@ async fn the_rest_gateway_forgets_with_the_same_receipt(shared: Shared) {
     let shown = cli(&["forget", "receipt", done["receipt_id"].as_str().unwrap()]);
     assert_eq!(shown["receipt_id"], done["receipt_id"]);
     assert_eq!(shown["projects"], done["projects"]);
+    // MCP: the session's user forgets themself in the session's project.
+    let mut mcp = Session::open(&http, &server.rest_url(), (ORG, "one", "carol"), None)
+        .await
+        .unwrap();
+    let added = mcp
+        .call_tool("add_memory", json!({"content": "carol was here"}))
+        .await;
+    assert!(!added.is_error, "{}", added.text);
+    let dry = mcp.call_tool("forget_user", json!({"dry_run": true})).await;
+    let dry: serde_json::Value = serde_json::from_str(&dry.text).unwrap();
+    assert_eq!(dry["projects"][0]["episodes_deleted"], 1, "{dry}");
+    assert_eq!(c.episodic_count("one").await, 2);
+    let done = mcp.call_tool("forget_user", json!({})).await;
+    let done: serde_json::Value = serde_json::from_str(&done.text).unwrap();
+    assert_eq!(done["projects"], dry["projects"]);
+    assert!(!done["receipt_id"].as_str().unwrap().is_empty());
+    assert_eq!(c.episodic_count("one").await, 1);
     let (status, _) = post("/forget", json!({"org_id": ORG, "subject": ""})).await;
     assert_eq!(status, 422);
     let (status, _) = post(

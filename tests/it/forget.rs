@@ -36,6 +36,10 @@ impl Shared {
     }
 
     async fn postgres() -> Option<Shared> {
+        if common::postgres::servers_on_postgres() {
+            // The SQLite variant's servers already run on PostgreSQL.
+            return None;
+        }
         let url = common::postgres::fresh_database().await?;
         Some(Shared {
             dir: tempfile::tempdir().unwrap(),
@@ -321,8 +325,7 @@ async fn rest_everything(server: &ServerProcess, project: &str, uids: &[String])
 fn exported(shared: &Shared) -> String {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_memmachine"))
         .arg("export")
-        .arg("--data-dir")
-        .arg(shared.dir.path())
+        .args(common::store_args(shared.dir.path()))
         .args(&shared.args)
         .args(["--org", ORG])
         .output()

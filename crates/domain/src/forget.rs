@@ -19,7 +19,9 @@ pub const MAX_FORGET_PROJECTS: usize = 100;
 pub const MAX_SUBJECT_BYTES: usize = 1024;
 /// Episodes deleted per transaction: a subject may have tens of thousands, and SQLite
 /// has one writer, so each batch is short and the forget resumes where a crash left it.
-const BATCH: usize = 500;
+const BATCH: usize = 200;
+/// The pause between two batches, so a forget shares the machine with searches.
+const PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
 
 #[derive(Clone)]
 pub struct Forget {
@@ -155,6 +157,8 @@ impl Forget {
                 continue;
             }
             counts.add(forgotten.counts);
+            // A breath between batches: searches catch their indexes up between them.
+            tokio::time::sleep(PAUSE).await;
         }
     }
 

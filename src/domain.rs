@@ -29,6 +29,8 @@ pub struct Domain {
     pub metrics: Arc<Metrics>,
     /// Model usage per org and the orgs' daily token budgets.
     pub usage: crate::usage::Usage,
+    /// Forgetting a subject, with receipts (`LifecycleService.ForgetSubject`).
+    pub forget: crate::forget::Forget,
 }
 
 /// Builds the domain and starts its background work. What takes time before the server
@@ -113,6 +115,7 @@ pub async fn start(
         }
     });
     let memories = Memories::new(projects.clone(), episodic, semantic.clone());
+    let forget = crate::forget::Forget::new(store.clone(), projects.clone());
     let legacy =
         crate::legacy::Legacy::new(projects.clone(), memories.clone(), store, config.limits);
     Ok(Domain {
@@ -124,6 +127,7 @@ pub async fn start(
         settings,
         metrics,
         usage,
+        forget,
     })
 }
 

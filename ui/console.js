@@ -675,7 +675,9 @@
     for (const ep of episodes) {
       const del = h('button', { type: 'button', class: 'danger quiet', 'aria-label': `Delete episode ${ep.uid}` }, 'Delete');
       del.addEventListener('click', () => deleteEpisode(route, ep, del, episodes.length));
-      list.append(episodeCard(ep, del));
+      const forget = h('button', { type: 'button', class: 'danger quiet', 'aria-label': `Forget user ${ep.producer_id}` }, 'Forget user');
+      forget.addEventListener('click', () => forgetUser(route, ep.producer_id, forget));
+      list.append(episodeCard(ep, [del, forget]));
     }
     showIn(listArea,
       h('p', { class: 'summary' }, `Episodes ${first}–${first + episodes.length - 1}, oldest first${filterText ? ', filtered' : ''}`),
@@ -735,6 +737,38 @@
       } else {
         render();
       }
+    });
+  }
+
+  /** "Forget this user": a dry run's counts first, then, once confirmed, the forget
+   * itself across the org, and its receipt (counts only). */
+  async function forgetUser(route, subject, button) {
+    const ask = (dryRun) => api('/forget', { org_id: route.org, subject, project_ids: [], dry_run: dryRun });
+    const counts = (r) => r.projects.filter((p) => p.episodes_deleted || p.features_deleted || p.sets_deleted || p.citations_removed)
+      .map((p) => `${p.project_id}: ${plural(p.episodes_deleted, 'episode')}, ${plural(p.features_deleted, 'feature')}, ` +
+        `${plural(p.citations_removed, 'citation')}, ${plural(p.summaries_deleted, 'summary', 'summaries')}, ${plural(p.sets_deleted, 'set')}`)
+      .join('; ') || 'nothing';
+    let preview;
+    try {
+      preview = await busy(button, 'Counting…', () => ask(true));
+    } catch (error) {
+      notice(`Could not count what forgetting ${subject} removes: ${error.message}`);
+      return;
+    }
+    const yes = await confirmAction(`Forget ${subject}?`,
+      `Everywhere in ${route.org}, this removes what ${subject} said or was told, their profile, and what derives from it — ${counts(preview)}. A receipt of the counts is kept.`,
+      'Forget user');
+    if (!yes) return;
+    await busy(button, 'Forgetting…', async () => {
+      let receipt;
+      try {
+        receipt = await ask(false);
+      } catch (error) {
+        notice(`Could not forget ${subject}: ${error.message}`);
+        return;
+      }
+      notice(`Forgot ${subject} (receipt ${receipt.receipt_id}, ${receipt.completed_at}): ${counts(receipt)}.`, true);
+      render();
     });
   }
 

@@ -12,6 +12,7 @@ mod errors;
 /// Status code names as the gRPC specification spells them (shared with the benches).
 pub use errors::code_name;
 mod features;
+mod forget;
 mod list;
 mod output;
 mod projects;
@@ -164,6 +165,10 @@ pub enum Command {
         #[command(subcommand)]
         command: usage::BudgetCommand,
     },
+    /// Forget a subject (a user) everywhere in an org, with a receipt; `--dry-run`
+    /// counts first; `forget receipt ID` shows a past receipt
+    #[command(after_long_help = EXIT_CODES)]
+    Forget(forget::ForgetArgs),
 }
 
 /// Runs one client subcommand; prints its errors and gives its exit code.
@@ -197,5 +202,6 @@ async fn dispatch(command: Command) -> Result<(), CliError> {
         Command::Features { client, command } => features::run(&client, command).await,
         Command::Usage(args) => usage::run(args).await,
         Command::Budget { client, command } => usage::budget(&client, command).await,
+        Command::Forget(args) => forget::run(args).await,
     }
 }

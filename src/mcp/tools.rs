@@ -135,6 +135,13 @@ pub struct GetUsageInput {
     pub since: Option<String>,
 }
 
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ForgetUserInput {
+    /// Count what would be removed, remove nothing [default: false]
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
 #[derive(Serialize)]
 struct EpisodeOut<'a> {
     id: String,
@@ -536,6 +543,49 @@ impl MemoryTools {
                     "used_today": report.budget.used_today,
                     "paused_until": report.budget.paused_until.map(time),
                 },
+            })),
+            Err(err) => failed(err),
+        })
+    }
+
+    #[tool(
+        description = "Forget the scoped user in the scoped project: every episode they \
+                       said or that was said to them, their profile set, and what derives \
+                       from those episodes. With dry_run, only count. Returns the receipt \
+                       (counts only)."
+    )]
+    async fn forget_user(
+        &self,
+        Parameters(input): Parameters<ForgetUserInput>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let (domain, scope) = match self.reach(&ctx) {
+            Ok(reached) => reached,
+            Err(refusal) => return Ok(refusal),
+        };
+        let forgotten = domain
+            .forget
+            .forget_subject(
+                &scope.project.org_id,
+                &scope.user,
+                std::slice::from_ref(&scope.project.project_id),
+                input.dry_run,
+            )
+            .await;
+        Ok(match forgotten {
+            Ok(receipt) => answer(serde_json::json!({
+                "receipt_id": receipt.receipt_id,
+                "user": receipt.subject,
+                "dry_run": receipt.dry_run,
+                "completed_at": time(receipt.completed_at_micros),
+                "projects": receipt.projects.iter().map(|p| serde_json::json!({
+                    "project_id": p.project_id,
+                    "episodes_deleted": p.counts.episodes,
+                    "features_deleted": p.counts.features,
+                    "citations_removed": p.counts.citations,
+                    "summaries_deleted": p.counts.summaries,
+                    "sets_deleted": p.counts.sets,
+                })).collect::<Vec<_>>(),
             })),
             Err(err) => failed(err),
         })

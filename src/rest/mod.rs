@@ -10,6 +10,7 @@ mod config_updates;
 mod console;
 mod error;
 mod feature_history;
+mod forget;
 mod health;
 mod memories;
 mod projects;
@@ -127,4 +128,5 @@ fn api() -> OpenApiRouter<Gateway> {
         .merge(feature_history::routes())
         .merge(server_config::routes())
         .merge(usage::routes())
+        .merge(forget::routes())
 }

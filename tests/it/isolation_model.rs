@@ -404,6 +404,22 @@ impl Model {
         }
     }
 
+    /// Deleting episodes drops their citations and the features they left citing
+    /// nothing (a feature that never cited anything stays).
+    fn drop_orphaned_features(&mut self) {
+        let cited: Vec<bool> = self
+            .features
+            .iter()
+            .map(|f| !f.citations.is_empty())
+            .collect();
+        self.drop_dead_citations();
+        for (f, had) in self.features.iter_mut().zip(cited) {
+            if had && f.citations.is_empty() {
+                f.live = false;
+            }
+        }
+    }
+
     /// The project goes with its episodes, its user set and that set's features; the
     /// org's set stays, without citations of its episodes.
     fn delete_project(&mut self, t: usize) {
@@ -1226,7 +1242,7 @@ impl Case {
                             e.live = false;
                         }
                     }
-                    self.model.drop_dead_citations();
+                    self.model.drop_orphaned_features();
                 }
             }
             Op::GetSetId {

@@ -18,6 +18,7 @@ mod external_clients;
 mod extreme_values;
 mod feature_history;
 mod filter_props;
+mod forget;
 mod fuzz_regressions;
 mod grpc_api;
 mod grpc_web;

@@ -317,6 +317,30 @@ try {
   assert(!(await main.getByText('An old note about the garden').isVisible()), 'the old episode is hidden');
   ok('1 day saved; the old episode is gone, the fresh one shows when it expires');
 
+  check('"Forget user" shows the dry run\'s counts, then forgets across the org and keeps a receipt');
+  const daveUid = (await rest('/memories', { org_id: ORG, project_id: PROJECT,
+    messages: [{ content: 'Dave keeps bees on the roof.', producer: 'dave', role: 'user' }] })).results[0].uid;
+  await page.reload();
+  await page.waitForURL((u) => u.hash === hash('episodes'));
+  const dave = main.locator(`[data-uid="${daveUid}"]`);
+  await dave.waitFor();
+  const withDave = await countShown();
+  await dave.getByRole('button', { name: 'Forget user dave' }).click();
+  const forgetDialog = page.locator('#confirm-dialog');
+  await forgetDialog.waitFor({ state: 'visible' });
+  const previewText = await page.locator('#confirm-text').textContent();
+  assert(previewText.includes('1 episode'), `the dry run's counts are shown: ${previewText}`);
+  assert(await dave.isVisible(), 'the dry run removed nothing');
+  await confirmDialog('Forget user');
+  await dave.waitFor({ state: 'detached' });
+  await page.locator('#episode-count').filter({ hasText: `${withDave - 1} episodes` }).waitFor();
+  const noticeText = await page.locator('#notice').textContent();
+  const receiptId = (noticeText.match(/receipt ([0-9a-f-]{36})/) || [])[1];
+  assert(receiptId, `the receipt is shown: ${noticeText}`);
+  const kept = await rest('/forget/receipt', { org_id: ORG, receipt_id: receiptId });
+  assert(kept.subject === 'dave' && kept.projects.some((p) => p.episodes_deleted === 1), 'the receipt is kept');
+  ok(`dry run then forget; receipt ${receiptId}`);
+
   check('a large project pages, also where the server cuts a page at its byte budget');
   const LONG = 'long-chat';
   await rest('/projects', { org_id: ORG, project_id: LONG });

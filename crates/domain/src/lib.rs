@@ -9,6 +9,7 @@ pub mod auth;
 pub mod embed;
 pub mod episodic;
 pub mod flags;
+pub mod forget;
 pub mod inference;
 pub mod legacy;
 pub mod limits;

@@ -15,7 +15,8 @@ use sqlx::{PgConnection, Postgres, QueryBuilder, Row};
 use super::PostgresStore;
 use super::error::db_error;
 use super::filter_sql;
-use super::helpers::{ADDED, REMOVED, log_changes};
+use super::forget;
+use super::helpers::{ADDED, log_changes};
 use super::projects;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::filter::Expr;
@@ -345,16 +346,7 @@ impl EpisodeStore for PostgresStore {
 
     async fn delete_episodes(&self, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<u64> {
         let mut tx = self.pool().begin().await.map_err(db_error)?;
-        // Lock the project's row first: its change counter orders the log.
-        let project: i64 = sqlx::query_scalar(
-            "SELECT id FROM projects WHERE org_id = $1 AND project_id = $2 FOR NO KEY UPDATE",
-        )
-        .bind(&key.org_id)
-        .bind(&key.project_id)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db_error)?
-        .ok_or_else(|| projects::not_found(key))?;
+        let project = forget::lock_project(&mut tx, key).await?;
         let mut rows = rows_of(
             &mut tx,
             &key.org_id,
@@ -369,33 +361,9 @@ impl EpisodeStore for PostgresStore {
         if rows.is_empty() {
             return Ok(0);
         }
-        let deleted: Vec<i64> = sqlx::query_scalar(
-            "DELETE FROM episodes WHERE org_id = $1 AND project = $2 AND id = ANY($3)
-             RETURNING id",
-        )
-        .bind(&key.org_id)
-        .bind(project)
-        .bind(&rows)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        let mut deleted = deleted;
-        deleted.sort_unstable();
-        let n = deleted.len() as i64;
-        let first: i64 = sqlx::query_scalar(
-            "UPDATE projects SET last_change = last_change + $3
-             WHERE org_id = $1 AND id = $2 RETURNING last_change - $3",
-        )
-        .bind(&key.org_id)
-        .bind(project)
-        .bind(n)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        let ids: Vec<i64> = (1..=n).map(|i| first + i).collect();
-        log_changes(&mut tx, &key.org_id, project, &ids, REMOVED, &deleted).await?;
+        let deleted = forget::delete_rows(&mut tx, &key.org_id, project, &rows).await?;
         tx.commit().await.map_err(db_error)?;
-        Ok(n as u64)
+        Ok(deleted.counts.episodes)
     }
 
     async fn episodes_by_handle(

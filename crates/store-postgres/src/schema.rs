@@ -544,6 +544,18 @@ const MIGRATIONS: &[&str] = &[
     CREATE TRIGGER feature_versions_on_delete BEFORE DELETE ON semantic_features
         FOR EACH ROW EXECUTE FUNCTION memmachine_feature_deleted();
     "#,
+    // Receipts of forgetting a subject (counts per project as JSON, never content),
+    // and the episodes by producer and recipient, so a forget finds them by index.
+    "CREATE TABLE forget_receipts (
+        org_id TEXT NOT NULL,
+        receipt_id TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        completed_at BIGINT NOT NULL,
+        projects TEXT NOT NULL,
+        PRIMARY KEY (org_id, receipt_id)
+    );
+    CREATE INDEX episodes_by_producer ON episodes (org_id, project, producer_id);
+    CREATE INDEX episodes_by_recipient ON episodes (org_id, project, produced_for_id);",
 ];
 
 /// Brings the database to the latest schema (creating the `vector` extension first)

@@ -10,7 +10,8 @@ use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 use super::SqliteStore;
 use super::error::storage_error;
 use super::filter_sql;
-use super::helpers::{ADDED, REMOVED, log_changes};
+use super::forget;
+use super::helpers::{ADDED, log_changes};
 use super::projects;
 use super::vectors;
 use memmachine_core::error::{Error, Result};
@@ -188,13 +189,7 @@ pub(super) fn delete(
     let (project, mut rows) = rows_of(conn, key, uids, "nothing was deleted")?;
     rows.sort_unstable();
     rows.dedup();
-    let mut delete_episode = conn
-        .prepare_cached("DELETE FROM episodes WHERE id = ?1")
-        .map_err(storage_error)?;
-    for id in &rows {
-        delete_episode.execute([id]).map_err(storage_error)?;
-    }
-    log_changes(conn, project, REMOVED, &rows)?;
+    forget::delete_rows(conn, project, &rows)?;
     Ok((project, rows))
 }
 

@@ -16,6 +16,7 @@ mod error;
 mod feature_history;
 mod feed;
 mod filter_sql;
+mod forget;
 mod helpers;
 mod keys;
 mod legacy;

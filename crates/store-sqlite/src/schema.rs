@@ -366,6 +366,17 @@ const MIGRATIONS: &[&str] = &[
             SELECT id FROM feature_versions WHERE feature = OLD.id ORDER BY id DESC
             LIMIT 1 OFFSET (SELECT keep FROM feature_history_settings WHERE id = 1));
     END;",
+    // Receipts of forgetting a subject (counts per project as JSON, never content),
+    // and the episodes by producer and recipient, so a forget finds them by index.
+    "CREATE TABLE forget_receipts (
+        receipt_id TEXT PRIMARY KEY,
+        org_id TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        completed_at INTEGER NOT NULL,
+        projects TEXT NOT NULL
+    );
+    CREATE INDEX episodes_by_producer ON episodes (project, producer_id);
+    CREATE INDEX episodes_by_recipient ON episodes (project, produced_for_id);",
 ];
 
 /// Brings the database to the latest schema, and makes sure universal/universal exists.

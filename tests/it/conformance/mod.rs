@@ -10,6 +10,7 @@
 
 mod episodes;
 mod feed;
+mod forget;
 mod history;
 mod keys;
 mod legacy;
@@ -219,7 +220,7 @@ macro_rules! conformance {
                     fresh updates_set_values_and_deletes_remove_by_key,
                     fresh manual_feature_changes,
                     fresh category_features_match_the_category_key_exactly,
-                    fresh deleting_an_episode_drops_its_citations_and_keeps_the_feature,
+                    fresh deleting_an_episode_drops_its_citations_and_the_features_left_without,
                     fresh deleting_a_project_keeps_only_org_level_sets_and_others_citations,
                     fresh consolidation_replaces_features_citing_the_union,
                     fresh summaries_compare_and_set_and_deleted_episodes_invalidate_them,
@@ -237,6 +238,10 @@ macro_rules! conformance {
                     fresh consolidation_keeps_its_sources_history,
                     fresh versions_are_dropped_by_feature_and_by_cited_episode,
                     fresh deleting_a_project_drops_its_sets_history_only,
+                }
+                forget {
+                    fresh deleting_episodes_deletes_the_features_left_citing_nothing,
+                    fresh forgetting_counts_what_it_removes_in_batches_as_previewed,
                 }
             }
         }

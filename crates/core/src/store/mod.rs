@@ -10,6 +10,7 @@
 mod episodes;
 pub mod feature_history;
 mod feed;
+mod forget;
 mod keys;
 mod leases;
 pub mod legacy;
@@ -30,6 +31,10 @@ mod vectors;
 pub use episodes::{EpisodeStore, episode_column};
 pub use feature_history::{ChangedBy, FeatureHistory, FeatureVersion, RestoredVersion};
 pub use feed::{Change, ChangeFeed, Changes, FeedHead, IndexedEpisode};
+pub use forget::{
+    ForgetCounts, ForgetReceipt, ForgetStore, Forgotten, ProjectForget, decode_forget_projects,
+    encode_forget_projects,
+};
 pub use keys::KeyStore;
 pub use leases::LeaseStore;
 pub use legacy::{GroupQuery, GroupRow, LegacyStore, SessionQuery, SessionRow};
@@ -69,6 +74,7 @@ pub trait Store:
     + LeaseStore
     + RetentionStore
     + FeatureHistory
+    + ForgetStore
 {
 }
 
@@ -88,5 +94,6 @@ impl<T> Store for T where
         + LeaseStore
         + RetentionStore
         + FeatureHistory
+        + ForgetStore
 {
 }

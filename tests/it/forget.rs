@@ -189,7 +189,62 @@ impl Client {
 
     /// Everything a client can read about the project over gRPC, as text.
     async fn everything(&self, project: &str, feature_ids: &[String]) -> String {
+        self.everything_as_of(project, feature_ids, None).await
+    }
+
+    /// [`Client::everything`], and with `as_of` also semantic memory as it was then and
+    /// every feature's history.
+    async fn everything_as_of(
+        &self,
+        project: &str,
+        feature_ids: &[String],
+        as_of: Option<prost_types::Timestamp>,
+    ) -> String {
         let mut seen = String::new();
+        if let Some(as_of) = as_of {
+            let then = self
+                .semantic()
+                .search_features(pb::SearchFeaturesRequest {
+                    org_id: ORG.into(),
+                    project_id: project.into(),
+                    query: "facts fruit kiwi secret".into(),
+                    top_k: Some(100),
+                    as_of: Some(as_of),
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            seen.push_str(&format!("{then:?}\n"));
+            let listed = self
+                .memory()
+                .list_memories(pb::ListMemoriesRequest {
+                    org_id: ORG.into(),
+                    project_id: project.into(),
+                    r#type: pb::MemoryType::Semantic as i32,
+                    page_size: Some(1000),
+                    as_of: Some(as_of),
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            seen.push_str(&format!("{listed:?}\n"));
+            for id in feature_ids {
+                match self
+                    .lifecycle()
+                    .get_feature_history(pb::GetFeatureHistoryRequest {
+                        org_id: ORG.into(),
+                        project_id: project.into(),
+                        feature_id: id.clone(),
+                    })
+                    .await
+                {
+                    Ok(found) => seen.push_str(&format!("{:?}\n", found.into_inner())),
+                    Err(status) => assert_eq!(status.code(), Code::NotFound, "{status:?}"),
+                }
+            }
+        }
         for query in [MARK, "pears", "kiwi secret", "facts"] {
             let found = self
                 .memory()
@@ -424,6 +479,21 @@ async fn forget_reaches_every_call_of_the_other_replica(shared: Shared) {
         .await;
     features.extend([shared_feature.clone(), manual.clone(), bobs.clone()]);
 
+    // An earlier value of the shared fact, citing her, is kept in its history.
+    a.semantic()
+        .update_feature(pb::UpdateFeatureRequest {
+            org_id: ORG.into(),
+            project_id: "one".into(),
+            feature_id: shared_feature.clone(),
+            value: Some("fruit is loved".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let before = prost_types::Timestamp::from(std::time::SystemTime::now());
+    let history = b.everything_as_of("one", &features, Some(before)).await;
+    assert!(history.contains(MARK) && history.contains(alice[1].as_str()));
+
     // The dry run counts, removes nothing, keeps no receipt.
     let preview = a.forget(true).await;
     assert!(preview.dry_run);
@@ -454,7 +524,11 @@ async fn forget_reaches_every_call_of_the_other_replica(shared: Shared) {
 
     // Replica B, which served before the forget, shows nothing of hers anywhere.
     for project in ["one", "two"] {
-        assert_clean(&b.everything(project, &features).await, &alice, "gRPC");
+        assert_clean(
+            &b.everything_as_of(project, &features, Some(before)).await,
+            &alice,
+            "gRPC",
+        );
         assert_clean(
             &rest_everything(&b_process, project, std::slice::from_ref(&bob_one)).await,
             &alice,

@@ -140,18 +140,29 @@ impl Forget {
             let features = self.store.drop_set(set).await?;
             counts.sets += 1;
             counts.features += features.len() as u64;
-            // HISTORY: purge the history of the dropped set's features here:
-            // `self.store.delete_feature_history(&features)` (feature ids at hand).
+            // A forgotten feature's earlier values are forgotten with it.
+            self.store.delete_feature_history(&features).await?;
         }
         loop {
             let uids = self.store.subject_episodes(key, subject, BATCH).await?;
             if uids.is_empty() {
                 return Ok(counts);
             }
+            // Versions of surviving features that cited these episodes go first: their
+            // citation rows cascade away with the episodes.
+            let handles: Vec<_> = self
+                .store
+                .episode_handles(key, &uids)
+                .await?
+                .into_iter()
+                .flatten()
+                .collect();
+            self.store.delete_versions_citing(&handles).await?;
             let forgotten = self.store.forget_episodes(key, &uids).await?;
-            // HISTORY: purge here, with the feature ids and episode uids at hand:
-            // `self.store.delete_feature_history(&forgotten.features)` and
-            // `self.store.delete_versions_citing(key, &uids)`.
+            // The deletion of a forgotten feature records a final version: drop it all.
+            self.store
+                .delete_feature_history(&forgotten.features)
+                .await?;
             if forgotten.counts.episodes == 0 {
                 // Another writer deleted them meanwhile; look again.
                 continue;

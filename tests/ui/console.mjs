@@ -320,6 +320,7 @@ try {
   check('"Forget user" shows the dry run\'s counts, then forgets across the org and keeps a receipt');
   const daveUid = (await rest('/memories', { org_id: ORG, project_id: PROJECT,
     messages: [{ content: 'Dave keeps bees on the roof.', producer: 'dave', role: 'user' }] })).results[0].uid;
+  await goTo(hash('episodes'));
   await page.reload();
   await page.waitForURL((u) => u.hash === hash('episodes'));
   const dave = main.locator(`[data-uid="${daveUid}"]`);

@@ -430,6 +430,8 @@ try {
   assert((await row.getByRole('button', { name: `Delete project ${ORG}/${PROJECT}` }).count()) === 1, 'other projects keep theirs');
   await universal.getByRole('link').click();
   await page.waitForURL((u) => u.hash === '#/p/universal/universal/episodes');
+  // The project list (whose rows carry "Delete project …" buttons) stays until the page has loaded.
+  await main.locator('.project-head h1', { hasText: 'universal / universal' }).waitFor();
   await settled();
   assert((await main.getByRole('button', { name: 'Delete project' }).count()) === 0, 'no Delete project on its page');
   const config = await (await fetch(`${API}/config`, { headers: { Authorization: `Bearer ${ADMIN_KEY}` } })).json();

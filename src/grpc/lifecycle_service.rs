@@ -8,7 +8,6 @@ use crate::pb;
 use crate::pb::lifecycle_service_server::LifecycleService;
 
 pub struct LifecycleGrpc {
-    #[allow(dead_code)]
     domain: Domain,
 }
 

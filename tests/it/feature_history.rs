@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::common::InProcess;
-use crate::common::chat::{ChatCall, ChatServer, ScriptedReply};
+use crate::common::chat::{ChatServer, favourites};
 use memmachine::pb::lifecycle_service_client::LifecycleServiceClient;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
 use memmachine::pb::project_service_client::ProjectServiceClient;
@@ -329,52 +329,9 @@ async fn the_bound_drops_the_oldest_versions() {
     assert_eq!(values, ["v1", "v2", "v3"], "two kept, and the current one");
 }
 
-/// "My favourite X is Y." adds a feature; consolidation merges every feature into one.
-fn scripted(call: &ChatCall) -> ScriptedReply {
-    if call.system.contains("running summary") {
-        return ScriptedReply::Content("a summary".into());
-    }
-    if call.system.contains("tidy a memory") {
-        let values: Vec<String> = call
-            .user
-            .split("\"value\":\"")
-            .skip(1)
-            .filter_map(|s| s.split('"').next())
-            .map(str::to_string)
-            .collect();
-        return ScriptedReply::Content(
-            serde_json::json!({
-                "consolidated_memories": [{"tag": "preferences", "feature": "favourites", "value": values.join(", ")}],
-                "keep_memories": []
-            })
-            .to_string(),
-        );
-    }
-    let messages = call.user.split("## New messages\n").nth(1).unwrap_or("");
-    let mut commands = Vec::new();
-    let mut number = 0;
-    for line in messages.lines() {
-        if line.starts_with('[') {
-            number = line[1..line.find(']').unwrap()].parse::<u64>().unwrap();
-            continue;
-        }
-        let text = line.trim_end_matches('.');
-        if let Some((f, v)) = text
-            .strip_prefix("My favourite ")
-            .and_then(|rest| rest.split_once(" is "))
-        {
-            commands.push(serde_json::json!({
-                "command": "add", "tag": "preferences", "feature": format!("favourite {f}"),
-                "value": v, "messages": [number]
-            }));
-        }
-    }
-    ScriptedReply::Content(serde_json::json!({ "commands": commands }).to_string())
-}
-
 #[tokio::test]
 async fn consolidation_keeps_its_sources_history() {
-    let chat = ChatServer::start(scripted);
+    let chat = ChatServer::start(favourites);
     let url = chat.url.clone();
     let server = InProcess::start_with(move |config| {
         config.llm.base_url = Some(memmachine::urls::SecretUrl::new(url));

@@ -6,77 +6,13 @@ use std::time::Duration;
 
 use crate::common;
 use crate::common::InProcess;
-use crate::common::chat::{ChatCall, ChatServer, ScriptedReply};
+use crate::common::chat::{ChatServer, ScriptedReply, favourites};
 use memmachine::pb::memory_service_client::MemoryServiceClient;
 use memmachine::pb::project_service_client::ProjectServiceClient;
 use memmachine::pb::semantic_service_client::SemanticServiceClient;
 use memmachine::pb::{self, MemoryType};
 use tonic::Code;
 use tonic::transport::Channel;
-
-/// What the scripted model knows: "My favourite X is Y." adds (tag preferences),
-/// "Actually my favourite X is Y." updates, "I no longer have a favourite X." deletes;
-/// consolidation merges everything into one feature; summaries count messages.
-fn scripted(call: &ChatCall) -> ScriptedReply {
-    if call.system.contains("running summary") {
-        let count = call.user.lines().filter(|l| l.starts_with('[')).count();
-        let previous = call
-            .user
-            .split("## Summary so far\n")
-            .nth(1)
-            .and_then(|s| s.lines().next())
-            .unwrap_or("");
-        let before: usize = previous
-            .strip_prefix("summary of ")
-            .and_then(|s| s.split(' ').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0);
-        return ScriptedReply::Content(format!("summary of {} messages", before + count));
-    }
-    if call.system.contains("tidy a memory") {
-        let values: Vec<String> = call
-            .user
-            .split("\"value\":\"")
-            .skip(1)
-            .filter_map(|s| s.split('"').next())
-            .map(str::to_string)
-            .collect();
-        return ScriptedReply::Content(
-            serde_json::json!({
-                "consolidated_memories": [{"tag": "preferences", "feature": "favourites", "value": values.join(", ")}],
-                "keep_memories": []
-            })
-            .to_string(),
-        );
-    }
-    let messages = call.user.split("## New messages\n").nth(1).unwrap_or("");
-    let mut commands = Vec::new();
-    let mut number = 0;
-    for line in messages.lines() {
-        if line.starts_with('[') {
-            number = line[1..line.find(']').unwrap()].parse::<u64>().unwrap();
-            continue;
-        }
-        let text = line.trim_end_matches('.');
-        let command = if let Some(rest) = text.strip_prefix("Actually my favourite ") {
-            rest.split_once(" is ")
-                .map(|(f, v)| ("update", format!("favourite {f}"), v.to_string()))
-        } else if let Some(rest) = text.strip_prefix("My favourite ") {
-            rest.split_once(" is ")
-                .map(|(f, v)| ("add", format!("favourite {f}"), v.to_string()))
-        } else {
-            text.strip_prefix("I no longer have a favourite ")
-                .map(|f| ("delete", format!("favourite {f}"), String::new()))
-        };
-        if let Some((command, feature, value)) = command {
-            commands.push(serde_json::json!({
-                "command": command, "tag": "preferences", "feature": feature,
-                "value": value, "messages": [number]
-            }));
-        }
-    }
-    ScriptedReply::Content(serde_json::json!({ "commands": commands }).to_string())
-}
 
 struct Client {
     projects: ProjectServiceClient<Channel>,
@@ -197,7 +133,7 @@ fn values(features: &[pb::SemanticFeature]) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn messages_build_the_users_profile_with_citations() {
-    let chat = ChatServer::start(scripted);
+    let chat = ChatServer::start(favourites);
     let server = server_with(&chat, |_| {}).await;
     let mut c = client(&server).await;
     let uids = c
@@ -314,7 +250,7 @@ async fn messages_build_the_users_profile_with_citations() {
 
 #[tokio::test]
 async fn one_call_per_category_per_batch() {
-    let chat = ChatServer::start(scripted);
+    let chat = ChatServer::start(favourites);
     let server = server_with(&chat, |config| {
         config.ingest.trigger_messages = 10;
         config.ingest.trigger_age = Duration::from_secs(3600);
@@ -332,7 +268,7 @@ async fn one_call_per_category_per_batch() {
 
 #[tokio::test]
 async fn deleting_the_only_source_of_a_fact_deletes_the_fact() {
-    let chat = ChatServer::start(scripted);
+    let chat = ChatServer::start(favourites);
     let server = server_with(&chat, |_| {}).await;
     let mut c = client(&server).await;
     let uids = c
@@ -353,7 +289,7 @@ async fn deleting_the_only_source_of_a_fact_deletes_the_fact() {
 
 #[tokio::test]
 async fn consolidation_merges_a_tag_and_keeps_every_citation() {
-    let chat = ChatServer::start(scripted);
+    let chat = ChatServer::start(favourites);
     let server = server_with(&chat, |config| config.ingest.consolidation_threshold = 3).await;
     let mut c = client(&server).await;
     let uids = c
@@ -457,7 +393,7 @@ async fn a_model_that_is_down_leaves_messages_queued_until_it_is_back() {
         .unwrap()
         .into_inner();
     assert_eq!(search.episodic_memory.unwrap().long_term_memory.len(), 1);
-    chat.set_answer(scripted);
+    chat.set_answer(favourites);
     // Backed off (2 s, then longer), not hammered, and then ingested.
     let features = c.wait_features("", "", |f| f.len() == 1).await;
     assert_eq!(features[0].value, "pizza");
@@ -470,7 +406,7 @@ async fn a_model_that_is_down_leaves_messages_queued_until_it_is_back() {
 
 #[tokio::test]
 async fn deleting_a_project_keeps_the_org_sets_other_projects_share() {
-    let chat = ChatServer::start(scripted);
+    let chat = ChatServer::start(favourites);
     let server = server_with(&chat, |_| {}).await;
     let mut c = client(&server).await;
     c.create("acme", "one").await;
@@ -575,7 +511,7 @@ async fn deleting_a_project_keeps_the_org_sets_other_projects_share() {
 
 #[tokio::test]
 async fn summaries_fold_what_leaves_the_window_and_go_with_deleted_episodes() {
-    let chat = ChatServer::start(scripted);
+    let chat = ChatServer::start(favourites);
     let server = server_with(&chat, |config| config.limits.short_term_window = 2).await;
     let mut c = client(&server).await;
     let uids = c
@@ -759,7 +695,7 @@ async fn features_are_managed_by_hand_without_a_model() {
 
 #[tokio::test]
 async fn a_project_configures_its_users_profiles_through_the_user_set_type() {
-    let chat = ChatServer::start(scripted);
+    let chat = ChatServer::start(favourites);
     let server = server_with(&chat, |_| {}).await;
     let mut c = client(&server).await;
     let set_type = c
@@ -936,7 +872,7 @@ async fn features_are_embedded_in_the_background_and_ranked_with_their_vectors()
 
 #[tokio::test]
 async fn the_model_sees_what_a_message_answers_as_context() {
-    let chat = ChatServer::start(scripted);
+    let chat = ChatServer::start(favourites);
     let server = server_with(&chat, |_| {}).await;
     let mut c = client(&server).await;
     c.add(

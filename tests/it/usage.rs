@@ -8,37 +8,13 @@ use std::time::Duration;
 
 use crate::common::InProcess;
 use crate::common::calls::{create_project, with_key};
-use crate::common::chat::{ChatCall, ChatServer, ScriptedReply, words};
+use crate::common::chat::{ChatCall, ChatServer, ScriptedReply, favourite_commands, words};
 use crate::common::keys::create_key;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
 use memmachine::pb::usage_service_client::UsageServiceClient;
 use memmachine::pb::{self, MemoryType, UsagePurpose};
 use tonic::Code;
 use tonic::transport::Channel;
-
-/// Extraction only: "My favourite X is Y." adds the feature `favourite X` = Y.
-fn extraction(call: &ChatCall) -> String {
-    let messages = call.user.split("## New messages\n").nth(1).unwrap_or("");
-    let mut commands = Vec::new();
-    let mut number = 0;
-    for line in messages.lines() {
-        if line.starts_with('[') {
-            number = line[1..line.find(']').unwrap()].parse::<u64>().unwrap();
-            continue;
-        }
-        let text = line.trim_end_matches('.');
-        if let Some((f, v)) = text
-            .strip_prefix("My favourite ")
-            .and_then(|r| r.split_once(" is "))
-        {
-            commands.push(serde_json::json!({
-                "command": "add", "tag": "preferences", "feature": format!("favourite {f}"),
-                "value": v, "messages": [number]
-            }));
-        }
-    }
-    serde_json::json!({ "commands": commands }).to_string()
-}
 
 async fn server(chat: &ChatServer, default_budget: u64, auth: bool) -> InProcess {
     let url = chat.url.clone();
@@ -186,7 +162,7 @@ async fn wait_for_figures(
 
 #[tokio::test]
 async fn usage_is_recorded_per_purpose_with_the_endpoints_figures() {
-    let chat = ChatServer::start(|call| ScriptedReply::Content(extraction(call)));
+    let chat = ChatServer::start(|call| ScriptedReply::Content(favourite_commands(call)));
     let server = server(&chat, 0, false).await;
     let channel = server.channel().await;
     add(&channel, "counted", "My favourite colour is blue.").await;
@@ -198,7 +174,7 @@ async fn usage_is_recorded_per_purpose_with_the_endpoints_figures() {
             .flat_map(|c| &c.messages)
             .map(|(_, m)| words(m))
             .sum();
-        let completion: usize = calls.iter().map(|c| words(&extraction(c))).sum();
+        let completion: usize = calls.iter().map(|c| words(&favourite_commands(c))).sum();
         (calls.len() as i64, prompt as i64, completion as i64)
     })
     .await;
@@ -240,7 +216,8 @@ async fn usage_is_recorded_per_purpose_with_the_endpoints_figures() {
 
 #[tokio::test]
 async fn usage_is_estimated_when_the_endpoint_does_not_report_it() {
-    let chat = ChatServer::start(|call| ScriptedReply::ContentWithoutUsage(extraction(call)));
+    let chat =
+        ChatServer::start(|call| ScriptedReply::ContentWithoutUsage(favourite_commands(call)));
     let server = server(&chat, 0, false).await;
     let channel = server.channel().await;
     add(&channel, "estimated", "My favourite tree is oak.").await;
@@ -254,7 +231,7 @@ async fn usage_is_estimated_when_the_endpoint_does_not_report_it() {
             .sum();
         let completion = calls
             .iter()
-            .map(|c| quarter(extraction(c).chars().count()))
+            .map(|c| quarter(favourite_commands(c).chars().count()))
             .sum();
         (calls.len() as i64, prompt, completion)
     })
@@ -285,7 +262,7 @@ async fn a_batch_whose_answers_stay_invalid_counts_its_tokens() {
 
 #[tokio::test]
 async fn budgets_need_an_admin_key_and_org_keys_read_only_their_org() {
-    let chat = ChatServer::start(|call| ScriptedReply::Content(extraction(call)));
+    let chat = ChatServer::start(|call| ScriptedReply::Content(favourite_commands(call)));
     let server = server(&chat, 500, true).await;
     let dir = server.data_dir.path().to_path_buf();
     let admin = create_key(&dir, &["--admin"]);
@@ -323,7 +300,7 @@ async fn budgets_need_an_admin_key_and_org_keys_read_only_their_org() {
 
 #[tokio::test]
 async fn an_org_over_its_budget_pauses_its_ingestion_until_the_budget_is_raised() {
-    let chat = ChatServer::start(|call| ScriptedReply::Content(extraction(call)));
+    let chat = ChatServer::start(|call| ScriptedReply::Content(favourite_commands(call)));
     // One token a day by default: the first call spends it.
     let server = server(&chat, 1, false).await;
     let channel = server.channel().await;

@@ -232,3 +232,72 @@ fn parse_call(headers: &HeaderMap, body: &Value) -> ChatCall {
 pub fn words(text: &str) -> usize {
     text.split_whitespace().count()
 }
+
+/// What the scripted model knows: "My favourite X is Y." adds (tag preferences),
+/// "Actually my favourite X is Y." updates, "I no longer have a favourite X." deletes;
+/// consolidation merges everything into one feature; summaries count messages.
+pub fn favourites(call: &ChatCall) -> ScriptedReply {
+    if call.system.contains("running summary") {
+        let count = call.user.lines().filter(|l| l.starts_with('[')).count();
+        let previous = call
+            .user
+            .split("## Summary so far\n")
+            .nth(1)
+            .and_then(|s| s.lines().next())
+            .unwrap_or("");
+        let before: usize = previous
+            .strip_prefix("summary of ")
+            .and_then(|s| s.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        return ScriptedReply::Content(format!("summary of {} messages", before + count));
+    }
+    if call.system.contains("tidy a memory") {
+        let values: Vec<String> = call
+            .user
+            .split("\"value\":\"")
+            .skip(1)
+            .filter_map(|s| s.split('"').next())
+            .map(str::to_string)
+            .collect();
+        return ScriptedReply::Content(
+            serde_json::json!({
+                "consolidated_memories": [{"tag": "preferences", "feature": "favourites", "value": values.join(", ")}],
+                "keep_memories": []
+            })
+            .to_string(),
+        );
+    }
+    ScriptedReply::Content(favourite_commands(call))
+}
+
+/// The extraction answer of [`favourites`] alone: add, update and delete commands.
+pub fn favourite_commands(call: &ChatCall) -> String {
+    let messages = call.user.split("## New messages\n").nth(1).unwrap_or("");
+    let mut commands = Vec::new();
+    let mut number = 0;
+    for line in messages.lines() {
+        if line.starts_with('[') {
+            number = line[1..line.find(']').unwrap()].parse::<u64>().unwrap();
+            continue;
+        }
+        let text = line.trim_end_matches('.');
+        let command = if let Some(rest) = text.strip_prefix("Actually my favourite ") {
+            rest.split_once(" is ")
+                .map(|(f, v)| ("update", format!("favourite {f}"), v.to_string()))
+        } else if let Some(rest) = text.strip_prefix("My favourite ") {
+            rest.split_once(" is ")
+                .map(|(f, v)| ("add", format!("favourite {f}"), v.to_string()))
+        } else {
+            text.strip_prefix("I no longer have a favourite ")
+                .map(|f| ("delete", format!("favourite {f}"), String::new()))
+        };
+        if let Some((command, feature, value)) = command {
+            commands.push(serde_json::json!({
+                "command": command, "tag": "preferences", "feature": feature,
+                "value": value, "messages": [number]
+            }));
+        }
+    }
+    serde_json::json!({ "commands": commands }).to_string()
+}

@@ -15,6 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/memmachine/v2/memory_service.proto",
         "proto/memmachine/v2/semantic_service.proto",
         "proto/memmachine/v2/lifecycle_service.proto",
+        "proto/memmachine/v2/change_service.proto",
         "proto/memmachine/v1/types.proto",
         "proto/memmachine/v1/memory_service.proto",
         "proto/memmachine/v1/session_service.proto",

@@ -249,6 +249,7 @@ impl Corpus {
                 ("session".to_string(), turn.session.to_string()),
             ]),
             episode_type: pb::EpisodeType::Message as i32,
+            ..Default::default()
         }
     }
 }

@@ -186,6 +186,7 @@ fn defaults(args: &AddArgs) -> Result<pb::MemoryMessage, CliError> {
         role: args.role.clone().unwrap_or_default(),
         metadata: args.meta.iter().cloned().collect(),
         episode_type: 0,
+        idempotency_key: String::new(),
     })
 }
 

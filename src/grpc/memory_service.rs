@@ -23,6 +23,13 @@ type Reply<T> = Result<Response<T>, Status>;
 
 #[tonic::async_trait]
 impl MemoryService for MemoryGrpc {
+    async fn import_memories(
+        &self,
+        _request: Request<tonic::Streaming<pb::ImportMemoriesRequest>>,
+    ) -> Reply<pb::ImportMemoriesResponse> {
+        Err(Status::unimplemented("ImportMemories is not served yet"))
+    }
+
     async fn add_memories(
         &self,
         request: Request<pb::AddMemoriesRequest>,
@@ -38,6 +45,7 @@ impl MemoryService for MemoryGrpc {
                 .into_iter()
                 .map(|uid| pb::AddMemoryResult {
                     uid: uid.to_string(),
+                    duplicate: false,
                 })
                 .collect(),
         }))

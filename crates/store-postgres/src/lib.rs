@@ -19,6 +19,7 @@ mod helpers;
 mod keys;
 mod legacy;
 mod lifecycle;
+mod memory_feed;
 mod projects;
 mod retention;
 mod runtime_settings;

@@ -243,6 +243,7 @@ impl Conversation {
                             ("session".to_string(), turn.session.to_string()),
                         ]),
                         episode_type: pb::EpisodeType::Message as i32,
+                        ..Default::default()
                     })
                     .collect(),
             })

@@ -15,6 +15,7 @@ mod keys;
 mod leases;
 pub mod legacy;
 mod lifecycle;
+mod memory_feed;
 mod projects;
 mod retention;
 mod runtime_settings;
@@ -39,6 +40,7 @@ pub use keys::KeyStore;
 pub use leases::LeaseStore;
 pub use legacy::{GroupQuery, GroupRow, LegacyStore, SessionQuery, SessionRow};
 pub use lifecycle::StoreLifecycle;
+pub use memory_feed::{MemoryChange, MemoryChangeKind, MemoryChanges, MemoryFeed};
 pub use projects::ProjectStore;
 pub use retention::RetentionStore;
 pub use runtime_settings::{SettingsStore, StoredSettings};
@@ -62,6 +64,7 @@ pub trait Store:
     ProjectStore
     + EpisodeStore
     + ChangeFeed
+    + MemoryFeed
     + VectorStore
     + KeyStore
     + StatsStore
@@ -82,6 +85,7 @@ impl<T> Store for T where
     T: ProjectStore
         + EpisodeStore
         + ChangeFeed
+        + MemoryFeed
         + VectorStore
         + KeyStore
         + StatsStore

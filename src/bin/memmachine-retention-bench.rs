@@ -51,6 +51,7 @@ fn episode(i: usize, created: i64, expires: Option<i64>) -> NewEpisode {
         created_at_micros: created,
         metadata: Default::default(),
         expires_at_micros: expires,
+        idempotency: None,
     }
 }
 

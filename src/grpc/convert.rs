@@ -85,6 +85,7 @@ pub fn messages(messages: Vec<pb::MemoryMessage>) -> Result<Vec<MessageInput>> {
                 role: m.role,
                 metadata: m.metadata.into_iter().collect(),
                 expires_at: m.expires_at.map(|ts| (ts.seconds, ts.nanos)),
+                idempotency_key: Some(m.idempotency_key).filter(|k| !k.is_empty()),
             }
         })
         .collect();

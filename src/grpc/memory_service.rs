@@ -39,13 +39,13 @@ impl MemoryService for MemoryGrpc {
         let types = convert::memory_kinds(&r.types)?;
         let messages = convert::messages(r.messages)?;
         let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
-        let uids = self.memories.add(&key, &types, messages).await?;
+        let added = self.memories.add(&key, &types, messages).await?;
         Ok(Response::new(pb::AddMemoriesResponse {
-            results: uids
+            results: added
                 .into_iter()
-                .map(|uid| pb::AddMemoryResult {
-                    uid: uid.to_string(),
-                    duplicate: false,
+                .map(|a| pb::AddMemoryResult {
+                    uid: a.uid.to_string(),
+                    duplicate: a.duplicate,
                 })
                 .collect(),
         }))

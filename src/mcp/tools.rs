@@ -305,6 +305,7 @@ impl MemoryTools {
             role: input.role.unwrap_or_else(|| "user".to_string()),
             metadata: input.metadata,
             expires_at: None,
+            idempotency_key: None,
         };
         let types: Vec<MemoryKind> = input.types.into_iter().map(Into::into).collect();
         Ok(
@@ -313,8 +314,8 @@ impl MemoryTools {
                 .add(&scope.project, &types, vec![message])
                 .await
             {
-                Ok(ids) => answer(serde_json::json!({
-                    "ids": ids.iter().map(ToString::to_string).collect::<Vec<_>>()
+                Ok(added) => answer(serde_json::json!({
+                    "ids": added.iter().map(|a| a.uid.to_string()).collect::<Vec<_>>()
                 })),
                 Err(err) => failed(err),
             },

@@ -76,6 +76,10 @@ pub struct MessageJson {
     #[serde(default)]
     #[schema(value_type = Option<String>)]
     expires_at: serde_json::Value,
+    /// This server's: a message whose key the project stored within the idempotency
+    /// window is not stored again; its original uid answers (at most 256 bytes).
+    #[serde(default)]
+    idempotency_key: Option<String>,
 }
 
 fn default_producer() -> String {
@@ -97,6 +101,9 @@ pub struct AddMemories {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AddResult {
     uid: String,
+    /// This server's: the message's idempotency key was stored already; `uid` is the
+    /// stored episode's (MemMachine's client ignores the field).
+    duplicate: bool,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -115,16 +122,17 @@ async fn add_memories(
     caller.check_org(&r.org_id)?;
     let messages = messages(r.messages)?;
     let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
-    let uids = gateway
+    let added = gateway
         .domain()?
         .memories
         .add(&key, &kinds(&r.types), messages)
         .await?;
     Ok(Json(AddMemoriesResponse {
-        results: uids
+        results: added
             .into_iter()
-            .map(|uid| AddResult {
-                uid: uid.to_string(),
+            .map(|a| AddResult {
+                uid: a.uid.to_string(),
+                duplicate: a.duplicate,
             })
             .collect(),
     }))
@@ -157,6 +165,7 @@ fn messages(messages: Vec<MessageJson>) -> Result<Vec<MessageInput>> {
                 role: m.role,
                 metadata: m.metadata,
                 expires_at: expires_at.flatten(),
+                idempotency_key: m.idempotency_key,
             }
         })
         .collect();

@@ -153,6 +153,7 @@ fn varied_episodes() -> Vec<NewEpisode> {
             }
             NewEpisode {
                 expires_at_micros: None,
+                idempotency: None,
                 uid: uuid::Uuid::new_v4(),
                 content: format!("talking about things {i}"),
                 producer_id: producers[i % producers.len()].into(),
@@ -293,6 +294,7 @@ fn topical_episodes() -> Vec<NewEpisode> {
         .enumerate()
         .map(|(i, topic)| NewEpisode {
             expires_at_micros: None,
+            idempotency: None,
             uid: uuid::Uuid::new_v4(),
             content: format!("talking about {topic}"),
             producer_id: "alice".into(),

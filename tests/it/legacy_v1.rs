@@ -468,6 +468,7 @@ async fn episodes_keep_every_v1_field_and_stay_in_their_session() {
         producer_id: "ann".into(),
         produced_for_id: "chef".into(),
         user_metadata: Some(value(metadata)),
+        idempotency_key: String::new(),
     };
     let uuids = c
         .add(ctx.clone(), vec![full.clone(), text("the oven is hot")])

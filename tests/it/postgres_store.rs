@@ -33,6 +33,7 @@ fn key(org: &str, project: &str) -> ProjectKey {
 fn episode(content: &str, metadata: &[(&str, &str)]) -> NewEpisode {
     NewEpisode {
         expires_at_micros: None,
+        idempotency: None,
         uid: uuid::Uuid::new_v4(),
         content: content.into(),
         producer_id: "alice".into(),

@@ -539,6 +539,7 @@ async fn export_leaves_expired_episodes_out_and_carries_expiries_and_retention()
         created_at_micros: micros - 1_000_000,
         metadata: Default::default(),
         expires_at_micros: expires,
+        idempotency: None,
     };
     let later = micros + DAY * 1_000_000;
     let expired = episode("expired", Some(micros - 1));

@@ -30,6 +30,7 @@ fn key(org: &str, project: &str) -> ProjectKey {
 fn episode(content: &str, producer: &str, meta: &[(&str, &str)], at: i64) -> NewEpisode {
     NewEpisode {
         expires_at_micros: None,
+        idempotency: None,
         uid: uuid::Uuid::new_v4(),
         content: content.into(),
         producer_id: producer.into(),
@@ -573,7 +574,7 @@ async fn round_trip(target: Arc<dyn Store>) {
         .add_episodes(&support, vec![episode("new", "alice", &[], 50)], None)
         .await
         .unwrap();
-    assert_eq!(next, [6]);
+    assert_eq!(next[0].sequence_num, 6);
     // The change feed saw the imported episodes and their vectors.
     let head = target.feed_head(&support).await.unwrap();
     let page = target

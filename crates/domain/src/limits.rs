@@ -26,9 +26,22 @@ pub struct Limits {
     /// that a page fits the 4 MiB a stock gRPC client reads
     #[arg(long, env = "MEMMACHINE_MAX_PAGE_BYTES", default_value_t = 2 * 1024 * 1024)]
     pub max_page_bytes: usize,
+    /// Seconds a message's idempotency key is remembered: a message with a key the
+    /// project stored this recently is not stored again (its original uid answers)
+    #[arg(
+        long,
+        env = "MEMMACHINE_IDEMPOTENCY_WINDOW",
+        default_value_t = 86_400.0
+    )]
+    pub idempotency_window: f64,
 }
 
 impl Limits {
+    /// How long an idempotency key is remembered, in microseconds.
+    pub fn idempotency_window_micros(&self) -> i64 {
+        (self.idempotency_window.max(0.0) * 1e6).min(i64::MAX as f64) as i64
+    }
+
     /// Checks the limits that must be at least 1.
     pub fn validate(&self) -> Result<(), String> {
         let positive = [
@@ -41,6 +54,7 @@ impl Limits {
         if positive.contains(&0) {
             return Err("limits must be at least 1".into());
         }
+        crate::flags::seconds(self.idempotency_window, "idempotency-window")?;
         Ok(())
     }
 

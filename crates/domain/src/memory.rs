@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::episodic::{EpisodicMemory, EpisodicSearch, MessageInput, SearchInput};
 use crate::error::{Error, Result};
-use crate::model::{Episode, ProjectKey};
+use crate::model::{AddedEpisode, Episode, ProjectKey};
 use crate::projects::Projects;
 use crate::semantic::model::Feature;
 use crate::semantic::{FeatureSearch, ScoredFeature, SemanticMemory};
@@ -111,7 +111,7 @@ impl Memories {
         key: &ProjectKey,
         types: &[MemoryKind],
         messages: Vec<MessageInput>,
-    ) -> Result<Vec<uuid::Uuid>> {
+    ) -> Result<Vec<AddedEpisode>> {
         let settings = self.episodic.settings().current();
         if types.contains(&MemoryKind::Semantic) {
             self.semantic.require_model()?;

@@ -17,10 +17,11 @@ use super::error::db_error;
 use super::filter_sql;
 use super::forget;
 use super::helpers::{ADDED, log_changes};
+use super::idempotency::{self, Resolution};
 use super::projects;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::filter::Expr;
-use memmachine_core::model::{Episode, EpisodeHandle, NewEpisode, ProjectKey};
+use memmachine_core::model::{AddedEpisode, Episode, EpisodeHandle, NewEpisode, ProjectKey};
 use memmachine_core::store::EpisodeStore;
 
 /// The advisory lock adders of episodes hold shared, and the summariser's cursor
@@ -57,31 +58,23 @@ fn non_empty(s: &str) -> Option<&str> {
     (!s.is_empty()).then_some(s)
 }
 
-/// What an add stored: the project's handle and org, each episode's sequence number and
-/// handle, in input order.
+/// What an add stored: the project's handle and org, the handle of each episode
+/// stored, and the answer for each episode asked, in input order.
 pub(super) struct Added {
     pub project: i64,
     pub org_id: String,
-    pub seqs: Vec<i64>,
     pub rows: Vec<i64>,
+    pub answers: Vec<AddedEpisode>,
 }
 
 /// Stores the episodes in the open transaction `tx`, appends their `Added` changes and
-/// queues them for `embedder`.
+/// queues them for `embedder`; keyed duplicates are answered, not stored.
 pub(super) async fn add(
     tx: &mut PgConnection,
     key: &ProjectKey,
     episodes: &[NewEpisode],
     embedder: Option<&str>,
 ) -> Result<Added> {
-    let count = episodes.len() as i64;
-    let uids: Vec<uuid::Uuid> = episodes.iter().map(|e| e.uid).collect();
-    let mut seen = HashSet::new();
-    if let Some(dup) = uids.iter().find(|uid| !seen.insert(**uid)) {
-        return Err(Error::AlreadyExists(format!(
-            "episode {dup} already exists"
-        )));
-    }
     // Episode ids are handed out under this lock (shared among adders), so that the
     // summariser's cursor, read under it exclusively, never passes an id still to
     // commit (`semantic_summaries::projects_changed`).
@@ -90,6 +83,27 @@ pub(super) async fn add(
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
+    // Messages without a key cost nothing here; keyed ones are looked up under the
+    // project's row lock, which the add takes anyway.
+    let resolved = if episodes.iter().any(|e| e.idempotency.is_some()) {
+        idempotency::resolve(&mut *tx, key, episodes).await?
+    } else {
+        vec![Resolution::Store; episodes.len()]
+    };
+    let stored: Vec<&NewEpisode> = episodes
+        .iter()
+        .zip(&resolved)
+        .filter(|(_, r)| **r == Resolution::Store)
+        .map(|(e, _)| e)
+        .collect();
+    let count = stored.len() as i64;
+    let uids: Vec<uuid::Uuid> = stored.iter().map(|e| e.uid).collect();
+    let mut seen = HashSet::new();
+    if let Some(dup) = uids.iter().find(|uid| !seen.insert(**uid)) {
+        return Err(Error::AlreadyExists(format!(
+            "episode {dup} already exists"
+        )));
+    }
     // Locks the project's row until commit: writers of the project queue here.
     let row = sqlx::query(
         "UPDATE projects SET next_seq = next_seq + $3, last_change = last_change + $3
@@ -106,12 +120,14 @@ pub(super) async fn add(
     let project: i64 = row.try_get(0).map_err(db_error)?;
     let first_seq: i64 = row.try_get(1).map_err(db_error)?;
     let first_change: i64 = row.try_get(2).map_err(db_error)?;
-    if episodes.is_empty() {
+    let seqs: Vec<i64> = (0..count).map(|i| first_seq + i).collect();
+    let answers = idempotency::answers(episodes, &resolved, &seqs);
+    if stored.is_empty() {
         return Ok(Added {
             project,
             org_id: key.org_id.clone(),
-            seqs: Vec::new(),
             rows: Vec::new(),
+            answers,
         });
     }
     let taken: Option<uuid::Uuid> =
@@ -126,9 +142,8 @@ pub(super) async fn add(
             "episode {uid} already exists"
         )));
     }
-    let seqs: Vec<i64> = (0..count).map(|i| first_seq + i).collect();
-    let mut metadata = Vec::with_capacity(episodes.len());
-    for episode in episodes {
+    let mut metadata = Vec::with_capacity(stored.len());
+    for episode in &stored {
         metadata.push(
             (!episode.metadata.is_empty())
                 .then(|| serde_json::to_value(&episode.metadata))
@@ -137,26 +152,37 @@ pub(super) async fn add(
         );
     }
     let column = |f: fn(&NewEpisode) -> &str| -> Vec<String> {
-        episodes.iter().map(|e| f(e).to_string()).collect()
+        stored.iter().map(|e| f(e).to_string()).collect()
     };
     let optional = |f: fn(&NewEpisode) -> &str| -> Vec<Option<String>> {
-        episodes
+        stored
             .iter()
             .map(|e| non_empty(f(e)).map(str::to_string))
             .collect()
     };
-    let created: Vec<i64> = episodes.iter().map(|e| e.created_at_micros).collect();
-    let expires: Vec<Option<i64>> = episodes.iter().map(|e| e.expires_at_micros).collect();
+    let created: Vec<i64> = stored.iter().map(|e| e.created_at_micros).collect();
+    let expires: Vec<Option<i64>> = stored.iter().map(|e| e.expires_at_micros).collect();
+    let idempotency_keys: Vec<Option<&str>> = stored
+        .iter()
+        .map(|e| e.idempotency.as_ref().map(|i| i.key.as_str()))
+        .collect();
+    let idempotency_at: Vec<Option<i64>> = stored
+        .iter()
+        .map(|e| e.idempotency.as_ref().map(|i| i.at_micros))
+        .collect();
     let inserted = sqlx::query(
         "INSERT INTO episodes (org_id, project, uid, seq, content, producer_id, producer_role,
-             produced_for_id, episode_type, content_type, created_at, metadata, expires_at)
+             produced_for_id, episode_type, content_type, created_at, metadata, expires_at,
+             idempotency_key, idempotency_at)
          SELECT $1, $2, u.uid, u.seq, u.content, u.producer_id, u.producer_role,
              u.produced_for_id, u.episode_type, u.content_type, u.created_at, u.metadata,
-             u.expires_at
+             u.expires_at, u.idempotency_key, u.idempotency_at
          FROM UNNEST($3::uuid[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[],
-                     $9::text[], $10::text[], $11::bigint[], $12::jsonb[], $13::bigint[])
+                     $9::text[], $10::text[], $11::bigint[], $12::jsonb[], $13::bigint[],
+                     $14::text[], $15::bigint[])
              AS u (uid, seq, content, producer_id, producer_role, produced_for_id,
-                   episode_type, content_type, created_at, metadata, expires_at)
+                   episode_type, content_type, created_at, metadata, expires_at,
+                   idempotency_key, idempotency_at)
          ORDER BY u.seq
          RETURNING id, seq",
     )
@@ -173,6 +199,8 @@ pub(super) async fn add(
     .bind(&created)
     .bind(&metadata)
     .bind(&expires)
+    .bind(&idempotency_keys)
+    .bind(&idempotency_at)
     .fetch_all(&mut *tx)
     .await
     .map_err(db_error)?;
@@ -199,8 +227,8 @@ pub(super) async fn add(
     Ok(Added {
         project,
         org_id: key.org_id.clone(),
-        seqs,
         rows,
+        answers,
     })
 }
 
@@ -303,11 +331,11 @@ impl EpisodeStore for PostgresStore {
         key: &ProjectKey,
         episodes: Vec<NewEpisode>,
         embedder: Option<&str>,
-    ) -> Result<Vec<i64>> {
+    ) -> Result<Vec<AddedEpisode>> {
         let mut tx = self.pool().begin().await.map_err(db_error)?;
         let added = add(&mut tx, key, &episodes, embedder).await?;
         tx.commit().await.map_err(db_error)?;
-        Ok(added.seqs)
+        Ok(added.answers)
     }
 
     async fn count_episodes(&self, key: &ProjectKey) -> Result<i64> {

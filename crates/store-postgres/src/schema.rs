@@ -556,6 +556,12 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX episodes_by_producer ON episodes (org_id, project, producer_id);
     CREATE INDEX episodes_by_recipient ON episodes (org_id, project, produced_for_id);",
+    // Idempotency keys: the client's key of a message and when it was stored, indexed
+    // only where present (messages without one cost nothing), unique per project.
+    "ALTER TABLE episodes ADD COLUMN idempotency_key TEXT;
+    ALTER TABLE episodes ADD COLUMN idempotency_at BIGINT;
+    CREATE UNIQUE INDEX episodes_by_idempotency_key ON episodes (org_id, project, idempotency_key)
+        WHERE idempotency_key IS NOT NULL;",
 ];
 
 /// Brings the database to the latest schema (creating the `vector` extension first)

@@ -22,15 +22,17 @@ use super::{
 };
 use memmachine_core::error::Result;
 use memmachine_core::model::{
-    CategoryId, Episode, EpisodeHandle, FeatureId, NewEpisode, ProjectConfig, ProjectHandle,
-    ProjectKey, SetId, SetTypeId, TagId,
+    AddedEpisode, CategoryId, Episode, EpisodeHandle, FeatureId, NewEpisode, ProjectConfig,
+    ProjectHandle, ProjectKey, SetId, SetTypeId, TagId,
 };
 use memmachine_core::store::{
     Batch, Category, CategoryOwner, ClaimRule, Feature, FeatureOp, FeatureUpdate, IndexedFeature,
     NewCategory, NewFeature, NewSet, NewSetType, PendingFeatureEmbedding, SetConfig, SetRow,
     SetType, Summary, Tag,
 };
-use memmachine_core::store::{Routing, SemanticFeatures, SemanticQueue, SemanticSets, Summaries};
+use memmachine_core::store::{
+    Routing, SemanticFeatures, SemanticQueue, SemanticSets, Summaries, routing_of_stored,
+};
 
 /// Runs `f` in a transaction and commits what it did when it succeeds.
 macro_rules! in_tx {
@@ -289,9 +291,10 @@ impl SemanticQueue for PostgresStore {
         new: Vec<NewEpisode>,
         routing: Vec<Routing>,
         embedder: Option<&str>,
-    ) -> Result<Vec<i64>> {
+    ) -> Result<Vec<AddedEpisode>> {
         in_tx!(self, |tx| async {
             let added = episodes::add(&mut *tx, key, &new, embedder).await?;
+            let routing = routing_of_stored(routing, &added.answers);
             queue::route(
                 &mut *tx,
                 added.project,
@@ -300,7 +303,7 @@ impl SemanticQueue for PostgresStore {
                 &routing,
             )
             .await?;
-            Ok::<_, memmachine_core::error::Error>(added.seqs)
+            Ok::<_, memmachine_core::error::Error>(added.answers)
         })
     }
 

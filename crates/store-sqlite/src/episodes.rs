@@ -12,11 +12,12 @@ use super::error::storage_error;
 use super::filter_sql;
 use super::forget;
 use super::helpers::{ADDED, log_changes};
+use super::idempotency::{self, Resolution};
 use super::projects;
 use super::vectors;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::filter::Expr;
-use memmachine_core::model::{Episode, EpisodeHandle, NewEpisode, ProjectKey};
+use memmachine_core::model::{AddedEpisode, Episode, EpisodeHandle, NewEpisode, ProjectKey};
 use memmachine_core::store::EpisodeStore;
 
 /// Columns read by `from_row`, over the alias `e`.
@@ -48,16 +49,23 @@ fn non_empty(s: &str) -> Option<&str> {
     (!s.is_empty()).then_some(s)
 }
 
-/// What an add stored: the project's row id, and each episode's sequence number and row id.
+/// What an add stored: the project's row id, the row id of each episode stored, and
+/// the answer for each episode asked.
 pub(super) struct Added {
     pub project: i64,
-    pub seqs: Vec<i64>,
     pub rows: Vec<i64>,
+    pub answers: Vec<AddedEpisode>,
 }
 
 pub(super) fn add(conn: &Connection, key: &ProjectKey, episodes: &[NewEpisode]) -> Result<Added> {
     let project = projects::require(conn, key)?;
-    let count = episodes.len() as i64;
+    // Messages without a key cost nothing here.
+    let resolved = if episodes.iter().any(|e| e.idempotency.is_some()) {
+        idempotency::resolve(conn, project, episodes)?
+    } else {
+        vec![Resolution::Store; episodes.len()]
+    };
+    let count = resolved.iter().filter(|r| **r == Resolution::Store).count() as i64;
     let first: i64 = conn
         .query_row(
             "UPDATE projects SET next_seq = next_seq + ?2 WHERE id = ?1 RETURNING next_seq - ?2",
@@ -68,18 +76,38 @@ pub(super) fn add(conn: &Connection, key: &ProjectKey, episodes: &[NewEpisode]) 
     let mut insert = conn
         .prepare_cached(
             "INSERT INTO episodes (project, uid, seq, content, producer_id, producer_role,
-                 produced_for_id, episode_type, content_type, created_at, metadata, expires_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                 produced_for_id, episode_type, content_type, created_at, metadata, expires_at,
+                 idempotency_key, idempotency_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
         )
         .map_err(storage_error)?;
-    let mut seqs = Vec::with_capacity(episodes.len());
-    let mut rows = Vec::with_capacity(episodes.len());
-    for (offset, episode) in episodes.iter().enumerate() {
-        let seq = first + offset as i64;
+    let mut answers: Vec<AddedEpisode> = Vec::with_capacity(episodes.len());
+    let mut rows = Vec::with_capacity(count as usize);
+    let mut seq = first;
+    for (episode, resolution) in episodes.iter().zip(&resolved) {
+        match *resolution {
+            Resolution::Stored { uid, seq } => {
+                answers.push(AddedEpisode {
+                    uid,
+                    sequence_num: seq,
+                    duplicate: true,
+                });
+                continue;
+            }
+            Resolution::Earlier(index) => {
+                answers.push(AddedEpisode {
+                    duplicate: true,
+                    ..answers[index]
+                });
+                continue;
+            }
+            Resolution::Store => {}
+        }
         let metadata = (!episode.metadata.is_empty())
             .then(|| serde_json::to_string(&episode.metadata))
             .transpose()
             .map_err(|err| Error::Internal(format!("encoding metadata: {err}")))?;
+        let idempotency = episode.idempotency.as_ref();
         insert
             .execute(params![
                 project,
@@ -94,6 +122,8 @@ pub(super) fn add(conn: &Connection, key: &ProjectKey, episodes: &[NewEpisode]) 
                 episode.created_at_micros,
                 metadata,
                 episode.expires_at_micros,
+                idempotency.map(|i| &i.key),
+                idempotency.map(|i| i.at_micros),
             ])
             .map_err(|err| match err {
                 rusqlite::Error::SqliteFailure(e, _)
@@ -104,13 +134,18 @@ pub(super) fn add(conn: &Connection, key: &ProjectKey, episodes: &[NewEpisode]) 
                 other => storage_error(other),
             })?;
         rows.push(conn.last_insert_rowid());
-        seqs.push(seq);
+        answers.push(AddedEpisode {
+            uid: episode.uid,
+            sequence_num: seq,
+            duplicate: false,
+        });
+        seq += 1;
     }
     log_changes(conn, project, ADDED, &rows)?;
     Ok(Added {
         project,
-        seqs,
         rows,
+        answers,
     })
 }
 
@@ -251,7 +286,7 @@ impl EpisodeStore for SqliteStore {
         key: &ProjectKey,
         new: Vec<NewEpisode>,
         embedder: Option<&str>,
-    ) -> Result<Vec<i64>> {
+    ) -> Result<Vec<AddedEpisode>> {
         self.add_episodes_then(key, new, embedder, |_, _| Ok(()))
             .await
     }
@@ -321,14 +356,14 @@ impl EpisodeStore for SqliteStore {
 
 impl SqliteStore {
     /// Stores the episodes (queued for a vector from `embedder`, logged in the change
-    /// feed) and runs `also` in the same transaction. Returns their sequence numbers.
+    /// feed) and runs `also` in the same transaction. Answers as `add_episodes`.
     pub(super) async fn add_episodes_then<F>(
         &self,
         key: &ProjectKey,
         new: Vec<NewEpisode>,
         embedder: Option<&str>,
         also: F,
-    ) -> Result<Vec<i64>>
+    ) -> Result<Vec<AddedEpisode>>
     where
         F: FnOnce(&rusqlite::Connection, &Added) -> Result<()> + Send + 'static,
     {
@@ -345,6 +380,6 @@ impl SqliteStore {
                 Ok(added)
             })
             .await?;
-        Ok(added.seqs)
+        Ok(added.answers)
     }
 }

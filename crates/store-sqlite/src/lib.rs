@@ -18,6 +18,7 @@ mod feed;
 mod filter_sql;
 mod forget;
 mod helpers;
+mod idempotency;
 mod keys;
 mod legacy;
 mod lifecycle;

@@ -377,6 +377,12 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX episodes_by_producer ON episodes (project, producer_id);
     CREATE INDEX episodes_by_recipient ON episodes (project, produced_for_id);",
+    // Idempotency keys: the client's key of a message and when it was stored, indexed
+    // only where present (messages without one cost nothing), unique per project.
+    "ALTER TABLE episodes ADD COLUMN idempotency_key TEXT;
+    ALTER TABLE episodes ADD COLUMN idempotency_at INTEGER;
+    CREATE UNIQUE INDEX episodes_by_idempotency_key ON episodes (project, idempotency_key)
+        WHERE idempotency_key IS NOT NULL;",
 ];
 
 /// Brings the database to the latest schema, and makes sure universal/universal exists.

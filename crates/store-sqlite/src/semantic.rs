@@ -15,15 +15,17 @@ use super::{
 };
 use memmachine_core::error::Result;
 use memmachine_core::model::{
-    CategoryId, Episode, EpisodeHandle, FeatureId, NewEpisode, ProjectConfig, ProjectHandle,
-    ProjectKey, SetId, SetTypeId, TagId,
+    AddedEpisode, CategoryId, Episode, EpisodeHandle, FeatureId, NewEpisode, ProjectConfig,
+    ProjectHandle, ProjectKey, SetId, SetTypeId, TagId,
 };
 use memmachine_core::store::{
     Batch, Category, CategoryOwner, ClaimRule, Feature, FeatureOp, FeatureUpdate, IndexedFeature,
     NewCategory, NewFeature, NewSet, NewSetType, PendingFeatureEmbedding, SetConfig, SetRow,
     SetType, Summary, Tag,
 };
-use memmachine_core::store::{Routing, SemanticFeatures, SemanticQueue, SemanticSets, Summaries};
+use memmachine_core::store::{
+    Routing, SemanticFeatures, SemanticQueue, SemanticSets, Summaries, routing_of_stored,
+};
 
 fn resolve_episodes(
     conn: &Connection,
@@ -312,9 +314,10 @@ impl SemanticQueue for SqliteStore {
         episodes: Vec<NewEpisode>,
         routing: Vec<Routing>,
         embedder: Option<&str>,
-    ) -> Result<Vec<i64>> {
+    ) -> Result<Vec<AddedEpisode>> {
         let org_id = key.org_id.clone();
         self.add_episodes_then(key, episodes, embedder, move |conn, added| {
+            let routing = routing_of_stored(routing, &added.answers);
             queue::route(conn, added.project, &org_id, &added.rows, &routing)
         })
         .await

@@ -32,6 +32,7 @@ pub fn episode_input(e: pb::Episode) -> EpisodeInput {
         producer_id: e.producer_id,
         produced_for_id: e.produced_for_id,
         user_metadata: json(e.user_metadata),
+        idempotency_key: Some(e.idempotency_key).filter(|k| !k.is_empty()),
     }
 }
 
@@ -47,6 +48,7 @@ pub fn episode(e: LegacyEpisode) -> pb::Episode {
         producer_id: e.producer_id,
         produced_for_id: e.produced_for_id,
         user_metadata: (!e.user_metadata.is_null()).then(|| proto_value(&e.user_metadata)),
+        idempotency_key: String::new(),
     }
 }
 

@@ -48,6 +48,7 @@ async fn episodes(
             created_at_micros: 1,
             metadata: BTreeMap::new(),
             expires_at_micros: None,
+            idempotency: None,
         })
         .collect();
     let uids: Vec<uuid::Uuid> = new.iter().map(|e| e.uid).collect();

@@ -27,6 +27,7 @@ use crate::conformance::support::{
 fn episode(content: &str) -> NewEpisode {
     NewEpisode {
         expires_at_micros: None,
+        idempotency: None,
         uid: uuid::Uuid::new_v4(),
         content: content.into(),
         producer_id: "alice".into(),
@@ -141,6 +142,7 @@ pub async fn routed_episodes_are_stored_queued_and_claimed_by_count(store: Arc<d
         )
         .await
         .unwrap();
+    let seqs: Vec<i64> = seqs.iter().map(|a| a.sequence_num).collect();
     assert_eq!(seqs, [1, 2, 3]);
     assert_eq!(store.count_episodes(&k).await.unwrap(), 3);
     // Stored as add_episodes stores them: logged in the change feed (what indexes

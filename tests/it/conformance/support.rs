@@ -64,6 +64,7 @@ pub fn episode(
 ) -> NewEpisode {
     NewEpisode {
         expires_at_micros: None,
+        idempotency: None,
         uid: uuid::Uuid::new_v4(),
         content: content.into(),
         producer_id: producer.into(),
@@ -88,7 +89,8 @@ pub fn numbered(prefix: &str, n: usize) -> Vec<NewEpisode> {
 
 /// Adds episodes queued for no embedder; returns their sequence numbers.
 pub async fn add(store: &Arc<dyn Store>, key: &ProjectKey, episodes: Vec<NewEpisode>) -> Vec<i64> {
-    store.add_episodes(key, episodes, None).await.unwrap()
+    let added = store.add_episodes(key, episodes, None).await.unwrap();
+    added.iter().map(|a| a.sequence_num).collect()
 }
 
 /// The handles of these episodes, all of them in the project.

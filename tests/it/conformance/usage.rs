@@ -121,6 +121,7 @@ fn message() -> NewEpisode {
         created_at_micros: 1,
         metadata: BTreeMap::new(),
         expires_at_micros: None,
+        idempotency: None,
     }
 }
 

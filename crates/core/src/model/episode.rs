@@ -17,6 +17,27 @@ pub struct NewEpisode {
     pub metadata: BTreeMap<String, String>,
     /// When the message itself expires (microseconds); `None`: the project's retention decides.
     pub expires_at_micros: Option<i64>,
+    /// The client's key for the message: stored once per project within a window.
+    pub idempotency: Option<Idempotency>,
+}
+
+/// A message's idempotency key; a message whose key the project stored at or after
+/// `at_micros - window_micros` is not stored again (the stored episode answers for it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Idempotency {
+    pub key: String,
+    /// When the add happens (microseconds), recorded with the key.
+    pub at_micros: i64,
+    pub window_micros: i64,
+}
+
+/// What an add did with one message: stored it, or found its key already stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddedEpisode {
+    /// The new episode's uid, or for a duplicate the uid of the episode stored first.
+    pub uid: uuid::Uuid,
+    pub sequence_num: i64,
+    pub duplicate: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

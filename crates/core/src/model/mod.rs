@@ -10,7 +10,7 @@ pub mod page;
 pub mod project;
 
 pub use api_key::{ApiKeyRecord, KeyScope};
-pub use episode::{Episode, NewEpisode, ScoredEpisode};
+pub use episode::{AddedEpisode, Episode, Idempotency, NewEpisode, ScoredEpisode};
 pub use ids::{
     CategoryId, ChangeSeq, EpisodeHandle, FeatureId, ProjectHandle, ProjectKey, SetId, SetTypeId,
     TagId,

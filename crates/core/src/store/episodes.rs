@@ -4,7 +4,7 @@ use async_trait::async_trait;
 
 use crate::error::Result;
 use crate::model::filter::{Expr, SystemField};
-use crate::model::{Episode, EpisodeHandle, NewEpisode, ProjectKey};
+use crate::model::{AddedEpisode, Episode, EpisodeHandle, NewEpisode, ProjectKey};
 
 /// The episode column (over the alias `e`) a filter's system field compares, in every
 /// SQL dialect; `None` for the fields of features, which episode filters never parse.
@@ -27,14 +27,16 @@ pub fn episode_column(field: SystemField) -> Option<&'static str> {
 pub trait EpisodeStore: Send + Sync {
     /// Stores all episodes or none, with consecutive sequence numbers in input order,
     /// queues them for a vector from `embedder` when given, and appends one `Added`
-    /// change per episode to the project's log, all in one transaction. Returns the
-    /// sequence numbers. `NotFound` when the project does not exist.
+    /// change per episode to the project's log, all in one transaction. An episode
+    /// whose idempotency key the project holds within its window (or an earlier one of
+    /// the batch holds) is not stored: it answers the stored one, `duplicate`. Returns
+    /// one answer per episode, in order. `NotFound` when the project does not exist.
     async fn add_episodes(
         &self,
         key: &ProjectKey,
         episodes: Vec<NewEpisode>,
         embedder: Option<&str>,
-    ) -> Result<Vec<i64>>;
+    ) -> Result<Vec<AddedEpisode>>;
     async fn count_episodes(&self, key: &ProjectKey) -> Result<i64>;
     /// Episodes with `sequence_num > after_seq` matching `filter` (translated to SQL), in sequence order.
     async fn list_episodes(

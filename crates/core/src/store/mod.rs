@@ -48,7 +48,7 @@ pub use semantic::SemanticStore;
 pub use semantic_features::{
     Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding, SemanticFeatures,
 };
-pub use semantic_queue::{Batch, ClaimRule, FeatureOp, Routing, SemanticQueue};
+pub use semantic_queue::{Batch, ClaimRule, FeatureOp, Routing, SemanticQueue, routing_of_stored};
 pub use semantic_sets::{
     Category, CategoryOwner, NewCategory, NewSet, NewSetType, SemanticSets, SetConfig, SetKind,
     SetRow, SetType, Tag,

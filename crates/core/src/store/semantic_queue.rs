@@ -6,7 +6,9 @@ use async_trait::async_trait;
 use super::semantic_features::NewFeature;
 use super::semantic_sets::{NewSet, SetRow};
 use crate::error::Result;
-use crate::model::{Episode, EpisodeHandle, FeatureId, NewEpisode, ProjectKey, SetId};
+use crate::model::{
+    AddedEpisode, Episode, EpisodeHandle, FeatureId, NewEpisode, ProjectKey, SetId,
+};
 
 /// One change the model asked for, applied in the batch's transaction.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,21 +62,49 @@ pub struct Routing {
     pub episodes: Vec<usize>,
 }
 
+/// `routing` of a batch renumbered for the episodes an add stored (duplicates, not
+/// stored, are dropped: they were queued when first stored); sets left empty go too.
+pub fn routing_of_stored(routing: Vec<Routing>, answers: &[AddedEpisode]) -> Vec<Routing> {
+    if !answers.iter().any(|a| a.duplicate) {
+        return routing;
+    }
+    let mut position = Vec::with_capacity(answers.len());
+    let mut stored = 0;
+    for answer in answers {
+        position.push((!answer.duplicate).then_some(stored));
+        stored += usize::from(!answer.duplicate);
+    }
+    routing
+        .into_iter()
+        .filter_map(|r| {
+            let episodes: Vec<usize> = r
+                .episodes
+                .iter()
+                .filter_map(|&i| position.get(i).copied().flatten())
+                .collect();
+            (!episodes.is_empty()).then_some(Routing {
+                set: r.set,
+                episodes,
+            })
+        })
+        .collect()
+}
+
 /// Ingestion: messages routed to sets' queues, claimed in batches under a lease, and
 /// the feature changes applied with them.
 #[async_trait]
 pub trait SemanticQueue: Send + Sync {
     /// Stores the episodes as `EpisodeStore::add_episodes` does (queued for a vector
     /// from `embedder`, logged in the change feed) and, in the same transaction, creates
-    /// the sets of `routing` that do not exist and queues the episodes for them. Returns
-    /// the episodes' sequence numbers.
+    /// the sets of `routing` that do not exist and queues the episodes for them (a
+    /// duplicate, not stored, is not queued). Answers as `add_episodes`.
     async fn add_episodes_routed(
         &self,
         key: &ProjectKey,
         episodes: Vec<NewEpisode>,
         routing: Vec<Routing>,
         embedder: Option<&str>,
-    ) -> Result<Vec<i64>>;
+    ) -> Result<Vec<AddedEpisode>>;
 
     /// Claims the queued messages of one set that is ready by `rule`, under a new lease;
     /// sets of orgs paused now (`UsageStore::set_pause`) are skipped, their queue kept.

@@ -4,11 +4,13 @@ use std::collections::BTreeMap;
 
 use crate::error::{Result, Violations};
 use crate::limits::Limits;
-use crate::model::NewEpisode;
 use crate::model::episode::{CONTENT_TYPE_STRING, EPISODE_TYPE_MESSAGE};
+use crate::model::{Idempotency, NewEpisode};
 
 /// Longest producer, produced-for or role, in bytes.
 const MAX_NAME_BYTES: usize = 512;
+/// Longest idempotency key, in bytes.
+const MAX_IDEMPOTENCY_KEY_BYTES: usize = 256;
 /// Longest metadata key, in bytes.
 const MAX_METADATA_KEY_BYTES: usize = 256;
 /// Most bytes of one message's metadata (keys and values).
@@ -28,6 +30,9 @@ pub struct MessageInput {
     pub metadata: BTreeMap<String, String>,
     /// When it expires, as Unix seconds and nanoseconds; `None`: the project's retention decides.
     pub expires_at: Option<(i64, i32)>,
+    /// The client's key: a message whose key the project stored within the window is
+    /// not stored again. `None` (or empty): no key.
+    pub idempotency_key: Option<String>,
 }
 
 pub(super) fn to_episodes(messages: Vec<MessageInput>, limits: &Limits) -> Result<Vec<NewEpisode>> {
@@ -50,6 +55,7 @@ pub(super) fn to_episodes(messages: Vec<MessageInput>, limits: &Limits) -> Resul
     }
     violations.into_result()?;
     let now = chrono::Utc::now().timestamp_micros();
+    let window_micros = limits.idempotency_window_micros();
     Ok(messages
         .into_iter()
         .map(|m| NewEpisode {
@@ -72,6 +78,14 @@ pub(super) fn to_episodes(messages: Vec<MessageInput>, limits: &Limits) -> Resul
             expires_at_micros: m
                 .expires_at
                 .and_then(|(seconds, nanos)| timestamp_micros(seconds, nanos)),
+            idempotency: m
+                .idempotency_key
+                .filter(|key| !key.is_empty())
+                .map(|key| Idempotency {
+                    key,
+                    at_micros: now,
+                    window_micros,
+                }),
         })
         .collect())
 }
@@ -125,6 +139,17 @@ fn check_message(violations: &mut Violations, i: usize, m: &MessageInput, limits
                 }
             }
         }
+    }
+    if let Some(key) = &m.idempotency_key
+        && key.len() > MAX_IDEMPOTENCY_KEY_BYTES
+    {
+        violations.add(
+            field("idempotency_key"),
+            format!(
+                "must be at most {MAX_IDEMPOTENCY_KEY_BYTES} bytes, got {}",
+                key.len()
+            ),
+        );
     }
     let mut bytes = 0;
     for (key, value) in &m.metadata {

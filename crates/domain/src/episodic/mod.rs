@@ -1,6 +1,7 @@
 //! Episodic memory: every message kept as an episode, searchable by relevance, listed in
 //! order, with the project's most recent episodes as short-term memory.
 
+mod crash_hook;
 pub mod embedding;
 mod expand;
 pub mod expiry;
@@ -20,7 +21,7 @@ use crate::embed::Embedders;
 use crate::error::{Error, Result, Violations};
 use crate::limits::Limits;
 use crate::model::filter::{self, Expr};
-use crate::model::{Episode, EpisodeHandle, Project, ProjectKey, ScoredEpisode};
+use crate::model::{AddedEpisode, Episode, EpisodeHandle, Project, ProjectKey, ScoredEpisode};
 use crate::rerank::Rerankers;
 use crate::retrieval::index_cache::IndexCache;
 use crate::retrieval::ranking::Ranking;
@@ -139,40 +140,44 @@ impl EpisodicMemory {
         self
     }
 
-    /// Stores the messages atomically; uids in input order. With `semantic`, they are
-    /// queued for its ingestion in the same transaction.
+    /// Stores the messages atomically; one answer per message in input order (a
+    /// message whose idempotency key is stored answers the stored episode's uid,
+    /// `duplicate`). With `semantic`, the stored ones are queued for its ingestion in
+    /// the same transaction.
     pub async fn add(
         &self,
         project: &Project,
         messages: Vec<MessageInput>,
         semantic: Option<&SemanticMemory>,
-    ) -> Result<Vec<uuid::Uuid>> {
+    ) -> Result<Vec<AddedEpisode>> {
         let settings = self.settings.current();
         ensure_enabled(project, &settings)?;
         let episodes = messages::to_episodes(messages, &self.limits)?;
-        let uids = episodes.iter().map(|e| e.uid).collect();
         let count = episodes.len();
         let embedder = self.embedders.for_project(&project.config.embedder);
         let vectors = embedder.map(|e| e.id());
-        match semantic {
+        let added = match semantic {
             None => {
                 self.store
                     .add_episodes(&project.key, episodes, vectors)
-                    .await?;
+                    .await?
             }
             Some(semantic) => {
                 let routing = semantic.routing(project, &episodes).await?;
-                self.store
+                let added = self
+                    .store
                     .add_episodes_routed(&project.key, episodes, routing, vectors)
                     .await?;
                 semantic.notify_queued();
+                added
             }
-        }
+        };
+        crash_hook::after_add();
         if let Some(embedder) = vectors {
             self.queue.notify(embedder);
         }
         tracing::debug!(project = %project.key, count, "episodes stored");
-        Ok(uids)
+        Ok(added)
     }
 
     /// Checks a search request before anything is allocated from it: its `top_k` and

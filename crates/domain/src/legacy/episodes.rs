@@ -33,6 +33,8 @@ pub struct EpisodeInput {
     pub producer_id: String,
     pub produced_for_id: String,
     pub user_metadata: serde_json::Value,
+    /// As v2's `idempotency_key`; empty: none.
+    pub idempotency_key: Option<String>,
 }
 
 /// A stored episode as v1 shows it.
@@ -86,6 +88,7 @@ fn to_message(session_id: &str, e: EpisodeInput, uid: Option<uuid::Uuid>) -> Mes
         role: String::new(),
         metadata,
         expires_at: None,
+        idempotency_key: e.idempotency_key,
     }
 }
 
@@ -231,10 +234,12 @@ impl Legacy {
             .collect();
         // Every enabled type, as a v2 add without types: with a language model, v1
         // episodes feed semantic memory too (v1's profile memory).
-        self.memories
+        let added = self
+            .memories
             .add(&key, &[], messages)
             .await
-            .map_err(v1_fields)
+            .map_err(v1_fields)?;
+        Ok(added.into_iter().map(|a| a.uid).collect())
     }
 
     /// The episodes of the session (of the group when the context names none) ranked

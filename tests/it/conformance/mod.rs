@@ -213,6 +213,7 @@ macro_rules! conformance {
                 }
                 semantic {
                     fresh routed_episodes_are_stored_queued_and_claimed_by_count,
+                    fresh keyed_duplicates_are_neither_stored_nor_queued,
                     fresh an_old_enough_message_makes_a_set_ready,
                     fresh a_lease_holds_until_it_expires_and_only_its_holder_applies,
                     fresh released_batches_wait_and_failed_ones_stop,

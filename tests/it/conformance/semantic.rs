@@ -119,6 +119,65 @@ fn values(features: &[memmachine::semantic::model::Feature]) -> Vec<&str> {
     features.iter().map(|f| f.value.as_str()).collect()
 }
 
+pub async fn keyed_duplicates_are_neither_stored_nor_queued(store: Arc<dyn Store>) {
+    let o = org();
+    let k = project(&store, &o, "p").await;
+    let pset = project_set(&k);
+    let embedder = TestEmbedder::new(8);
+    let keyed = |content: &str, key: &str| NewEpisode {
+        idempotency: Some(memmachine::model::Idempotency {
+            key: key.into(),
+            at_micros: now(),
+            window_micros: 60_000_000,
+        }),
+        ..episode(content)
+    };
+    let route = |n: usize| {
+        vec![Routing {
+            set: pset.clone(),
+            episodes: (0..n).collect(),
+        }]
+    };
+    let first = store
+        .add_episodes_routed(&k, vec![keyed("apple", "a")], route(1), Some(embedder.id()))
+        .await
+        .unwrap();
+    // A stored key, a key twice in the batch, and no key.
+    let batch = vec![
+        keyed("apple again", "a"),
+        keyed("banana", "b"),
+        keyed("banana again", "b"),
+        episode("cherry"),
+    ];
+    let uids: Vec<uuid::Uuid> = batch.iter().map(|e| e.uid).collect();
+    let added = store
+        .add_episodes_routed(&k, batch, route(4), Some(embedder.id()))
+        .await
+        .unwrap();
+    let flags: Vec<bool> = added.iter().map(|a| a.duplicate).collect();
+    assert_eq!(flags, [true, false, true, false]);
+    assert_eq!(added[0].uid, first[0].uid);
+    assert_eq!(added[0].sequence_num, first[0].sequence_num);
+    assert_eq!((added[1].uid, added[2].uid), (uids[1], uids[1]));
+    assert_eq!(added[2].sequence_num, added[1].sequence_num);
+    assert_eq!(added[3].uid, uids[3]);
+    let seqs: Vec<i64> = added.iter().map(|a| a.sequence_num).collect();
+    assert_eq!(seqs, [1, 2, 2, 3], "numbers stay consecutive");
+    assert_eq!(store.count_episodes(&k).await.unwrap(), 3);
+    assert_eq!(store.feed_head(&k).await.unwrap().change.raw(), 3);
+    let waiting = store
+        .claim_embeddings(embedder.id(), 10, LONG)
+        .await
+        .unwrap();
+    let waiting: Vec<&str> = waiting.iter().map(|p| p.content.as_str()).collect();
+    assert_eq!(waiting, ["apple", "banana", "cherry"]);
+    assert_eq!(
+        queued(&store).await,
+        (3, 0),
+        "each stored message queued once"
+    );
+}
+
 pub async fn routed_episodes_are_stored_queued_and_claimed_by_count(store: Arc<dyn Store>) {
     let o = org();
     let k = project(&store, &o, "p").await;

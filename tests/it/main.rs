@@ -23,6 +23,7 @@ mod fuzz_regressions;
 mod grpc_api;
 mod grpc_web;
 mod hostile_clients;
+mod import;
 mod isolation_model;
 mod isolation_scopes;
 mod legacy_v1;

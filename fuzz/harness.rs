@@ -105,7 +105,7 @@ fn start() -> Server {
         .enable_all()
         .build()
         .expect("a runtime");
-    let (domain, router) = runtime.block_on(async {
+    let (domain, router, imports) = runtime.block_on(async {
         let store = memmachine::store::open(&config.store, true)
             .await
             .expect("a store");
@@ -123,6 +123,11 @@ fn start() -> Server {
         let (health, _) = tonic_health::server::health_reporter();
         let lifecycle = Arc::new(memmachine::admission::lifecycle::Lifecycle::new(health).await);
         lifecycle.serving().await;
+        let imports = memmachine::grpc::ImportSettings {
+            lifecycle: lifecycle.clone(),
+            idle: config.request_timeout,
+            max_request_bytes: config.max_request_bytes,
+        };
         let admission = Arc::new(memmachine::admission::Admission {
             auth: memmachine::auth::Authenticator::new(store.clone(), false),
             limiter: memmachine::admission::limits::Limiter::new(config.caller_limits),
@@ -138,11 +143,11 @@ fn start() -> Server {
         });
         let gateway = memmachine::rest::Gateway::new(admission, store, &config);
         gateway.set(domain.clone());
-        (domain, gateway.router())
+        (domain, gateway.router(), imports)
     });
     Server {
         runtime,
-        memory: memmachine::grpc::MemoryGrpc::new(domain.memories.clone()),
+        memory: memmachine::grpc::MemoryGrpc::new(domain.memories.clone(), imports),
         projects: memmachine::grpc::ProjectGrpc::new(domain.projects.clone()),
         semantic: memmachine::grpc::SemanticGrpc::new(
             domain.projects.clone(),

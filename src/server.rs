@@ -274,7 +274,14 @@ pub async fn run(
         Ok(domain) => {
             let (projects, memories, semantic) = (
                 ProjectGrpc::new(domain.projects.clone()),
-                MemoryGrpc::new(domain.memories.clone()),
+                MemoryGrpc::new(
+                    domain.memories.clone(),
+                    crate::grpc::ImportSettings {
+                        lifecycle: lifecycle.clone(),
+                        idle: config.request_timeout,
+                        max_request_bytes: config.max_request_bytes,
+                    },
+                ),
                 SemanticGrpc::new(domain.projects.clone(), domain.semantic.clone()),
             );
             legacy_services.set(&domain.legacy, config.max_request_bytes);

@@ -129,7 +129,12 @@ where
         // The deadline counts from arrival, and ends a moment before tonic's own timer
         // for the same `grpc-timeout`, so that the answer is ours (DEADLINE_EXCEEDED).
         let now = Instant::now();
-        let allowed = deadline(&request, self.admission.request_timeout);
+        let cap = if LONG_STREAMS.contains(&request.uri().path()) {
+            Duration::MAX
+        } else {
+            self.admission.request_timeout
+        };
+        let allowed = deadline(&request, cap);
         let deadline = match now.checked_add(allowed) {
             Some(end) => end.checked_sub(DEADLINE_MARGIN).unwrap_or(now).max(now),
             // Beyond what the clock can say: a year is as good as forever.
@@ -138,6 +143,11 @@ where
         Box::pin(self.admission.clone().admit(request, inner, deadline))
     }
 }
+
+/// Calls that last as long as their client streams: only a client's `grpc-timeout`
+/// ends them, not `--request-timeout`, which bounds instead the wait for each next
+/// message (the services enforce it); `--min-body-rate` still applies.
+pub const LONG_STREAMS: [&str; 1] = ["/memmachine.v2.MemoryService/ImportMemories"];
 
 /// How much earlier than a `grpc-timeout` the admission layer answers.
 const DEADLINE_MARGIN: Duration = Duration::from_millis(2);

@@ -23,8 +23,10 @@ Standard input (no TEXT, or `-`): one message per line, or JSON Lines objects
    \"metadata\": {\"topic\": \"pets\"}}
 (only content is required; the flags give the other fields' defaults). With --format
 auto (the default) a line that is a JSON object is such a message, and any other line is
-plain text; blank lines are skipped. Messages are sent --batch at a time; each batch is
-stored completely or not at all. Progress goes to stderr, the uids to stdout.
+plain text; blank lines are skipped. They are streamed through one ImportMemories call
+--batch at a time, the server reading as fast as it stores; each batch is stored
+completely or not at all, and the first refused one ends the import (the batches before
+it stay stored). Progress and the counts go to stderr (with --json, the counts to stdout).
 
 ",
     super::exit_codes_text!()
@@ -113,13 +115,7 @@ pub async fn run(args: AddArgs) -> Result<(), CliError> {
         let uids = send(&client, &types, messages).await?;
         return print_uids(&args.client, &uids);
     }
-    let mut sender = Sender {
-        client: &client,
-        types: &types,
-        json: args.client.json,
-        uids: Vec::new(),
-        progress: Progress::new(),
-    };
+    let mut import = Import::start(&client, &types);
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     let mut batch = Vec::new();
     // The input line of each message of the batch, to name them when it is refused.
@@ -127,36 +123,70 @@ pub async fn run(args: AddArgs) -> Result<(), CliError> {
     let mut batch_bytes = 0;
     let mut line_no = 0u64;
     let mut skipped = 0u64;
+    let mut input_error = None;
     loop {
-        let line = lines
-            .next_line()
-            .await
-            .map_err(|err| CliError::Input(format!("line {}: cannot read: {err}", line_no + 1)))?;
-        let Some(line) = line else { break };
+        let line = match lines.next_line().await {
+            Ok(Some(line)) => line,
+            Ok(None) => break,
+            Err(err) => {
+                let at = line_no + 1;
+                input_error = Some(CliError::Input(format!("line {at}: cannot read: {err}")));
+                break;
+            }
+        };
         line_no += 1;
-        let Some(message) = parse_line(&line, line_no, args.format, &defaults)? else {
-            skipped += 1;
-            continue;
+        let message = match parse_line(&line, line_no, args.format, &defaults) {
+            Ok(Some(message)) => message,
+            Ok(None) => {
+                skipped += 1;
+                continue;
+            }
+            Err(err) => {
+                input_error = Some(err);
+                break;
+            }
         };
         batch_bytes += message.content.len();
         batch.push(message);
         batch_lines.push(line_no);
         if batch.len() >= args.batch as usize || batch_bytes >= MAX_BATCH_BYTES {
             let lines = std::mem::take(&mut batch_lines);
-            sender.send(std::mem::take(&mut batch), lines).await?;
             batch_bytes = 0;
+            if !import.send(std::mem::take(&mut batch), lines).await {
+                // The server stopped reading: its answer says why.
+                break;
+            }
         }
     }
-    if !batch.is_empty() {
-        sender.send(batch, batch_lines).await?;
+    // A bad input line ends the import before its batch: what came before is stored.
+    if input_error.is_none() && !batch.is_empty() {
+        import.send(batch, batch_lines).await;
     }
-    sender.progress.finish(&client.project_name(), skipped);
+    let answer = import.finish().await;
+    if let Some(err) = input_error {
+        return Err(err);
+    }
+    let (answer, mut progress, sent_lines) = answer?;
+    if let Some(error) = &answer.first_error {
+        progress.clear_line();
+        let status = tonic::Status::new(tonic::Code::from(error.code), error.message.clone());
+        let lines = sent_lines
+            .iter()
+            .find(|(batch, _)| *batch == error.batch as u64)
+            .map_or(&[][..], |(_, lines)| lines.as_slice());
+        let context = batch_context(&status, lines, answer.messages as u64);
+        return Err(CliError::Batch { status, context });
+    }
+    progress.finish(&client.project_name(), &answer, skipped);
     if args.client.json {
-        print_json(&json!({ "uids": sender.uids }))?;
+        print_json(&json!({
+            "batches": answer.batches,
+            "messages": answer.messages,
+            "duplicates": answer.duplicates,
+        }))?;
     }
     Ok(())
 }
-
 /// The message fields the flags give, as every message's defaults.
 fn defaults(args: &AddArgs) -> Result<pb::MemoryMessage, CliError> {
     let timestamp = args
@@ -338,43 +368,87 @@ fn print_uids(args: &ClientArgs, uids: &[String]) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Sends the batches of standard input, printing uids as they come.
-struct Sender<'a> {
-    client: &'a Client,
-    types: &'a [i32],
-    json: bool,
-    /// Kept for --json, which prints them all at the end.
-    uids: Vec<String>,
+/// Input lines of this many batches sent last are kept, to name a refused one's.
+const KEPT_BATCH_LINES: usize = 1024;
+
+type ImportAnswer = Result<tonic::Response<pb::ImportMemoriesResponse>, tonic::Status>;
+/// Batch positions and the input lines each held.
+type SentLines = std::collections::VecDeque<(u64, Vec<u64>)>;
+
+/// One `ImportMemories` call streaming the batches of standard input; the server reads
+/// them at the pace it stores them, so sending waits when it is behind.
+struct Import {
+    org: String,
+    project: String,
+    types: Vec<i32>,
+    sender: Option<tokio::sync::mpsc::Sender<pb::ImportMemoriesRequest>>,
+    call: tokio::task::JoinHandle<ImportAnswer>,
+    batches: u64,
+    lines: SentLines,
     progress: Progress,
 }
 
-impl Sender<'_> {
-    async fn send(
-        &mut self,
-        batch: Vec<pb::MemoryMessage>,
-        lines: Vec<u64>,
-    ) -> Result<(), CliError> {
-        let count = batch.len() as u64;
-        match send(self.client, self.types, batch).await {
-            Ok(uids) => {
-                if self.json {
-                    self.uids.extend(uids);
-                } else {
-                    for uid in &uids {
-                        out(uid)?;
-                    }
-                }
-                self.progress.batch_done(count);
-                Ok(())
-            }
-            Err(CliError::Status(status)) => {
-                // Earlier batches are stored: say which input this batch held, so a
-                // rerun can start at it.
+impl Import {
+    fn start(client: &Client, types: &[i32]) -> Import {
+        let (sender, receiver) = tokio::sync::mpsc::channel(2);
+        let requests = futures::stream::unfold(receiver, |mut receiver| async move {
+            receiver.recv().await.map(|request| (request, receiver))
+        });
+        let request = client.request(requests);
+        let mut memory = client.memory();
+        Import {
+            org: client.org.clone(),
+            project: client.project.clone(),
+            types: types.to_vec(),
+            sender: Some(sender),
+            call: tokio::spawn(async move { memory.import_memories(request).await }),
+            batches: 0,
+            lines: SentLines::new(),
+            progress: Progress::new(),
+        }
+    }
+
+    /// False once the server has stopped reading (it answered).
+    async fn send(&mut self, messages: Vec<pb::MemoryMessage>, lines: Vec<u64>) -> bool {
+        let Some(sender) = &self.sender else {
+            return false;
+        };
+        let count = messages.len() as u64;
+        // Every batch names its project and types: an empty `types` means every type.
+        let request = pb::ImportMemoriesRequest {
+            org_id: self.org.clone(),
+            project_id: self.project.clone(),
+            types: self.types.clone(),
+            messages,
+        };
+        if sender.send(request).await.is_err() {
+            self.sender = None;
+            return false;
+        }
+        if self.lines.len() == KEPT_BATCH_LINES {
+            self.lines.pop_front();
+        }
+        self.lines.push_back((self.batches, lines));
+        self.batches += 1;
+        self.progress.batch_sent(count);
+        true
+    }
+
+    /// Ends the stream and waits for the answer.
+    async fn finish(
+        mut self,
+    ) -> Result<(pb::ImportMemoriesResponse, Progress, SentLines), CliError> {
+        self.sender = None;
+        let answer = self
+            .call
+            .await
+            .map_err(|err| CliError::Failed(format!("the import task failed: {err}")))?;
+        match answer {
+            Ok(answer) => Ok((answer.into_inner(), self.progress, self.lines)),
+            Err(status) => {
                 self.progress.clear_line();
-                let context = batch_context(&status, &lines, self.progress.added);
-                Err(CliError::Batch { status, context })
+                Err(status.into())
             }
-            Err(other) => Err(other),
         }
     }
 }
@@ -391,18 +465,32 @@ fn batch_context(status: &tonic::Status, lines: &[u64], added: u64) -> String {
         "input lines {first}-{last} not stored, {} messages before them added",
         thousands(added)
     );
-    let named: Vec<String> = status
+    // A refused unary call lists its fields in details; an import's first_error only
+    // in its message ("messages[3].content: ...").
+    let mut fields: Vec<String> = status
         .get_details_bad_request()
         .map(|bad| bad.field_violations)
         .unwrap_or_default()
+        .into_iter()
+        .map(|v| v.field)
+        .collect();
+    if fields.is_empty() {
+        fields = status
+            .message()
+            .match_indices("messages[")
+            .map(|(at, _)| status.message()[at..].to_string())
+            .collect();
+    }
+    let mut named: Vec<String> = fields
         .iter()
-        .filter_map(|v| {
-            let index = v.field.strip_prefix("messages[")?.split(']').next()?;
+        .filter_map(|field| {
+            let index = field.strip_prefix("messages[")?.split(']').next()?;
             let line = lines.get(index.parse::<usize>().ok()?)?;
             Some(format!("messages[{index}] is line {line}"))
         })
-        .take(3)
         .collect();
+    named.dedup();
+    named.truncate(3);
     if !named.is_empty() {
         context.push_str("; ");
         context.push_str(&named.join(", "));
@@ -415,7 +503,7 @@ fn batch_context(status: &tonic::Status, lines: &[u64], added: u64) -> String {
 struct Progress {
     start: Instant,
     terminal: bool,
-    added: u64,
+    sent: u64,
     batches: u64,
     shown: bool,
 }
@@ -425,36 +513,37 @@ impl Progress {
         Progress {
             start: Instant::now(),
             terminal: std::io::stderr().is_terminal(),
-            added: 0,
+            sent: 0,
             batches: 0,
             shown: false,
         }
     }
 
-    fn rate(&self) -> String {
+    fn rate(&self, messages: u64) -> String {
         let secs = self
             .start
             .elapsed()
             .max(Duration::from_millis(1))
             .as_secs_f64();
-        thousands((self.added as f64 / secs).round() as u64)
+        thousands((messages as f64 / secs).round() as u64)
     }
 
-    fn batch_done(&mut self, count: u64) {
-        self.added += count;
+    /// A batch went out: with backpressure, the server is at most a few behind.
+    fn batch_sent(&mut self, count: u64) {
+        self.sent += count;
         self.batches += 1;
         if self.terminal {
             eprint!(
-                "\radded {} messages ({}/s)\x1b[K",
-                thousands(self.added),
-                self.rate()
+                "\rsent {} messages ({}/s)\x1b[K",
+                thousands(self.sent),
+                self.rate(self.sent)
             );
             self.shown = true;
         } else if self.batches.is_multiple_of(PROGRESS_EVERY_BATCHES) {
             eprintln!(
-                "added {} messages ({}/s)",
-                thousands(self.added),
-                self.rate()
+                "sent {} messages ({}/s)",
+                thousands(self.sent),
+                self.rate(self.sent)
             );
         }
     }
@@ -466,18 +555,26 @@ impl Progress {
         }
     }
 
-    fn finish(&mut self, project: &str, skipped: u64) {
+    fn finish(&mut self, project: &str, answer: &pb::ImportMemoriesResponse, skipped: u64) {
         self.clear_line();
         let blank = match skipped {
             0 => String::new(),
             1 => ", skipped 1 blank line".to_string(),
             n => format!(", skipped {} blank lines", thousands(n)),
         };
+        let duplicates = match answer.duplicates {
+            0 => String::new(),
+            n => format!(
+                ", {} already stored (idempotency keys)",
+                thousands(n as u64)
+            ),
+        };
         eprintln!(
-            "added {} messages to {project} in {:.1}s ({}/s){blank}",
-            thousands(self.added),
+            "added {} messages to {project} in {} batches, {:.1}s ({}/s){duplicates}{blank}",
+            thousands(answer.messages as u64),
+            thousands(answer.batches as u64),
             self.start.elapsed().as_secs_f64(),
-            self.rate()
+            self.rate(answer.messages as u64)
         );
     }
 }

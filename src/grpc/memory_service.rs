@@ -3,6 +3,7 @@
 use tonic::{Request, Response, Status};
 
 use super::convert;
+use super::import::{self, Drain, ImportSettings, Requests};
 use crate::episodic::SearchInput;
 use crate::memory::{ListInput, Listed, Memories};
 use crate::model::ProjectKey;
@@ -11,11 +12,12 @@ use crate::pb::memory_service_server::MemoryService;
 
 pub struct MemoryGrpc {
     memories: Memories,
+    imports: ImportSettings,
 }
 
 impl MemoryGrpc {
-    pub fn new(memories: Memories) -> MemoryGrpc {
-        MemoryGrpc { memories }
+    pub fn new(memories: Memories, imports: ImportSettings) -> MemoryGrpc {
+        MemoryGrpc { memories, imports }
     }
 }
 
@@ -25,9 +27,22 @@ type Reply<T> = Result<Response<T>, Status>;
 impl MemoryService for MemoryGrpc {
     async fn import_memories(
         &self,
-        _request: Request<tonic::Streaming<pb::ImportMemoriesRequest>>,
+        request: Request<tonic::Streaming<pb::ImportMemoriesRequest>>,
     ) -> Reply<pb::ImportMemoriesResponse> {
-        Err(Status::unimplemented("ImportMemories is not served yet"))
+        let (caller, stream) = super::split(request)?;
+        let mut requests = Requests {
+            stream,
+            settings: &self.imports,
+        };
+        let imported = self
+            .memories
+            .import(
+                &mut requests,
+                |org| caller.check_org(org),
+                &Drain(&self.imports.lifecycle),
+            )
+            .await?;
+        Ok(Response::new(import::response(imported)))
     }
 
     async fn add_memories(

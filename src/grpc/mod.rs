@@ -2,6 +2,7 @@
 
 pub mod convert;
 mod deferred;
+mod import;
 mod lifecycle_service;
 mod memory_service;
 mod project_service;
@@ -10,6 +11,7 @@ mod usage_service;
 pub mod v1;
 
 pub use deferred::Deferred;
+pub use import::ImportSettings;
 pub use lifecycle_service::LifecycleGrpc;
 pub use memory_service::MemoryGrpc;
 pub use project_service::ProjectGrpc;

@@ -411,6 +411,35 @@ def run(addr, stubs_dir):
     )
     print("unknown project answers NOT_FOUND")
 
+    # --- ImportMemories (client streaming) ----------------------------------------------
+    def batches():
+        for b in range(5):
+            named = b == 0
+            yield ms.ImportMemoriesRequest(
+                org_id=org if named else "",
+                project_id=project if named else "",
+                messages=[
+                    common.MemoryMessage(content=f"imported {b}-{i}", producer="py")
+                    for i in range(20)
+                ],
+            )
+        # An empty content stops the import here; the batch after it is never stored.
+        yield ms.ImportMemoriesRequest(messages=[common.MemoryMessage(content="")])
+        yield ms.ImportMemoriesRequest(messages=[common.MemoryMessage(content="never")])
+
+    imported = memory.ImportMemories(batches(), timeout=timeout)
+    check(
+        (imported.batches, imported.messages, imported.duplicates) == (5, 100, 0),
+        f"ImportMemories counts {imported}",
+    )
+    check(
+        imported.HasField("first_error")
+        and imported.first_error.batch == 5
+        and imported.first_error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0],
+        f"ImportMemories first_error {imported.first_error}",
+    )
+    print(f"imported 100 messages in 5 batches; batch 5 refused: {imported.first_error.message}")
+
     # --- DeleteProject ----------------------------------------------------------------
     projects.DeleteProject(ps.DeleteProjectRequest(org_id=org, project_id=project), timeout=timeout)
     expect_rpc_error(

@@ -8,7 +8,7 @@ use std::process::{Command, Output, Stdio};
 
 use crate::common;
 use crate::common::ServerProcess;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// One run of `memmachine ARGS` against `addr`, with `stdin` and the API key (or none).
 fn run(addr: &str, args: &[&str], stdin: Option<&str>, key: Option<&str>) -> Output {
@@ -160,18 +160,19 @@ fn projects_memories_and_features_through_the_binary() {
     assert_eq!(uids.len(), 2, "{added}");
     assert!(uuid::Uuid::parse_str(uids[0]).is_ok(), "{added}");
 
-    // Bulk add of plain lines from stdin, in batches of 100: every line stored, a
-    // progress line every 10 batches (stderr is not a terminal) and a summary.
+    // Bulk add of plain lines from stdin, streamed through ImportMemories in batches of
+    // 100: every line stored, a progress line every 10 batches (stderr is not a
+    // terminal) and a summary with the server's counts.
     let lines: String = (0..2500)
         .map(|i| format!("bulk message number {i}\n"))
         .collect();
     let bulk = mm_in(&["add", "--batch", "100", "--producer", "loader"], &lines);
     let err = stderr(&bulk);
-    assert_eq!(ok(bulk).lines().count(), 2500);
-    assert!(err.contains("added 1,000 messages ("), "{err}");
-    assert!(err.contains("added 2,000 messages ("), "{err}");
+    assert_eq!(ok(bulk), "");
+    assert!(err.contains("sent 1,000 messages ("), "{err}");
+    assert!(err.contains("sent 2,000 messages ("), "{err}");
     assert!(
-        err.contains("added 2,500 messages to acme/demo in "),
+        err.contains("added 2,500 messages to acme/demo in 25 batches, "),
         "{err}"
     );
 
@@ -184,7 +185,15 @@ fn projects_memories_and_features_through_the_binary() {
         "\n"
     );
     let answer = json(mm_in(&["add", "--json"], jsonl));
-    assert_eq!(answer["uids"].as_array().unwrap().len(), 3, "{answer}");
+    assert_eq!(
+        (
+            &answer["messages"],
+            &answer["batches"],
+            &answer["duplicates"]
+        ),
+        (&json!(3), &json!(1), &json!(0)),
+        "{answer}"
+    );
     // --format jsonl refuses a line that is not a message, naming it; its batch is
     // not stored.
     let bad = mm_in(
@@ -193,12 +202,12 @@ fn projects_memories_and_features_through_the_binary() {
     );
     let line = fails(bad, 4, "line 2: not a JSON message");
     assert!(line.contains("line 2"), "{line}");
-    // A batch the server refuses: one line naming the input line of the bad message
-    // and what was stored before it (the first batch of 2).
+    // A batch the server refuses ends the import: one line naming the input line of
+    // the bad message and what was stored before it (the first batch of 2).
     let mut input = String::from("kept one\nkept two\nrefused three\n");
     input.push_str(&format!("{}\n", "x".repeat(300 * 1024)));
     let refused = mm_in(&["add", "--batch", "2"], &input);
-    assert_eq!(stdout(&refused).lines().count(), 2);
+    assert_eq!(stdout(&refused), "");
     let line = fails(refused, 4, "INVALID_ARGUMENT: ");
     assert!(
         line.contains("messages[1].content")
@@ -453,12 +462,10 @@ fn the_key_comes_from_the_environment() {
     let mut add = vec!["add", "hello from acme"];
     add.extend_from_slice(&notes);
     assert_eq!(ok(run(addr, &add, None, Some(&acme))).lines().count(), 1);
-    let mut bulk = vec!["add"];
-    bulk.extend_from_slice(&notes);
+    let mut bulk_json = vec!["add", "--json"];
+    bulk_json.extend_from_slice(&notes);
     assert_eq!(
-        ok(run(addr, &bulk, Some("one\ntwo\n"), Some(&acme)))
-            .lines()
-            .count(),
+        json(run(addr, &bulk_json, Some("one\ntwo\n"), Some(&acme)))["messages"],
         2
     );
     let mut count = vec!["projects", "count"];
@@ -550,8 +557,14 @@ fn a_bulk_add_slows_to_the_rate_limit_instead_of_failing() {
     );
     let addr = server.addr.as_str();
     let input: String = (0..8).map(|i| format!("message {i}\n")).collect();
-    let added = ok(run(addr, &["add", "--batch", "1"], Some(&input), None));
-    assert_eq!(added.lines().count(), 8);
+    // One import call however many batches: the limiter counts it once.
+    let added = run(addr, &["add", "--batch", "1"], Some(&input), None);
+    assert!(
+        stderr(&added).contains("in 8 batches"),
+        "{}",
+        stderr(&added)
+    );
+    ok(added);
     // The limiter itself refuses other calls made at once: wait for a token.
     std::thread::sleep(std::time::Duration::from_millis(1500));
     assert_eq!(

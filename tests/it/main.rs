@@ -24,6 +24,7 @@ mod grpc_api;
 mod grpc_web;
 mod hostile_clients;
 mod idempotency;
+mod import;
 mod isolation_model;
 mod isolation_scopes;
 mod legacy_v1;

@@ -10,6 +10,7 @@ pub mod embed;
 pub mod episodic;
 pub mod flags;
 pub mod forget;
+pub mod import;
 pub mod inference;
 pub mod legacy;
 pub mod limits;

@@ -119,6 +119,36 @@ async fn batches_are_stored_in_order() {
     assert_eq!(empty, pb::ImportMemoriesResponse::default());
 }
 
+/// A retried import (the same idempotency keys) stores nothing again and counts the
+/// duplicates; a key repeated within the stream is a duplicate too.
+#[tokio::test]
+async fn a_retried_import_stores_nothing_twice() {
+    let (_server, channel) = server_with_project().await;
+    let keyed = |b: usize| {
+        let mut request = numbered(b, 10);
+        for (i, message) in request.messages.iter_mut().enumerate() {
+            message.idempotency_key = format!("k{b}-{i}");
+        }
+        request
+    };
+    let first = import(&channel, None, (0..3).map(keyed).collect())
+        .await
+        .unwrap();
+    assert_eq!(
+        (first.batches, first.messages, first.duplicates),
+        (3, 30, 0)
+    );
+    // The retry resends the three batches and one more, whose first message repeats a key.
+    let mut again: Vec<_> = (0..4).map(keyed).collect();
+    again[3].messages[0].idempotency_key = "k0-0".into();
+    let second = import(&channel, None, again).await.unwrap();
+    assert_eq!(
+        (second.batches, second.messages, second.duplicates),
+        (4, 40, 31)
+    );
+    assert_eq!(episodes(&channel).await.len(), 39);
+}
+
 #[tokio::test]
 async fn the_first_bad_batch_is_named_and_the_ones_before_it_stay() {
     let (_server, channel) = server_with_project().await;

@@ -8,7 +8,9 @@ use std::future::Future;
 use crate::episodic::MessageInput;
 use crate::error::{Error, Result};
 use crate::memory::{Memories, MemoryKind};
-use crate::model::{AddedEpisode, ProjectKey};
+use tokio::sync::mpsc;
+
+use crate::model::{AddedEpisode, NewEpisode, ProjectKey};
 
 /// One batch as the transport decoded it.
 #[derive(Debug, Clone, Default)]
@@ -43,62 +45,147 @@ pub struct Imported {
     pub first_error: Option<(u64, Error)>,
 }
 
+/// Batches received while a group is stored wait here; with the group under way, at
+/// most this many plus one are held.
+const WAITING: usize = 3;
+/// The most messages stored in one transaction (several batches received together).
+const GROUP_MESSAGES: usize = 4_000;
+
+/// A batch received and checked, waiting to be stored.
+struct Ready {
+    index: u64,
+    types: Vec<MemoryKind>,
+    episodes: Vec<NewEpisode>,
+}
+
 impl Memories {
-    /// Stores the batches of `source` in order, storing one while the next is received.
-    /// `authorize` is given the first batch's org: its refusal fails the whole call
-    /// (nothing is read further); every other failure ends the import in `first_error`.
+    /// Stores the batches of `source` in order. Batches that arrive while others are
+    /// stored wait (a few at most, so the stream is read at the pace of the store) and
+    /// are then stored together in one transaction: each batch stays atomic, and one
+    /// commit serves several. `authorize` is given the first batch's org: its refusal
+    /// fails the whole call (nothing is read further); every other failure ends the
+    /// import in `first_error` (a group that fails to store names its first batch).
     pub async fn import<S: BatchSource>(
         &self,
         source: &mut S,
         authorize: impl FnOnce(&str) -> Result<()>,
         stop: &dyn ImportStop,
     ) -> Result<Imported> {
-        let mut imported = Imported::default();
-        let mut pending = source.next_batch().await;
-        if let Some(Ok(first)) = &pending {
+        let first = source.next_batch().await;
+        if let Some(Ok(first)) = &first {
             authorize(&first.org_id)?;
         }
-        let mut key: Option<ProjectKey> = None;
-        let mut index = 0u64;
-        while let Some(received) = pending.take() {
-            let checked = received.and_then(|batch| {
-                let batch_key = batch_key(&mut key, &batch)?;
-                Ok((batch_key, batch))
-            });
-            let (batch_key, batch) = match checked {
-                Ok(checked) => checked,
-                Err(err) => {
-                    imported.first_error = Some((index, err));
-                    break;
+        let (tx, rx) = mpsc::channel(WAITING);
+        let receive = async move {
+            let mut received = first;
+            while let Some(batch) = received.take() {
+                let failed = batch.is_err();
+                if tx.send(batch).await.is_err() || failed {
+                    return;
                 }
-            };
-            if let Some(err) = stop.stop() {
-                imported.first_error = Some((index, err));
-                break;
+                received = tokio::select! {
+                    next = source.next_batch() => next,
+                    // The writer has stopped: nothing more is read.
+                    () = tx.closed() => return,
+                };
             }
-            let count = batch.messages.len() as u64;
-            let (stored, next) = tokio::join!(
-                self.add(&batch_key, &batch.types, batch.messages),
-                source.next_batch()
-            );
-            match stored {
-                Ok(uids) => {
-                    imported.batches += 1;
-                    imported.messages += count;
-                    imported.duplicates += duplicates(&uids);
-                }
-                Err(err) => {
-                    imported.first_error = Some((index, err));
-                    break;
-                }
-            }
-            pending = next;
-            index += 1;
-        }
+        };
+        let (imported, ()) = tokio::join!(self.store_batches(rx, stop), receive);
         if let Some((batch, err)) = &imported.first_error {
             tracing::info!(batch, error = %err, stored = imported.batches, "import stopped");
         }
         Ok(imported)
+    }
+
+    /// Takes the received batches off `rx`, checks each, and stores those waiting
+    /// together, until the stream ends or a batch fails.
+    async fn store_batches(
+        &self,
+        mut rx: mpsc::Receiver<Result<ImportBatch>>,
+        stop: &dyn ImportStop,
+    ) -> Imported {
+        let mut imported = Imported::default();
+        let mut key: Option<ProjectKey> = None;
+        let mut index = 0u64;
+        let mut carried: Option<Ready> = None;
+        let mut ended = false;
+        loop {
+            let mut group: Vec<Ready> = carried.take().into_iter().collect();
+            let mut failed = None;
+            let mut waited = group.is_empty();
+            loop {
+                let size: usize = group.iter().map(|r| r.episodes.len()).sum();
+                if size >= GROUP_MESSAGES {
+                    break;
+                }
+                let received = if waited {
+                    waited = false;
+                    rx.recv().await
+                } else {
+                    match rx.try_recv() {
+                        Ok(received) => Some(received),
+                        Err(_) => break,
+                    }
+                };
+                let Some(received) = received else {
+                    ended = true;
+                    break;
+                };
+                let checked = received.and_then(|batch| {
+                    let batch_key = batch_key(&mut key, &batch)?;
+                    Ok((batch_key, batch.types, self.prepare(batch.messages)?))
+                });
+                let ready = match checked {
+                    Ok((_, types, episodes)) => Ready {
+                        index,
+                        types,
+                        episodes,
+                    },
+                    Err(err) => {
+                        failed = Some((index, err));
+                        break;
+                    }
+                };
+                index += 1;
+                // Batches asking for other memory types are stored apart.
+                if group.first().is_some_and(|g| g.types != ready.types) {
+                    carried = Some(ready);
+                    break;
+                }
+                group.push(ready);
+            }
+            if let Some(first) = group.first() {
+                if let Some(err) = stop.stop() {
+                    imported.first_error = Some((first.index, err));
+                    return imported;
+                }
+                let key = key.clone().expect("a batch was checked");
+                let first_index = first.index;
+                let types = first.types.clone();
+                let batches = group.len() as u64;
+                let episodes: Vec<NewEpisode> =
+                    group.into_iter().flat_map(|r| r.episodes).collect();
+                let count = episodes.len() as u64;
+                match self.add_prepared(&key, &types, episodes).await {
+                    Ok(added) => {
+                        imported.batches += batches;
+                        imported.messages += count;
+                        imported.duplicates += duplicates(&added);
+                    }
+                    Err(err) => {
+                        imported.first_error = Some((first_index, err));
+                        return imported;
+                    }
+                }
+            }
+            if failed.is_some() {
+                imported.first_error = failed;
+                return imported;
+            }
+            if ended && carried.is_none() {
+                return imported;
+            }
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::episodic::{EpisodicMemory, EpisodicSearch, MessageInput, SearchInput};
 use crate::error::{Error, Result};
-use crate::model::{AddedEpisode, Episode, ProjectKey};
+use crate::model::{AddedEpisode, Episode, NewEpisode, Project, ProjectKey};
 use crate::projects::Projects;
 use crate::semantic::model::Feature;
 use crate::semantic::{FeatureSearch, ScoredFeature, SemanticMemory};
@@ -112,6 +112,32 @@ impl Memories {
         types: &[MemoryKind],
         messages: Vec<MessageInput>,
     ) -> Result<Vec<AddedEpisode>> {
+        let (project, semantic) = self.add_target(key, types).await?;
+        self.episodic.add(&project, messages, semantic).await
+    }
+
+    /// Checks one call's messages (see `EpisodicMemory::prepare`).
+    pub fn prepare(&self, messages: Vec<MessageInput>) -> Result<Vec<NewEpisode>> {
+        self.episodic.prepare(messages)
+    }
+
+    /// Stores prepared episodes (of one call or several) atomically, as `add`.
+    pub async fn add_prepared(
+        &self,
+        key: &ProjectKey,
+        types: &[MemoryKind],
+        episodes: Vec<NewEpisode>,
+    ) -> Result<Vec<AddedEpisode>> {
+        let (project, semantic) = self.add_target(key, types).await?;
+        self.episodic.add_prepared(&project, episodes, semantic).await
+    }
+
+    /// The project an add stores into, and the semantic memory that ingests it.
+    async fn add_target(
+        &self,
+        key: &ProjectKey,
+        types: &[MemoryKind],
+    ) -> Result<(Project, Option<&SemanticMemory>)> {
         let settings = self.episodic.settings().current();
         if types.contains(&MemoryKind::Semantic) {
             self.semantic.require_model()?;
@@ -123,7 +149,7 @@ impl Memories {
         let semantic = (wanted(types).semantic && settings.semantic_enabled)
             .then_some(&self.semantic)
             .filter(|s| s.has_model());
-        self.episodic.add(&project, messages, semantic).await
+        Ok((project, semantic))
     }
 
     pub async fn search(

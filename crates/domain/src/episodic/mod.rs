@@ -21,7 +21,9 @@ use crate::embed::Embedders;
 use crate::error::{Error, Result, Violations};
 use crate::limits::Limits;
 use crate::model::filter::{self, Expr};
-use crate::model::{AddedEpisode, Episode, EpisodeHandle, Project, ProjectKey, ScoredEpisode};
+use crate::model::{
+    AddedEpisode, Episode, EpisodeHandle, NewEpisode, Project, ProjectKey, ScoredEpisode,
+};
 use crate::rerank::Rerankers;
 use crate::retrieval::index_cache::IndexCache;
 use crate::retrieval::ranking::Ranking;
@@ -150,9 +152,27 @@ impl EpisodicMemory {
         messages: Vec<MessageInput>,
         semantic: Option<&SemanticMemory>,
     ) -> Result<Vec<AddedEpisode>> {
+        ensure_enabled(project, &self.settings.current())?;
+        let episodes = self.prepare(messages)?;
+        self.add_prepared(project, episodes, semantic).await
+    }
+
+    /// Checks one call's messages and turns them into episodes: the part of `add` that
+    /// refuses a client's input, apart so that an import names the batch at fault
+    /// before it stores the batches received with it in one transaction.
+    pub fn prepare(&self, messages: Vec<MessageInput>) -> Result<Vec<NewEpisode>> {
+        messages::to_episodes(messages, &self.limits)
+    }
+
+    /// Stores episodes `prepare` made (of one call or several) atomically, as `add`.
+    pub async fn add_prepared(
+        &self,
+        project: &Project,
+        episodes: Vec<NewEpisode>,
+        semantic: Option<&SemanticMemory>,
+    ) -> Result<Vec<AddedEpisode>> {
         let settings = self.settings.current();
         ensure_enabled(project, &settings)?;
-        let episodes = messages::to_episodes(messages, &self.limits)?;
         let count = episodes.len();
         let embedder = self.embedders.for_project(&project.config.embedder);
         let vectors = embedder.map(|e| e.id());

@@ -31,6 +31,8 @@ pub struct Domain {
     pub usage: crate::usage::Usage,
     /// Forgetting a subject, with receipts (`LifecycleService.ForgetSubject`).
     pub forget: crate::forget::Forget,
+    /// Watching projects' changes (`ChangeService`, the SSE route).
+    pub changes: crate::changes::Changes,
 }
 
 /// Builds the domain and starts its background work. What takes time before the server
@@ -95,7 +97,8 @@ pub async fn start(
         settings.clone(),
     );
     let index = Arc::new(IndexCache::new(store.clone(), config.index_memory));
-    crate::retrieval::index_cache::spawn_feed_pruner(&store);
+    crate::retrieval::index_cache::spawn_feed_pruner(&store, config.changes.retention);
+    let changes = crate::changes::Changes::start(store.clone(), config.changes);
     crate::episodic::retention::spawn(&store, config.retention);
     let episodic = EpisodicMemory::new(store.clone(), index.clone(), config.limits)
         .with_embedders(embedders.clone(), queue)
@@ -128,6 +131,7 @@ pub async fn start(
         metrics,
         usage,
         forget,
+        changes,
     })
 }
 

@@ -104,7 +104,8 @@ pub async fn start(
         .with_embedders(embedders.clone(), queue)
         .with_rerankers(rerankers.clone())
         .with_settings(settings.clone())
-        .with_usage(usage.clone());
+        .with_usage(usage.clone())
+        .with_changes(changes.clone());
     // Searches work meanwhile: a project not yet loaded loads on its first search.
     tokio::spawn(async move {
         let embedder_of = |p: &crate::model::Project| {

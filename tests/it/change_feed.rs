@@ -634,3 +634,23 @@ async fn a_client_that_stops_reading_is_cut_off() {
         status.message()
     );
 }
+
+#[tokio::test]
+async fn a_draining_server_ends_its_streams_with_unavailable() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(dir.path(), &["--embedder", "none"]);
+    let channel = connect(&server).await;
+    create(&channel, None, PROJECT).await;
+    let mut stream = watch(&channel, "").await;
+    let added = add(&channel, &["before the drain"]).await;
+    let last = next(&mut stream).await;
+    assert_eq!(last.episode_uid, added[0]);
+    let stopping = tokio::spawn(server.terminate_async());
+    let end = tokio::time::timeout(Duration::from_secs(10), stream.message())
+        .await
+        .expect("the stream ends during the drain");
+    let status = end.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("another replica"), "{status:?}");
+    assert!(stopping.await.unwrap().success());
+}

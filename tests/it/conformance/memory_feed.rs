@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use memmachine::model::{ChangeSeq, ProjectHandle, ProjectKey};
 use memmachine::semantic::features::new_feature;
-use memmachine::semantic::model::{FeatureUpdate, NewFeature, SetRow};
+use memmachine::semantic::model::{ClaimRule, FeatureOp, FeatureUpdate, NewFeature, SetRow};
 use memmachine::semantic::sets::{org_set, project_set, user_set};
+use memmachine::semantic::store::Routing;
 use memmachine::store::{Change, MemoryChange, MemoryChangeKind, MemoryChanges, Store, Summary};
 
 use crate::conformance::support::{
@@ -395,4 +396,64 @@ pub async fn the_index_feed_ignores_feature_and_summary_entries(store: Arc<dyn S
     assert_eq!(read.changes.len(), 2);
     assert!(read.changes.iter().all(|c| matches!(c, Change::Added(_))));
     assert_eq!(read.through.raw(), 4, "read past the others");
+}
+
+pub async fn extraction_and_consolidation_are_logged(store: Arc<dyn Store>) {
+    let k = project(&store).await;
+    let h = handle_of(&store, &k).await;
+    let set = project_set(&k);
+    let batch = numbered("e", 2);
+    let uids: Vec<uuid::Uuid> = batch.iter().map(|e| e.uid).collect();
+    let routing = vec![Routing {
+        set: set.clone(),
+        episodes: vec![0, 1],
+    }];
+    store
+        .add_episodes_routed(&k, batch, routing, None)
+        .await
+        .unwrap();
+    let cited = store.resolve_episodes(&k, &uids).await.unwrap();
+    let rule = ClaimRule {
+        min_messages: 1,
+        max_age_micros: i64::MAX,
+        max_batch: 100,
+        lease_micros: 60_000_000,
+        now_micros: chrono::Utc::now().timestamp_micros(),
+    };
+    let claimed = store.claim_batch(rule).await.unwrap().expect("a batch");
+    let ops = vec![
+        FeatureOp::Add {
+            feature: fact("x", "1"),
+            citations: vec![cited[0]],
+        },
+        FeatureOp::Add {
+            feature: fact("y", "2"),
+            citations: vec![cited[1]],
+        },
+    ];
+    assert!(store.apply_batch(&claimed, ops, None).await.unwrap());
+    let (changes, through) = read(&store, h, ChangeSeq::from_raw(2)).await;
+    assert_eq!(kinds(&changes), [FeatureAdded, FeatureAdded]);
+    let sources: Vec<_> = changes
+        .iter()
+        .map(|c| c.feature.as_ref().expect("stored").internal_id)
+        .collect();
+    assert_eq!(changes[0].feature.as_ref().unwrap().citations, [uids[0]]);
+
+    let row = store.find_set(&set.set_id).await.unwrap().expect("the set");
+    store
+        .consolidate(row.internal_id, &sources, vec![fact("xy", "1 and 2")], None)
+        .await
+        .unwrap();
+    let (changes, _) = read(&store, h, through).await;
+    let mut got = kinds(&changes);
+    got.sort_by_key(|k| *k as u8);
+    assert_eq!(got, [FeatureAdded, FeatureDeleted, FeatureDeleted]);
+    let merged = changes
+        .iter()
+        .find(|c| c.kind == FeatureAdded)
+        .and_then(|c| c.feature.as_ref())
+        .expect("the survivor as it is now");
+    assert_eq!(merged.value, "1 and 2");
+    assert_eq!(merged.citations, uids, "the union");
 }

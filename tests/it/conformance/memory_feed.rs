@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use memmachine::model::{ChangeSeq, ProjectHandle, ProjectKey};
 use memmachine::semantic::features::new_feature;
-use memmachine::semantic::model::{FeatureUpdate, NewFeature, SetRow};
+use memmachine::semantic::model::{ClaimRule, FeatureOp, FeatureUpdate, NewFeature, SetRow};
 use memmachine::semantic::sets::{org_set, project_set, user_set};
+use memmachine::semantic::store::Routing;
 use memmachine::store::{Change, MemoryChange, MemoryChangeKind, MemoryChanges, Store, Summary};
 
 use crate::conformance::support::{
@@ -395,4 +396,170 @@ pub async fn the_index_feed_ignores_feature_and_summary_entries(store: Arc<dyn S
     assert_eq!(read.changes.len(), 2);
     assert!(read.changes.iter().all(|c| matches!(c, Change::Added(_))));
     assert_eq!(read.through.raw(), 4, "read past the others");
+}
+
+pub async fn extraction_and_consolidation_are_logged(store: Arc<dyn Store>) {
+    let k = project(&store).await;
+    let h = handle_of(&store, &k).await;
+    let set = project_set(&k);
+    let batch = numbered("e", 2);
+    let uids: Vec<uuid::Uuid> = batch.iter().map(|e| e.uid).collect();
+    let routing = vec![Routing {
+        set: set.clone(),
+        episodes: vec![0, 1],
+    }];
+    store
+        .add_episodes_routed(&k, batch, routing, None)
+        .await
+        .unwrap();
+    let cited = store.resolve_episodes(&k, &uids).await.unwrap();
+    let rule = ClaimRule {
+        min_messages: 1,
+        max_age_micros: i64::MAX,
+        max_batch: 100,
+        lease_micros: 60_000_000,
+        now_micros: chrono::Utc::now().timestamp_micros(),
+    };
+    let claimed = store.claim_batch(rule).await.unwrap().expect("a batch");
+    let ops = vec![
+        FeatureOp::Add {
+            feature: fact("x", "1"),
+            citations: vec![cited[0]],
+        },
+        FeatureOp::Add {
+            feature: fact("y", "2"),
+            citations: vec![cited[1]],
+        },
+    ];
+    assert!(store.apply_batch(&claimed, ops, None).await.unwrap());
+    let (changes, through) = read(&store, h, ChangeSeq::from_raw(2)).await;
+    assert_eq!(kinds(&changes), [FeatureAdded, FeatureAdded]);
+    let sources: Vec<_> = changes
+        .iter()
+        .map(|c| c.feature.as_ref().expect("stored").internal_id)
+        .collect();
+    assert_eq!(changes[0].feature.as_ref().unwrap().citations, [uids[0]]);
+
+    let row = store.find_set(&set.set_id).await.unwrap().expect("the set");
+    store
+        .consolidate(row.internal_id, &sources, vec![fact("xy", "1 and 2")], None)
+        .await
+        .unwrap();
+    let (changes, _) = read(&store, h, through).await;
+    let mut got = kinds(&changes);
+    got.sort_by_key(|k| *k as u8);
+    assert_eq!(got, [FeatureAdded, FeatureDeleted, FeatureDeleted]);
+    let merged = changes
+        .iter()
+        .find(|c| c.kind == FeatureAdded)
+        .and_then(|c| c.feature.as_ref())
+        .expect("the survivor as it is now");
+    assert_eq!(merged.value, "1 and 2");
+    assert_eq!(merged.citations, uids, "the union");
+}
+
+/// Two replicas writing one project at once: extraction into two sets (each holding
+/// the project while it applies), manual features and episode adds and deletes. No
+/// write fails (no deadlock), and the log's ids run 1..=head without a gap.
+pub async fn concurrent_writers_keep_the_ids_gap_free(one: Arc<dyn Store>, other: Arc<dyn Store>) {
+    let k = project(&one).await;
+    let h = handle_of(&one, &k).await;
+    let row = project_row(&one, &k).await;
+    let rounds = 4;
+    for round in 0..rounds {
+        // One batch for each of two sets, claimed, then applied at once.
+        let batch = numbered(&format!("r{round}"), 2);
+        let routing = vec![
+            Routing {
+                set: user_set(&k, "alice"),
+                episodes: vec![0],
+            },
+            Routing {
+                set: user_set(&k, "bob"),
+                episodes: vec![1],
+            },
+        ];
+        one.add_episodes_routed(&k, batch, routing, None)
+            .await
+            .unwrap();
+        let rule = ClaimRule {
+            min_messages: 1,
+            max_age_micros: i64::MAX,
+            max_batch: 100,
+            lease_micros: 60_000_000,
+            now_micros: chrono::Utc::now().timestamp_micros(),
+        };
+        let first = one
+            .claim_batch(rule.clone())
+            .await
+            .unwrap()
+            .expect("a batch");
+        let second = other.claim_batch(rule).await.unwrap().expect("another");
+        assert_ne!(first.set.set_id, second.set.set_id);
+        let apply = |store: Arc<dyn Store>, batch: memmachine::semantic::model::Batch| async move {
+            let ops = vec![FeatureOp::Add {
+                feature: fact(&format!("f{}", uuid::Uuid::new_v4().simple()), "v"),
+                citations: vec![batch.messages[0].0],
+            }];
+            store.apply_batch(&batch, ops, None).await
+        };
+        let manual = {
+            let store = other.clone();
+            let set = row.internal_id;
+            async move {
+                let f = store
+                    .add_feature(set, fact(&format!("m{round}"), "1"), &[], None)
+                    .await?;
+                store
+                    .update_feature(f.internal_id, set_value("2"), None)
+                    .await
+            }
+        };
+        let adds = {
+            let store = one.clone();
+            let k = k.clone();
+            async move {
+                let more = numbered("x", 3);
+                store.add_episodes(&k, more.clone(), None).await?;
+                store.delete_episodes(&k, &[more[0].uid]).await
+            }
+        };
+        let (a, b, m, d) = tokio::join!(
+            apply(one.clone(), first),
+            apply(other.clone(), second),
+            manual,
+            adds
+        );
+        assert!(a.unwrap() && b.unwrap(), "both leases held");
+        m.unwrap();
+        d.unwrap();
+    }
+    let head = other.feed_head(&k).await.unwrap().change.raw();
+    let mut all = Vec::new();
+    let mut after = ChangeSeq::from_raw(0);
+    loop {
+        let MemoryChanges::Read { changes, through } =
+            other.memory_changes(h, after, 7).await.unwrap()
+        else {
+            panic!("read")
+        };
+        if through == after {
+            break;
+        }
+        all.extend(changes);
+        after = through;
+    }
+    assert_eq!(after.raw(), head);
+    let ids: Vec<i64> = all.iter().map(|c| c.id.raw()).collect();
+    assert_eq!(
+        ids,
+        (1..=head).collect::<Vec<_>>(),
+        "no gap, no vector entry"
+    );
+    let count = |kind| all.iter().filter(|c| c.kind == kind).count();
+    let rounds = rounds as usize;
+    assert_eq!(count(EpisodeAdded), 5 * rounds);
+    assert_eq!(count(EpisodeDeleted), rounds);
+    assert_eq!(count(FeatureAdded), 3 * rounds);
+    assert_eq!(count(FeatureUpdated), rounds);
 }

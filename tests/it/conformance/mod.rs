@@ -252,6 +252,8 @@ macro_rules! conformance {
                     fresh many_heads_are_read_at_once,
                     fresh a_pruned_log_names_its_oldest_change,
                     fresh the_index_feed_ignores_feature_and_summary_entries,
+                    fresh extraction_and_consolidation_are_logged,
+                    pair concurrent_writers_keep_the_ids_gap_free,
                 }
                 forget {
                     fresh deleting_episodes_deletes_the_features_left_citing_nothing,

@@ -113,6 +113,8 @@ pub async fn run(
     let gate = Gate::new(config.connections);
     let (health, health_service) = tonic_health::server::health_reporter();
     let lifecycle = Arc::new(Lifecycle::new(health).await);
+    // Change streams (gRPC and SSE alike) end when the drain starts.
+    let (closing, closing_streams) = tokio::sync::watch::channel(false);
     let admission = Arc::new(Admission {
         auth: Authenticator::new(store.clone(), config.auth),
         limiter: Limiter::new(config.caller_limits),
@@ -122,6 +124,8 @@ pub async fn run(
         max_request_bytes: config.max_request_bytes,
         methods: crate::grpc::methods(),
         watchers: crate::admission::watch::Watchers::new(config.max_watch_streams_per_peer),
+        change_streams: crate::admission::watch::Watchers::new(config.changes.max_streams_per_key),
+        closing: closing_streams,
         browsers: crate::admission::browsers::BrowserPolicy::new(
             config.auth,
             &config.allowed_origins,
@@ -134,9 +138,6 @@ pub async fn run(
     let lifecycle_service = LifecycleService::default();
     let usage_service = UsageService::default();
     let change_service = ChangeService::default();
-    // Open change streams per key (gRPC and SSE alike); they end when the drain starts.
-    let change_streams = crate::admission::watch::Watchers::new(config.changes.max_streams_per_key);
-    let (closing, closing_streams) = tokio::sync::watch::channel(false);
     let legacy_services = LegacyServices::default();
     let router = server_builder(&config)?
         .layer(
@@ -299,8 +300,8 @@ pub async fn run(
             change_service.set(
                 ChangeServiceServer::new(ChangeGrpc::new(
                     domain.changes.clone(),
-                    change_streams.clone(),
-                    closing_streams.clone(),
+                    admission.change_streams.clone(),
+                    admission.closing.clone(),
                 ))
                 .max_decoding_message_size(config.max_request_bytes),
             );

@@ -50,6 +50,11 @@ pub struct Admission {
     pub methods: std::collections::HashSet<String>,
     /// Open health Watch streams per client address.
     pub watchers: Arc<watch::Watchers>,
+    /// Open change streams (WatchChanges, the SSE route) per key (per address without
+    /// auth). They hold no concurrency permit and no deadline: this bounds them.
+    pub change_streams: Arc<watch::Watchers>,
+    /// Turns true when the drain begins: change streams end with UNAVAILABLE.
+    pub closing: tokio::sync::watch::Receiver<bool>,
     /// The hosts and origins browsers may call from.
     pub browsers: browsers::BrowserPolicy,
 }

@@ -7,9 +7,8 @@ use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
 use super::convert;
-use crate::admission::watch::Watchers;
+use crate::admission::watch::{Watchers, admit_change_stream};
 use crate::changes::{Changes, Relay, WatchKind, Watched};
-use crate::error::Error;
 use crate::model::ProjectKey;
 use crate::pb;
 use crate::pb::change_service_server::ChangeService;
@@ -48,19 +47,7 @@ impl ChangeService for ChangeGrpc {
         let (caller, r) = super::split(request)?;
         caller.check_org(&r.org_id)?;
         let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
-        let holder = match caller.key_id() {
-            Some(key) => format!("key:{key}"),
-            None => format!("peer:{peer}"),
-        };
-        let place = self
-            .streams
-            .admit(&holder)
-            .ok_or_else(|| Error::ResourceExhausted {
-                message: "this key (or address) holds as many change streams as it may \
-                          (--max-change-streams-per-key)"
-                    .into(),
-                retry_after: None,
-            })?;
+        let place = admit_change_stream(&self.streams, caller.key_id(), &peer)?;
         let stream = self.changes.watch(&key, &r.after).await?;
         let relay = Relay::start(
             stream,

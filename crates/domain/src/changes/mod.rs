@@ -50,7 +50,7 @@ impl Changes {
     /// A watcher's stream of `key`'s changes after cursor `after` (empty: from the
     /// head). `NotFound` for a project that does not exist, `InvalidArgument` for a
     /// cursor that is garbage or of another project (or of an earlier project of this
-    /// id), `OutOfRange` (on the first read) for one older than the kept feed.
+    /// id), `OutOfRange` for one older than the kept feed.
     pub async fn watch(&self, key: &ProjectKey, after: &str) -> Result<ChangeStream> {
         let head = self.store.feed_head(key).await?;
         let start = if after.is_empty() {
@@ -73,12 +73,11 @@ impl Changes {
             change
         };
         let head_rx = self.hub.subscribe(head.project, head.change);
-        Ok(ChangeStream::new(
-            self.store.clone(),
-            head.project,
-            start,
-            head_rx,
-        ))
+        let mut stream = ChangeStream::new(self.store.clone(), head.project, start, head_rx);
+        if !after.is_empty() {
+            stream.check_reachable().await?;
+        }
+        Ok(stream)
     }
 
     /// A write through this server just committed to some project: the hub looks at

@@ -93,17 +93,7 @@ impl ChangeStream {
                     self.page = changes.into();
                     self.page_through = through.max(self.taken);
                 }
-                MemoryChanges::Pruned { oldest } => {
-                    let resume = cursor::encode(self.project, oldest);
-                    return Err(Error::OutOfRange {
-                        message: format!(
-                            "the change feed no longer reaches back to this cursor; re-read \
-                             with ListMemories, then watch with after={resume} (the oldest \
-                             cursor kept)"
-                        ),
-                        resume_after: resume,
-                    });
-                }
+                MemoryChanges::Pruned { oldest } => return Err(pruned(self.project, oldest)),
                 MemoryChanges::Gone => {
                     self.ended = true;
                     return Ok(Some(Watched {
@@ -117,6 +107,25 @@ impl ChangeStream {
         }
     }
 
+    /// Reads the first page now, without waiting for changes: a cursor older than the
+    /// kept feed is refused before the stream starts.
+    pub(super) async fn check_reachable(&mut self) -> Result<()> {
+        match self
+            .store
+            .memory_changes(self.project, self.taken, PAGE)
+            .await?
+        {
+            MemoryChanges::Read { changes, through } => {
+                self.page = changes.into();
+                self.page_through = through.max(self.taken);
+            }
+            MemoryChanges::Pruned { oldest } => return Err(pruned(self.project, oldest)),
+            // Found by the first `next`, which sends PROJECT_DELETED.
+            MemoryChanges::Gone => {}
+        }
+        Ok(())
+    }
+
     /// Until the hub sees the head past `seen` or the project gone.
     async fn wait_past(&mut self, seen: ChangeSeq) -> Result<()> {
         self.head
@@ -127,6 +136,18 @@ impl ChangeStream {
             .await
             .map(|_| ())
             .map_err(|_| Error::Closed)
+    }
+}
+
+/// OUT_OF_RANGE naming the oldest cursor kept, in the message and machine-readably.
+fn pruned(project: ProjectHandle, oldest: ChangeSeq) -> Error {
+    let resume = cursor::encode(project, oldest);
+    Error::OutOfRange {
+        message: format!(
+            "the change feed no longer reaches back to this cursor; re-read with \
+             ListMemories, then watch with after={resume} (the oldest cursor kept)"
+        ),
+        resume_after: resume,
     }
 }
 

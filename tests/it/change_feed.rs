@@ -654,3 +654,132 @@ async fn a_draining_server_ends_its_streams_with_unavailable() {
     assert!(status.message().contains("another replica"), "{status:?}");
     assert!(stopping.await.unwrap().success());
 }
+
+/// One Server-Sent Event: its id, event name and JSON data.
+#[derive(Debug)]
+struct SseEvent {
+    id: String,
+    event: String,
+    data: serde_json::Value,
+}
+
+/// Reads events off a `text/event-stream` response (comments skipped).
+struct SseReader {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl SseReader {
+    async fn next(&mut self) -> SseEvent {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let mut event = SseEvent {
+                    id: String::new(),
+                    event: String::new(),
+                    data: serde_json::Value::Null,
+                };
+                let mut data = String::new();
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        event.id = v.trim().into();
+                    } else if let Some(v) = line.strip_prefix("event:") {
+                        event.event = v.trim().into();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim());
+                    }
+                }
+                if data.is_empty() {
+                    continue; // a keep-alive comment
+                }
+                event.data = serde_json::from_str(&data).unwrap();
+                return event;
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(10), self.response.chunk())
+                .await
+                .expect("an event within 10 s")
+                .unwrap()
+                .expect("the event stream ended");
+            self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    }
+}
+
+async fn sse(rest: &str, project: &str, last_event_id: Option<&str>) -> reqwest::Response {
+    let mut request = reqwest::Client::new().get(format!(
+        "{rest}/api/v2/memories/changes?org_id={ORG}&project_id={project}"
+    ));
+    if let Some(id) = last_event_id {
+        request = request.header("Last-Event-ID", id);
+    }
+    request.send().await.unwrap()
+}
+
+#[tokio::test]
+async fn server_sent_events_carry_the_same_changes_and_resume_with_last_event_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(
+        dir.path(),
+        &["--embedder", "none", "--rest-listen", "127.0.0.1:0"],
+    );
+    let rest = server.rest_url();
+    let channel = connect(&server).await;
+    create(&channel, None, PROJECT).await;
+    let mut grpc = watch(&channel, "").await;
+    let response = sse(&rest, PROJECT, None).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let mut events = SseReader {
+        response,
+        buffer: String::new(),
+    };
+    let first = add(&channel, &["a", "b", "c"]).await;
+    let from_grpc = take(&mut grpc, 3).await;
+    let mut read = Vec::new();
+    for _ in 0..3 {
+        read.push(events.next().await);
+    }
+    for ((event, change), uid) in read.iter().zip(&from_grpc).zip(&first) {
+        assert_eq!(
+            event.id, change.cursor,
+            "the same cursor on both transports"
+        );
+        assert_eq!(event.event, "episode_added");
+        assert_eq!(event.data["kind"], "episode_added");
+        assert_eq!(event.data["episode_uid"], uid.as_str());
+        assert!(
+            event.data["episode"]["content"].is_string(),
+            "{:?}",
+            event.data
+        );
+    }
+    drop(events);
+
+    // Resumed as a browser's EventSource does, after the second event.
+    let more = add(&channel, &["d"]).await;
+    let resumed = sse(&rest, PROJECT, Some(&read[1].id)).await;
+    assert_eq!(resumed.status(), 200);
+    let mut resumed = SseReader {
+        response: resumed,
+        buffer: String::new(),
+    };
+    let again = [resumed.next().await, resumed.next().await];
+    assert_eq!(again[0].data["episode_uid"], first[2].as_str());
+    assert_eq!(again[1].data["episode_uid"], more[0].as_str());
+
+    // Errors before the stream starts are the gateway's JSON errors.
+    let bad = sse(&rest, PROJECT, Some("garbage")).await;
+    assert_eq!(bad.status(), 422);
+    let body: serde_json::Value = bad.json().await.unwrap();
+    assert!(
+        body["detail"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("after")
+    );
+    let missing = sse(&rest, "nowhere", None).await;
+    assert_eq!(missing.status(), 404);
+}

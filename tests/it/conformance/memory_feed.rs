@@ -489,11 +489,7 @@ pub async fn concurrent_writers_keep_the_ids_gap_free(one: Arc<dyn Store>, other
             lease_micros: 60_000_000,
             now_micros: chrono::Utc::now().timestamp_micros(),
         };
-        let first = one
-            .claim_batch(rule.clone())
-            .await
-            .unwrap()
-            .expect("a batch");
+        let first = one.claim_batch(rule).await.unwrap().expect("a batch");
         let second = other.claim_batch(rule).await.unwrap().expect("another");
         assert_ne!(first.set.set_id, second.set.set_id);
         let apply = |store: Arc<dyn Store>, batch: memmachine::semantic::model::Batch| async move {

@@ -98,7 +98,7 @@ pub async fn start(
     );
     let index = Arc::new(IndexCache::new(store.clone(), config.index_memory));
     crate::retrieval::index_cache::spawn_feed_pruner(&store, config.changes.retention);
-    let changes = crate::changes::Changes::start(store.clone(), config.changes);
+    let changes = crate::changes::Changes::start(store.clone(), config.changes, &metrics);
     crate::episodic::retention::spawn(&store, config.retention);
     let episodic = EpisodicMemory::new(store.clone(), index.clone(), config.limits)
         .with_embedders(embedders.clone(), queue)

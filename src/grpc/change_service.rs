@@ -8,7 +8,7 @@ use tonic::{Request, Response, Status};
 
 use super::convert;
 use crate::admission::watch::{Watchers, admit_change_stream};
-use crate::changes::{Changes, Relay, WatchKind, Watched};
+use crate::changes::{Changes, WatchKind, Watched};
 use crate::model::ProjectKey;
 use crate::pb;
 use crate::pb::change_service_server::ChangeService;
@@ -49,12 +49,9 @@ impl ChangeService for ChangeGrpc {
         let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
         let place = admit_change_stream(&self.streams, caller.key_id(), &peer)?;
         let stream = self.changes.watch(&key, &r.after).await?;
-        let relay = Relay::start(
-            stream,
-            self.changes.settings().send_timeout,
-            self.closing.clone(),
-            Box::new(place),
-        );
+        let relay = self
+            .changes
+            .relay(stream, self.closing.clone(), Box::new(place));
         let changes = futures::stream::unfold(relay, move |mut relay| {
             let key = key.clone();
             async move {

@@ -23,7 +23,7 @@ use super::shapes::{EpisodeJson, FeatureJson};
 use super::{ApiError, Gateway};
 use crate::admission::watch::admit_change_stream;
 use crate::auth::Caller;
-use crate::changes::{Relay, WatchKind, Watched};
+use crate::changes::{WatchKind, Watched};
 use crate::error::Error;
 use crate::model::ProjectKey;
 use crate::store::MemoryChangeKind;
@@ -104,12 +104,9 @@ async fn watch_changes(
             Error::OutOfRange { .. } => ApiError::from(err).with_status(http::StatusCode::GONE),
             other => ApiError::from(other),
         })?;
-    let relay = Relay::start(
-        stream,
-        domain.changes.settings().send_timeout,
-        admission.closing.clone(),
-        Box::new(place),
-    );
+    let relay = domain
+        .changes
+        .relay(stream, admission.closing.clone(), Box::new(place));
     let events =
         futures::stream::unfold((relay, key, false), |(mut relay, key, done)| async move {
             if done {

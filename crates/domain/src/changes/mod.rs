@@ -25,17 +25,38 @@ pub struct Changes {
     store: Arc<dyn Store>,
     hub: Arc<Hub>,
     settings: ChangeFeedSettings,
+    /// Open streams on this server (the metrics' gauge).
+    open: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl Changes {
     /// Starts the hub's poll; it stops once every handle is dropped.
-    pub fn start(store: Arc<dyn Store>, settings: ChangeFeedSettings) -> Changes {
+    pub fn start(
+        store: Arc<dyn Store>,
+        settings: ChangeFeedSettings,
+        metrics: &crate::metrics::Metrics,
+    ) -> Changes {
         let hub = Hub::start(store.clone(), settings.poll_interval);
         Changes {
             store,
             hub,
             settings,
+            open: metrics.change_streams(),
         }
+    }
+
+    /// Hands `stream` to a transport (`Relay`), under the send timeout; `held` (its
+    /// admission place) is given back when it ends, `closing` ends it on drain.
+    pub fn relay(
+        &self,
+        stream: ChangeStream,
+        closing: tokio::sync::watch::Receiver<bool>,
+        held: Box<dyn Send>,
+    ) -> Relay {
+        let open = self.open.clone();
+        open.inc();
+        let counted = Box::new((held, OpenStream(open)));
+        Relay::start(stream, self.settings.send_timeout, closing, counted)
     }
 
     pub fn settings(&self) -> &ChangeFeedSettings {
@@ -84,5 +105,14 @@ impl Changes {
     /// once rather than at its next poll.
     pub fn poke(&self) {
         self.hub.poke();
+    }
+}
+
+/// Counts a stream in the gauge while it is open.
+struct OpenStream(prometheus_client::metrics::gauge::Gauge);
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }

@@ -14,6 +14,8 @@ use crate::store::{MemoryChange, MemoryChangeKind, MemoryChanges, Store};
 
 /// Log entries read per page.
 const PAGE: usize = 256;
+/// Wait before reading again when the head is past what the log shows.
+const RETRY: std::time::Duration = std::time::Duration::from_millis(20);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WatchKind {
@@ -88,6 +90,11 @@ impl ChangeStream {
             {
                 MemoryChanges::Read { changes, through } => {
                     if changes.is_empty() && through <= self.taken {
+                        // A head the log does not show yet (it should not happen):
+                        // read again a little later rather than at once, forever.
+                        if matches!(*self.head.borrow(), Head::At(at) if at > self.taken) {
+                            tokio::time::sleep(RETRY).await;
+                        }
                         self.wait_past(self.taken).await?;
                     }
                     self.page = changes.into();

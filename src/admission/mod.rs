@@ -320,14 +320,18 @@ impl Admission {
     fn client_fault(&self, response: &Response<Body>) -> Option<tonic::Status> {
         let status = tonic::Status::from_header_map(response.headers())?;
         match status.code() {
-            tonic::Code::OutOfRange => Some(tonic::Status::from(Error::ResourceExhausted {
-                message: format!(
-                    "the request is larger than this server accepts ({} bytes; \
+            // Only tonic's own: a domain OUT_OF_RANGE (a pruned change-feed cursor)
+            // carries its ErrorInfo and passes as it is.
+            tonic::Code::OutOfRange if status.details().is_empty() => {
+                Some(tonic::Status::from(Error::ResourceExhausted {
+                    message: format!(
+                        "the request is larger than this server accepts ({} bytes; \
                      --max-request-bytes)",
-                    self.max_request_bytes
-                ),
-                retry_after: None,
-            })),
+                        self.max_request_bytes
+                    ),
+                    retry_after: None,
+                }))
+            }
             // tonic-web reports a failed body (one cut off for slowness) as its own.
             tonic::Code::Internal
                 if status

@@ -139,6 +139,10 @@ fn start() -> Server {
             watchers: memmachine::admission::watch::Watchers::new(
                 config.max_watch_streams_per_peer,
             ),
+            change_streams: memmachine::admission::watch::Watchers::new(
+                config.changes.max_streams_per_key,
+            ),
+            closing: tokio::sync::watch::channel(false).1,
             browsers: Default::default(),
         });
         let gateway = memmachine::rest::Gateway::new(admission, store, &config);

@@ -37,5 +37,6 @@ if [[ -n "${MEMMACHINE_TEST_POSTGRES:-}" && $# -eq 0 ]]; then
     grpc_api:: auth:: durability:: external_clients:: observability:: semantic_crash:: \
     semantic_isolation:: semantic_memory:: legacy_v1:: rest_api:: cli_client:: mcp:: \
     isolation_model:: isolation_scopes:: mcp_session_binding:: extreme_values:: \
-    ops_visibility:: usage:: retention:: feature_history:: idempotency:: import::
+    ops_visibility:: usage:: retention:: feature_history:: idempotency:: import:: \
+    change_feed:: examples::
 fi

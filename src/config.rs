@@ -104,6 +104,9 @@ pub struct Settings {
     pub retention: crate::episodic::retention::Flags,
     #[command(flatten)]
     #[serde(flatten)]
+    pub changes: crate::changes::Flags,
+    #[command(flatten)]
+    #[serde(flatten)]
     pub embedder: crate::embed::Flags,
     #[command(flatten)]
     #[serde(flatten)]
@@ -219,6 +222,8 @@ pub struct ServeConfig {
     pub ingest: crate::semantic::ingest::IngestSettings,
     /// How often expired episodes are swept.
     pub retention: crate::episodic::retention::RetentionSettings,
+    /// The change feed's retention, poll, send timeout and stream limit.
+    pub changes: crate::changes::ChangeFeedSettings,
     /// Earlier versions kept per feature.
     pub feature_history_limit: usize,
 }
@@ -330,6 +335,7 @@ impl ServeArgs {
             llm: settings.llm.settings()?,
             ingest: settings.ingest.settings()?,
             retention: settings.retention.settings()?,
+            changes: settings.changes.settings()?,
             feature_history_limit: settings.history.feature_history_limit,
             store: store.clone(),
             index_memory: parse_size(&server.index_memory)

@@ -31,6 +31,8 @@ pub struct Domain {
     pub usage: crate::usage::Usage,
     /// Forgetting a subject, with receipts (`LifecycleService.ForgetSubject`).
     pub forget: crate::forget::Forget,
+    /// Watching projects' changes (`ChangeService`, the SSE route).
+    pub changes: crate::changes::Changes,
 }
 
 /// Builds the domain and starts its background work. What takes time before the server
@@ -95,13 +97,15 @@ pub async fn start(
         settings.clone(),
     );
     let index = Arc::new(IndexCache::new(store.clone(), config.index_memory));
-    crate::retrieval::index_cache::spawn_feed_pruner(&store);
+    crate::retrieval::index_cache::spawn_feed_pruner(&store, config.changes.retention);
+    let changes = crate::changes::Changes::start(store.clone(), config.changes, &metrics);
     crate::episodic::retention::spawn(&store, config.retention);
     let episodic = EpisodicMemory::new(store.clone(), index.clone(), config.limits)
         .with_embedders(embedders.clone(), queue)
         .with_rerankers(rerankers.clone())
         .with_settings(settings.clone())
-        .with_usage(usage.clone());
+        .with_usage(usage.clone())
+        .with_changes(changes.clone());
     // Searches work meanwhile: a project not yet loaded loads on its first search.
     tokio::spawn(async move {
         let embedder_of = |p: &crate::model::Project| {
@@ -128,6 +132,7 @@ pub async fn start(
         metrics,
         usage,
         forget,
+        changes,
     })
 }
 

@@ -6,9 +6,9 @@
 
 pub use memmachine_core::{error, model, urls};
 pub use memmachine_domain::{
-    embed, episodic, flags, forget, import, inference, legacy, limits, llm, memory, metrics,
-    openai_http, projects, rerank, resource_status, retrieval, runtime_settings, secret, semantic,
-    usage,
+    changes, embed, episodic, flags, forget, import, inference, legacy, limits, llm, memory,
+    metrics, openai_http, projects, rerank, resource_status, retrieval, runtime_settings, secret,
+    semantic, usage,
 };
 
 /// API keys: the domain's, and `memmachine keys` on a store location.

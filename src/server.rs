@@ -24,8 +24,11 @@ use crate::config::{ServeConfig, TlsFiles};
 use crate::connections::arrival::ArrivalLayer;
 use crate::connections::{Gate, GatedListener};
 use crate::error::{Error, Result};
-use crate::grpc::{Deferred, LifecycleGrpc, MemoryGrpc, ProjectGrpc, SemanticGrpc, UsageGrpc, v1};
+use crate::grpc::{
+    ChangeGrpc, Deferred, LifecycleGrpc, MemoryGrpc, ProjectGrpc, SemanticGrpc, UsageGrpc, v1,
+};
 use crate::metrics::Metrics;
+use crate::pb::change_service_server::ChangeServiceServer;
 use crate::pb::lifecycle_service_server::LifecycleServiceServer;
 use crate::pb::memory_service_server::MemoryServiceServer;
 use crate::pb::project_service_server::ProjectServiceServer;
@@ -40,6 +43,7 @@ type MemoryService = Deferred<MemoryServiceServer<MemoryGrpc>>;
 type SemanticService = Deferred<SemanticServiceServer<SemanticGrpc>>;
 type LifecycleService = Deferred<LifecycleServiceServer<LifecycleGrpc>>;
 type UsageService = Deferred<UsageServiceServer<UsageGrpc>>;
+type ChangeService = Deferred<ChangeServiceServer<ChangeGrpc>>;
 /// The deprecated v1 API's services, ready with the rest.
 #[derive(Clone, Default)]
 struct LegacyServices {
@@ -109,6 +113,8 @@ pub async fn run(
     let gate = Gate::new(config.connections);
     let (health, health_service) = tonic_health::server::health_reporter();
     let lifecycle = Arc::new(Lifecycle::new(health).await);
+    // Change streams (gRPC and SSE alike) end when the drain starts.
+    let (closing, closing_streams) = tokio::sync::watch::channel(false);
     let admission = Arc::new(Admission {
         auth: Authenticator::new(store.clone(), config.auth),
         limiter: Limiter::new(config.caller_limits),
@@ -118,6 +124,8 @@ pub async fn run(
         max_request_bytes: config.max_request_bytes,
         methods: crate::grpc::methods(),
         watchers: crate::admission::watch::Watchers::new(config.max_watch_streams_per_peer),
+        change_streams: crate::admission::watch::Watchers::new(config.changes.max_streams_per_key),
+        closing: closing_streams,
         browsers: crate::admission::browsers::BrowserPolicy::new(
             config.auth,
             &config.allowed_origins,
@@ -129,6 +137,7 @@ pub async fn run(
     let semantic_service = SemanticService::default();
     let lifecycle_service = LifecycleService::default();
     let usage_service = UsageService::default();
+    let change_service = ChangeService::default();
     let legacy_services = LegacyServices::default();
     let router = server_builder(&config)?
         .layer(
@@ -151,6 +160,7 @@ pub async fn run(
         .add_service(semantic_service.clone())
         .add_service(lifecycle_service.clone())
         .add_service(usage_service.clone())
+        .add_service(change_service.clone())
         .add_service(legacy_services.memory.clone())
         .add_service(legacy_services.sessions.clone())
         .add_service(legacy_services.groups.clone());
@@ -237,6 +247,7 @@ pub async fn run(
             lifecycle.not_ready().await;
             tokio::time::sleep(delay).await;
             lifecycle.refuse_new();
+            let _ = closing.send(true);
             if tokio::time::timeout(grace, lifecycle.idle()).await.is_err() {
                 tracing::warn!(
                     grace_secs = grace.as_secs_f64(),
@@ -292,6 +303,14 @@ pub async fn run(
             usage_service.set(
                 UsageServiceServer::new(UsageGrpc::new(domain.clone()))
                     .max_decoding_message_size(config.max_request_bytes),
+            );
+            change_service.set(
+                ChangeServiceServer::new(ChangeGrpc::new(
+                    domain.changes.clone(),
+                    admission.change_streams.clone(),
+                    admission.closing.clone(),
+                ))
+                .max_decoding_message_size(config.max_request_bytes),
             );
             if let Some(rest) = &rest {
                 rest.set(domain);

@@ -50,6 +50,11 @@ pub struct Admission {
     pub methods: std::collections::HashSet<String>,
     /// Open health Watch streams per client address.
     pub watchers: Arc<watch::Watchers>,
+    /// Open change streams (WatchChanges, the SSE route) per key (per address without
+    /// auth). They hold no concurrency permit and no deadline: this bounds them.
+    pub change_streams: Arc<watch::Watchers>,
+    /// Turns true when the drain begins: change streams end with UNAVAILABLE.
+    pub closing: tokio::sync::watch::Receiver<bool>,
     /// The hosts and origins browsers may call from.
     pub browsers: browsers::BrowserPolicy,
 }
@@ -325,14 +330,18 @@ impl Admission {
     fn client_fault(&self, response: &Response<Body>) -> Option<tonic::Status> {
         let status = tonic::Status::from_header_map(response.headers())?;
         match status.code() {
-            tonic::Code::OutOfRange => Some(tonic::Status::from(Error::ResourceExhausted {
-                message: format!(
-                    "the request is larger than this server accepts ({} bytes; \
+            // Only tonic's own: a domain OUT_OF_RANGE (a pruned change-feed cursor)
+            // carries its ErrorInfo and passes as it is.
+            tonic::Code::OutOfRange if status.details().is_empty() => {
+                Some(tonic::Status::from(Error::ResourceExhausted {
+                    message: format!(
+                        "the request is larger than this server accepts ({} bytes; \
                      --max-request-bytes)",
-                    self.max_request_bytes
-                ),
-                retry_after: None,
-            })),
+                        self.max_request_bytes
+                    ),
+                    retry_after: None,
+                }))
+            }
             // tonic-web reports a failed body (one cut off for slowness) as its own.
             tonic::Code::Internal
                 if status

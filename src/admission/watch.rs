@@ -1,5 +1,7 @@
 //! Health `Watch` streams need no key (probes send none) and stay open as long as the
-//! client likes, so each client address may hold only so many at once.
+//! client likes, so each client address may hold only so many at once. Change streams
+//! (`WatchChanges`, the SSE route) are counted the same way, per API key (per address
+//! without auth).
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -43,6 +45,27 @@ impl Watchers {
         let open = self.open.lock().expect("watchers lock");
         open.get(peer).copied().unwrap_or(0)
     }
+}
+
+/// A place for one more change stream of the caller with key `key_id` (or of `peer`
+/// without auth), or RESOURCE_EXHAUSTED naming the flag.
+pub fn admit_change_stream(
+    streams: &Arc<Watchers>,
+    key_id: Option<&str>,
+    peer: &str,
+) -> Result<WatchGuard, crate::error::Error> {
+    let holder = match key_id {
+        Some(key) => format!("key:{key}"),
+        None => format!("peer:{peer}"),
+    };
+    streams
+        .admit(&holder)
+        .ok_or_else(|| crate::error::Error::ResourceExhausted {
+            message: "this key (or address) holds as many change streams as it may \
+                      (--max-change-streams-per-key)"
+                .into(),
+            retry_after: None,
+        })
 }
 
 /// One open stream's place, given back when its response body is dropped.

@@ -1,5 +1,6 @@
 //! gRPC adapters: decode a request, call one domain function, encode the result.
 
+mod change_service;
 pub mod convert;
 mod deferred;
 mod import;
@@ -10,6 +11,7 @@ mod semantic_service;
 mod usage_service;
 pub mod v1;
 
+pub use change_service::ChangeGrpc;
 pub use deferred::Deferred;
 pub use import::ImportSettings;
 pub use lifecycle_service::LifecycleGrpc;

@@ -70,6 +70,10 @@ impl IntoResponse for ApiError {
                 .collect(),
             _ => Vec::new(),
         };
+        let resume_after = match &error {
+            Error::OutOfRange { resume_after, .. } => Some(resume_after.clone()),
+            _ => None,
+        };
         let message = match error {
             Error::Internal(m) => {
                 // The details stay in the log; the client learns only that it failed.
@@ -88,6 +92,10 @@ impl IntoResponse for ApiError {
                 "field_violations": violations,
             }
         });
+        let mut body = body;
+        if let Some(cursor) = resume_after {
+            body["detail"]["resume_after"] = cursor.into();
+        }
         let mut response = (status, axum::Json(body)).into_response();
         // The admission layer reads the code for its metrics and log.
         response.extensions_mut().insert(code);

@@ -6,6 +6,7 @@
 
 mod admission;
 mod body;
+mod changes;
 mod config_updates;
 mod console;
 mod error;
@@ -124,6 +125,7 @@ fn api() -> OpenApiRouter<Gateway> {
         .merge(health::routes())
         .merge(projects::routes())
         .merge(memories::routes())
+        .merge(changes::routes())
         .merge(semantic::routes())
         .merge(feature_history::routes())
         .merge(server_config::routes())

@@ -5,6 +5,7 @@
 //! Run one area with a name filter: `cargo test --test it -- grpc_api::`.
 
 mod auth;
+mod change_feed;
 mod cli_client;
 mod cli_commands;
 mod common;

@@ -43,6 +43,13 @@ pub enum Error {
     /// The call's deadline passed before it finished.
     #[error("{0}")]
     DeadlineExceeded(String),
+    /// A position past what is kept (a change-feed cursor older than the kept feed);
+    /// `resume_after` is where the client may start again, also sent machine-readably.
+    #[error("{message}")]
+    OutOfRange {
+        message: String,
+        resume_after: String,
+    },
     /// A fault of the server or its storage, never of the client's input.
     #[error("internal error: {0}")]
     Internal(String),
@@ -112,6 +119,13 @@ impl Error {
             Error::Unauthenticated(m) => Error::Unauthenticated(cut(m)),
             Error::PermissionDenied(m) => Error::PermissionDenied(cut(m)),
             Error::DeadlineExceeded(m) => Error::DeadlineExceeded(cut(m)),
+            Error::OutOfRange {
+                message,
+                resume_after,
+            } => Error::OutOfRange {
+                message: cut(message),
+                resume_after,
+            },
             Error::ResourceExhausted {
                 message,
                 retry_after,

@@ -129,7 +129,9 @@ impl Memories {
         episodes: Vec<NewEpisode>,
     ) -> Result<Vec<AddedEpisode>> {
         let (project, semantic) = self.add_target(key, types).await?;
-        self.episodic.add_prepared(&project, episodes, semantic).await
+        self.episodic
+            .add_prepared(&project, episodes, semantic)
+            .await
     }
 
     /// The project an add stores into, and the semantic memory that ingests it.

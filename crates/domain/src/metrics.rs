@@ -96,6 +96,7 @@ pub struct Metrics {
     queue_lag: Gauge<f64, AtomicU64>,
     semantic_queue: Gauge,
     semantic_failed: Gauge,
+    change_streams: Gauge,
     embed_seconds: Histograms<EmbedderLabels>,
     embedded_texts: Family<EmbedderLabels, Counter>,
     embedding_tokens: Family<EmbedderLabels, Counter>,
@@ -169,6 +170,12 @@ impl Metrics {
                 &mut registry,
                 "semantic_queue_failed",
                 "Queued messages whose ingestion failed (the model's answers stayed invalid)",
+                Gauge::default(),
+            ),
+            change_streams: registered(
+                &mut registry,
+                "change_streams_open",
+                "Open change streams (WatchChanges and the SSE route) on this server",
                 Gauge::default(),
             ),
             embed_seconds: registered(
@@ -268,6 +275,11 @@ impl Metrics {
                 method: method.to_string(),
             })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// The open change streams' gauge (a handle: the relays move it).
+    pub fn change_streams(&self) -> Gauge {
+        self.change_streams.clone()
     }
 
     pub fn record_refusal(&self, limit: &str) {

@@ -14,7 +14,7 @@ use super::episodes::{COLUMNS, from_row};
 use super::error::db_error;
 use super::helpers::{ADDED, REMOVED, VECTOR};
 use super::projects;
-use memmachine_core::error::{Error, Result};
+use memmachine_core::error::Result;
 use memmachine_core::model::{ChangeSeq, EpisodeHandle, ProjectHandle, ProjectKey};
 use memmachine_core::store::{Change, ChangeFeed, Changes, FeedHead, IndexedEpisode};
 
@@ -128,7 +128,7 @@ impl ChangeFeed for PostgresStore {
         let through = log.last().map_or(after, |(id, _, _)| *id);
         let named: Vec<i64> = log
             .iter()
-            .filter(|(_, kind, _)| *kind != REMOVED)
+            .filter(|(_, kind, _)| *kind == ADDED || *kind == VECTOR)
             .map(|(_, _, episode)| episode.raw())
             .collect();
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -172,11 +172,8 @@ impl ChangeFeed for PostgresStore {
                         });
                     }
                 }
-                other => {
-                    return Err(Error::Internal(format!(
-                        "change log entry of unknown kind {other}"
-                    )));
-                }
+                // The clients' entries (features, summaries): nothing for an index.
+                _ => {}
             }
         }
         let through = ChangeSeq::from_raw(through);

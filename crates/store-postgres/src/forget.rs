@@ -71,8 +71,11 @@ pub(super) async fn delete_rows(
     .fetch_one(&mut *tx)
     .await
     .map_err(db_error)?;
-    let mut deleted: Vec<i64> = sqlx::query_scalar(
-        "DELETE FROM episodes WHERE org_id = $1 AND project = $2 AND id = ANY($3) RETURNING id",
+    // Logged before the rows go, so the entries keep their uids; the project's lock
+    // keeps any other deleter from taking them meanwhile.
+    let deleted: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM episodes WHERE org_id = $1 AND project = $2 AND id = ANY($3)
+         ORDER BY id FOR UPDATE",
     )
     .bind(org_id)
     .bind(project)
@@ -80,7 +83,6 @@ pub(super) async fn delete_rows(
     .fetch_all(&mut *tx)
     .await
     .map_err(db_error)?;
-    deleted.sort_unstable();
     let n = deleted.len() as i64;
     let first: i64 = sqlx::query_scalar(
         "UPDATE projects SET last_change = last_change + $3
@@ -94,6 +96,12 @@ pub(super) async fn delete_rows(
     .map_err(db_error)?;
     let ids: Vec<i64> = (1..=n).map(|i| first + i).collect();
     log_changes(&mut *tx, org_id, project, &ids, REMOVED, &deleted).await?;
+    sqlx::query("DELETE FROM episodes WHERE org_id = $1 AND id = ANY($2)")
+        .bind(org_id)
+        .bind(&deleted)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
     let orphans: Vec<i64> = sqlx::query_scalar(
         "SELECT f.id FROM semantic_features f WHERE f.org_id = $1 AND f.id = ANY($2)
          AND NOT EXISTS (SELECT 1 FROM semantic_citations c

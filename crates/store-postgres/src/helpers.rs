@@ -62,12 +62,19 @@ pub(super) async fn bump_sets(tx: &mut PgConnection, sets: &[i64]) -> Result<()>
     Ok(())
 }
 
-/// Change kinds in `episode_changes`.
+/// Change kinds in `episode_changes`. Features and summaries are logged by triggers
+/// (see the schema), which write these numbers too.
 pub(super) const ADDED: i16 = 1;
 pub(super) const REMOVED: i16 = 2;
 pub(super) const VECTOR: i16 = 3;
+pub(super) const FEATURE_ADDED: i16 = 4;
+pub(super) const FEATURE_UPDATED: i16 = 5;
+pub(super) const FEATURE_DELETED: i16 = 6;
+pub(super) const SUMMARY_REPLACED: i16 = 7;
 
-/// Appends one entry of `kind` per episode to the project's log, with these ids.
+/// Appends one entry of `kind` per episode to the project's log, with these ids. Added
+/// and removed entries keep the episode's uid for the clients' feed (read from the row,
+/// so a removal is logged before the row goes).
 pub(super) async fn log_changes(
     tx: &mut PgConnection,
     org_id: &str,
@@ -77,9 +84,10 @@ pub(super) async fn log_changes(
     episodes: &[i64],
 ) -> Result<()> {
     sqlx::query(
-        "INSERT INTO episode_changes (org_id, project, id, kind, episode, at)
-         SELECT $1, $2, c.id, $3, c.episode, $6
-         FROM UNNEST($4::bigint[], $5::bigint[]) AS c (id, episode)",
+        "INSERT INTO episode_changes (org_id, project, id, kind, episode, at, uid)
+         SELECT $1, $2, c.id, $3, c.episode, $6, e.uid
+         FROM UNNEST($4::bigint[], $5::bigint[]) AS c (id, episode)
+         LEFT JOIN episodes e ON $3 <> 3 AND e.org_id = $1 AND e.id = c.episode",
     )
     .bind(org_id)
     .bind(project)

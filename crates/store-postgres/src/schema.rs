@@ -562,6 +562,102 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE episodes ADD COLUMN idempotency_at BIGINT;
     CREATE UNIQUE INDEX episodes_by_idempotency_key ON episodes (org_id, project, idempotency_key)
         WHERE idempotency_key IS NOT NULL;",
+    // The change feed clients follow (`MemoryFeed`; SQLite's migration of the same
+    // name): an episode entry carries the episode's uid (it outlives the row), feature
+    // entries (kinds 4 to 6) the feature's public id, summary entries (7) neither;
+    // `episode` is 0 for both. Triggers log the features of a project's own sets and
+    // its summary, so no write path can skip them; each entry takes the next id from
+    // `last_change` (locking the project row, as every writer of the log does) and is
+    // written only while the project row exists (its deletion logs nothing). A set's
+    // features are logged before the set goes, as the cascade deletes them after.
+    r#"
+    ALTER TABLE episode_changes ADD COLUMN uid UUID;
+    ALTER TABLE episode_changes ADD COLUMN feature TEXT;
+
+    CREATE FUNCTION memmachine_log_change(org TEXT, p BIGINT, k SMALLINT, f TEXT)
+        RETURNS void LANGUAGE plpgsql AS $$
+    DECLARE
+        n BIGINT;
+    BEGIN
+        UPDATE projects SET last_change = last_change + 1 WHERE org_id = org AND id = p
+            RETURNING last_change INTO n;
+        IF FOUND THEN
+            INSERT INTO episode_changes (org_id, project, id, kind, episode, at, feature)
+                VALUES (org, p, n, k, 0,
+                    (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, f);
+        END IF;
+    END $$;
+
+    CREATE FUNCTION memmachine_feed_feature() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        p BIGINT;
+    BEGIN
+        IF TG_OP = 'DELETE' THEN
+            SELECT project INTO p FROM semantic_sets WHERE org_id = OLD.org_id AND id = OLD.set_ref;
+            IF p IS NOT NULL THEN
+                PERFORM memmachine_log_change(OLD.org_id, p, 6::smallint, OLD.public_id);
+            END IF;
+        ELSE
+            SELECT project INTO p FROM semantic_sets WHERE org_id = NEW.org_id AND id = NEW.set_ref;
+            IF p IS NOT NULL THEN
+                PERFORM memmachine_log_change(NEW.org_id, p,
+                    (CASE WHEN TG_OP = 'INSERT' THEN 4 ELSE 5 END)::smallint, NEW.public_id);
+            END IF;
+        END IF;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER feed_feature_added AFTER INSERT ON semantic_features
+        FOR EACH ROW EXECUTE FUNCTION memmachine_feed_feature();
+    CREATE TRIGGER feed_feature_updated
+        AFTER UPDATE OF category, tag, feature, value, metadata ON semantic_features
+        FOR EACH ROW WHEN (OLD.category IS DISTINCT FROM NEW.category
+            OR OLD.tag IS DISTINCT FROM NEW.tag OR OLD.feature IS DISTINCT FROM NEW.feature
+            OR OLD.value IS DISTINCT FROM NEW.value
+            OR OLD.metadata IS DISTINCT FROM NEW.metadata)
+        EXECUTE FUNCTION memmachine_feed_feature();
+    CREATE TRIGGER feed_feature_deleted AFTER DELETE ON semantic_features
+        FOR EACH ROW EXECUTE FUNCTION memmachine_feed_feature();
+
+    CREATE FUNCTION memmachine_feed_set_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        n BIGINT;
+        last BIGINT;
+    BEGIN
+        SELECT COUNT(*) INTO n FROM semantic_features
+            WHERE org_id = OLD.org_id AND set_ref = OLD.id;
+        IF n > 0 THEN
+            UPDATE projects SET last_change = last_change + n
+                WHERE org_id = OLD.org_id AND id = OLD.project
+                RETURNING last_change INTO last;
+            IF FOUND THEN
+                INSERT INTO episode_changes (org_id, project, id, kind, episode, at, feature)
+                    SELECT OLD.org_id, OLD.project, last - n + ROW_NUMBER() OVER (ORDER BY f.id),
+                        6, 0, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
+                        f.public_id
+                    FROM semantic_features f WHERE f.org_id = OLD.org_id AND f.set_ref = OLD.id;
+            END IF;
+        END IF;
+        RETURN OLD;
+    END $$;
+    CREATE TRIGGER feed_set_deleted BEFORE DELETE ON semantic_sets
+        FOR EACH ROW WHEN (OLD.project IS NOT NULL)
+        EXECUTE FUNCTION memmachine_feed_set_deleted();
+
+    CREATE FUNCTION memmachine_feed_summary() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP = 'DELETE' THEN
+            PERFORM memmachine_log_change(OLD.org_id, OLD.project, 7::smallint, NULL);
+        ELSE
+            PERFORM memmachine_log_change(NEW.org_id, NEW.project, 7::smallint, NULL);
+        END IF;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER feed_summary_written AFTER INSERT OR DELETE ON episode_summaries
+        FOR EACH ROW EXECUTE FUNCTION memmachine_feed_summary();
+    CREATE TRIGGER feed_summary_updated AFTER UPDATE ON episode_summaries
+        FOR EACH ROW WHEN (OLD.text IS DISTINCT FROM NEW.text)
+        EXECUTE FUNCTION memmachine_feed_summary();
+    "#,
 ];
 
 /// Brings the database to the latest schema (creating the `vector` extension first)

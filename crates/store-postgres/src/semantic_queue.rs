@@ -198,10 +198,12 @@ async fn holds(tx: &mut PgConnection, batch: &Batch) -> Result<bool> {
     // The projects of the batch's episodes first, in a fixed order, as deleters take
     // them (project, then episodes, whose deletion cascades to these queue rows): else a
     // deletion holding an episode waits for our queue rows while we wait to cite it.
+    // Not shared: the feature triggers bump the project's change counter, and two
+    // sharers upgrading at once would deadlock.
     sqlx::query(
         "SELECT p.id FROM projects p
          WHERE (p.org_id, p.id) IN (SELECT org_id, project FROM episodes WHERE id = ANY($1))
-         ORDER BY p.org_id, p.id FOR SHARE OF p",
+         ORDER BY p.org_id, p.id FOR NO KEY UPDATE OF p",
     )
     .bind(&rows)
     .fetch_all(&mut *tx)

@@ -46,13 +46,13 @@ pub(super) fn delete_rows(conn: &Connection, project: i64, rows: &[i64]) -> Resu
         )
         .and_then(|mut stmt| stmt.query_row(params![project, ids.clone()], |row| row.get(0)))
         .map_err(storage_error)?;
+    log_changes(conn, project, REMOVED, rows)?;
     let mut delete_episode = conn
         .prepare_cached("DELETE FROM episodes WHERE id = ?1")
         .map_err(storage_error)?;
     for id in rows {
         delete_episode.execute([id]).map_err(storage_error)?;
     }
-    log_changes(conn, project, REMOVED, rows)?;
     let candidates: Vec<i64> = cited.iter().map(|(feature, _)| *feature).collect();
     let orphans: Vec<i64> = conn
         .prepare_cached(

@@ -55,13 +55,20 @@ pub(super) fn bump_sets(conn: &Connection, sets: &[i64]) -> Result<()> {
     Ok(())
 }
 
-/// Kinds of change-log entries (`episode_changes.kind`).
+/// Kinds of change-log entries (`episode_changes.kind`). Features and summaries are
+/// logged by triggers (see the schema), which write these numbers too.
 pub(super) const ADDED: i64 = 1;
 pub(super) const REMOVED: i64 = 2;
 pub(super) const VECTOR: i64 = 3;
+pub(super) const FEATURE_ADDED: i64 = 4;
+pub(super) const FEATURE_UPDATED: i64 = 5;
+pub(super) const FEATURE_DELETED: i64 = 6;
+pub(super) const SUMMARY_REPLACED: i64 = 7;
 
 /// Appends one change of `kind` per episode to the project's log, in the writing
-/// transaction (ids from the project's counter, so they commit in order).
+/// transaction (ids from the project's counter, so they commit in order). Added and
+/// removed entries keep the episode's uid for the clients' feed, so a removal is logged
+/// while the row still exists.
 pub(super) fn log_changes(
     conn: &Connection,
     project: i64,
@@ -81,7 +88,9 @@ pub(super) fn log_changes(
         .map_err(storage_error)?;
     let mut insert = conn
         .prepare_cached(
-            "INSERT INTO episode_changes (project, id, kind, episode, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO episode_changes (project, id, kind, episode, at, uid)
+             VALUES (?1, ?2, ?3, ?4, ?5,
+                 CASE WHEN ?3 = 3 THEN NULL ELSE (SELECT uid FROM episodes WHERE id = ?4) END)",
         )
         .map_err(storage_error)?;
     let now = chrono::Utc::now().timestamp_micros();

@@ -383,6 +383,70 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE episodes ADD COLUMN idempotency_at INTEGER;
     CREATE UNIQUE INDEX episodes_by_idempotency_key ON episodes (project, idempotency_key)
         WHERE idempotency_key IS NOT NULL;",
+    // The change feed clients follow (`MemoryFeed`): an episode entry carries the
+    // episode's uid (it outlives the row), feature entries (kinds 4 to 6) the feature's
+    // public id, summary entries (7) neither; `episode` is 0 for both. Triggers log
+    // the features of a project's own sets and its summary, so no write path can skip
+    // them; each entry takes the next id from `last_change` like `log_changes`, and
+    // inserts only while the project row exists (its deletion logs nothing). A set's
+    // features are logged before the set goes, as the cascade deletes them after.
+    "ALTER TABLE episode_changes ADD COLUMN uid BLOB;
+    ALTER TABLE episode_changes ADD COLUMN feature TEXT;
+    CREATE TRIGGER feed_feature_added AFTER INSERT ON semantic_features BEGIN
+        UPDATE projects SET last_change = last_change + 1
+            WHERE id = (SELECT project FROM semantic_sets WHERE id = NEW.set_ref);
+        INSERT INTO episode_changes (project, id, kind, episode, at, feature)
+            SELECT p.id, p.last_change, 4, 0, mm_now_micros(), NEW.public_id
+            FROM semantic_sets s JOIN projects p ON p.id = s.project WHERE s.id = NEW.set_ref;
+    END;
+    CREATE TRIGGER feed_feature_updated
+        AFTER UPDATE OF category, tag, feature, value, metadata ON semantic_features
+        WHEN OLD.category IS NOT NEW.category OR OLD.tag IS NOT NEW.tag
+            OR OLD.feature IS NOT NEW.feature OR OLD.value IS NOT NEW.value
+            OR OLD.metadata IS NOT NEW.metadata
+    BEGIN
+        UPDATE projects SET last_change = last_change + 1
+            WHERE id = (SELECT project FROM semantic_sets WHERE id = NEW.set_ref);
+        INSERT INTO episode_changes (project, id, kind, episode, at, feature)
+            SELECT p.id, p.last_change, 5, 0, mm_now_micros(), NEW.public_id
+            FROM semantic_sets s JOIN projects p ON p.id = s.project WHERE s.id = NEW.set_ref;
+    END;
+    CREATE TRIGGER feed_feature_deleted AFTER DELETE ON semantic_features BEGIN
+        UPDATE projects SET last_change = last_change + 1
+            WHERE id = (SELECT project FROM semantic_sets WHERE id = OLD.set_ref);
+        INSERT INTO episode_changes (project, id, kind, episode, at, feature)
+            SELECT p.id, p.last_change, 6, 0, mm_now_micros(), OLD.public_id
+            FROM semantic_sets s JOIN projects p ON p.id = s.project WHERE s.id = OLD.set_ref;
+    END;
+    CREATE TRIGGER feed_set_deleted BEFORE DELETE ON semantic_sets
+        WHEN OLD.project IS NOT NULL
+    BEGIN
+        INSERT INTO episode_changes (project, id, kind, episode, at, feature)
+            SELECT p.id, p.last_change + ROW_NUMBER() OVER (ORDER BY f.id), 6, 0,
+                mm_now_micros(), f.public_id
+            FROM projects p JOIN semantic_features f ON f.set_ref = OLD.id
+            WHERE p.id = OLD.project;
+        UPDATE projects SET last_change = last_change
+            + (SELECT COUNT(*) FROM semantic_features WHERE set_ref = OLD.id)
+            WHERE id = OLD.project;
+    END;
+    CREATE TRIGGER feed_summary_added AFTER INSERT ON episode_summaries BEGIN
+        UPDATE projects SET last_change = last_change + 1 WHERE id = NEW.project;
+        INSERT INTO episode_changes (project, id, kind, episode, at)
+            SELECT id, last_change, 7, 0, mm_now_micros() FROM projects WHERE id = NEW.project;
+    END;
+    CREATE TRIGGER feed_summary_updated AFTER UPDATE ON episode_summaries
+        WHEN OLD.text IS NOT NEW.text
+    BEGIN
+        UPDATE projects SET last_change = last_change + 1 WHERE id = NEW.project;
+        INSERT INTO episode_changes (project, id, kind, episode, at)
+            SELECT id, last_change, 7, 0, mm_now_micros() FROM projects WHERE id = NEW.project;
+    END;
+    CREATE TRIGGER feed_summary_deleted AFTER DELETE ON episode_summaries BEGIN
+        UPDATE projects SET last_change = last_change + 1 WHERE id = OLD.project;
+        INSERT INTO episode_changes (project, id, kind, episode, at)
+            SELECT id, last_change, 7, 0, mm_now_micros() FROM projects WHERE id = OLD.project;
+    END;",
 ];
 
 /// Brings the database to the latest schema, and makes sure universal/universal exists.

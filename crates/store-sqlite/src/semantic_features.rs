@@ -49,24 +49,32 @@ pub(super) fn from_row(row: &Row<'_>) -> rusqlite::Result<Feature> {
     })
 }
 
-/// Fills in the features' citations: episode uids, oldest (lowest row id) first.
+/// Fills in the features' citations: episode uids, oldest (lowest row id) first, read
+/// in one query for all of them.
 pub(super) fn with_citations(
     conn: &Connection,
     mut features: Vec<Feature>,
 ) -> Result<Vec<Feature>> {
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT e.uid FROM semantic_citations c JOIN episodes e ON e.id = c.episode
-             WHERE c.feature = ?1 ORDER BY c.episode",
-        )
-        .map_err(storage_error)?;
+    if features.is_empty() {
+        return Ok(features);
+    }
+    let ids: Vec<i64> = features.iter().map(|f| f.internal_id.raw()).collect();
+    let mut cited: BTreeMap<i64, Vec<uuid::Uuid>> = BTreeMap::new();
+    conn.prepare_cached(
+        "SELECT c.feature, e.uid FROM semantic_citations c JOIN episodes e ON e.id = c.episode
+         WHERE c.feature IN rarray(?1) ORDER BY c.feature, c.episode",
+    )
+    .and_then(|mut stmt| {
+        let mut rows = stmt.query([id_array(&ids)])?;
+        while let Some(row) = rows.next()? {
+            let uid = uuid::Uuid::from_bytes(row.get::<_, [u8; 16]>(1)?);
+            cited.entry(row.get(0)?).or_default().push(uid);
+        }
+        Ok(())
+    })
+    .map_err(storage_error)?;
     for feature in &mut features {
-        feature.citations = stmt
-            .query_map([feature.internal_id.raw()], |row| {
-                row.get::<_, [u8; 16]>(0).map(uuid::Uuid::from_bytes)
-            })
-            .and_then(|rows| rows.collect())
-            .map_err(storage_error)?;
+        feature.citations = cited.remove(&feature.internal_id.raw()).unwrap_or_default();
     }
     Ok(features)
 }

@@ -14,6 +14,7 @@ mod forget;
 mod history;
 mod keys;
 mod legacy;
+mod memory_feed;
 mod projects;
 mod ranking;
 mod retention;
@@ -239,6 +240,21 @@ macro_rules! conformance {
                     fresh consolidation_keeps_its_sources_history,
                     fresh versions_are_dropped_by_feature_and_by_cited_episode,
                     fresh deleting_a_project_drops_its_sets_history_only,
+                }
+                memory_feed {
+                    fresh episodes_are_logged_with_their_uid_also_once_deleted,
+                    fresh vector_entries_are_skipped_but_passed,
+                    fresh features_are_logged_added_updated_and_deleted,
+                    fresh a_deleted_episode_deletes_the_features_left_citing_nothing,
+                    fresh a_dropped_set_logs_each_of_its_features_deleted,
+                    fresh org_level_features_are_not_followed,
+                    fresh summaries_are_logged_replaced,
+                    fresh a_deleted_project_is_gone_and_left_out_of_the_heads,
+                    fresh many_heads_are_read_at_once,
+                    fresh a_pruned_log_names_its_oldest_change,
+                    fresh the_index_feed_ignores_feature_and_summary_entries,
+                    fresh extraction_and_consolidation_are_logged,
+                    pair concurrent_writers_keep_the_ids_gap_free,
                 }
                 forget {
                     fresh deleting_episodes_deletes_the_features_left_citing_nothing,

@@ -19,6 +19,7 @@ impl Error {
             Error::PermissionDenied(_) => Code::PermissionDenied,
             Error::ResourceExhausted { .. } => Code::ResourceExhausted,
             Error::DeadlineExceeded(_) => Code::DeadlineExceeded,
+            Error::OutOfRange { .. } => Code::OutOfRange,
             Error::Internal(_) => Code::Internal,
         }
     }
@@ -50,6 +51,17 @@ impl From<Error> for Status {
                 Status::with_error_details(Code::Unavailable, m, details)
             }
             Error::Closed => Status::unavailable("the server is stopping"),
+            // Where to resume, for clients that would rather not parse the message.
+            Error::OutOfRange {
+                message,
+                resume_after,
+            } => {
+                let metadata =
+                    std::collections::HashMap::from([("resume_after".to_string(), resume_after)]);
+                let details =
+                    ErrorDetails::with_error_info("CURSOR_PRUNED", "memmachine", metadata);
+                Status::with_error_details(Code::OutOfRange, message, details)
+            }
             Error::ResourceExhausted {
                 message,
                 retry_after,

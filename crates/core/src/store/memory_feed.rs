@@ -30,7 +30,8 @@ pub struct MemoryChange {
     /// When it committed (microseconds since the Unix epoch).
     pub at_micros: i64,
     pub kind: MemoryChangeKind,
-    /// The episode's uid (episode changes).
+    /// The episode's uid (episode changes; `None` for entries logged before the log
+    /// kept uids, i.e. before the stores' feed migration).
     pub episode_uid: Option<uuid::Uuid>,
     /// The episode as stored now, when it still is.
     pub episode: Option<Episode>,

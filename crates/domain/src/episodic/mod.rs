@@ -80,6 +80,8 @@ pub struct EpisodicMemory {
     settings: RuntimeSettings,
     /// Where searches' query embeddings are counted (none: not counted).
     usage: Option<crate::usage::Usage>,
+    /// Woken after this server's writes, so that its watchers hear at once.
+    changes: Option<crate::changes::Changes>,
 }
 
 /// Parses the request field `field` as a filter.
@@ -103,6 +105,7 @@ impl EpisodicMemory {
                 false,
             )),
             usage: None,
+            changes: None,
         }
     }
 
@@ -110,6 +113,18 @@ impl EpisodicMemory {
     pub fn with_usage(mut self, usage: crate::usage::Usage) -> Self {
         self.usage = Some(usage);
         self
+    }
+
+    /// Pokes `changes`' hub after each write (its watchers need not wait for a poll).
+    pub fn with_changes(mut self, changes: crate::changes::Changes) -> Self {
+        self.changes = Some(changes);
+        self
+    }
+
+    fn changed(&self) {
+        if let Some(changes) = &self.changes {
+            changes.poke();
+        }
     }
 
     /// The server-wide settings it follows.
@@ -196,6 +211,7 @@ impl EpisodicMemory {
         if let Some(embedder) = vectors {
             self.queue.notify(embedder);
         }
+        self.changed();
         tracing::debug!(project = %project.key, count, "episodes stored");
         Ok(added)
     }
@@ -495,6 +511,7 @@ impl EpisodicMemory {
         }
         violations.into_result()?;
         let deleted = self.store.delete_episodes(key, &uids).await?;
+        self.changed();
         tracing::debug!(project = %key, deleted, "episodes deleted");
         Ok(deleted)
     }

@@ -18,8 +18,6 @@ use crate::store::{Change, FeedHead, Store};
 
 /// Episodes read per page when loading a project, and log entries per catch-up read.
 const PAGE: usize = 2048;
-/// How long the change log keeps an entry: a cached index further behind reloads.
-pub const FEED_RETENTION: Duration = Duration::from_secs(600);
 
 pub struct IndexCache {
     store: Arc<dyn Store>,
@@ -302,15 +300,17 @@ fn build_graph_later(index: Arc<RwLock<ProjectIndex>>) {
     });
 }
 
-/// Prunes the change log now and then, keeping `FEED_RETENTION` of it; runs until the
-/// store is dropped by everyone else.
-pub fn spawn_feed_pruner(store: &Arc<dyn Store>) {
+/// Prunes the change log now and then, keeping `retention` of it (`--change-feed-retention`:
+/// watchers resume within it; a cached index further behind reloads); runs until the
+/// store is dropped by everyone else. A short retention (tests) is pruned as often.
+pub fn spawn_feed_pruner(store: &Arc<dyn Store>, retention: Duration) {
     let weak = Arc::downgrade(store);
+    let every = retention.clamp(Duration::from_millis(100), Duration::from_secs(60));
     tokio::spawn(async move {
         loop {
-            tokio::time::sleep(Duration::from_secs(60)).await;
+            tokio::time::sleep(every).await;
             let Some(store) = weak.upgrade() else { return };
-            let before = chrono::Utc::now().timestamp_micros() - FEED_RETENTION.as_micros() as i64;
+            let before = chrono::Utc::now().timestamp_micros() - retention.as_micros() as i64;
             match store.prune_changes(before).await {
                 Ok(0) => {}
                 Ok(dropped) => tracing::debug!(dropped, "change log pruned"),

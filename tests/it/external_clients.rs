@@ -29,13 +29,13 @@ use serde_json::{Value, json};
 const SETUP_HINT: &str =
     "run `bash scripts/setup-test-tools.sh` to install the external test clients under .tools/";
 
-fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// The client named by `env_var`, else `default` under the repository root. Panics with
 /// the setup hint when the default is missing.
-fn tool(env_var: &str, default: &str) -> PathBuf {
+pub(crate) fn tool(env_var: &str, default: &str) -> PathBuf {
     if let Some(path) = std::env::var_os(env_var).filter(|p| !p.is_empty()) {
         return PathBuf::from(path);
     }

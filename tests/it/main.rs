@@ -15,6 +15,7 @@ mod crash_loop;
 mod disk_faults;
 mod durability;
 mod embedding_worker;
+mod examples;
 mod external_clients;
 mod extreme_values;
 mod feature_history;

@@ -50,8 +50,19 @@ impl ServerProcess {
 
     /// As `start`, with these environment variables set too.
     pub fn start_env(data_dir: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> ServerProcess {
+        Self::start_on("127.0.0.1:0", data_dir, extra_args, env)
+    }
+
+    /// As `start_env`, listening on `listen` (a server restarted where its clients
+    /// reconnect).
+    pub fn start_on(
+        listen: &str,
+        data_dir: &Path,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> ServerProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_memmachine"))
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--listen", listen])
             .args(store_args(data_dir))
             .args(extra_args)
             .envs(env.iter().copied())

@@ -10,7 +10,8 @@ prints that as a snapshot, and resumes from the oldest change the server still k
     python3 follow_changes.py --addr 127.0.0.1:50051 --org acme --project support \
         --cursor-file support.cursor [--api-key KEY]
 
-Needs `grpcio` and `grpcio-tools` (pip install grpcio grpcio-tools). Client stubs are
+Needs `grpcio`, `grpcio-tools` and `grpcio-status` (pip install grpcio grpcio-tools
+grpcio-status). Client stubs are
 generated at start from the repository's `proto/` directory (--proto-root), so the .proto
 files are all it needs from the server's side.
 
@@ -25,7 +26,6 @@ Printed lines:
 import argparse
 import importlib
 import os
-import re
 import sys
 import tempfile
 import time
@@ -75,12 +75,17 @@ def save_cursor(path, cursor):
 
 
 def oldest_cursor(err):
-    """The oldest cursor an OUT_OF_RANGE answer names (trailing metadata, else the message)."""
-    for key, value in err.trailing_metadata() or ():
-        if key == "memmachine-oldest-cursor":
-            return value
-    found = re.search(r"oldest cursor[^A-Za-z0-9_-]*([A-Za-z0-9_.=-]+)", err.details() or "")
-    return found.group(1) if found else None
+    """The cursor an OUT_OF_RANGE answer says to resume after: its google.rpc.ErrorInfo
+    (reason CURSOR_PRUNED, metadata resume_after), read with grpcio-status."""
+    from google.rpc import error_details_pb2
+    from grpc_status import rpc_status
+
+    status = rpc_status.from_call(err)
+    for detail in status.details if status else ():
+        info = error_details_pb2.ErrorInfo()
+        if detail.Unpack(info) and info.reason == "CURSOR_PRUNED":
+            return info.metadata.get("resume_after")
+    return None
 
 
 def describe(pb, change):

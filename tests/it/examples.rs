@@ -54,7 +54,9 @@ impl Follower {
     async fn wait(&self, what: &str, done: impl Fn(&[String]) -> bool) {
         let start = Instant::now();
         loop {
-            if done(&self.lines.lock().unwrap()) {
+            // A copy: `done` may read the lines through `self` too.
+            let lines = self.lines.lock().unwrap().clone();
+            if done(&lines) {
                 return;
             }
             assert!(
@@ -242,4 +244,53 @@ async fn python_follower_resumes_after_restarts() {
     let all: Vec<String> = follower.changes().into_iter().map(|c| c.0).collect();
     let unique: std::collections::HashSet<&String> = all.iter().collect();
     assert_eq!(all.len(), unique.len(), "no change printed twice: {all:?}");
+}
+
+/// When the server's feed no longer reaches back to the saved cursor, the follower
+/// re-reads the project (a snapshot with what it missed) and follows on from the
+/// oldest change kept.
+#[tokio::test(flavor = "multi_thread")]
+async fn python_follower_rereads_a_pruned_feed() {
+    let data = tempfile::tempdir().unwrap();
+    let client_dir = tempfile::tempdir().unwrap();
+    let cursor_file = client_dir.path().join("notes.cursor");
+    let listen = free_port().to_string();
+    let args = ["--change-feed-retention", "0.5"];
+    let server = ServerProcess::start_on(&listen, data.path(), &args, &[]);
+    let channel = connect(&server).await;
+    create_project(&channel, None, "acme", "notes")
+        .await
+        .unwrap();
+    let follower = Follower::start(&listen, &cursor_file);
+    follower
+        .wait("that it follows from the head", |lines| {
+            lines.iter().any(|l| l.starts_with("following"))
+        })
+        .await;
+    add(&channel, &["one"]).await;
+    follower
+        .wait("the first addition", |_| follower.added().len() == 1)
+        .await;
+    follower.stop(&cursor_file).await;
+
+    let missed = add(&channel, &["two", "three"]).await;
+    // The pruner runs every retention: past two of them, the entries after the saved
+    // cursor are gone (but the newest).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let follower = Follower::start(&listen, &cursor_file);
+    follower
+        .wait("a snapshot with what it missed", |lines| {
+            missed.iter().all(|uid| {
+                lines
+                    .iter()
+                    .any(|l| l.starts_with(&format!("SNAPSHOT {uid} ")))
+            })
+        })
+        .await;
+    let later = add(&channel, &["four"]).await;
+    follower
+        .wait("the addition after the snapshot", |_| {
+            follower.added().contains(&later[0])
+        })
+        .await;
 }

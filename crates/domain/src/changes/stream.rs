@@ -103,8 +103,11 @@ impl ChangeStream {
                 MemoryChanges::Pruned { oldest } => return Err(pruned(self.project, oldest)),
                 MemoryChanges::Gone => {
                     self.ended = true;
+                    // A cursor of its own, one past the last change (every change has
+                    // one); resuming after it finds the project gone.
+                    let last = ChangeSeq::from_raw(self.taken.raw() + 1);
                     return Ok(Some(Watched {
-                        cursor: cursor::encode(self.project, self.taken),
+                        cursor: cursor::encode(self.project, last),
                         kind: WatchKind::ProjectDeleted,
                         at_micros: chrono::Utc::now().timestamp_micros(),
                         change: None,

@@ -22,9 +22,9 @@ pub struct ImportBatch {
 }
 
 /// Where the batches come from: the next one, an error standing for a batch that could
-/// not be received or decoded, or `None` at the end of the stream. It is only asked for
-/// the next batch while the current one is stored, so the source is read at the pace
-/// of the store, one batch ahead at most.
+/// not be received or decoded, or `None` at the end of the stream. It is asked for more
+/// only while few batches wait to be stored, so the source is read at the pace of the
+/// store.
 pub trait BatchSource: Send {
     fn next_batch(&mut self) -> impl Future<Output = Option<Result<ImportBatch>>> + Send;
 }

@@ -5,6 +5,7 @@
 pub mod cursor;
 mod flags;
 mod hub;
+mod pages;
 mod relay;
 mod stream;
 
@@ -24,6 +25,7 @@ use crate::store::Store;
 pub struct Changes {
     store: Arc<dyn Store>,
     hub: Arc<Hub>,
+    pages: Arc<pages::Pages>,
     settings: ChangeFeedSettings,
     /// Open streams on this server (the metrics' gauge).
     open: prometheus_client::metrics::gauge::Gauge,
@@ -38,6 +40,7 @@ impl Changes {
     ) -> Changes {
         let hub = Hub::start(store.clone(), settings.poll_interval);
         Changes {
+            pages: Arc::new(pages::Pages::new(store.clone())),
             store,
             hub,
             settings,
@@ -94,7 +97,7 @@ impl Changes {
             change
         };
         let head_rx = self.hub.subscribe(head.project, head.change);
-        let mut stream = ChangeStream::new(self.store.clone(), head.project, start, head_rx);
+        let mut stream = ChangeStream::new(self.pages.clone(), head.project, start, head_rx);
         if !after.is_empty() {
             stream.check_reachable().await?;
         }

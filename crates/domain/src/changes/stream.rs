@@ -8,12 +8,11 @@ use tokio::sync::watch;
 
 use super::cursor;
 use super::hub::Head;
+use super::pages::Pages;
 use crate::error::{Error, Result};
 use crate::model::{ChangeSeq, ProjectHandle};
-use crate::store::{MemoryChange, MemoryChangeKind, MemoryChanges, Store};
+use crate::store::{MemoryChange, MemoryChangeKind, MemoryChanges};
 
-/// Log entries read per page.
-const PAGE: usize = 256;
 /// Wait before reading again when the head is past what the log shows.
 const RETRY: std::time::Duration = std::time::Duration::from_millis(20);
 
@@ -37,7 +36,7 @@ pub struct Watched {
 }
 
 pub struct ChangeStream {
-    store: Arc<dyn Store>,
+    pages: Arc<Pages>,
     project: ProjectHandle,
     /// The last change taken.
     taken: ChangeSeq,
@@ -50,13 +49,13 @@ pub struct ChangeStream {
 
 impl ChangeStream {
     pub(super) fn new(
-        store: Arc<dyn Store>,
+        pages: Arc<Pages>,
         project: ProjectHandle,
         after: ChangeSeq,
         head: watch::Receiver<Head>,
     ) -> ChangeStream {
         ChangeStream {
-            store,
+            pages,
             project,
             taken: after,
             page_through: after,
@@ -83,13 +82,13 @@ impl ChangeStream {
                 return Ok(Some(watched(self.project, without_expired(change))));
             }
             self.taken = self.page_through;
-            match self
-                .store
-                .memory_changes(self.project, self.taken, PAGE)
-                .await?
-            {
+            // Caught up: nothing to read until the hub sees the log move.
+            if matches!(*self.head.borrow(), Head::At(at) if at <= self.taken) {
+                self.wait_past(self.taken).await?;
+            }
+            match &*self.pages.read(self.project, self.taken).await? {
                 MemoryChanges::Read { changes, through } => {
-                    if changes.is_empty() && through <= self.taken {
+                    if changes.is_empty() && *through <= self.taken {
                         // A head the log does not show yet (it should not happen):
                         // read again a little later rather than at once, forever.
                         if matches!(*self.head.borrow(), Head::At(at) if at > self.taken) {
@@ -97,10 +96,10 @@ impl ChangeStream {
                         }
                         self.wait_past(self.taken).await?;
                     }
-                    self.page = changes.into();
-                    self.page_through = through.max(self.taken);
+                    self.page = changes.iter().cloned().collect();
+                    self.page_through = (*through).max(self.taken);
                 }
-                MemoryChanges::Pruned { oldest } => return Err(pruned(self.project, oldest)),
+                MemoryChanges::Pruned { oldest } => return Err(pruned(self.project, *oldest)),
                 MemoryChanges::Gone => {
                     self.ended = true;
                     // A cursor of its own, one past the last change (every change has
@@ -120,16 +119,12 @@ impl ChangeStream {
     /// Reads the first page now, without waiting for changes: a cursor older than the
     /// kept feed is refused before the stream starts.
     pub(super) async fn check_reachable(&mut self) -> Result<()> {
-        match self
-            .store
-            .memory_changes(self.project, self.taken, PAGE)
-            .await?
-        {
+        match &*self.pages.read(self.project, self.taken).await? {
             MemoryChanges::Read { changes, through } => {
-                self.page = changes.into();
-                self.page_through = through.max(self.taken);
+                self.page = changes.iter().cloned().collect();
+                self.page_through = (*through).max(self.taken);
             }
-            MemoryChanges::Pruned { oldest } => return Err(pruned(self.project, oldest)),
+            MemoryChanges::Pruned { oldest } => return Err(pruned(self.project, *oldest)),
             // Found by the first `next`, which sends PROJECT_DELETED.
             MemoryChanges::Gone => {}
         }

@@ -975,7 +975,12 @@ fn the_openapi_document_describes_exactly_the_routes_served() {
     for (path, item) in paths {
         for method in item.as_object().unwrap().keys() {
             operations += 1;
-            let url = format!("{}{}", rest.base, path.replace("{name}", "nothing"));
+            let mut url = format!("{}{}", rest.base, path.replace("{name}", "nothing"));
+            if path.ends_with("/memories/changes") {
+                // An event stream of a project that exists would never end: ask for one
+                // that does not.
+                url.push_str("?org_id=openapi-probe&project_id=nothing");
+            }
             let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
             let response = rest.send(rest.http.request(method.clone(), &url).json(&json!({})));
             let status = response.status();

@@ -24,6 +24,7 @@ pub mod rerank;
 pub mod resource_status;
 pub mod retrieval;
 pub mod runtime_settings;
+pub mod search_time;
 pub mod secret;
 pub mod semantic;
 pub mod transfer;

@@ -161,6 +161,16 @@ impl Memories {
         input: SearchInput,
         set_metadata: &BTreeMap<String, String>,
     ) -> Result<SearchResult> {
+        crate::search_time::logged(self.search_untimed(key, types, input, set_metadata)).await
+    }
+
+    async fn search_untimed(
+        &self,
+        key: &ProjectKey,
+        types: &[MemoryKind],
+        input: SearchInput,
+        set_metadata: &BTreeMap<String, String>,
+    ) -> Result<SearchResult> {
         let want = wanted(types);
         // Both halves rank with `top_k`: it is checked before either runs (the episodic
         // rules, whose errors win), never in one half only.
@@ -213,11 +223,19 @@ impl Memories {
             if !want.episodic {
                 return Ok(EpisodicSearch::default());
             }
-            let mut found = self.episodic.search(&project, input.clone()).await?;
             let episodic = settings.episodic_for(project.episodic);
-            if episodic.enabled && episodic.short_term_memory_enabled {
-                found.summaries = self.semantic.summaries(&project).await?;
-            }
+            // The summary is read beside the ranking, not after it.
+            let summaries = async {
+                if episodic.enabled && episodic.short_term_memory_enabled {
+                    self.semantic.summaries(&project).await
+                } else {
+                    Ok(Vec::new())
+                }
+            };
+            let (found, summaries) =
+                tokio::join!(self.episodic.search(&project, input.clone()), summaries);
+            let mut found = found?;
+            found.summaries = summaries?;
             Ok::<_, Error>(found)
         };
         // Validation errors of the episodic half come first.

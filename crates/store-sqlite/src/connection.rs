@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use rusqlite::Connection;
 use rusqlite::functions::FunctionFlags;
 use rusqlite::types::{Value, ValueRef};
-use tokio::sync::{Semaphore, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError, oneshot};
 
 use memmachine_core::error::{Error, Result};
 
@@ -16,6 +16,7 @@ use memmachine_core::error::{Error, Result};
 const MAX_GROUP: usize = 512;
 
 use super::error::storage_error;
+use super::row_memo::Watch;
 
 /// Opens a connection with the durability settings every connection shares.
 pub(super) fn open_connection(path: &Path) -> Result<Connection> {
@@ -74,11 +75,12 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    pub(super) fn start(conn: Connection) -> Writer {
+    /// `watch` learns of each commit, so memoised rows are read again after it.
+    pub(super) fn start(conn: Connection, watch: Arc<Watch>) -> Writer {
         let (sender, receiver) = mpsc::channel::<Job>();
         let thread = std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || writer_loop(conn, receiver))
+            .spawn(move || writer_loop(conn, receiver, &watch))
             .expect("spawn the sqlite writer thread");
         Writer {
             sender: Mutex::new(Some(sender)),
@@ -144,7 +146,7 @@ impl Drop for Writer {
     }
 }
 
-fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Job>) {
+fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Job>, watch: &Watch) {
     while let Ok(first) = receiver.recv() {
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
@@ -153,12 +155,12 @@ fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        run_group(&conn, group);
+        run_group(&conn, group, watch);
     }
 }
 
 /// Runs a group of writes in one transaction: one fsync for all of them.
-fn run_group(conn: &Connection, group: Vec<Job>) {
+fn run_group(conn: &Connection, group: Vec<Job>, watch: &Watch) {
     if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
         tracing::error!(error = %err, "cannot begin a write transaction");
         for job in group {
@@ -199,6 +201,8 @@ fn run_group(conn: &Connection, group: Vec<Job>) {
         let _ = conn.execute_batch("ROLLBACK");
         err
     });
+    // Before any writer learns it is done: a read it starts next must not be memoised.
+    watch.wrote();
     for finish in finishes {
         finish(commit.clone());
     }
@@ -236,23 +240,44 @@ impl ReadPool {
             .map_err(|_| Error::Closed)?;
         let idle = self.idle.clone();
         let path = self.path.clone();
-        tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            let pooled = idle.lock().expect("read pool lock").pop();
-            let mut conn = match pooled {
-                Some(conn) => conn,
-                None => open_connection(&path)?,
-            };
-            let result = (|| {
-                let tx = conn.transaction().map_err(storage_error)?;
-                let value = f(&tx)?;
-                tx.finish().map_err(storage_error)?;
-                Ok(value)
-            })();
-            idle.lock().expect("read pool lock").push(conn);
-            result
-        })
-        .await
-        .map_err(|err| Error::Internal(format!("read task failed: {err}")))?
+        tokio::task::spawn_blocking(move || run_read(&idle, &path, permit, f))
+            .await
+            .map_err(|err| Error::Internal(format!("read task failed: {err}")))?
     }
+
+    /// `read` for small reads (a few rows by key): on the calling thread when a
+    /// connection is free, as the hop to a blocking thread would cost more than the read.
+    pub(super) async fn read_here<R, F>(&self, f: F) -> Result<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&rusqlite::Transaction<'_>) -> Result<R> + Send + 'static,
+    {
+        match self.permits.clone().try_acquire_owned() {
+            Ok(permit) => run_read(&self.idle, &self.path, permit, f),
+            Err(TryAcquireError::Closed) => Err(Error::Closed),
+            Err(TryAcquireError::NoPermits) => self.read(f).await,
+        }
+    }
+}
+
+/// Runs `f` in a read transaction on a pooled connection (opened when none is idle).
+fn run_read<R>(
+    idle: &Mutex<Vec<Connection>>,
+    path: &Path,
+    _permit: OwnedSemaphorePermit,
+    f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<R>,
+) -> Result<R> {
+    let pooled = idle.lock().expect("read pool lock").pop();
+    let mut conn = match pooled {
+        Some(conn) => conn,
+        None => open_connection(path)?,
+    };
+    let result = (|| {
+        let tx = conn.transaction().map_err(storage_error)?;
+        let value = f(&tx)?;
+        tx.finish().map_err(storage_error)?;
+        Ok(value)
+    })();
+    idle.lock().expect("read pool lock").push(conn);
+    result
 }

@@ -318,7 +318,7 @@ impl EpisodeStore for SqliteStore {
         let (key, filter) = (key.clone(), filter.cloned());
         let mut recent = self
             .readers
-            .read(move |tx| scan(tx, &key, filter.as_ref(), i64::MIN, true, limit))
+            .read_here(move |tx| scan(tx, &key, filter.as_ref(), i64::MIN, true, limit))
             .await?;
         recent.reverse();
         Ok(recent)
@@ -340,7 +340,7 @@ impl EpisodeStore for SqliteStore {
     ) -> Result<Vec<(EpisodeHandle, Episode)>> {
         let (key, handles) = (key.clone(), handles.to_vec());
         self.readers
-            .read(move |tx| by_handle(tx, &key, &handles))
+            .read_here(move |tx| by_handle(tx, &key, &handles))
             .await
     }
 
@@ -350,7 +350,9 @@ impl EpisodeStore for SqliteStore {
         uids: &[uuid::Uuid],
     ) -> Result<Vec<Option<EpisodeHandle>>> {
         let (key, uids) = (key.clone(), uids.to_vec());
-        self.readers.read(move |tx| handles(tx, &key, &uids)).await
+        self.readers
+            .read_here(move |tx| handles(tx, &key, &uids))
+            .await
     }
 }
 

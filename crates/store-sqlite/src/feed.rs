@@ -144,8 +144,9 @@ pub(super) fn prune(conn: &Connection, before_micros: i64) -> Result<u64> {
 #[async_trait]
 impl ChangeFeed for SqliteStore {
     async fn feed_head(&self, key: &ProjectKey) -> Result<FeedHead> {
-        let key = key.clone();
-        self.readers.read(move |tx| head(tx, &key)).await
+        let read = key.clone();
+        self.memoised(&self.memo.heads, key.clone(), move |tx| head(tx, &read))
+            .await
     }
 
     async fn index_page(

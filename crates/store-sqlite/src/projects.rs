@@ -169,8 +169,9 @@ impl ProjectStore for SqliteStore {
     }
 
     async fn get_project(&self, key: &ProjectKey) -> Result<Option<Project>> {
-        let key = key.clone();
-        self.readers.read(move |tx| find(tx, &key)).await
+        let read = key.clone();
+        self.memoised(&self.memo.projects, key.clone(), move |tx| find(tx, &read))
+            .await
     }
 
     async fn list_projects(

@@ -262,10 +262,12 @@ impl SemanticFeatures for SqliteStore {
     }
 
     async fn semantic_version(&self, org_id: &str) -> Result<i64> {
-        let org_id = org_id.to_string();
-        self.readers
-            .read(move |tx| semantic_version(tx, &org_id))
-            .await
+        let read = org_id.to_string();
+        let memo = &self.memo.semantic_versions;
+        self.memoised(memo, org_id.to_string(), move |tx| {
+            semantic_version(tx, &read)
+        })
+        .await
     }
 
     async fn claim_feature_embeddings(
@@ -391,10 +393,11 @@ impl SemanticQueue for SqliteStore {
 #[async_trait]
 impl Summaries for SqliteStore {
     async fn summary(&self, key: &ProjectKey) -> Result<Option<Summary>> {
-        let key = key.clone();
-        self.readers
-            .read(move |tx| summaries::summary(tx, &key))
-            .await
+        let read = key.clone();
+        self.memoised(&self.memo.summaries, key.clone(), move |tx| {
+            summaries::summary(tx, &read)
+        })
+        .await
     }
 
     async fn put_summary(

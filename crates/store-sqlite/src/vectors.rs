@@ -282,7 +282,7 @@ impl VectorStore for SqliteStore {
     ) -> Result<Vec<(EpisodeHandle, Vec<f32>)>> {
         let (key, embedder, handles) = (key.clone(), embedder.to_string(), handles.to_vec());
         self.readers
-            .read(move |tx| by_handle(tx, &key, &embedder, &handles))
+            .read_here(move |tx| by_handle(tx, &key, &embedder, &handles))
             .await
     }
 }

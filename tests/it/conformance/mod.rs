@@ -233,6 +233,7 @@ macro_rules! conformance {
                     fresh categories_and_tags_are_named_once_per_owner,
                     fresh episodes_resolve_within_their_project_only,
                     fresh each_message_knows_what_came_before_it_in_its_project,
+                    pair rows_read_per_search_follow_every_write_at_once,
                 }
                 history {
                     fresh versions_are_kept_on_every_change_and_on_deletion,

@@ -1405,3 +1405,96 @@ pub async fn feature_vector_leases_hold_until_released_or_expired(store: Arc<dyn
     store.release_feature_embeddings(&[a, b]).await.unwrap();
     assert_eq!(claim(10, LONG).await, [b], "a's vector came: off the queue");
 }
+
+/// What a search reads of `k` (and its org `o`) through `store`, read twice so that a
+/// backend keeping these rows between reads has them kept.
+async fn read_per_search(
+    store: &Arc<dyn Store>,
+    k: &ProjectKey,
+    o: &str,
+) -> (
+    Option<memmachine::model::Project>,
+    Option<memmachine::store::FeedHead>,
+    Option<Summary>,
+    i64,
+) {
+    let mut seen = None;
+    for _ in 0..2 {
+        let project = store.get_project(k).await.unwrap();
+        let head = match store.feed_head(k).await {
+            Ok(head) => Some(head),
+            Err(Error::NotFound(_)) => None,
+            Err(err) => panic!("feed head: {err}"),
+        };
+        let summary = match store.summary(k).await {
+            Ok(summary) => summary,
+            Err(Error::NotFound(_)) => None,
+            Err(err) => panic!("summary: {err}"),
+        };
+        let version = store.semantic_version(o).await.unwrap();
+        let now = (project, head, summary, version);
+        if let Some(before) = &seen {
+            assert_eq!(before, &now, "nothing was written between the two reads");
+        }
+        seen = Some(now);
+    }
+    seen.expect("read")
+}
+
+/// The rows every search reads (the project, its feed head and summary, its org's
+/// semantic version) follow a write at once, the other handle's (another replica's) and
+/// the reader's own, however often they were read before it.
+pub async fn rows_read_per_search_follow_every_write_at_once(
+    one: Arc<dyn Store>,
+    other: Arc<dyn Store>,
+) {
+    let o = org();
+    let k = project(&one, &o, "p").await;
+    let (_, first_head, none, version) = read_per_search(&other, &k, &o).await;
+    assert!(none.is_none());
+    one.update_episodic_config(
+        &k,
+        memmachine::model::EpisodicConfigUpdate {
+            long_term_memory_enabled: Some(false),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let (project_row, ..) = read_per_search(&other, &k, &o).await;
+    assert!(
+        !project_row
+            .expect("the project")
+            .episodic
+            .long_term_memory_enabled
+    );
+    let set = project_set(&k);
+    add_routed(&one, &k, &["a", "b"], &[&set]).await;
+    let (_, head, ..) = read_per_search(&other, &k, &o).await;
+    assert!(head.expect("the head").change > first_head.expect("the head").change);
+    assert!(
+        one.put_summary(&k, summary(1, 1, "s1"), None)
+            .await
+            .unwrap()
+    );
+    let (_, _, kept, _) = read_per_search(&other, &k, &o).await;
+    assert_eq!(kept.expect("a summary").text, "s1");
+    let row = set_row(&one, &set).await;
+    one.add_feature(row.internal_id, fact("t", "f", "1"), &[], None)
+        .await
+        .unwrap();
+    let (.., moved_to) = read_per_search(&other, &k, &o).await;
+    assert!(moved_to > version, "{version} -> {moved_to}");
+    // The reader's own write, then the other's delete.
+    assert!(
+        other
+            .put_summary(&k, summary(1, 2, "s2"), Some(1))
+            .await
+            .unwrap()
+    );
+    let (_, _, kept, _) = read_per_search(&other, &k, &o).await;
+    assert_eq!(kept.expect("a summary").text, "s2");
+    assert!(one.delete_project(&k).await.unwrap());
+    let (gone, head, kept, _) = read_per_search(&other, &k, &o).await;
+    assert!(gone.is_none() && head.is_none() && kept.is_none());
+}

@@ -73,21 +73,23 @@ pub async fn rank(
         }
         // Within `embed::QUERY_TIMEOUT`, and at once while the embedder is known to be
         // down: a search never waits out an endpoint's timeouts and retries.
-        (_, Some(embedder)) => match embedder.embed_query(&embedded).await {
-            Ok(vector) => Some(vector),
-            Err(err) if mode == Mode::Hybrid => {
-                // Lexical results beat none: answer with them and say why in the log.
-                tracing::warn!(error = %err, "query embedding failed; answering lexically");
-                None
+        (_, Some(embedder)) => {
+            match crate::search_time::embed_query(embedder.as_ref(), &embedded).await {
+                Ok(vector) => Some(vector),
+                Err(err) if mode == Mode::Hybrid => {
+                    // Lexical results beat none: answer with them and say why in the log.
+                    tracing::warn!(error = %err, "query embedding failed; answering lexically");
+                    None
+                }
+                // The embedder's fault (down, or answering garbage), neither the server's nor
+                // the client's: worth retrying once it is fixed.
+                Err(err) => {
+                    return Err(Error::Unavailable(format!(
+                        "dense search needs the query's vector: {err}"
+                    )));
+                }
             }
-            // The embedder's fault (down, or answering garbage), neither the server's nor
-            // the client's: worth retrying once it is fixed.
-            Err(err) => {
-                return Err(Error::Unavailable(format!(
-                    "dense search needs the query's vector: {err}"
-                )));
-            }
-        },
+        }
     };
     // With a query vector the index ranks by int8 codes: it proposes more candidates
     // than asked, and those are rescored with their exact vectors below.

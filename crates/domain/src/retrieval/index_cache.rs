@@ -19,6 +19,10 @@ use crate::store::{Change, FeedHead, Store};
 /// Episodes read per page when loading a project, and log entries per catch-up read.
 const PAGE: usize = 2048;
 
+/// Most episodes of a project whose reads run on the caller's thread (larger ones on a
+/// blocking thread, not to hold up the other tasks of an async worker).
+const RANK_HERE: usize = 20_000;
+
 pub struct IndexCache {
     store: Arc<dyn Store>,
     budget: usize,
@@ -68,6 +72,13 @@ impl IndexCache {
             }
         };
         let index = self.current(key, head, embedder).await?;
+        // A small project ranks in less time than a hop to a blocking thread takes.
+        {
+            let held = index.read().expect("index lock");
+            if held.len() <= RANK_HERE {
+                return Ok(f(&held));
+            }
+        }
         tokio::task::spawn_blocking(move || f(&index.read().expect("index lock")))
             .await
             .map_err(|err| Error::Internal(format!("index read failed: {err}")))

@@ -266,7 +266,7 @@ impl SemanticMemory {
         let embedder = self.embedders.for_project(&project.config.embedder);
         let vector = match embedder {
             None => None,
-            Some(e) => match e.embed_query(query).await {
+            Some(e) => match crate::search_time::embed_query(e.as_ref(), query).await {
                 Ok(v) => {
                     let scope =
                         crate::usage::Scope::new(&project.key.org_id, &project.key.project_id);

@@ -174,9 +174,12 @@ pub(super) fn scan(
         filter_sql::compile(filter, &mut sql, &mut params);
     }
     // The limit is written into the statement: SQLite prepares a statement whose
-    // `LIMIT ?` is bound again before each run anew (and the recent window runs per search).
+    // `LIMIT ?` is bound is prepared anew on each run (built with STAT4), once per search.
     let order = if descending { "DESC" } else { "ASC" };
-    sql.push_str(&format!(" ORDER BY e.seq {order} LIMIT {}", limit.min(i64::MAX as usize)));
+    sql.push_str(&format!(
+        " ORDER BY e.seq {order} LIMIT {}",
+        limit.min(i64::MAX as usize)
+    ));
     let mut stmt = conn.prepare_cached(&sql).map_err(storage_error)?;
     stmt.query_map(params_from_iter(params), |row| from_row(row, 0))
         .and_then(|rows| rows.collect())

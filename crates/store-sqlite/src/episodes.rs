@@ -173,8 +173,8 @@ pub(super) fn scan(
         sql.push_str(" AND ");
         filter_sql::compile(filter, &mut sql, &mut params);
     }
-    // The limit is written into the statement: SQLite prepares a statement whose
-    // `LIMIT ?` is bound is prepared anew on each run (built with STAT4), once per search.
+    // The limit is written into the statement: one with a bound `LIMIT ?` is prepared
+    // anew on every run (SQLite built with STAT4), and this one runs per search.
     let order = if descending { "DESC" } else { "ASC" };
     sql.push_str(&format!(
         " ORDER BY e.seq {order} LIMIT {}",

@@ -121,10 +121,7 @@ impl Scorer<'_> {
         // Terms `order[..essential]` are not essential; `threshold` is the k-th best
         // score once there are k.
         let (mut essential, mut threshold) = (0usize, f32::NEG_INFINITY);
-        loop {
-            let Some(slot) = heads[essential..].iter().flatten().map(|h| h.0).min() else {
-                break;
-            };
+        while let Some(slot) = heads[essential..].iter().flatten().map(|h| h.0).min() {
             let mut partial = 0.0f32;
             for j in essential..n {
                 scores[j] = match heads[j] {

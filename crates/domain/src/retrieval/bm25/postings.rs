@@ -12,7 +12,9 @@ const BIG: u8 = u8::MAX;
 pub(super) struct Postings {
     slots: Vec<u32>,
     tfs: Vec<u8>,
-    /// `(slot, tf)` of the postings whose frequency is `BIG` or more, by slot.
+    /// `(slot, tf)` of the postings whose frequency is `BIG` or more, by slot. Boxed:
+    /// one pointer per term, as nearly every term has none.
+    #[allow(clippy::box_collection)]
     big: Option<Box<Vec<(u32, u32)>>>,
     /// No posting's frequency is above this (removals leave it as it was): a bound.
     pub(super) max_tf: u32,

@@ -25,6 +25,9 @@ use support::corpus::{SEED, load_corpus, message};
 use support::latencies::Latencies;
 use support::rng::Rng;
 
+/// A search filter over the index's payloads.
+type Accept<'a> = dyn Fn(&EpisodeFields) -> bool + 'a;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "memmachine-lexical-bench",
@@ -79,8 +82,7 @@ fn main() -> Result<()> {
             started.elapsed().as_secs_f64()
         );
         let unfiltered = |_: &EpisodeFields| true;
-        let passes: [(&str, &dyn Fn(&EpisodeFields) -> bool); 2] =
-            [("none", &unfiltered), ("producer", &by_speaker)];
+        let passes: [(&str, &Accept); 2] = [("none", &unfiltered), ("producer", &by_speaker)];
         for (name, accept) in passes {
             let timed = |pruned: bool| {
                 let mut samples = Vec::with_capacity(args.queries);

@@ -218,27 +218,39 @@ impl IndexCache {
         let started = std::time::Instant::now();
         let index = Arc::new(RwLock::new(ProjectIndex::new()));
         let mut after_seq = i64::MIN;
+        // The next page is read while the last one is indexed.
+        let mut indexing: Option<tokio::task::JoinHandle<()>> = None;
+        let failed = |err| Error::Internal(format!("index load failed: {err}"));
         loop {
             let page = self
                 .store
                 .index_page(head.project, embedder, after_seq, PAGE)
-                .await?;
+                .await;
+            if let Some(task) = indexing.take() {
+                task.await.map_err(failed)?;
+            }
+            let page = page?;
             let Some(last) = page.last() else { break };
             after_seq = last.episode.sequence_num;
             let full = page.len() == PAGE;
             let index = index.clone();
-            tokio::task::spawn_blocking(move || {
+            indexing = Some(tokio::task::spawn_blocking(move || {
                 let mut index = index.write().expect("index lock");
                 for stored in page {
                     index.insert_stored(stored);
                 }
-            })
-            .await
-            .map_err(|err| Error::Internal(format!("index load failed: {err}")))?;
+            }));
             if !full {
                 break;
             }
         }
+        if let Some(task) = indexing.take() {
+            task.await.map_err(failed)?;
+        }
+        let shrunk = index.clone();
+        tokio::task::spawn_blocking(move || shrunk.write().expect("index lock").shrink())
+            .await
+            .map_err(failed)?;
         let mut loaded = Loaded {
             head,
             embedder: embedder.map(str::to_string),

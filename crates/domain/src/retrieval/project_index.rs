@@ -126,6 +126,11 @@ impl ProjectIndex {
         ProjectIndex::with_ann_min(ANN_MIN_VECTORS)
     }
 
+    /// Releases the spare capacity a bulk load left in the text index.
+    pub fn shrink(&mut self) {
+        self.text.shrink();
+    }
+
     pub fn with_ann_min(ann_min: usize) -> ProjectIndex {
         ProjectIndex {
             ann_min,

@@ -33,6 +33,28 @@ pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
         .map(str::to_lowercase)
 }
 
+/// Calls `each` with every lower-cased word of `text`, as `words` yields them, without
+/// a string per word (indexing a large project otherwise allocates one per token).
+pub fn for_each_word(text: &str, mut each: impl FnMut(&str)) {
+    let mut buffer = String::new();
+    for word in text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
+        if !word.is_ascii() {
+            // Unicode lower-casing depends on context (a final sigma): as `words` does.
+            each(&word.to_lowercase());
+        } else if word.bytes().any(|b| b.is_ascii_uppercase()) {
+            buffer.clear();
+            buffer.push_str(word);
+            buffer.make_ascii_lowercase();
+            each(&buffer);
+        } else {
+            each(word);
+        }
+    }
+}
+
 /// The stem of a lower-cased word.
 pub fn stem(word: &str) -> String {
     STEMMER.stem(word).into_owned()
@@ -97,5 +119,13 @@ mod tests {
         );
         assert_eq!(query_terms("hiking"), ["hike"]);
         assert!(query_terms("?!  ...").is_empty());
+    }
+
+    #[test]
+    fn for_each_word_yields_what_words_yields() {
+        let text = "Hiking, HIKES; hiked! ΣΊΣΥΦΟΣ Ünïcode x42 _-_ 3.14";
+        let mut seen = Vec::new();
+        for_each_word(text, |w| seen.push(w.to_string()));
+        assert_eq!(seen, words(text).collect::<Vec<_>>());
     }
 }

@@ -1,6 +1,7 @@
 //! An in-memory BM25 index of one project's episodes (Okapi BM25, k1 = 1.2, b = 0.75,
-//! Lucene's IDF). Scoring walks only the postings of the query's terms into a dense
-//! accumulator, so a query over 100k documents costs well under a millisecond.
+//! Lucene's IDF). A top-k search visits only the documents that can still make the
+//! top k (MaxScore, `maxscore.rs`); hybrid ranking, which needs every score, walks
+//! all the postings of the query's terms into a dense accumulator.
 //!
 //! Each document is scored on two fields (BM25F-style document expansion with
 //! context): its own text, and its *context*, the text of itself and of the
@@ -8,13 +9,19 @@
 //! "Yes, twice last year!" says little on its own; its neighbours say what it answers.
 //! The context field is derived at query time from the postings (a posting at slot p
 //! counts for every slot within the window around p), so inserting or removing a
-//! document never rewrites its neighbours. On LoCoMo this lifts recall@10 from 0.61 to
-//! 0.72 (see BENCHMARKS.md).
+//! document never rewrites its neighbours; only each term's context document
+//! frequency is kept current. On LoCoMo this lifts recall@10 from 0.61 to 0.72 (see
+//! BENCHMARKS.md).
+
+mod maxscore;
+mod postings;
 
 use std::collections::HashMap;
 
+use self::maxscore::{Scorer, Term};
+use self::postings::{Postings, Slots, Sweep};
 use super::rescore::{Dense, Hit};
-use super::{fusion, tokenize};
+use super::{fusion, heap_size, tokenize};
 
 const K1: f32 = 1.2;
 const B: f32 = 0.75;
@@ -31,37 +38,35 @@ const SIMILARITY_SAMPLE: usize = 1024;
 /// more than a quarter of the live ones: under steady churn an index stays within a
 /// quarter of its live size (a long soak's memory grew while they piled up to parity).
 const COMPACT_AFTER: usize = 1024;
-
-#[derive(Debug, Clone, Copy)]
-struct Posting {
-    slot: u32,
-    tf: u32,
-}
+/// Above this many results a search scores exhaustively: pruning needs a k-th best
+/// score to prune by, and a dense pass sorts many results faster.
+const PRUNED_MAX_LIMIT: usize = 1024;
 
 #[derive(Debug)]
 struct Doc<T> {
     id: i64,
     /// What the caller keeps with the document (for filtering).
     payload: T,
-    len: u32,
-    /// Distinct term ids with their frequencies, to update document frequencies on
-    /// removal and to rebuild postings on compaction.
-    terms: Box<[(u32, u32)]>,
-    live: bool,
+    /// Its distinct term ids, ascending (empty once removed): to update document
+    /// frequencies on removal and to tell which terms a context window holds.
+    terms: Box<[u32]>,
 }
 
 #[derive(Debug)]
 pub struct Bm25Index<T = ()> {
     /// Stemmed term to term id.
-    vocab: HashMap<String, u32>,
+    vocab: HashMap<Box<str>, u32>,
     /// Lower-cased word to the id of its stem.
-    word_ids: HashMap<String, u32>,
-    postings: Vec<Vec<Posting>>,
+    word_ids: HashMap<Box<str>, u32>,
+    postings: Vec<Postings>,
     /// Live documents holding each term.
     df: Vec<u32>,
+    /// Live documents whose context holds each term (those within the window of a
+    /// live posting): the context field's document frequency.
+    context_df: Vec<u32>,
     docs: Vec<Doc<T>>,
-    /// Per slot: whether it is live, and the document's length; the docs' own copies
-    /// mirrored densely, so per-query passes over every slot stay in cache.
+    /// Per slot: whether it is live, and the document's length; dense, so per-query
+    /// passes over slots stay in cache.
     alive: Vec<bool>,
     lens: Vec<u32>,
     slot_of: HashMap<i64, u32>,
@@ -79,6 +84,7 @@ impl<T> Default for Bm25Index<T> {
             word_ids: HashMap::new(),
             postings: Vec::new(),
             df: Vec::new(),
+            context_df: Vec::new(),
             docs: Vec::new(),
             alive: Vec::new(),
             lens: Vec::new(),
@@ -119,9 +125,8 @@ impl<T> Bm25Index<T> {
             return;
         }
         let slot = self.docs.len() as u32;
-        let mut ids: Vec<u32> = tokenize::words(text)
-            .map(|word| self.word_id(word))
-            .collect();
+        let mut ids: Vec<u32> = Vec::new();
+        tokenize::for_each_word(text, |word| ids.push(self.word_id(word)));
         let len = ids.len() as u32;
         ids.sort_unstable();
         let mut terms: Vec<(u32, u32)> = Vec::with_capacity(ids.len());
@@ -131,44 +136,116 @@ impl<T> Bm25Index<T> {
                 _ => terms.push((id, 1)),
             }
         }
+        let term_ids: Box<[u32]> = terms.iter().map(|(term, _)| *term).collect();
+        if self.context_window > 0 {
+            self.cover_from_new(slot, &term_ids);
+        }
         for &(term, tf) in &terms {
-            self.postings[term as usize].push(Posting { slot, tf });
+            self.postings[term as usize].push(slot, tf);
             self.df[term as usize] += 1;
         }
         self.docs.push(Doc {
             id,
             payload,
-            len,
-            terms: terms.into_boxed_slice(),
-            live: true,
+            terms: term_ids,
         });
         self.alive.push(true);
         self.lens.push(len);
         self.slot_of.insert(id, slot);
         self.live += 1;
         self.total_len += u64::from(len);
+        if self.context_window > 0 {
+            for term in self.terms_around(slot) {
+                self.context_df[term as usize] += 1;
+            }
+        }
     }
 
     /// The term id of a lower-cased word; stemming (the costly part of indexing) runs
     /// once per distinct word.
-    fn word_id(&mut self, word: String) -> u32 {
-        if let Some(&id) = self.word_ids.get(&word) {
+    fn word_id(&mut self, word: &str) -> u32 {
+        if let Some(&id) = self.word_ids.get(word) {
             return id;
         }
-        let id = self.term_id(tokenize::stem(&word));
-        self.word_ids.insert(word, id);
+        let id = self.term_id(tokenize::stem(word));
+        self.word_ids.insert(word.into(), id);
         id
     }
 
     fn term_id(&mut self, term: String) -> u32 {
-        if let Some(&id) = self.vocab.get(&term) {
+        if let Some(&id) = self.vocab.get(term.as_str()) {
             return id;
         }
         let id = self.vocab.len() as u32;
-        self.vocab.insert(term, id);
-        self.postings.push(Vec::new());
+        self.vocab.insert(term.into_boxed_str(), id);
+        self.postings.push(Postings::default());
         self.df.push(0);
+        self.context_df.push(0);
         id
+    }
+
+    /// The live slots `first..=last` of the window around `slot` (clamped to the index).
+    fn window_bounds(&self, slot: u32) -> (u32, u32) {
+        let w = self.context_window as u32;
+        let last = (slot as usize + w as usize).min(self.docs.len() - 1) as u32;
+        (slot.saturating_sub(w), last)
+    }
+
+    /// Whether a live slot in `first..=last`, other than `except`, holds `term`.
+    fn holds(&self, term: u32, (first, last): (u32, u32), except: u32) -> bool {
+        (first..=last).any(|s| {
+            s != except
+                && self.alive[s as usize]
+                && self.docs[s as usize].terms.binary_search(&term).is_ok()
+        })
+    }
+
+    /// The distinct terms of the live documents in the window around live `slot`:
+    /// those whose context holds it.
+    fn terms_around(&self, slot: u32) -> Vec<u32> {
+        let (first, last) = self.window_bounds(slot);
+        let mut terms: Vec<u32> = (first..=last)
+            .filter(|s| self.alive[*s as usize])
+            .flat_map(|s| self.docs[s as usize].terms.iter().copied())
+            .collect();
+        terms.sort_unstable();
+        terms.dedup();
+        terms
+    }
+
+    /// Counts, for each term of the document about to take `slot` (the last), the
+    /// live slots before it that its window newly brings into the term's context.
+    fn cover_from_new(&mut self, slot: u32, terms: &[u32]) {
+        let w = self.context_window as u32;
+        for &term in terms {
+            for s in slot.saturating_sub(w)..slot {
+                let seen = (s.saturating_sub(w), slot - 1);
+                if self.alive[s as usize] && !self.holds(term, seen, u32::MAX) {
+                    self.context_df[term as usize] += 1;
+                }
+            }
+        }
+    }
+
+    /// Uncounts live `slot` from the contexts it is in, and its neighbours from the
+    /// contexts that only its own terms brought them into.
+    fn uncover(&mut self, slot: u32) {
+        for term in self.terms_around(slot) {
+            self.context_df[term as usize] -= 1;
+        }
+        let (first, last) = self.window_bounds(slot);
+        let terms = std::mem::take(&mut self.docs[slot as usize].terms);
+        let neighbours: Vec<u32> = (first..=last)
+            .filter(|s| *s != slot && self.alive[*s as usize])
+            .collect();
+        for &term in terms.iter() {
+            for &s in &neighbours {
+                if !self.holds(term, self.window_bounds(s), slot) {
+                    self.context_df[term as usize] -= 1;
+                }
+            }
+        }
+        self.docs[slot as usize].terms = terms;
     }
 
     /// Removes document `id` if it is indexed.
@@ -176,16 +253,17 @@ impl<T> Bm25Index<T> {
         let Some(slot) = self.slot_of.remove(&id) else {
             return;
         };
-        let doc = &mut self.docs[slot as usize];
-        doc.live = false;
+        if self.context_window > 0 {
+            self.uncover(slot);
+        }
+        // Only live documents' terms are read again.
+        let terms = std::mem::take(&mut self.docs[slot as usize].terms);
         self.alive[slot as usize] = false;
-        for &(term, _) in doc.terms.iter() {
+        for &term in terms.iter() {
             self.df[term as usize] -= 1;
         }
-        // Only live documents' terms are read again (by compaction).
-        doc.terms = Box::default();
         self.live -= 1;
-        self.total_len -= u64::from(doc.len);
+        self.total_len -= u64::from(self.lens[slot as usize]);
         let dead = self.docs.len() - self.live;
         if dead >= COMPACT_AFTER && dead * 4 > self.live {
             self.compact();
@@ -194,21 +272,80 @@ impl<T> Bm25Index<T> {
 
     /// Rebuilds postings and slots without the removed documents.
     fn compact(&mut self) {
+        let mut renumber = vec![u32::MAX; self.docs.len()];
         let docs = std::mem::replace(&mut self.docs, Vec::with_capacity(self.live));
+        let (alive, lens) = (
+            std::mem::take(&mut self.alive),
+            std::mem::take(&mut self.lens),
+        );
         self.slot_of.clear();
-        self.alive.clear();
-        self.lens.clear();
-        self.postings.iter_mut().for_each(Vec::clear);
-        for doc in docs.into_iter().filter(|d| d.live) {
+        for (old, doc) in docs.into_iter().enumerate().filter(|(old, _)| alive[*old]) {
             let slot = self.docs.len() as u32;
-            for &(term, tf) in doc.terms.iter() {
-                self.postings[term as usize].push(Posting { slot, tf });
-            }
+            renumber[old] = slot;
             self.slot_of.insert(doc.id, slot);
             self.alive.push(true);
-            self.lens.push(doc.len);
+            self.lens.push(lens[old]);
             self.docs.push(doc);
         }
+        for postings in &mut self.postings {
+            *postings =
+                postings.renumbered(|old| Some(renumber[old as usize]).filter(|s| *s != u32::MAX));
+        }
+        self.recount_context();
+    }
+
+    /// Counts every term's context document frequency afresh.
+    fn recount_context(&mut self) {
+        if self.context_window == 0 || self.docs.is_empty() {
+            return;
+        }
+        let slots = self.slots();
+        let counts: Vec<u32> = (self.postings.iter())
+            .map(|postings| Sweep::new(postings, slots).count() as u32)
+            .collect();
+        self.context_df = counts;
+    }
+
+    /// Releases the spare capacity growth left behind (after loading a project).
+    pub fn shrink(&mut self) {
+        self.vocab.shrink_to_fit();
+        self.word_ids.shrink_to_fit();
+        self.postings.iter_mut().for_each(Postings::shrink);
+        self.postings.shrink_to_fit();
+        self.df.shrink_to_fit();
+        self.context_df.shrink_to_fit();
+        self.docs.shrink_to_fit();
+        self.alive.shrink_to_fit();
+        self.lens.shrink_to_fit();
+        self.slot_of.shrink_to_fit();
+    }
+
+    /// Heap bytes this index holds (by its containers' capacities), `payload` giving
+    /// each held payload's own heap bytes (beyond its size, which is counted here).
+    pub fn heap_bytes(&self, payload: impl Fn(&T) -> usize) -> usize {
+        let strings = |map: &HashMap<Box<str>, u32>| {
+            heap_size::map(map) + map.keys().map(|k| k.len()).sum::<usize>()
+        };
+        strings(&self.vocab)
+            + strings(&self.word_ids)
+            + heap_size::vec(&self.postings)
+            + self
+                .postings
+                .iter()
+                .map(Postings::heap_bytes)
+                .sum::<usize>()
+            + heap_size::vec(&self.df)
+            + heap_size::vec(&self.context_df)
+            + heap_size::vec(&self.docs)
+            + self
+                .docs
+                .iter()
+                .map(|doc| doc.terms.len() * size_of::<u32>() + payload(&doc.payload))
+                .sum::<usize>()
+            + heap_size::vec(&self.alive)
+            + heap_size::vec(&self.lens)
+            + heap_size::map(&self.slot_of)
+            + self.pool.heap_bytes()
     }
 
     /// About how many live documents `accept` takes, judged from an even sample of
@@ -216,9 +353,9 @@ impl<T> Bm25Index<T> {
     pub fn estimate_accepted(&self, samples: usize, accept: impl Fn(&T) -> bool) -> usize {
         let stride = (self.live / samples.max(1)).max(1);
         let (mut seen, mut taken) = (0usize, 0usize);
-        for doc in self.docs.iter().filter(|doc| doc.live).step_by(stride) {
+        for (_, payload) in self.live().step_by(stride) {
             seen += 1;
-            taken += usize::from(accept(&doc.payload));
+            taken += usize::from(accept(payload));
         }
         if seen == 0 {
             return 0;
@@ -242,8 +379,9 @@ impl<T> Bm25Index<T> {
     pub fn live(&self) -> impl Iterator<Item = (i64, &T)> {
         self.docs
             .iter()
-            .filter(|doc| doc.live)
-            .map(|doc| (doc.id, &doc.payload))
+            .zip(&self.alive)
+            .filter(|(_, live)| **live)
+            .map(|(doc, _)| (doc.id, &doc.payload))
     }
 
     /// Document `id` with up to `before` and `after` of its neighbours in insertion order
@@ -258,23 +396,21 @@ impl<T> Bm25Index<T> {
         let Some(&slot) = self.slot_of.get(&id) else {
             return Vec::new();
         };
-        let wanted = |doc: &&Doc<T>| doc.live && accept(&doc.payload);
+        let wanted = |s: &usize| self.alive[*s] && accept(&self.docs[*s].payload);
         let slot = slot as usize;
-        let mut ids: Vec<i64> = self.docs[..slot]
-            .iter()
+        let mut ids: Vec<i64> = (0..slot)
             .rev()
             .filter(wanted)
             .take(before)
-            .map(|doc| doc.id)
+            .map(|s| self.docs[s].id)
             .collect();
         ids.reverse();
         ids.push(id);
         ids.extend(
-            self.docs[slot + 1..]
-                .iter()
+            (slot + 1..self.docs.len())
                 .filter(wanted)
                 .take(after)
-                .map(|doc| doc.id),
+                .map(|s| self.docs[s].id),
         );
         ids
     }
@@ -282,19 +418,43 @@ impl<T> Bm25Index<T> {
     /// The ids of the `limit` most recently inserted live documents whose payload
     /// `accept`s, newest first.
     pub fn newest(&self, limit: usize, accept: impl Fn(&T) -> bool) -> Vec<i64> {
-        self.docs
-            .iter()
+        (0..self.docs.len())
             .rev()
-            .filter(|doc| doc.live && accept(&doc.payload))
+            .filter(|s| self.alive[*s] && accept(&self.docs[*s].payload))
             .take(limit)
-            .map(|doc| doc.id)
+            .map(|s| self.docs[s].id)
             .collect()
     }
 
     /// The `limit` best documents for the (already analysed) query terms whose payload
     /// `accept`s, best first, as `(id, score)`; only documents matching a term (in
-    /// their own text or their context) count.
+    /// their own text or their context) count. Exactly `search_exhaustive`'s ranking,
+    /// ties included, without scoring most documents.
     pub fn search(
+        &self,
+        terms: &[String],
+        limit: usize,
+        accept: impl Fn(&T) -> bool,
+    ) -> Vec<(i64, f32)> {
+        if self.live == 0 || limit == 0 {
+            return Vec::new();
+        }
+        if limit > PRUNED_MAX_LIMIT {
+            return self.search_exhaustive(terms, limit, accept);
+        }
+        let scorer = self.scorer();
+        let terms = self.terms(terms);
+        scorer
+            .top_k(&terms, limit, |slot| {
+                accept(&self.docs[slot as usize].payload)
+            })
+            .into_iter()
+            .map(|(slot, score)| (self.docs[slot as usize].id, score))
+            .collect()
+    }
+
+    /// `search` by scoring every document matching a term.
+    pub fn search_exhaustive(
         &self,
         terms: &[String],
         limit: usize,
@@ -380,80 +540,70 @@ impl<T> Bm25Index<T> {
             .collect()
     }
 
-    /// BM25 scores by slot (own text plus weighted context), and the slots scored.
-    fn lexical_scores(&self, terms: &[String]) -> Scores<'_> {
+    /// What scoring needs of the index now.
+    fn scorer(&self) -> Scorer<'_> {
         let n = self.live as f32;
         let avg_len = self.total_len as f32 / n;
         // A context spans up to 2w+1 documents (fewer at the ends of a small index).
         let avg_context_len = avg_len * ((2 * self.context_window + 1) as f32).min(n);
+        Scorer {
+            slots: self.slots(),
+            lens: &self.lens,
+            avg_len,
+            avg_context_len,
+        }
+    }
+
+    fn slots(&self) -> Slots<'_> {
+        Slots {
+            alive: &self.alive,
+            window: self.context_window as u32,
+        }
+    }
+
+    /// The query terms the index holds live documents of, in query order.
+    fn terms(&self, terms: &[String]) -> Vec<Term<'_>> {
+        let n = self.live as f32;
+        terms
+            .iter()
+            .filter_map(|term| {
+                let id = *self.vocab.get(term.as_str())? as usize;
+                let df = self.df[id];
+                (df > 0).then(|| Term {
+                    postings: &self.postings[id],
+                    idf: bm25_idf(n, df as f32),
+                    context_idf: bm25_idf(n, self.context_df[id] as f32),
+                })
+            })
+            .collect()
+    }
+
+    /// BM25 scores by slot (own text plus weighted context), and the slots scored. The
+    /// context field's document frequency is counted here, not read from
+    /// `context_df`, so the pruned search is checked against an independent count.
+    fn lexical_scores(&self, terms: &[String]) -> Scores<'_> {
+        let scorer = self.scorer();
+        let n = self.live as f32;
         let mut scores = self.pool.take(self.docs.len());
         let mut context: Vec<(u32, u32)> = Vec::new();
-        for term in terms {
-            let Some(&term_id) = self.vocab.get(term) else {
-                continue;
-            };
-            let df = self.df[term_id as usize] as f32;
-            if df == 0.0 {
-                continue;
-            }
-            let idf = bm25_idf(n, df);
-            let postings = &self.postings[term_id as usize];
-            for posting in postings {
-                if !self.alive[posting.slot as usize] {
-                    continue;
+        for term in self.terms(terms) {
+            for (slot, tf) in term.postings.iter() {
+                if self.alive[slot as usize] {
+                    scores.add(slot, scorer.own(term.idf, slot, tf));
                 }
-                let len = self.lens[posting.slot as usize];
-                let norm = K1 * (1.0 - B + B * len as f32 / avg_len);
-                scores.add(posting.slot, idf * saturate(posting.tf, norm));
             }
             if self.context_window == 0 {
                 continue;
             }
-            // The context field: its own document frequency and lengths.
             context.clear();
-            self.context_sweep(postings, |slot, tf| context.push((slot, tf)));
+            let sweep = Sweep::new(term.postings, self.slots());
+            context.extend(sweep.map(|(slot, _, tf)| (slot, tf)));
             let context_idf = bm25_idf(n, context.len() as f32);
             for &(slot, tf) in &context {
-                let len: u32 = self.window(slot).map(|s| self.lens[s as usize]).sum();
-                let norm = K1 * (1.0 - B + B * len as f32 / avg_context_len);
-                scores.add(slot, CONTEXT_WEIGHT * context_idf * saturate(tf, norm));
+                scores.add(slot, scorer.context(context_idf, slot, tf));
             }
         }
         scores
-    }
-
-    /// Every live slot within the context window of one of `postings` (one term's,
-    /// in slot order), ascending, with the summed frequency of the live postings in its
-    /// window: one sweep, so each slot is visited once however many postings share it.
-    fn context_sweep(&self, postings: &[Posting], mut visit: impl FnMut(u32, u32)) {
-        let w = self.context_window as u32;
-        let last = self.docs.len() as u32 - 1;
-        let live = |p: &Posting| self.alive[p.slot as usize];
-        // Postings in `lo..hi` are those with a slot in [s - w, s + w]; `tf` sums them.
-        let (mut lo, mut hi, mut tf) = (0usize, 0usize, 0u32);
-        let mut next = 0u32;
-        for posting in postings.iter().filter(|p| live(p)) {
-            let start = posting.slot.saturating_sub(w).max(next);
-            let end = (posting.slot + w).min(last);
-            for slot in start..=end {
-                while hi < postings.len() && postings[hi].slot <= slot + w {
-                    if live(&postings[hi]) {
-                        tf += postings[hi].tf;
-                    }
-                    hi += 1;
-                }
-                while lo < hi && postings[lo].slot + w < slot {
-                    if live(&postings[lo]) {
-                        tf -= postings[lo].tf;
-                    }
-                    lo += 1;
-                }
-                if self.alive[slot as usize] {
-                    visit(slot, tf);
-                }
-            }
-            next = end + 1;
-        }
     }
 
     /// The (at most) `count` slots of `slots` with the highest scores, in no order.
@@ -508,15 +658,6 @@ impl<T> Bm25Index<T> {
     }
 }
 
-impl<T> Bm25Index<T> {
-    /// The live slots within the context window of `slot`, itself included.
-    fn window(&self, slot: u32) -> impl Iterator<Item = u32> + '_ {
-        let first = slot.saturating_sub(self.context_window as u32);
-        let last = (slot as usize + self.context_window).min(self.docs.len() - 1) as u32;
-        (first..=last).filter(|s| self.alive[*s as usize])
-    }
-}
-
 /// Lucene's BM25 IDF: never negative.
 fn bm25_idf(n: f32, df: f32) -> f32 {
     (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
@@ -537,6 +678,11 @@ struct ScorePool(std::sync::Mutex<Vec<Vec<f32>>>);
 const POOLED_BUFFERS: usize = 4;
 
 impl ScorePool {
+    fn heap_bytes(&self) -> usize {
+        let pool = self.0.lock().expect("pool lock");
+        heap_size::vec(&pool) + pool.iter().map(heap_size::vec).sum::<usize>()
+    }
+
     fn take(&self, slots: usize) -> Scores<'_> {
         let mut values = self.0.lock().expect("pool lock").pop().unwrap_or_default();
         values.resize(slots, 0.0);
@@ -600,22 +746,118 @@ mod tests {
             }
             let term = index.vocab["dog"];
             let postings = &index.postings[term as usize];
-            let mut swept = Vec::new();
-            index.context_sweep(postings, |slot, tf| swept.push((slot, tf)));
+            let swept: Vec<(u32, u32, u32)> = Sweep::new(postings, index.slots()).collect();
             let mut scanned = Vec::new();
+            let mut from = 0;
             for slot in 0..index.docs.len() as u32 {
-                let tf: u32 = postings
+                let live = postings
                     .iter()
-                    .filter(|p| index.alive[p.slot as usize])
-                    .filter(|p| p.slot.abs_diff(slot) <= window as u32)
-                    .map(|p| p.tf)
+                    .filter(|(s, _)| index.alive[*s as usize])
+                    .collect::<Vec<_>>();
+                let tf: u32 = live
+                    .iter()
+                    .filter(|(s, _)| s.abs_diff(slot) <= window as u32)
+                    .map(|(_, tf)| tf)
                     .sum();
+                let own = live.iter().find(|(s, _)| *s == slot).map_or(0, |p| p.1);
                 if index.alive[slot as usize] && tf > 0 {
-                    scanned.push((slot, tf));
+                    scanned.push((slot, own, tf));
+                    let looked_up = index.slots().at(postings, &mut from, slot);
+                    assert_eq!(looked_up, (own, tf), "window {window}, slot {slot}");
                 }
             }
             assert_eq!(swept, scanned, "window {window}");
         }
+    }
+
+    /// SplitMix64: a deterministic stream for the randomised tests.
+    struct Mix(u64);
+
+    impl Mix {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            ((z ^ (z >> 31)) % n as u64) as usize
+        }
+    }
+
+    /// A random index (window 0 to 3; a small vocabulary, so scores tie often; some
+    /// documents removed, some long enough to hold a frequency above a byte), its
+    /// payloads the ids.
+    fn random_index(mix: &mut Mix) -> Bm25Index<i64> {
+        const WORDS: [&str; 12] = [
+            "red", "green", "blue", "kite", "dog", "cat", "sun", "rain", "tea", "boat", "hill",
+            "moon",
+        ];
+        let mut index = Bm25Index::with_context_window(mix.below(4));
+        let docs = 1 + mix.below(400);
+        for id in 0..docs as i64 {
+            let len = if mix.below(50) == 0 {
+                300
+            } else {
+                1 + mix.below(8)
+            };
+            let vocabulary = 1 + mix.below(WORDS.len());
+            let text: Vec<&str> = (0..len).map(|_| WORDS[mix.below(vocabulary)]).collect();
+            index.insert(id, &text.join(" "), id);
+            if mix.below(4) == 0 {
+                index.remove(mix.below(id as usize + 1) as i64);
+            }
+        }
+        index
+    }
+
+    #[test]
+    fn pruned_search_ranks_exactly_as_the_exhaustive_one() {
+        let mut mix = Mix(31);
+        for corpus in 0..120 {
+            let index = random_index(&mut mix);
+            for _ in 0..8 {
+                let words = ["red", "kite", "dog", "moon", "tea", "nothing", "hill"];
+                let query: Vec<&str> = (0..1 + mix.below(5))
+                    .map(|_| words[mix.below(words.len())])
+                    .collect();
+                let terms = query_terms(&query.join(" "));
+                let limit = 1 + mix.below(20);
+                let modulus = 1 + mix.below(4) as i64;
+                let accept = |id: &i64| id % modulus == 0;
+                let pruned = index.search(&terms, limit, accept);
+                let exhaustive = index.search_exhaustive(&terms, limit, accept);
+                assert_eq!(
+                    pruned, exhaustive,
+                    "corpus {corpus}, {terms:?}, limit {limit}, filter % {modulus}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn context_document_frequencies_stay_what_a_recount_gives() {
+        let mut mix = Mix(7);
+        for corpus in 0..60 {
+            let mut index = random_index(&mut mix);
+            let kept = index.context_df.clone();
+            index.recount_context();
+            assert_eq!(kept, index.context_df, "corpus {corpus}");
+        }
+    }
+
+    #[test]
+    fn heap_bytes_counts_every_structure_and_each_payload() {
+        let mut index: Bm25Index<String> = Bm25Index::new();
+        let empty = index.heap_bytes(|_| 0);
+        for i in 0..1000 {
+            index.insert(i, &format!("message {i} about the weather"), "x".repeat(10));
+        }
+        let held = index.heap_bytes(|_| 0);
+        // At least each document's four postings (a u32 slot and a byte) and its four
+        // term ids, its slot and length.
+        assert!(held - empty >= 1000 * (4 * 5 + 4 * 4 + 5), "{held}");
+        assert_eq!(index.heap_bytes(String::capacity), held + 1000 * 10);
+        index.shrink();
+        assert!(index.heap_bytes(|_| 0) <= held);
     }
 
     /// An index of `docs` without the context field (plain BM25).

@@ -9,29 +9,14 @@ use super::{PANEL, ROWS, Tile};
 /// int16 steps between flushes of the int32 sums into f32 (see `INT16_MAX`).
 pub const INT16_FLUSH: usize = 64;
 
-/// Adds the int32 sums into `sums` (f32, rows of `PANEL`) and zeroes them. Not inlined,
-/// so that the hot loop keeps its registers for the sums.
-#[inline(never)]
-#[target_feature(enable = "avx512f")]
-unsafe fn flush<const N: usize>(lo: &mut [__m512i; N], hi: &mut [__m512i; N], sums: &mut [f32]) {
-    assert!(sums.len() >= N * PANEL);
-    // SAFETY: inside `sums` (asserted).
-    unsafe {
-        for r in 0..N {
-            let at = sums.as_mut_ptr().add(r * PANEL);
-            _mm512_storeu_ps(at, _mm512_add_ps(_mm512_loadu_ps(at), _mm512_cvtepi32_ps(lo[r])));
-            let at = at.add(16);
-            _mm512_storeu_ps(at, _mm512_add_ps(_mm512_loadu_ps(at), _mm512_cvtepi32_ps(hi[r])));
-            lo[r] = _mm512_setzero_si512();
-            hi[r] = _mm512_setzero_si512();
-        }
-    }
-}
-
 /// Masks of a panel's two halves for a last panel narrower than 32 columns.
 #[inline(always)]
 fn masks(cols: usize) -> (__mmask16, __mmask16) {
-    let m0 = if cols >= 16 { 0xffff } else { (1u16 << cols) - 1 };
+    let m0 = if cols >= 16 {
+        0xffff
+    } else {
+        (1u16 << cols) - 1
+    };
     let m1 = if cols >= 32 {
         0xffff
     } else if cols > 16 {
@@ -107,7 +92,18 @@ macro_rules! kernel {
                         }
                     }
                     if $int && end < t.steps {
-                        flush(&mut lo, &mut hi, &mut sums);
+                        // Into f32 before the int32 sums could overflow. Inline: a call
+                        // taking the sums' addresses would keep them in memory.
+                        for r in 0..N {
+                            let at = sums.as_mut_ptr().add(r * PANEL);
+                            let v = _mm512_add_ps(_mm512_loadu_ps(at), _mm512_cvtepi32_ps(lo[r]));
+                            _mm512_storeu_ps(at, v);
+                            let at = at.add(16);
+                            let v = _mm512_add_ps(_mm512_loadu_ps(at), _mm512_cvtepi32_ps(hi[r]));
+                            _mm512_storeu_ps(at, v);
+                            lo[r] = _mm512_setzero_si512();
+                            hi[r] = _mm512_setzero_si512();
+                        }
                     }
                     start = end;
                 }
@@ -124,9 +120,17 @@ macro_rules! kernel {
                             let c = 16 * half;
                             let offsets = _mm512_loadu_si512(t.offsets.as_ptr().add(c).cast());
                             let exact = _mm512_cvtepi32_ps(_mm512_sub_epi32(*v, offsets));
-                            let sum = _mm512_add_ps(exact, _mm512_loadu_ps(sums.as_ptr().add(r * PANEL + c)));
-                            let scale = _mm512_mul_ps(s, _mm512_loadu_ps(t.col_scale.as_ptr().add(c)));
-                            *out = _mm512_fmadd_ps(sum, scale, _mm512_loadu_ps(t.bias.as_ptr().add(c)));
+                            let sum = _mm512_add_ps(
+                                exact,
+                                _mm512_loadu_ps(sums.as_ptr().add(r * PANEL + c)),
+                            );
+                            let scale =
+                                _mm512_mul_ps(s, _mm512_loadu_ps(t.col_scale.as_ptr().add(c)));
+                            *out = _mm512_fmadd_ps(
+                                sum,
+                                scale,
+                                _mm512_loadu_ps(t.bias.as_ptr().add(c)),
+                            );
                         }
                         (out[0], out[1])
                     } else {
@@ -151,20 +155,37 @@ kernel!(f32, rows_f32, "avx512f", usize::MAX, false, |acc, x, w| {
     ))
 });
 
-kernel!(bf16, rows_bf16, "avx512f,avx512bw,avx512bf16", usize::MAX, false, |acc, x, w| {
-    // Within the kernel's unsafe block: both are 512-bit vectors, __m512bh is 32 bf16
-    // in the same bits.
-    let (x, w) = (
-        std::mem::transmute::<__m512i, __m512bh>(x),
-        std::mem::transmute::<__m512i, __m512bh>(w),
-    );
-    _mm512_castps_si512(_mm512_dpbf16_ps(_mm512_castsi512_ps(acc), x, w))
-});
+kernel!(
+    bf16,
+    rows_bf16,
+    "avx512f,avx512bw,avx512bf16",
+    usize::MAX,
+    false,
+    |acc, x, w| {
+        // Within the kernel's unsafe block: both are 512-bit vectors, __m512bh is 32 bf16
+        // in the same bits.
+        let (x, w) = (
+            std::mem::transmute::<__m512i, __m512bh>(x),
+            std::mem::transmute::<__m512i, __m512bh>(w),
+        );
+        _mm512_castps_si512(_mm512_dpbf16_ps(_mm512_castsi512_ps(acc), x, w))
+    }
+);
 
-kernel!(int16, rows_int16, "avx512f,avx512bw,avx512vnni", INT16_FLUSH, true, |acc, x, w| {
-    _mm512_dpwssd_epi32(acc, x, w)
-});
+kernel!(
+    int16,
+    rows_int16,
+    "avx512f,avx512bw,avx512vnni",
+    INT16_FLUSH,
+    true,
+    |acc, x, w| _mm512_dpwssd_epi32(acc, x, w)
+);
 
-kernel!(int8, rows_int8, "avx512f,avx512bw,avx512vnni", usize::MAX, true, |acc, x, w| {
-    _mm512_dpbusd_epi32(acc, x, w)
-});
+kernel!(
+    int8,
+    rows_int8,
+    "avx512f,avx512bw,avx512vnni",
+    usize::MAX,
+    true,
+    |acc, x, w| _mm512_dpbusd_epi32(acc, x, w)
+);

@@ -62,7 +62,11 @@ fn int_max(format: Format) -> f32 {
 /// The scale that maps `values` onto integers up to `max` (1 when all are zero).
 fn scale_of(values: &[f32], max: f32) -> f32 {
     let m = values.iter().fold(0f32, |m, v| m.max(v.abs()));
-    if m > 0.0 && m.is_finite() { m / max } else { 1.0 }
+    if m > 0.0 && m.is_finite() {
+        m / max
+    } else {
+        1.0
+    }
 }
 
 /// Word `i` of `row` in `format`, integers divided by `scale` first (inputs past the
@@ -75,7 +79,8 @@ fn word(row: &[f32], i: usize, format: Format, inv_scale: f32, offset: i32) -> W
         Format::F32 => row[i].to_bits(),
         Format::Bf16 => bf16(at(0)) | (bf16(at(1)) << 16),
         Format::Int16 => {
-            let q = |j| ((at(j) * inv_scale).round().clamp(-INT16_MAX, INT16_MAX) as i32) as u16 as u32;
+            let q =
+                |j| ((at(j) * inv_scale).round().clamp(-INT16_MAX, INT16_MAX) as i32) as u16 as u32;
             q(0) | (q(1) << 16)
         }
         Format::Int8 => (0..4).fold(0u32, |w, j| {
@@ -116,7 +121,13 @@ impl std::fmt::Debug for Linear {
 impl Linear {
     /// `weight` is `outputs` rows of `inputs` (PyTorch's layout), `bias` `outputs` long.
     /// `kernel` must be available (`Kernel::check`).
-    pub fn new(weight: &[f32], bias: &[f32], outputs: usize, inputs: usize, kernel: Kernel) -> Linear {
+    pub fn new(
+        weight: &[f32],
+        bias: &[f32],
+        outputs: usize,
+        inputs: usize,
+        kernel: Kernel,
+    ) -> Linear {
         assert_eq!(weight.len(), outputs * inputs, "weight shape");
         assert_eq!(bias.len(), outputs, "bias shape");
         if let Err(e) = kernel.check() {
@@ -299,7 +310,10 @@ impl Linear {
     /// activations' offset to take back out of the products).
     fn int8_offsets(&self, panel: usize, steps: &std::ops::Range<usize>) -> [i32; PANEL] {
         let chunks = self.steps().div_ceil(INT8_CHUNK);
-        assert!(steps.start.is_multiple_of(INT8_CHUNK), "int8 parts start at whole chunks");
+        assert!(
+            steps.start.is_multiple_of(INT8_CHUNK),
+            "int8 parts start at whole chunks"
+        );
         let mut sums = [0i32; PANEL];
         for chunk in steps.start / INT8_CHUNK..steps.end.div_ceil(INT8_CHUNK) {
             let at = &self.sums[(panel * chunks + chunk) * PANEL..][..PANEL];
@@ -327,10 +341,16 @@ impl Linear {
         PACKED.with_borrow_mut(|(packed, row_scales)| {
             for block in (0..rows).step_by(BLOCK_ROWS) {
                 let block_rows = BLOCK_ROWS.min(rows - block);
-                pack_rows(&x[block * k..(block + block_rows) * k], k, format, packed, row_scales);
+                pack_rows(
+                    &x[block * k..(block + block_rows) * k],
+                    k,
+                    format,
+                    packed,
+                    row_scales,
+                );
                 for panel in part.panels.clone() {
-                    let w = &weights[(panel * all_steps + steps.start) * PANEL..]
-                        [..n_steps * PANEL];
+                    let w =
+                        &weights[(panel * all_steps + steps.start) * PANEL..][..n_steps * PANEL];
                     let bias = part.bias(&self.bias, panel);
                     let offsets = if format == Format::Int8 {
                         self.int8_offsets(panel, &steps)
@@ -502,7 +522,18 @@ fn pack_rows(x: &[f32], k: usize, format: Format, packed: &mut Vec<Word>, scales
                         tile[i * ROWS + r] = word(row, i, format, 1.0, 0);
                     }
                 }
-                Format::Int16 | Format::Int8 => {
+                Format::Int16 => {
+                    let scale = scale_of(row, INT16_MAX);
+                    scales[t * ROWS + r] = scale;
+                    // |v / scale| ≤ INT16_MAX by the scale's choice: no clamp needed.
+                    let inv = 1.0 / scale;
+                    let q = |v: f32| (v * inv).round_ties_even() as i32 as u16 as u32;
+                    for (i, pair) in row.chunks(2).enumerate() {
+                        let high = pair.get(1).map_or(0, |&v| q(v));
+                        tile[i * ROWS + r] = q(pair[0]) | (high << 16);
+                    }
+                }
+                Format::Int8 => {
                     let scale = scale_of(row, int_max(format));
                     scales[t * ROWS + r] = scale;
                     let (inv, offset) = (1.0 / scale, if format == Format::Int8 { 128 } else { 0 });
@@ -631,7 +662,14 @@ mod tests {
         // Outputs not a multiple of the panel, rows not a multiple of the tile, rows
         // past one block, inputs not a multiple of an AMX step or of a word, inputs past
         // one int16 flush (128).
-        let shapes = [(1, 40, 17), (13, 64, 33), (300, 70, 24), (9, 31, 8), (7, 33, 390), (15, 96, 3)];
+        let shapes = [
+            (1, 40, 17),
+            (13, 64, 33),
+            (300, 70, 24),
+            (9, 31, 8),
+            (7, 33, 390),
+            (15, 96, 3),
+        ];
         for (rows, outputs, inputs) in shapes {
             let (x, w, b) = (
                 values(rows * inputs, 1),

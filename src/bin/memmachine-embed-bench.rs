@@ -1,8 +1,11 @@
 //! `memmachine-embed-bench`: the local embedder in-process on LoCoMo's turns and
-//! questions. It measures, in one run: the machine's f32 matrix-product rate with the
-//! embedder's own kernel (every core busy, as in bulk embedding), bulk embedding
-//! throughput (turns/s, tokens/s, achieved FLOP/s and its ratio to that rate), where
-//! the time goes (tokenising and each encoder step), and single-question latency.
+//! questions, per product kernel (`--kernel auto|NAME|all`). It prints the CPU's
+//! features and the kernel `auto` chooses, a reference f32 rate (numpy's OpenBLAS sgemm
+//! when numpy is importable), and for each kernel: its raw product rate (every core
+//! busy, as in bulk embedding), bulk embedding throughput (turns/s, tokens/s, achieved
+//! FLOP/s and its ratio to those rates), where the time goes (tokenising and each
+//! encoder step), single-question latency, and with `--cosine` the cosine of its
+//! vectors against f32's.
 //! See BENCHMARKS.md.
 //!
 //! Run: `cargo run --release --bin memmachine-embed-bench -- --model-dir .tools/models/all-MiniLM-L6-v2`
@@ -11,7 +14,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use memmachine::embed::local::{LocalEmbedder, PASS_TOKENS, Precision, Profiled};
+use memmachine::embed::local::{Kernel, LocalEmbedder, PASS_TOKENS, Profiled};
 use memmachine::episodic::embedding::embedding_text;
 use memmachine_bert::Linear;
 use rayon::prelude::*;
@@ -43,23 +46,109 @@ struct Args {
     /// Questions embedded one at a time for latency (cycled)
     #[arg(long, default_value_t = 1000)]
     questions: usize,
-    /// Precision of the products: f32, bf16 (where the CPU has AVX-512 BF16) or best
-    #[arg(long, default_value = "best")]
-    precision: String,
+    /// Product kernel: auto, a kernel's name (amx, avx512-int16, avx512-int8,
+    /// avx512-bf16, avx512, avx2, portable) or all (every kernel this CPU has)
+    #[arg(long)]
+    kernel: Option<String>,
+    /// Older spelling: f32, bf16 or best (ignored when --kernel is given)
+    #[arg(long)]
+    precision: Option<String>,
+    /// Also print each lossy kernel's cosine (min, mean) against f32 over all turns
+    #[arg(long)]
+    cosine: bool,
     /// Seconds spent measuring the matrix-product rate
     #[arg(long, default_value_t = 3.0)]
     matmul_secs: f64,
 }
 
+/// Kernels named by `--kernel` (`auto`, a name, or `all` the CPU has), or by the older
+/// `--precision` when `--kernel` is not given.
+fn kernels(args: &Args) -> Result<Vec<Kernel>> {
+    let named = match (args.kernel.as_deref(), args.precision.as_deref()) {
+        (Some("all"), _) => return Ok(Kernel::available_all()),
+        (Some("auto"), _) | (None, None | Some("best")) => Kernel::choose(),
+        (Some(name), _) => name.parse::<Kernel>()?,
+        (None, Some("f32")) => Kernel::best_f32(),
+        (None, Some("bf16")) => {
+            Kernel::best_bf16().ok_or("--precision bf16: this CPU has no bf16 products")?
+        }
+        (None, Some(other)) => {
+            return Err(format!("--precision {other}: expected f32, bf16 or best").into());
+        }
+    };
+    Ok(vec![named.check()?])
+}
+
+/// CPU features that decide the kernels, as the CPU reports them.
+fn cpu_features() -> String {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        let flags = [
+            ("avx2", has!("avx2")),
+            ("fma", has!("fma")),
+            ("avx512f", has!("avx512f")),
+            ("avx512bw", has!("avx512bw")),
+            ("avx512vnni", has!("avx512vnni")),
+            ("avx512bf16", has!("avx512bf16")),
+            ("avx512fp16", has!("avx512fp16")),
+            ("amx", Kernel::Amx.available()),
+        ];
+        let on: Vec<&str> = flags.iter().filter(|f| f.1).map(|f| f.0).collect();
+        let off: Vec<&str> = flags.iter().filter(|f| !f.1).map(|f| f.0).collect();
+        format!("{} (not: {})", on.join(" "), off.join(" "))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    String::from("not x86-64")
+}
+
+/// numpy's sgemm rate (OpenBLAS, all cores) on the bench's product shape, or why not.
+fn numpy_rate(secs: f64) -> std::result::Result<f64, String> {
+    let (rows, inputs, outputs) = (PASS_TOKENS, 384, 1536);
+    let script = format!(
+        "import numpy as np, time\n\
+         a = np.random.rand({rows}, {inputs}).astype(np.float32)\n\
+         b = np.random.rand({inputs}, {outputs}).astype(np.float32)\n\
+         c = a @ b\n\
+         n, t0 = 0, time.perf_counter()\n\
+         while time.perf_counter() - t0 < {secs}:\n    c = a @ b; n += 1\n\
+         print(2.0 * {rows} * {inputs} * {outputs} * n / (time.perf_counter() - t0))\n"
+    );
+    let out = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .map_err(|e| format!("python3: {e}"))?;
+    if !out.status.success() {
+        return Err("numpy not available".into());
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .map_err(|_| "numpy not available".into())
+}
+
+/// One kernel's figures, for the summary.
+struct Figures {
+    kernel: Kernel,
+    turns_per_s: f64,
+    achieved: f64,
+    question_p50_ms: f64,
+    rate: f64,
+}
+
 fn main() -> Result<()> {
     let args = Args::parse();
-    let precision = match args.precision.as_str() {
-        "f32" => Precision::F32,
-        "bf16" => Precision::Bf16,
-        "best" => Precision::best(),
-        other => return Err(format!("--precision {other}: expected f32, bf16 or best").into()),
-    };
-    let embedder = LocalEmbedder::load_with(&args.model_dir, precision)?;
+    let kernels = kernels(&args)?;
+    println!("CPU: {}", cpu_features());
+    println!(
+        "kernels available: {}; auto chooses {}",
+        Kernel::available_all()
+            .iter()
+            .map(|k| k.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+        Kernel::choose()
+    );
     let (conversations, _) = locomo::load(&args.locomo, None, ContentFormat::default())?;
     let turns: Vec<String> = conversations
         .iter()
@@ -71,39 +160,124 @@ fn main() -> Result<()> {
         .flat_map(|c| c.questions.iter())
         .map(|q| q.text.clone())
         .collect();
-    let lens = embedder.token_counts(&turns)?;
-    let tokens: usize = lens.iter().sum();
-    let flops = embedder.flops(&lens);
-    println!(
-        "{} turns, {tokens} tokens ({:.1} per turn), {:.2} GFLOP per pass over them; \
-         {} threads, {} products",
-        turns.len(),
-        tokens as f64 / turns.len() as f64,
-        flops / 1e9,
-        embedder.threads(),
-        embedder.precision().name()
-    );
-
-    let rate = matmul_rate(embedder.threads(), args.matmul_secs, Precision::F32);
-    println!(
-        "f32 matrix-product rate, the embedder's kernel, {} threads: {:.1} GFLOP/s",
-        embedder.threads(),
-        rate / 1e9
-    );
-    if embedder.precision() != Precision::F32 {
-        let own = matmul_rate(embedder.threads(), args.matmul_secs, embedder.precision());
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let reference = match numpy_rate(args.matmul_secs) {
+        Ok(rate) => {
+            println!(
+                "reference: numpy (OpenBLAS) sgemm, {PASS_TOKENS}x384x1536: {:.1} GFLOP/s",
+                rate / 1e9
+            );
+            Some(rate)
+        }
+        Err(why) => {
+            println!("reference: {why}");
+            None
+        }
+    };
+    let mut reference_vectors: Option<Vec<Vec<f32>>> = None;
+    let mut summary = Vec::new();
+    for kernel in kernels {
+        println!();
+        println!("## kernel {kernel}");
+        let embedder = LocalEmbedder::load_with(&args.model_dir, kernel)?;
+        let lens = embedder.token_counts(&turns)?;
+        let tokens: usize = lens.iter().sum();
+        let flops = embedder.flops(&lens);
         println!(
-            "{} matrix-product rate, {} threads: {:.1} GFLOP/s",
-            embedder.precision().name(),
+            "{} turns, {tokens} tokens ({:.1} per turn), {:.2} GFLOP per pass over them; \
+             {} threads, kernel {kernel}",
+            turns.len(),
+            tokens as f64 / turns.len() as f64,
+            flops / 1e9,
             embedder.threads(),
-            own / 1e9
+        );
+        let rate = matmul_rate(threads, args.matmul_secs, kernel);
+        println!(
+            "{kernel} product rate, the embedder's kernel, {threads} threads: {:.1} G{}/s",
+            rate / 1e9,
+            if kernel.lossy() && kernel != Kernel::Avx512Bf16 && kernel != Kernel::Amx {
+                "OP"
+            } else {
+                "FLOP"
+            }
+        );
+        let mut figures = Figures {
+            kernel,
+            turns_per_s: 0.0,
+            achieved: 0.0,
+            question_p50_ms: 0.0,
+            rate,
+        };
+        if args.rounds > 0 {
+            (figures.turns_per_s, figures.achieved) =
+                bulk(&embedder, &turns, &args, flops, tokens, rate)?;
+        }
+        figures.question_p50_ms = questions_latency(&embedder, &questions, args.questions)?;
+        if args.cosine && kernel.lossy() {
+            if reference_vectors.is_none() {
+                let exact = LocalEmbedder::load_with(&args.model_dir, Kernel::best_f32())?;
+                reference_vectors = Some(embed_all(&exact, &turns, args.request)?);
+            }
+            let want = reference_vectors.as_ref().expect("computed above");
+            let got = embed_all(&embedder, &turns, args.request)?;
+            let cosines: Vec<f64> = got
+                .iter()
+                .zip(want)
+                .map(|(g, w)| g.iter().zip(w).map(|(a, b)| (a * b) as f64).sum())
+                .collect();
+            let min = cosines.iter().copied().fold(f64::INFINITY, f64::min);
+            let mean = cosines.iter().sum::<f64>() / cosines.len().max(1) as f64;
+            println!(
+                "cosine against {} over {} turns: min {min:.5}, mean {mean:.6}",
+                Kernel::best_f32(),
+                cosines.len()
+            );
+        }
+        summary.push(figures);
+    }
+    println!();
+    println!(
+        "| kernel | turns/s | question p50 ms | product rate G(FL)OP/s | achieved GFLOP/s | efficiency vs own kernel | vs f32 reference |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let f32_reference = summary
+        .iter()
+        .filter(|f| !f.kernel.lossy())
+        .map(|f| f.rate)
+        .chain(reference)
+        .fold(0f64, f64::max);
+    for f in &summary {
+        println!(
+            "| {} | {:.0} | {:.3} | {:.1} | {:.1} | {:.2} | {} |",
+            f.kernel,
+            f.turns_per_s,
+            f.question_p50_ms,
+            f.rate / 1e9,
+            f.achieved / 1e9,
+            f.achieved / f.rate,
+            if f32_reference > 0.0 {
+                format!("{:.2}", f.achieved / f32_reference)
+            } else {
+                "-".into()
+            }
         );
     }
-
-    if args.rounds > 0 {
-        bulk(&embedder, &turns, &args, flops, tokens, rate)?;
+    if f32_reference > 0.0 {
+        println!(
+            "f32 reference: {:.1} GFLOP/s (best of numpy's sgemm and the f32 kernels above)",
+            f32_reference / 1e9
+        );
     }
-    questions_latency(&embedder, &questions, args.questions)
+    Ok(())
+}
+
+/// Vectors of all `turns`, in requests of `request`.
+fn embed_all(embedder: &LocalEmbedder, turns: &[String], request: usize) -> Result<Vec<Vec<f32>>> {
+    let mut out = Vec::with_capacity(turns.len());
+    for chunk in turns.chunks(request.max(1)) {
+        out.extend(embedder.embed_blocking(chunk)?);
+    }
+    Ok(out)
 }
 
 /// Embeds all `turns` `args.rounds` times and prints the figures of the best round.
@@ -114,7 +288,7 @@ fn bulk(
     flops: f64,
     tokens: usize,
     rate: f64,
-) -> Result<()> {
+) -> Result<(f64, f64)> {
     let mut times = Vec::new();
     let mut profile = Profiled::default();
     for round in 0..args.rounds {
@@ -149,9 +323,9 @@ fn bulk(
     );
     println!("| tokens/s | {:.0} |", tokens as f64 / best.as_secs_f64());
     println!("| achieved GFLOP/s | {:.1} |", achieved / 1e9);
-    println!("| f32 matrix-product rate GFLOP/s | {:.1} |", rate / 1e9);
+    println!("| kernel's product rate G(FL)OP/s | {:.1} |", rate / 1e9);
     println!(
-        "| efficiency (achieved / f32 rate) | {:.2} |",
+        "| efficiency (achieved / kernel's rate) | {:.2} |",
         achieved / rate
     );
 
@@ -170,11 +344,11 @@ fn bulk(
         );
     }
 
-    Ok(())
+    Ok((turns.len() as f64 / best.as_secs_f64(), achieved))
 }
 
 /// Embeds `count` questions one at a time and prints the latency percentiles.
-fn questions_latency(embedder: &LocalEmbedder, questions: &[String], count: usize) -> Result<()> {
+fn questions_latency(embedder: &LocalEmbedder, questions: &[String], count: usize) -> Result<f64> {
     let mut samples = Vec::with_capacity(count);
     for q in questions.iter().cycle().take(count.min(50)) {
         embedder.embed_blocking(std::slice::from_ref(q))?; // warm-up
@@ -196,18 +370,18 @@ fn questions_latency(embedder: &LocalEmbedder, questions: &[String], count: usiz
         latencies.percentile(99.0),
         latencies.max()
     );
-    Ok(())
+    Ok(latencies.percentile(50.0))
 }
 
 /// FLOP/s of the embedder's dense-layer kernel on its largest layer shape (a pass of
 /// `PASS_TOKENS` rows through 384 -> 1536), each thread running its own products as
 /// bulk embedding does.
-fn matmul_rate(threads: usize, secs: f64, precision: Precision) -> f64 {
+fn matmul_rate(threads: usize, secs: f64, kernel: Kernel) -> f64 {
     let (rows, inputs, outputs) = (PASS_TOKENS, 384, 1536);
     let weight: Vec<f32> = (0..inputs * outputs)
         .map(|i| ((i % 97) as f32 - 48.0) / 97.0)
         .collect();
-    let layer = Linear::new(&weight, &vec![0.0; outputs], outputs, inputs, precision);
+    let layer = Linear::new(&weight, &vec![0.0; outputs], outputs, inputs, kernel);
     let x: Vec<f32> = (0..rows * inputs)
         .map(|i| ((i % 89) as f32 - 44.0) / 89.0)
         .collect();

@@ -68,6 +68,9 @@ pub struct ResourceInfo {
     /// `ready`, `failed` or `pending`.
     status: &'static str,
     error: Option<String>,
+    /// The local embedder's product kernel (`--embedder-kernel`), e.g. `avx512-int16`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kernel: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -200,6 +203,7 @@ fn info(name: String, provider: String, status: Status, caller: &Caller) -> Reso
         provider,
         status: status.name(),
         error,
+        kernel: None,
     }
 }
 
@@ -231,11 +235,19 @@ async fn resources(gateway: &Gateway, caller: &Caller) -> Result<Resources, ApiE
     }
     Ok(Resources {
         notes,
-        embedders: embedders(gateway)?
-            .into_iter()
-            .map(|(id, _)| {
+        embedders: gateway
+            .domain()?
+            .semantic
+            .embedders()
+            .all()
+            .iter()
+            .map(|e| {
+                let id = e.id().to_string();
                 let status = calls.status(Kind::Embedder, &id);
-                info(id.clone(), kind_of(&id), status, caller)
+                ResourceInfo {
+                    kernel: e.kernel().map(str::to_string),
+                    ..info(id.clone(), kind_of(&id), status, caller)
+                }
             })
             .collect(),
         language_models: settings

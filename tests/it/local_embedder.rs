@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use memmachine::embed::Embedder;
 use memmachine::embed::fetch::fetch_model;
-use memmachine::embed::local::{LocalEmbedder, Precision};
+use memmachine::embed::local::{Kernel, LocalEmbedder};
 
 fn model_dir() -> PathBuf {
     let dir = std::env::var_os("MEMMACHINE_TEST_MODEL_DIR")
@@ -40,12 +40,12 @@ fn embedder() -> &'static LocalEmbedder {
     E.get_or_init(|| LocalEmbedder::load(&model_dir()).expect("load the test model"))
 }
 
-/// The model with f32 products (the default uses bf16 where the CPU has AMX), for the
-/// checks against published values to 1e-4.
+/// The model with f32 products (the default is lossy where the CPU has a faster
+/// kernel), for the checks against published values to 1e-4.
 fn f32_embedder() -> &'static LocalEmbedder {
     static E: OnceLock<LocalEmbedder> = OnceLock::new();
     E.get_or_init(|| {
-        LocalEmbedder::load_with(&model_dir(), Precision::F32).expect("load the test model")
+        LocalEmbedder::load_with(&model_dir(), Kernel::best_f32()).expect("load the test model")
     })
 }
 
@@ -179,7 +179,7 @@ fn matches_an_independent_reference_computation() {
     let d = max_abs_diff(&v[0], &test_sentence_reference());
     assert!(d < 1e-4, "differs from the reference by {d}");
     assert!(dot(&v[0], &test_sentence_reference()) > 0.9999);
-    // The default precision (bf16 products where the CPU has AMX) stays close.
+    // The default kernel (lossy where the CPU has a faster one) stays close.
     let default = embed(&["This is a test sentence."]);
     assert!(dot(&default[0], &test_sentence_reference()) > 0.999);
 }
@@ -404,26 +404,45 @@ fn equals_the_previous_implementation_on_a_real_conversation() {
             .map(|(a, b)| dot(a, b))
             .fold(f32::INFINITY, f32::min)
     };
-    // f32 products: the same function up to rounding.
-    let f32_embedder = LocalEmbedder::load_with(&model_dir(), Precision::F32).unwrap();
-    assert_eq!(f32_embedder.precision(), Precision::F32);
-    let f32_cosine = lowest(&f32_embedder);
-    assert!(
-        f32_cosine > 0.9999,
-        "lowest cosine with f32 products: {f32_cosine}"
-    );
-    // bf16 products (where the CPU has AMX): within the 0.999 on every turn.
-    if Precision::Bf16.available() {
-        let bf16 = LocalEmbedder::load_with(&model_dir(), Precision::Bf16).unwrap();
-        assert_eq!(bf16.precision(), Precision::Bf16);
-        let bf16_cosine = lowest(&bf16);
+    // Every kernel this CPU has: the exact ones are the same function up to rounding,
+    // the lossy ones within the 0.999 on every turn (int8, never chosen by
+    // auto, within its own looser bound).
+    for kernel in Kernel::available_all() {
+        let e = LocalEmbedder::load_with(&model_dir(), kernel).unwrap();
+        assert_eq!(e.kernel(), kernel);
+        let bound = match kernel {
+            Kernel::Avx512Int8 => 0.98,
+            k if k.lossy() => 0.999,
+            _ => 0.9999,
+        };
+        let cosine = lowest(&e);
         assert!(
-            bf16_cosine > 0.999,
-            "lowest cosine with bf16 products: {bf16_cosine}"
+            cosine > bound,
+            "lowest cosine with kernel {kernel}: {cosine}"
         );
-    } else {
-        // Asked for bf16 without AMX, the embedder falls back to f32.
-        let fallback = LocalEmbedder::load_with(&model_dir(), Precision::Bf16).unwrap();
-        assert_eq!(fallback.precision(), Precision::F32);
     }
+}
+
+#[test]
+fn a_kernel_the_cpu_lacks_is_refused_and_auto_is_within_the_bound() {
+    for kernel in Kernel::ALL {
+        if kernel.available() {
+            continue;
+        }
+        let err = LocalEmbedder::load_with(&model_dir(), kernel).unwrap_err();
+        assert!(
+            err.to_string().contains(kernel.name()) && err.to_string().contains("lacks"),
+            "{err}"
+        );
+    }
+    let auto = Kernel::choose();
+    assert!(
+        auto.available() && auto != Kernel::Avx512Int8,
+        "auto chose {auto}"
+    );
+    assert_eq!(embedder().kernel(), auto);
+    // Every kernel the CPU has is offered, the portable one always.
+    assert!(Kernel::available_all().contains(&Kernel::Portable));
+    assert_eq!("avx512-int16".parse::<Kernel>(), Ok(Kernel::Avx512Int16));
+    assert!("avx1024".parse::<Kernel>().is_err());
 }

@@ -1,20 +1,23 @@
 //! A BERT encoder for CPU inference, written for sentence embedding (`memmachine`'s
 //! local embedder): the texts of a batch are packed end to end without padding (each
 //! token attends only within its own text), the dense layers use weights packed once
-//! at load time (`matmul.rs`; AMX bf16 tiles where the CPU has them, `amx.rs`), and the
+//! at load time in the format of the kernel chosen for the CPU (`kernel.rs`, `matmul/`;
+//! AMX bf16 tiles where the CPU has them, `amx.rs`), and the
 //! element-wise steps are vectorised for the CPU found at run time (`ops.rs`). One pass
 //! runs on one thread; callers spread passes over the cores.
 //! `Profile` records where a forward pass spends its time.
 
 #[cfg(target_arch = "x86_64")]
 mod amx;
+mod kernel;
 mod matmul;
 mod ops;
 mod weights;
 
 use std::time::Instant;
 
-pub use matmul::{Linear, Precision};
+pub use kernel::Kernel;
+pub use matmul::Linear;
 pub use weights::{Config, load};
 
 /// One encoder layer.
@@ -144,11 +147,11 @@ impl Encoder {
         &self.config
     }
 
-    /// The precision of the products (what was asked, or f32 where the CPU lacks it).
-    pub fn precision(&self) -> Precision {
+    /// The kernel of the products.
+    pub fn kernel(&self) -> Kernel {
         self.layers
             .first()
-            .map_or(Precision::F32, |l| l.qkv.precision())
+            .map_or(Kernel::Portable, |l| l.qkv.kernel())
     }
 
     /// Token ids below this are in the vocabulary.

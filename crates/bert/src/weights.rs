@@ -7,7 +7,7 @@ use std::path::Path;
 use safetensors::{Dtype, SafeTensors};
 use serde::Deserialize;
 
-use super::{Encoder, Layer, Linear, Precision};
+use super::{Encoder, Kernel, Layer, Linear};
 
 /// The fields of a Hugging Face BERT `config.json` the encoder uses.
 #[derive(Debug, Clone, Deserialize)]
@@ -73,7 +73,7 @@ impl Config {
 struct Tensors<'a> {
     file: SafeTensors<'a>,
     prefix: &'static str,
-    precision: Precision,
+    kernel: Kernel,
 }
 
 impl Tensors<'_> {
@@ -129,15 +129,16 @@ impl Tensors<'_> {
     fn linear(&self, at: &str, outputs: usize, inputs: usize) -> Result<Linear, String> {
         let w = self.shaped(&format!("{at}.weight"), &[outputs, inputs])?;
         let b = self.shaped(&format!("{at}.bias"), &[outputs])?;
-        Ok(Linear::new(&w, &b, outputs, inputs, self.precision))
+        Ok(Linear::new(&w, &b, outputs, inputs, self.kernel))
     }
 }
 
 /// Loads the encoder of `config` from the safetensors file `weights`, its products at
-/// `precision` (f32 where the CPU lacks it). Errors say what is wrong (no path: the
+/// `kernel` (refused if the CPU lacks it). Errors say what is wrong (no path: the
 /// caller names the files).
-pub fn load(config: Config, weights: &Path, precision: Precision) -> Result<Encoder, String> {
+pub fn load(config: Config, weights: &Path, kernel: Kernel) -> Result<Encoder, String> {
     config.check()?;
+    kernel.check()?;
     let bytes = std::fs::read(weights).map_err(|e| format!("cannot read it: {e}"))?;
     let file = SafeTensors::deserialize(&bytes).map_err(|e| format!("not safetensors: {e}"))?;
     let prefix = if file
@@ -152,7 +153,7 @@ pub fn load(config: Config, weights: &Path, precision: Precision) -> Result<Enco
     let t = Tensors {
         file,
         prefix,
-        precision,
+        kernel,
     };
     let (h, i) = (config.hidden_size, config.intermediate_size);
     let (word, shape) = t.get("embeddings.word_embeddings.weight")?;
@@ -182,7 +183,7 @@ pub fn load(config: Config, weights: &Path, precision: Precision) -> Result<Enco
             qkv_b.extend(t.shaped(&format!("{at}.attention.self.{part}.bias"), &[h])?);
         }
         layers.push(Layer {
-            qkv: Linear::new(&qkv_w, &qkv_b, 3 * h, h, precision),
+            qkv: Linear::new(&qkv_w, &qkv_b, 3 * h, h, kernel),
             attention_out: t.linear(&format!("{at}.attention.output.dense"), h, h)?,
             attention_norm: t.norm(&format!("{at}.attention.output.LayerNorm"), h)?,
             intermediate: t.linear(&format!("{at}.intermediate.dense"), i, h)?,

@@ -24,7 +24,7 @@ use tokenizers::Tokenizer;
 use super::{EmbedError, Embedder, normalize};
 use crate::inference;
 use memmachine_bert::{self as bert, Config, Encoder, Profile};
-pub use memmachine_bert::{Pooling, Precision};
+pub use memmachine_bert::{Kernel, Pooling};
 
 /// Passes up to this many tokens, alone in a request, are split between two cores.
 const SPLIT_TOKENS: usize = 64;
@@ -88,11 +88,14 @@ impl LocalEmbedder {
     /// Loads the model in `model_dir` (see the module docs for its layout). Errors name
     /// the file that is missing or invalid.
     pub fn load(model_dir: &Path) -> Result<LocalEmbedder, EmbedError> {
-        LocalEmbedder::load_with(model_dir, Precision::best())
+        LocalEmbedder::load_with(model_dir, Kernel::choose())
     }
 
-    /// As [`Self::load`], with the products at `precision` (f32 where the CPU lacks it).
-    pub fn load_with(model_dir: &Path, precision: Precision) -> Result<LocalEmbedder, EmbedError> {
+    /// As [`Self::load`], with the products on `kernel` (refused if the CPU lacks it).
+    pub fn load_with(model_dir: &Path, kernel: Kernel) -> Result<LocalEmbedder, EmbedError> {
+        kernel
+            .check()
+            .map_err(|e| failed(format!("local embedder: {e}")))?;
         let started = Instant::now();
         let files = inference::ModelFiles::in_dir(WHO, MODEL, model_dir).map_err(failed)?;
         let (config_path, tokenizer_path, weights_path) =
@@ -129,7 +132,7 @@ impl LocalEmbedder {
         tokenizer.with_padding(None);
 
         let layers = config.num_hidden_layers;
-        let encoder = bert::load(config, &weights_path, precision).map_err(|e| {
+        let encoder = bert::load(config, &weights_path, kernel).map_err(|e| {
             failed(format!(
                 "local embedder: {} does not hold the BERT weights {} describes: {e}",
                 weights_path.display(),
@@ -164,7 +167,7 @@ impl LocalEmbedder {
             ?pooling,
             layers,
             threads,
-            precision = model.encoder.precision().name(),
+            kernel = model.encoder.kernel().name(),
             elapsed_ms = started.elapsed().as_millis() as u64,
             "local embedder loaded"
         );
@@ -212,9 +215,9 @@ impl LocalEmbedder {
         self.model.encoder.flops(lens)
     }
 
-    /// The precision of the encoder's products.
-    pub fn precision(&self) -> Precision {
-        self.model.encoder.precision()
+    /// The kernel of the encoder's products.
+    pub fn kernel(&self) -> Kernel {
+        self.model.encoder.kernel()
     }
 
     /// Threads a request is spread over.
@@ -353,6 +356,10 @@ impl Embedder for LocalEmbedder {
 
     fn tokens(&self) -> u64 {
         self.model.tokens.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn kernel(&self) -> Option<&'static str> {
+        Some(self.model.encoder.kernel().name())
     }
 
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {

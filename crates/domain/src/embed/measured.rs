@@ -159,6 +159,10 @@ impl Embedder for Measured {
     fn tokens(&self) -> u64 {
         self.inner.tokens()
     }
+
+    fn kernel(&self) -> Option<&'static str> {
+        self.inner.kernel()
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,9 @@ pub mod registry;
 mod settings;
 
 pub use registry::Embedders;
-pub use settings::{DEFAULT_MODEL_DIR, EmbedderKind, EmbedderPrecision, Flags, Settings};
+pub use settings::{
+    DEFAULT_MODEL_DIR, EmbedderKernel, EmbedderKind, EmbedderPrecision, Flags, Settings,
+};
 
 use std::time::Duration;
 
@@ -72,6 +74,11 @@ pub trait Embedder: Send + Sync {
     fn tokens(&self) -> u64 {
         0
     }
+
+    /// The product kernel of an in-process model (`--embedder-kernel`), else `None`.
+    fn kernel(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// Scales `v` to unit length (a zero vector stays zero).
@@ -108,17 +115,16 @@ pub async fn build(config: &Settings) -> Result<Embedders, String> {
 
 async fn load_local(config: &Settings) -> Result<local::LocalEmbedder, String> {
     let dir = config.model_dir.clone();
-    let precision = match config.precision {
-        EmbedderPrecision::Auto => local::Precision::best(),
-        EmbedderPrecision::F32 => local::Precision::F32,
-        EmbedderPrecision::Bf16 => {
-            if !local::Precision::Bf16.available() {
-                tracing::warn!("--embedder-precision bf16: this CPU has no AMX; using f32");
-            }
-            local::Precision::Bf16
-        }
+    let kernel = match (config.kernel.kernel(), config.precision) {
+        (Some(kernel), _) => kernel,
+        (None, EmbedderPrecision::Auto) => local::Kernel::choose(),
+        (None, EmbedderPrecision::F32) => local::Kernel::best_f32(),
+        (None, EmbedderPrecision::Bf16) => local::Kernel::best_bf16().unwrap_or_else(|| {
+            tracing::warn!("--embedder-precision bf16: this CPU has no bf16 products; using f32");
+            local::Kernel::best_f32()
+        }),
     };
-    tokio::task::spawn_blocking(move || local::LocalEmbedder::load_with(&dir, precision))
+    tokio::task::spawn_blocking(move || local::LocalEmbedder::load_with(&dir, kernel))
         .await
         .map_err(|err| format!("loading the model: {err}"))?
         .map_err(|err| {

@@ -21,6 +21,41 @@ pub enum EmbedderPrecision {
     Bf16,
 }
 
+/// The local embedder's product kernel (`--embedder-kernel`); see
+/// `memmachine_bert::Kernel`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EmbedderKernel {
+    /// The fastest the CPU has whose vectors stay within a cosine of 0.999 of f32's
+    /// (or as `--embedder-precision` asks).
+    #[default]
+    Auto,
+    Amx,
+    Avx512Int16,
+    Avx512Int8,
+    Avx512Bf16,
+    Avx512,
+    Avx2,
+    Portable,
+}
+
+impl EmbedderKernel {
+    /// The kernel asked for; `None` for auto.
+    pub fn kernel(self) -> Option<memmachine_bert::Kernel> {
+        use memmachine_bert::Kernel;
+        Some(match self {
+            EmbedderKernel::Auto => return None,
+            EmbedderKernel::Amx => Kernel::Amx,
+            EmbedderKernel::Avx512Int16 => Kernel::Avx512Int16,
+            EmbedderKernel::Avx512Int8 => Kernel::Avx512Int8,
+            EmbedderKernel::Avx512Bf16 => Kernel::Avx512Bf16,
+            EmbedderKernel::Avx512 => Kernel::Avx512F32,
+            EmbedderKernel::Avx2 => Kernel::Avx2,
+            EmbedderKernel::Portable => Kernel::Portable,
+        })
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EmbedderKind {
@@ -39,6 +74,7 @@ pub struct Settings {
     pub model: Option<String>,
     pub dimensions: Option<usize>,
     pub precision: EmbedderPrecision,
+    pub kernel: EmbedderKernel,
     pub api_key: Option<Secret>,
 }
 
@@ -72,6 +108,12 @@ pub struct Flags {
         default_value_t
     )]
     pub embedder_precision: EmbedderPrecision,
+    /// Product kernel of the local embedder: auto, amx, avx512-int16, avx512-int8,
+    /// avx512-bf16, avx512 (f32), avx2 or portable; one the CPU lacks is refused at
+    /// start. auto takes the fastest whose vectors stay within a cosine of 0.999 of f32
+    /// (int8 never), or follows --embedder-precision
+    #[arg(long, env = "MEMMACHINE_EMBED_KERNEL", value_enum, default_value_t)]
+    pub embedder_kernel: EmbedderKernel,
     /// API key of the embeddings endpoint: only from the environment
     /// (MEMMACHINE_EMBEDDER_API_KEY) or the config file
     #[arg(skip)]
@@ -87,6 +129,7 @@ impl Flags {
             model: self.embedder_model.clone(),
             dimensions: self.embedder_dimensions,
             precision: self.embedder_precision,
+            kernel: self.embedder_kernel,
             api_key: self.embedder_api_key.clone(),
         }
     }

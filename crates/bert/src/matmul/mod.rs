@@ -1,13 +1,21 @@
 //! The encoder's dense layers, `y = x·Wᵀ + b`, with W packed once at load time into
-//! panels of `PANEL` output columns (for each input index, the panel's 32 weights are
-//! contiguous), so the inner loop streams one panel while rows of `x` are broadcast.
-//! Rows of `x` are copied into tiles (input-major) per block. On AVX-512 a tile of up
-//! to `ROWS` rows by one panel is held in 28 vector registers;
-//! elsewhere a portable kernel is compiled for the widest instruction set found at run
-//! time. Nothing is repacked per call, which is what makes small (single-question)
-//! products fast.
+//! panels of `PANEL` output columns (for each packed word of inputs, the panel's 32
+//! words are contiguous), so the inner loop streams one panel while words of `x` are
+//! broadcast. The word format is the kernel's (`kernel.rs`): one f32, two bf16, two
+//! int16 or four int8 inputs. Rows of `x` are copied into tiles (input-major) per
+//! block, quantised per row for the integer kernels. Register tiles are in `avx512.rs`
+//! (up to `ROWS` rows by one panel) and `avx2.rs`, AMX tiles in `../amx.rs`; a
+//! portable kernel covers the rest. Nothing is repacked per call, which is what makes
+//! small (single-question) products fast.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 
 use multiversion::multiversion;
+
+use crate::kernel::{Format, Kernel};
 
 /// Output columns per packed panel.
 pub const PANEL: usize = 32;
@@ -16,53 +24,22 @@ const ROWS: usize = 14;
 /// Rows of `x` per block: a block's inputs stay in the core's L2 cache while every
 /// panel passes over them.
 const BLOCK_ROWS: usize = 128;
-
-/// How a layer's products are computed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Precision {
-    /// f32 inputs, weights and sums.
-    F32,
-    /// Inputs and weights rounded to bfloat16, sums in f32, on AMX tiles (`amx.rs`):
-    /// many times the products per cycle, at a relative error of about 2^-9 per
-    /// product.
-    Bf16,
-}
-
-impl Precision {
-    /// Whether this CPU computes products at this precision.
-    pub fn available(self) -> bool {
-        match self {
-            Precision::F32 => true,
-            #[cfg(target_arch = "x86_64")]
-            Precision::Bf16 => super::amx::available(),
-            #[cfg(not(target_arch = "x86_64"))]
-            Precision::Bf16 => false,
-        }
-    }
-
-    /// bf16 where the CPU has AMX, else f32.
-    pub fn best() -> Precision {
-        if Precision::Bf16.available() {
-            Precision::Bf16
-        } else {
-            Precision::F32
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Precision::F32 => "f32",
-            Precision::Bf16 => "bf16",
-        }
-    }
-}
+/// Largest int16 magnitude: with at most `avx512::INT16_FLUSH` steps of two products
+/// between flushes, int32 sums cannot overflow (2 · 64 · 4095² < 2³¹).
+const INT16_MAX: f32 = 4095.0;
+/// Largest int8 magnitude (activations are offset by 128 into u8 for `VPDPBUSD`; four
+/// products of at most 255 · 127 per step never approach 2³¹ at these widths).
+const INT8_MAX: f32 = 127.0;
+/// Packed int8 steps per stored column sum (the u8 offset's correction).
+const INT8_CHUNK: usize = 8;
 
 /// 64-byte aligned storage, so panel loads never straddle cache lines.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Line([u32; 16]);
 
-/// A packed value: an f32's bits, or two bfloat16s (input indices 2i and 2i+1).
+/// A packed word: an f32's bits, two bf16 or int16, or four int8 (input order from
+/// the low bits).
 type Word = u32;
 
 /// bfloat16 of `x`, rounded to nearest even (NaN stays NaN).
@@ -74,15 +51,42 @@ fn bf16(x: f32) -> u32 {
     (bits + 0x7fff + ((bits >> 16) & 1)) >> 16
 }
 
-/// The word for input index `i` (f32) or the pair starting at `2i` (bf16) of `row`.
+/// The largest magnitude of a format's integers.
+fn int_max(format: Format) -> f32 {
+    match format {
+        Format::Int8 => INT8_MAX,
+        _ => INT16_MAX,
+    }
+}
+
+/// The scale that maps `values` onto integers up to `max` (1 when all are zero).
+fn scale_of(values: &[f32], max: f32) -> f32 {
+    let m = values.iter().fold(0f32, |m, v| m.max(v.abs()));
+    if m > 0.0 && m.is_finite() {
+        m / max
+    } else {
+        1.0
+    }
+}
+
+/// Word `i` of `row` in `format`, integers divided by `scale` first (inputs past the
+/// row are zero; `offset` is added to int8 values: 128 for activations).
 #[inline(always)]
-fn word(row: &[f32], i: usize, precision: Precision) -> Word {
-    match precision {
-        Precision::F32 => row[i].to_bits(),
-        Precision::Bf16 => {
-            let at = |j: usize| row.get(j).map_or(0, |&x| bf16(x));
-            at(2 * i) | (at(2 * i + 1) << 16)
+fn word(row: &[f32], i: usize, format: Format, inv_scale: f32, offset: i32) -> Word {
+    let g = format.group();
+    let at = |j: usize| row.get(i * g + j).copied().unwrap_or(0.0);
+    match format {
+        Format::F32 => row[i].to_bits(),
+        Format::Bf16 => bf16(at(0)) | (bf16(at(1)) << 16),
+        Format::Int16 => {
+            let q =
+                |j| ((at(j) * inv_scale).round().clamp(-INT16_MAX, INT16_MAX) as i32) as u16 as u32;
+            q(0) | (q(1) << 16)
         }
+        Format::Int8 => (0..4).fold(0u32, |w, j| {
+            let q = (at(j) * inv_scale).round().clamp(-INT8_MAX, INT8_MAX) as i32 + offset;
+            w | ((q as u8 as u32) << (8 * j))
+        }),
     }
 }
 
@@ -90,11 +94,16 @@ fn word(row: &[f32], i: usize, precision: Precision) -> Word {
 pub struct Linear {
     inputs: usize,
     outputs: usize,
-    precision: Precision,
+    kernel: Kernel,
     /// `panels()` panels of `steps() * PANEL` words (zero past `outputs`).
     packed: Vec<Line>,
     /// `panels() * PANEL` biases (zero past `outputs`).
     bias: Vec<f32>,
+    /// Integer kernels: each column's weight scale (`panels() * PANEL`), else empty.
+    scales: Vec<f32>,
+    /// int8: each column's sum of weights per `INT8_CHUNK` steps, by panel, chunk and
+    /// column, to take the activations' offset of 128 back out.
+    sums: Vec<i32>,
 }
 
 impl std::fmt::Debug for Linear {
@@ -104,42 +113,62 @@ impl std::fmt::Debug for Linear {
             "Linear({} -> {}, {})",
             self.inputs,
             self.outputs,
-            self.precision.name()
+            self.kernel.name()
         )
     }
 }
 
 impl Linear {
     /// `weight` is `outputs` rows of `inputs` (PyTorch's layout), `bias` `outputs` long.
-    /// A precision the CPU lacks falls back to f32.
+    /// `kernel` must be available (`Kernel::check`).
     pub fn new(
         weight: &[f32],
         bias: &[f32],
         outputs: usize,
         inputs: usize,
-        precision: Precision,
+        kernel: Kernel,
     ) -> Linear {
         assert_eq!(weight.len(), outputs * inputs, "weight shape");
         assert_eq!(bias.len(), outputs, "bias shape");
-        let precision = if precision.available() {
-            precision
-        } else {
-            Precision::F32
-        };
+        if let Err(e) = kernel.check() {
+            panic!("{e}");
+        }
+        let format = kernel.format();
         let mut layer = Linear {
             inputs,
             outputs,
-            precision,
+            kernel,
             packed: Vec::new(),
             bias: Vec::new(),
+            scales: Vec::new(),
+            sums: Vec::new(),
         };
         let (panels, steps) = (layer.panels(), layer.steps());
+        if format.scaled() {
+            layer.scales = vec![1.0; panels * PANEL];
+        }
+        let chunks = steps.div_ceil(INT8_CHUNK);
+        if format == Format::Int8 {
+            layer.sums = vec![0; panels * chunks * PANEL];
+        }
         let mut flat = vec![0 as Word; panels * steps * PANEL];
         for o in 0..outputs {
             let (panel, col) = (o / PANEL, o % PANEL);
             let row = &weight[o * inputs..][..inputs];
+            let scale = if format.scaled() {
+                let s = scale_of(row, int_max(format));
+                layer.scales[o] = s;
+                s
+            } else {
+                1.0
+            };
             for i in 0..steps {
-                flat[(panel * steps + i) * PANEL + col] = word(row, i, precision);
+                let w = word(row, i, format, 1.0 / scale, 0);
+                flat[(panel * steps + i) * PANEL + col] = w;
+                if format == Format::Int8 {
+                    let sum: i32 = w.to_le_bytes().iter().map(|&b| b as i8 as i32).sum();
+                    layer.sums[(panel * chunks + i / INT8_CHUNK) * PANEL + col] += sum;
+                }
             }
         }
         layer.packed = flat
@@ -159,20 +188,19 @@ impl Linear {
         self.outputs
     }
 
-    pub fn precision(&self) -> Precision {
-        self.precision
+    pub fn kernel(&self) -> Kernel {
+        self.kernel
     }
 
     fn panels(&self) -> usize {
         self.outputs.div_ceil(PANEL)
     }
 
-    /// Packed rows of a panel: one per input (f32), one per pair of inputs padded to
-    /// whole AMX steps (bf16).
+    /// Packed rows of a panel: one per word of inputs, padded to whole AMX steps.
     fn steps(&self) -> usize {
-        match self.precision {
-            Precision::F32 => self.inputs,
-            Precision::Bf16 => bf16_width(self.inputs) / 2,
+        match self.kernel {
+            Kernel::Amx => bf16_width(self.inputs) / 2,
+            k => self.inputs.div_ceil(k.format().group()),
         }
     }
 
@@ -265,12 +293,33 @@ impl Linear {
         }
     }
 
-    /// The packed rows of a panel (see `steps`) that `inputs` covers.
+    /// The packed rows of a panel (see `steps`) that `inputs` covers (`inputs.start`
+    /// a multiple of the word's inputs).
     fn step_range(&self, inputs: &std::ops::Range<usize>) -> std::ops::Range<usize> {
-        match self.precision {
-            Precision::F32 => inputs.clone(),
-            Precision::Bf16 => inputs.start / 2..inputs.start / 2 + bf16_width(inputs.len()) / 2,
+        match self.kernel {
+            Kernel::Amx => inputs.start / 2..inputs.start / 2 + bf16_width(inputs.len()) / 2,
+            k => {
+                let g = k.format().group();
+                debug_assert!(inputs.start.is_multiple_of(g));
+                inputs.start / g..inputs.start / g + inputs.len().div_ceil(g)
+            }
         }
+    }
+
+    /// int8: 128 times each column of `panel`'s weight sums over `steps` (the
+    /// activations' offset to take back out of the products).
+    fn int8_offsets(&self, panel: usize, steps: &std::ops::Range<usize>) -> [i32; PANEL] {
+        let chunks = self.steps().div_ceil(INT8_CHUNK);
+        assert!(
+            steps.start.is_multiple_of(INT8_CHUNK),
+            "int8 parts start at whole chunks"
+        );
+        let mut sums = [0i32; PANEL];
+        for chunk in steps.start / INT8_CHUNK..steps.end.div_ceil(INT8_CHUNK) {
+            let at = &self.sums[(panel * chunks + chunk) * PANEL..][..PANEL];
+            sums.iter_mut().zip(at).for_each(|(s, a)| *s += a);
+        }
+        sums.map(|s| 128 * s)
     }
 
     /// Computes `part` for `rows` rows of `x` (each `part.inputs.len()` long) into `out`.
@@ -279,40 +328,61 @@ impl Linear {
             return;
         }
         #[cfg(target_arch = "x86_64")]
-        if self.precision == Precision::Bf16 {
-            // SAFETY: a bf16 layer exists only where AMX is available (`new`).
+        if self.kernel == Kernel::Amx {
+            // SAFETY: an AMX layer exists only where AMX is available (`new`).
             unsafe { super::amx::with_tiles(|| self.part_amx(x, rows, out, part)) };
             return;
         }
         let weights = self.weights();
         let (k, all_steps) = (part.inputs.len(), self.steps());
         let steps = self.step_range(&part.inputs);
-        PACKED.with_borrow_mut(|packed| {
+        let n_steps = steps.len();
+        let format = self.kernel.format();
+        PACKED.with_borrow_mut(|(packed, row_scales)| {
             for block in (0..rows).step_by(BLOCK_ROWS) {
                 let block_rows = BLOCK_ROWS.min(rows - block);
-                pack_rows(&x[block * k..(block + block_rows) * k], k, packed);
+                pack_rows(
+                    &x[block * k..(block + block_rows) * k],
+                    k,
+                    format,
+                    packed,
+                    row_scales,
+                );
                 for panel in part.panels.clone() {
-                    let w = &weights[(panel * all_steps + steps.start) * PANEL..]
-                        [..steps.len() * PANEL];
+                    let w =
+                        &weights[(panel * all_steps + steps.start) * PANEL..][..n_steps * PANEL];
                     let bias = part.bias(&self.bias, panel);
+                    let offsets = if format == Format::Int8 {
+                        self.int8_offsets(panel, &steps)
+                    } else {
+                        [0; PANEL]
+                    };
+                    let col_scale = if format.scaled() {
+                        &self.scales[panel * PANEL..][..PANEL]
+                    } else {
+                        &ONES[..]
+                    };
                     let cols = PANEL.min(self.outputs - panel * PANEL);
                     let col = part.out_col0 + (panel - part.panels.start) * PANEL;
                     for tile in (0..block_rows).step_by(ROWS) {
                         let n = ROWS.min(block_rows - tile);
-                        let a = &packed[tile * k..][..ROWS * k];
                         let tile = Tile {
-                            a,
+                            a: &packed[tile * n_steps..][..ROWS * n_steps],
                             rows: n,
-                            steps: k,
+                            steps: n_steps,
                             w,
                             bias,
+                            row_scale: &row_scales[tile..][..ROWS],
+                            col_scale,
+                            offsets: &offsets,
                             dst: out.at((block + tile) * part.ld + col),
                             ld: part.ld,
                             cols,
                         };
                         // SAFETY: rows block+tile..+n and these columns are inside `out`
-                        // (checked by the public callers) and no other caller writes them.
-                        unsafe { tile_kernel(&tile) };
+                        // (checked by the public callers) and no other caller writes them;
+                        // the kernel is available (`new`).
+                        unsafe { tile_kernel(self.kernel, &tile) };
                     }
                 }
             }
@@ -404,11 +474,16 @@ impl Part {
 }
 
 thread_local! {
-    /// A block of input rows in tile order (see `pack_rows`), reused between calls.
-    static PACKED: std::cell::RefCell<Vec<Word>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// A block of input rows rounded to bf16 (see `columns_amx`), reused between calls.
+    /// A block of input rows in tile order (see `pack_rows`) and their scales, reused
+    /// between calls.
+    static PACKED: std::cell::RefCell<(Vec<Word>, Vec<f32>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    /// A block of input rows rounded to bf16 (see `part_amx`), reused between calls.
     static ROUNDED: std::cell::RefCell<Vec<u16>> = const { std::cell::RefCell::new(Vec::new()) };
 }
+
+/// Unit scales, for kernels that do not scale.
+static ONES: [f32; PANEL] = [1.0; PANEL];
 
 /// Inputs of a bf16 row: `k` rounded up to whole AMX steps.
 fn bf16_width(k: usize) -> usize {
@@ -419,48 +494,94 @@ fn bf16_width(k: usize) -> usize {
     k.div_ceil(step) * step
 }
 
-/// Copies `x` (rows of `k`) into `packed` tile by tile, each tile a run of steps of
-/// `ROWS` words (the tile's rows at that input index or pair, zero past the last row),
-/// so the kernel reads its broadcasts in order.
-fn pack_rows(x: &[f32], k: usize, packed: &mut Vec<Word>) {
+/// Copies `x` (rows of `k`) into `packed` tile by tile in `format`, each tile a run
+/// of steps of `ROWS` words (the tile's rows at that word of inputs, zero past the last
+/// row), so the kernel reads its broadcasts in order; integer formats are scaled per
+/// row (the scales in `scales`, one per row, tiles padded).
+fn pack_rows(x: &[f32], k: usize, format: Format, packed: &mut Vec<Word>, scales: &mut Vec<f32>) {
     let rows = x.len() / k;
-    let steps = k;
+    let steps = k.div_ceil(format.group());
     let tiles = rows.div_ceil(ROWS);
     packed.clear();
     packed.resize(tiles * ROWS * steps, 0);
+    scales.clear();
+    scales.resize(tiles * ROWS, 1.0);
+    // Rows past the last are zero: as integers that is 0, or 128 offset u8s (int8),
+    // whose products are never stored.
     for (t, tile) in packed.chunks_exact_mut(ROWS * steps).enumerate() {
         for r in 0..ROWS.min(rows - t * ROWS) {
             let row = &x[(t * ROWS + r) * k..][..k];
-            for i in 0..steps {
-                tile[i * ROWS + r] = row[i].to_bits();
+            match format {
+                Format::F32 => {
+                    for (i, v) in row.iter().enumerate() {
+                        tile[i * ROWS + r] = v.to_bits();
+                    }
+                }
+                Format::Bf16 => {
+                    for i in 0..steps {
+                        tile[i * ROWS + r] = word(row, i, format, 1.0, 0);
+                    }
+                }
+                Format::Int16 => {
+                    let scale = scale_of(row, INT16_MAX);
+                    scales[t * ROWS + r] = scale;
+                    // |v / scale| ≤ INT16_MAX by the scale's choice: no clamp needed.
+                    let inv = 1.0 / scale;
+                    let q = |v: f32| (v * inv).round_ties_even() as i32 as u16 as u32;
+                    for (i, pair) in row.chunks(2).enumerate() {
+                        let high = pair.get(1).map_or(0, |&v| q(v));
+                        tile[i * ROWS + r] = q(pair[0]) | (high << 16);
+                    }
+                }
+                Format::Int8 => {
+                    let scale = scale_of(row, int_max(format));
+                    scales[t * ROWS + r] = scale;
+                    let (inv, offset) = (1.0 / scale, if format == Format::Int8 { 128 } else { 0 });
+                    for i in 0..steps {
+                        tile[i * ROWS + r] = word(row, i, format, inv, offset);
+                    }
+                }
             }
         }
     }
 }
 
 /// One tile of a product: `rows` rows (packed in `a`, `steps` steps of `ROWS` words)
-/// times one panel `w` (`steps` rows of `PANEL` words), plus `bias`, into `cols`
-/// columns of `dst` (row stride `ld`).
+/// times one panel `w` (`steps` rows of `PANEL` words), into `cols` columns of `dst`
+/// (row stride `ld`): `(sum - offsets[c]) · row_scale[r] · col_scale[c] + bias[c]`.
 struct Tile<'a> {
     a: &'a [Word],
     rows: usize,
     steps: usize,
     w: &'a [Word],
     bias: &'a [f32],
+    /// Integer kernels' scales (`ROWS` and `PANEL` long; ones otherwise).
+    row_scale: &'a [f32],
+    col_scale: &'a [f32],
+    /// int8's correction for the activations' offset (zeros otherwise).
+    offsets: &'a [i32; PANEL],
     dst: *mut f32,
     ld: usize,
     cols: usize,
 }
 
 /// SAFETY: `tile.dst` must have `tile.rows` rows of `tile.ld` with `tile.cols`
-/// writable values each.
-unsafe fn tile_kernel(tile: &Tile) {
+/// writable values each, and `kernel` must be available.
+unsafe fn tile_kernel(kernel: Kernel, tile: &Tile) {
     #[cfg(target_arch = "x86_64")]
-    if avx512::available() {
-        // SAFETY: the CPU has AVX-512F; the shapes are the caller's promise.
-        unsafe { avx512::tile(tile) };
-        return;
+    // SAFETY (all arms): the CPU has the kernel's features; the shapes are the caller's
+    // promise.
+    unsafe {
+        match kernel {
+            Kernel::Avx512F32 => return avx512::f32(tile),
+            Kernel::Avx512Bf16 => return avx512::bf16(tile),
+            Kernel::Avx512Int16 => return avx512::int16(tile),
+            Kernel::Avx512Int8 => return avx512::int8(tile),
+            Kernel::Avx2 => return avx2::f32(tile),
+            Kernel::Amx | Kernel::Portable => {}
+        }
     }
+    debug_assert_eq!(kernel.format(), Format::F32);
     let mut acc = [[0f32; PANEL]; ROWS];
     portable_tile(tile.a, tile.rows, tile.steps, tile.w, &mut acc);
     for (r, row) in acc.iter().enumerate().take(tile.rows) {
@@ -478,92 +599,6 @@ fn portable_tile(a: &[Word], n: usize, k: usize, w: &[Word], acc: &mut [[f32; PA
             let xi = f32::from_bits(a[i * ROWS + r]);
             for (o, wv) in row.iter_mut().zip(wi) {
                 *o += xi * f32::from_bits(*wv);
-            }
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod avx512 {
-    use std::arch::x86_64::*;
-    use std::sync::OnceLock;
-
-    use super::{PANEL, ROWS, Tile};
-
-    pub fn available() -> bool {
-        static HAS: OnceLock<bool> = OnceLock::new();
-        *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx512f"))
-    }
-
-    /// See `tile_kernel`: f32 products.
-    #[target_feature(enable = "avx512f")]
-    pub unsafe fn tile(t: &Tile) {
-        // SAFETY (all arms): forwarded from the caller.
-        unsafe {
-            match t.rows {
-                14 => rows_f32::<14>(t),
-                13 => rows_f32::<13>(t),
-                12 => rows_f32::<12>(t),
-                11 => rows_f32::<11>(t),
-                10 => rows_f32::<10>(t),
-                9 => rows_f32::<9>(t),
-                8 => rows_f32::<8>(t),
-                7 => rows_f32::<7>(t),
-                6 => rows_f32::<6>(t),
-                5 => rows_f32::<5>(t),
-                4 => rows_f32::<4>(t),
-                3 => rows_f32::<3>(t),
-                2 => rows_f32::<2>(t),
-                1 => rows_f32::<1>(t),
-                _ => {}
-            }
-        }
-    }
-
-    /// `lo`/`hi` hold columns 0-15 and 16-31 of each row; each step adds one input
-    /// times the panel's row.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn rows_f32<const N: usize>(t: &Tile) {
-        const { assert!(N <= ROWS) };
-        debug_assert!(t.a.len() >= ROWS * t.steps && t.w.len() >= t.steps * PANEL);
-        debug_assert!(t.bias.len() >= PANEL);
-        let mut lo = [_mm512_setzero_ps(); N];
-        let mut hi = [_mm512_setzero_ps(); N];
-        let (a, w) = (t.a.as_ptr(), t.w.as_ptr());
-        // SAFETY: reads stay inside `a` (steps of ROWS) and `w` (steps of PANEL); the
-        // stores inside `dst` by the caller's promise.
-        unsafe {
-            for i in 0..t.steps {
-                let w0 = _mm512_load_si512(w.add(i * PANEL).cast());
-                let w1 = _mm512_load_si512(w.add(i * PANEL + 16).cast());
-                for r in 0..N {
-                    let x = _mm512_set1_epi32(*a.add(i * ROWS + r) as i32);
-                    let x = _mm512_castsi512_ps(x);
-                    lo[r] = _mm512_fmadd_ps(x, _mm512_castsi512_ps(w0), lo[r]);
-                    hi[r] = _mm512_fmadd_ps(x, _mm512_castsi512_ps(w1), hi[r]);
-                }
-            }
-            let b0 = _mm512_loadu_ps(t.bias.as_ptr());
-            let b1 = _mm512_loadu_ps(t.bias.as_ptr().add(16));
-            // Masks for a last panel narrower than 32 columns.
-            let cols = t.cols;
-            let m0: __mmask16 = if cols >= 16 {
-                0xffff
-            } else {
-                (1u16 << cols) - 1
-            };
-            let m1: __mmask16 = if cols >= 32 {
-                0xffff
-            } else if cols > 16 {
-                (1u16 << (cols - 16)) - 1
-            } else {
-                0
-            };
-            for r in 0..N {
-                let row = t.dst.add(r * t.ld);
-                _mm512_mask_storeu_ps(row, m0, _mm512_add_ps(lo[r], b0));
-                _mm512_mask_storeu_ps(row.add(16), m1, _mm512_add_ps(hi[r], b1));
             }
         }
     }
@@ -604,6 +639,18 @@ mod tests {
         y
     }
 
+    /// Worst-case error of a kernel's product over `inputs` values in [-1, 1]: each
+    /// rounded or quantised factor is off by at most half a step of its scale.
+    fn tolerance(kernel: Kernel, inputs: usize) -> f32 {
+        let half_step = match kernel.format() {
+            Format::F32 => return 1e-4,
+            Format::Bf16 => 2f32.powi(-9),
+            Format::Int16 => 0.5 / INT16_MAX,
+            Format::Int8 => 0.5 / INT8_MAX,
+        };
+        inputs as f32 * 2.0 * half_step + 1e-3
+    }
+
     fn values(n: usize, seed: u32) -> Vec<f32> {
         (0..n)
             .map(|i| (((i as u32).wrapping_mul(2_654_435_761) ^ seed) % 1000) as f32 / 500.0 - 1.0)
@@ -613,23 +660,33 @@ mod tests {
     #[test]
     fn matches_the_naive_product_at_awkward_shapes() {
         // Outputs not a multiple of the panel, rows not a multiple of the tile, rows
-        // past one block, inputs not a multiple of an AMX step.
-        for (rows, outputs, inputs) in [(1, 40, 17), (13, 64, 33), (300, 70, 24), (9, 31, 8)] {
+        // past one block, inputs not a multiple of an AMX step or of a word, inputs past
+        // one int16 flush (128).
+        let shapes = [
+            (1, 40, 17),
+            (13, 64, 33),
+            (300, 70, 24),
+            (9, 31, 8),
+            (7, 33, 390),
+            (15, 96, 3),
+        ];
+        for (rows, outputs, inputs) in shapes {
             let (x, w, b) = (
                 values(rows * inputs, 1),
                 values(outputs * inputs, 2),
                 values(outputs, 3),
             );
             let want = naive(&x, &w, &b, outputs, inputs);
-            for (precision, tolerance) in [(Precision::F32, 1e-4), (Precision::Bf16, 0.05)] {
-                let layer = Linear::new(&w, &b, outputs, inputs, precision);
+            for kernel in Kernel::available_all() {
+                let tolerance = tolerance(kernel, inputs);
+                let layer = Linear::new(&w, &b, outputs, inputs, kernel);
                 let mut got = vec![f32::NAN; rows * outputs];
                 layer.forward(&x, &mut got);
                 let close = |got: &[f32], how: &str| {
                     for (g, w) in got.iter().zip(&want) {
                         assert!(
                             (g - w).abs() < tolerance,
-                            "{rows}x{outputs}x{inputs} {precision:?} {how}: {g} vs {w}"
+                            "{rows}x{outputs}x{inputs} {kernel} {how}: {g} vs {w}"
                         );
                     }
                 };
@@ -650,8 +707,9 @@ mod tests {
             values(outputs, 6),
         );
         let want = naive(&x, &w, &b, outputs, inputs);
-        for (precision, tolerance) in [(Precision::F32, 1e-4), (Precision::Bf16, 0.05)] {
-            let layer = Linear::new(&w, &b, outputs, inputs, precision);
+        for kernel in Kernel::available_all() {
+            let tolerance = tolerance(kernel, inputs);
+            let layer = Linear::new(&w, &b, outputs, inputs, kernel);
             assert!(layer.splits());
             // Column halves, side by side, are the whole.
             for half in 0..2 {
@@ -665,7 +723,7 @@ mod tests {
                         );
                         assert!(
                             (g - w).abs() < tolerance,
-                            "{precision:?} column half {half}: {g} vs {w}"
+                            "{kernel} column half {half}: {g} vs {w}"
                         );
                     }
                 }
@@ -684,7 +742,7 @@ mod tests {
             for (g, w) in sum.iter().zip(&want) {
                 assert!(
                     (g - w).abs() < tolerance,
-                    "{precision:?} input halves: {g} vs {w}"
+                    "{kernel} input halves: {g} vs {w}"
                 );
             }
         }

@@ -211,6 +211,47 @@ impl<T> Bm25Index<T> {
         }
     }
 
+    /// Heap bytes the index holds, with `payload`'s count of each payload's own heap.
+    pub fn heap_bytes(&self, payload: impl Fn(&T) -> usize) -> usize {
+        use super::heap;
+        let words =
+            |m: &HashMap<String, u32>| heap::map(m) + m.keys().map(heap::string).sum::<usize>();
+        let docs: usize = self
+            .docs
+            .iter()
+            .map(|doc| heap::boxed(&doc.terms[..]) + payload(&doc.payload))
+            .sum();
+        let pooled = {
+            let pool = self.pool.0.lock().expect("pool lock");
+            heap::vec(&*pool) + pool.iter().map(heap::vec).sum::<usize>()
+        };
+        words(&self.vocab)
+            + words(&self.word_ids)
+            + heap::vec(&self.postings)
+            + self.postings.iter().map(heap::vec).sum::<usize>()
+            + heap::vec(&self.df)
+            + heap::vec(&self.docs)
+            + docs
+            + heap::vec(&self.alive)
+            + heap::vec(&self.lens)
+            + heap::map(&self.slot_of)
+            + pooled
+    }
+
+    /// Gives back what the vectors and maps reserved beyond their length (after a
+    /// load, where doubling left up to half of each unused).
+    pub fn shrink_to_fit(&mut self) {
+        self.vocab.shrink_to_fit();
+        self.word_ids.shrink_to_fit();
+        self.postings.shrink_to_fit();
+        self.postings.iter_mut().for_each(Vec::shrink_to_fit);
+        self.df.shrink_to_fit();
+        self.docs.shrink_to_fit();
+        self.alive.shrink_to_fit();
+        self.lens.shrink_to_fit();
+        self.slot_of.shrink_to_fit();
+    }
+
     /// About how many live documents `accept` takes, judged from an even sample of
     /// `samples` of them (exact when the index holds no more).
     pub fn estimate_accepted(&self, samples: usize, accept: impl Fn(&T) -> bool) -> usize {

@@ -40,6 +40,21 @@ impl EpisodeFields {
         }
     }
 
+    /// Heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        use super::heap::{boxed, boxed_str};
+        boxed_str(&self.producer_id)
+            + boxed_str(&self.producer_role)
+            + boxed_str(&self.produced_for_id)
+            + boxed_str(&self.episode_type)
+            + boxed(&self.metadata[..])
+            + self
+                .metadata
+                .iter()
+                .map(|(k, v)| boxed_str(k) + boxed_str(v))
+                .sum::<usize>()
+    }
+
     pub fn of_new(e: &NewEpisode) -> EpisodeFields {
         EpisodeFields::new(
             &e.producer_id,

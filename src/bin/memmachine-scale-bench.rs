@@ -596,7 +596,7 @@ fn measure_recall(corpus: &Corpus, size: usize, args: &Args) -> Result<Recall> {
             k,
         );
         let graph: Vec<Hit> = ann
-            .search(&quantized::quantized(query).0, wanted, |_| true)?
+            .search(&quantized::quantized(query).0, wanted, None)?
             .into_iter()
             .map(|(id, sim)| Hit::dense(id, sim))
             .collect();

@@ -211,6 +211,7 @@ macro_rules! conformance {
                     pair a_write_through_one_handle_is_read_through_the_other,
                     pair a_delete_through_one_handle_is_read_through_the_other,
                     fresh a_tiny_budget_still_answers_every_project,
+                    fresh the_budget_counts_each_indexs_fixed_cost,
                 }
                 semantic {
                     fresh routed_episodes_are_stored_queued_and_claimed_by_count,

@@ -606,3 +606,45 @@ pub async fn a_tiny_budget_still_answers_every_project(store: Arc<dyn Store>) {
         .unwrap();
     assert_eq!(count, 4);
 }
+
+pub async fn the_budget_counts_each_indexs_fixed_cost(store: Arc<dyn Store>) {
+    // One small project's index: the cache counts its whole heap (the tables and
+    // buffers every index has, whatever its size), not a guess per episode.
+    let mut projects = Vec::new();
+    for i in 0..24 {
+        let k = project(&store).await;
+        let text = format!("note {i:02} about the kettle");
+        add(&store, &k, vec![episode(&text, "u", &[], 0)]).await;
+        projects.push(k);
+    }
+    let roomy = IndexCache::new(store.clone(), BUDGET);
+    let heap = roomy
+        .read(&projects[0], None, |index| index.heap_bytes())
+        .await
+        .unwrap();
+    assert_eq!(roomy.usage(), (heap, 1), "counted as its heap");
+    assert!(
+        heap > 1024,
+        "an index's fixed cost is counted: {heap} bytes"
+    );
+    // Room for eight such indexes: the cache keeps no more, and evicts to 15/16.
+    let budget = heap * 8 + heap / 2;
+    let cache = IndexCache::new(store.clone(), budget);
+    let ranker = Ranker::new(&store, &cache);
+    for k in &projects {
+        assert_eq!(ranker.lexical(k, "kettle", 10).await.len(), 1);
+        let (bytes, loaded) = cache.usage();
+        assert!(
+            bytes <= budget,
+            "{bytes} bytes held over a budget of {budget}"
+        );
+        assert!(
+            loaded <= 8,
+            "{loaded} indexes of about {heap} bytes in {budget}"
+        );
+    }
+    assert!(
+        cache.usage().1 >= 6,
+        "eviction stops at 15/16 of the budget"
+    );
+}

@@ -17,6 +17,10 @@ use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
 pub const ANN_MIN_VECTORS: usize = 20_000;
 /// Candidates the graph search keeps while walking (USearch's `ef` at query time).
 const EXPANSION_SEARCH: usize = 256;
+/// Search and insertion contexts reserved. USearch fails a call that finds every
+/// context taken (and the caller would then scan), so there are more than the
+/// blocking threads that may read one project at once, not one per core.
+const CONTEXTS: usize = 64;
 
 pub struct AnnIndex {
     index: Index,
@@ -33,14 +37,9 @@ impl std::fmt::Debug for AnnIndex {
 }
 
 impl AnnIndex {
-    /// A graph over `items` (`(id, codes)`, codes of `dimensions` values), added from
-    /// `threads` threads (the build is the long part of a large project's first load).
-    pub fn build(
-        dimensions: usize,
-        items: &[(i64, &[i8])],
-        expected: usize,
-        threads: usize,
-    ) -> Result<AnnIndex, String> {
+    /// An empty graph for vectors (codes) of `dimensions` values, with room for
+    /// `expected` of them.
+    pub fn new(dimensions: usize, expected: usize) -> Result<AnnIndex, String> {
         let options = IndexOptions {
             dimensions,
             metric: MetricKind::Cos,
@@ -51,20 +50,48 @@ impl AnnIndex {
             multi: false,
         };
         let index = Index::new(&options).map_err(|e| format!("cannot create the graph: {e}"))?;
-        let threads = threads.max(1);
-        index
-            .reserve_capacity_and_threads(expected.max(16), threads)
-            .map_err(|e| format!("cannot reserve the graph: {e}"))?;
         let ann = AnnIndex { index, dimensions };
+        ann.reserve(expected.max(16))?;
+        Ok(ann)
+    }
+
+    /// A graph over `items` (`(id, codes)`, codes of `dimensions` values), added from
+    /// `threads` threads.
+    pub fn build(
+        dimensions: usize,
+        items: &[(i64, &[i8])],
+        expected: usize,
+        threads: usize,
+    ) -> Result<AnnIndex, String> {
+        let ann = AnnIndex::new(dimensions, expected.max(items.len()))?;
+        ann.add_all(items, threads)?;
+        Ok(ann)
+    }
+
+    /// Room for `capacity` vectors, keeping `CONTEXTS` contexts (a plain `reserve`
+    /// would drop them back to one per core).
+    fn reserve(&self, capacity: usize) -> Result<(), String> {
+        self.index
+            .reserve_capacity_and_threads(capacity, CONTEXTS)
+            .map_err(|e| format!("cannot reserve the graph: {e}"))
+    }
+
+    /// Adds `items` (ids not in the graph) from `threads` threads at once (USearch
+    /// inserts concurrently, one context per thread); grows the graph first if needed.
+    pub fn add_all(&self, items: &[(i64, &[i8])], threads: usize) -> Result<(), String> {
+        let wanted = self.index.size() + items.len();
+        if wanted > self.index.capacity() {
+            self.reserve(wanted.max(self.index.capacity() + self.index.capacity() / 8))?;
+        }
+        let threads = threads.clamp(1, CONTEXTS);
         let chunk = items.len().div_ceil(threads).max(1);
         std::thread::scope(|scope| {
             let workers: Vec<_> = items
                 .chunks(chunk)
                 .map(|part| {
-                    let ann = &ann;
                     scope.spawn(move || {
                         part.iter()
-                            .try_for_each(|(id, codes)| ann.add_new(*id, codes))
+                            .try_for_each(|(id, codes)| self.add_new(*id, codes))
                     })
                 })
                 .collect();
@@ -72,8 +99,7 @@ impl AnnIndex {
                 w.join()
                     .unwrap_or_else(|_| Err("a graph builder panicked".into()))
             })
-        })?;
-        Ok(ann)
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -109,10 +135,9 @@ impl AnnIndex {
             self.remove(id);
         }
         if self.index.size() + 1 > self.index.capacity() {
-            let grown = (self.index.capacity() * 2).max(1024);
-            self.index
-                .reserve(grown)
-                .map_err(|e| format!("cannot grow the graph: {e}"))?;
+            // An eighth more: doubling a graph of a million would reserve 400 MB at once.
+            let capacity = self.index.capacity();
+            self.reserve((capacity + capacity / 8).max(1024))?;
         }
         self.add_new(id, codes)
     }
@@ -128,23 +153,27 @@ impl AnnIndex {
         codes.len() == self.dimensions && matches!(self.index.get(id as u64, codes), Ok(n) if n > 0)
     }
 
-    /// Up to `limit` ids most similar to `query` (codes) among those `accept`ed, best
-    /// first, as `(id, cosine of the codes)`. The filter runs during the walk, so it
-    /// applies before the cut (a very selective filter may leave fewer than `limit`:
-    /// the caller then scans).
+    /// Up to `limit` ids most similar to `query` (codes) among those `accept`ed (all
+    /// without a filter), best first, as `(id, cosine of the codes)`. The filter runs
+    /// during the walk, so it applies before the cut (a very selective filter may leave
+    /// fewer than `limit`: the caller then scans).
     pub fn search(
         &self,
         query: &[i8],
         limit: usize,
-        accept: impl Fn(i64) -> bool,
+        accept: Option<&dyn Fn(i64) -> bool>,
     ) -> Result<Vec<(i64, f32)>, String> {
         if query.len() != self.dimensions || limit == 0 || self.is_empty() {
             return Ok(Vec::new());
         }
-        let found = self
-            .index
-            .filtered_search(query, limit, |key| accept(key as i64))
-            .map_err(|e| format!("graph search failed: {e}"))?;
+        // Without a filter, no callback per node visited.
+        let found = match accept {
+            Some(accept) => self
+                .index
+                .filtered_search(query, limit, |key| accept(key as i64)),
+            None => self.index.search(query, limit),
+        }
+        .map_err(|e| format!("graph search failed: {e}"))?;
         Ok(found
             .keys
             .iter()
@@ -198,7 +227,7 @@ mod tests {
         let mut found = 0;
         for (_, query) in &queries {
             let exact = dense::top_k(items.iter().map(|(i, v)| (*i, v.as_slice())), query, 10);
-            let approx = ann.search(&codes(query), 10, |_| true).unwrap();
+            let approx = ann.search(&codes(query), 10, None).unwrap();
             assert_eq!(approx.len(), 10);
             // Similarities are the cosine, best first.
             assert!(approx.windows(2).all(|w| w[0].1 >= w[1].1 - 1e-6));
@@ -224,14 +253,14 @@ mod tests {
         let ann = build(&items, dims);
         let query = &items[10].1;
         let query = &codes(query);
-        let even = ann.search(query, 20, |id| id % 2 == 0).unwrap();
+        let even = ann.search(query, 20, Some(&|id| id % 2 == 0)).unwrap();
         assert_eq!(even.len(), 20);
         assert!(even.iter().all(|(id, _)| id % 2 == 0));
         // The query's own vector is found first, then not once it is removed.
-        assert_eq!(ann.search(query, 1, |_| true).unwrap()[0].0, 11);
+        assert_eq!(ann.search(query, 1, None).unwrap()[0].0, 11);
         ann.remove(11);
         assert!(
-            ann.search(query, 5, |_| true)
+            ann.search(query, 5, None)
                 .unwrap()
                 .iter()
                 .all(|(id, _)| *id != 11)
@@ -254,12 +283,64 @@ mod tests {
         let mut held = vec![0i8; dims];
         assert!(ann.get(1, &mut held) && held == codes(&items[50].1));
         assert!(!ann.get(5000, &mut held), "not held");
-        let best = ann.search(&codes(&items[50].1), 2, |_| true).unwrap();
+        let best = ann.search(&codes(&items[50].1), 2, None).unwrap();
         let ids: Vec<i64> = best.iter().map(|b| b.0).collect();
         assert!(ids.contains(&1) && ids.contains(&51), "{ids:?}");
         // Another length is ignored, and a query of another length finds nothing.
         ann.insert(500, &[1; 3]).unwrap();
         assert_eq!(ann.len(), 100);
-        assert!(ann.search(&[1; 3], 5, |_| true).unwrap().is_empty());
+        assert!(ann.search(&[1; 3], 5, None).unwrap().is_empty());
+    }
+
+    #[test]
+    fn many_concurrent_searches_each_walk_the_graph() {
+        // More searching threads than cores: none may find every context taken (the
+        // caller would then fall back to a full scan), nor may an insert meanwhile.
+        let dims = 16;
+        let items = vectors(2000, dims, 11);
+        let ann = build(&items, dims);
+        let queries: Vec<Vec<i8>> = vectors(16, dims, 12)
+            .iter()
+            .map(|(_, v)| codes(v))
+            .collect();
+        let barrier = std::sync::Barrier::new(queries.len());
+        let failed = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for query in &queries {
+                let (ann, barrier, failed) = (&ann, &barrier, &failed);
+                scope.spawn(move || {
+                    barrier.wait();
+                    for _ in 0..300 {
+                        match ann.search(query, 10, None) {
+                            Ok(hits) if hits.len() == 10 => {}
+                            _ => {
+                                failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(failed.into_inner(), 0, "searches that found no context");
+        // Growing the graph keeps the contexts.
+        let more = vectors(3000, dims, 13);
+        for (id, v) in &more[..1000] {
+            ann.insert(id + 10_000, &codes(v)).unwrap();
+        }
+        assert_eq!(ann.len(), 3000);
+        let failed = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for query in &queries {
+                let (ann, failed) = (&ann, &failed);
+                scope.spawn(move || {
+                    for _ in 0..100 {
+                        if !matches!(ann.search(query, 10, None), Ok(h) if h.len() == 10) {
+                            failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(failed.into_inner(), 0, "after growing");
     }
 }

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex};
 
-use super::heap_size;
+use super::heap;
 use crate::model::filter::{Field, SystemField};
 use crate::model::filter_eval::{Fields, Value};
 use crate::model::{Episode, NewEpisode};
@@ -88,15 +88,12 @@ impl EpisodeFields {
             &self.produced_for_id,
             &self.episode_type,
         ];
-        strings
-            .into_iter()
-            .map(heap_size::interned_str)
-            .sum::<usize>()
+        strings.into_iter().map(heap::interned_str).sum::<usize>()
             + size_of_val(&*self.metadata)
             + self
                 .metadata
                 .iter()
-                .map(|(k, v)| heap_size::interned_str(k) + heap_size::interned_str(v))
+                .map(|(k, v)| heap::interned_str(k) + heap::interned_str(v))
                 .sum::<usize>()
     }
 

@@ -3,8 +3,9 @@
 //! brought up to the store's latest change of that project through its change feed (one
 //! cheap query when nothing changed). So every replica over one database answers the
 //! same, and a write acknowledged anywhere is seen by any read that starts after it.
-//! The cache holds at most `budget` estimated bytes, evicting the least recently used
-//! projects first (the project being read always stays).
+//! The cache holds at most `budget` bytes (each index's counted heap), evicting the
+//! least recently used projects first, down to `EVICT_TO` of the budget (the project
+//! being read always stays).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -23,11 +24,32 @@ const PAGE: usize = 2048;
 /// blocking thread, not to hold up the other tasks of an async worker).
 const RANK_HERE: usize = 20_000;
 
+/// Eviction frees down to this fraction of the budget (15/16), so a full cache does
+/// not sort its projects again on every load.
+const EVICT_TO: (usize, usize) = (15, 16);
+
 pub struct IndexCache {
     store: Arc<dyn Store>,
     budget: usize,
-    slots: Mutex<HashMap<ProjectKey, Arc<Slot>>>,
+    slots: Mutex<Slots>,
     clock: AtomicU64,
+}
+
+/// The loaded projects, and the sum of their bytes (kept as they change: summing ten
+/// thousand on every read cost a fifth of the CPU).
+#[derive(Default)]
+struct Slots {
+    by_key: HashMap<ProjectKey, Arc<Slot>>,
+    total: usize,
+}
+
+impl Slots {
+    fn remove(&mut self, key: &ProjectKey) -> Option<usize> {
+        let slot = self.by_key.remove(key)?;
+        let bytes = slot.bytes.load(Ordering::Relaxed);
+        self.total -= bytes;
+        Some(bytes)
+    }
 }
 
 #[derive(Default)]
@@ -84,14 +106,10 @@ impl IndexCache {
             .map_err(|err| Error::Internal(format!("index read failed: {err}")))
     }
 
-    /// Estimated bytes held, and projects loaded.
+    /// Bytes held, and projects loaded.
     pub fn usage(&self) -> (usize, usize) {
         let slots = self.slots.lock().expect("index slots");
-        let bytes = slots
-            .values()
-            .map(|s| s.bytes.load(Ordering::Relaxed))
-            .sum();
-        (bytes, slots.len())
+        (slots.total, slots.by_key.len())
     }
 
     /// Loads projects (in key order) while the budget lasts, so first reads need not
@@ -145,13 +163,12 @@ impl IndexCache {
             let index = loaded.index.read().expect("index lock");
             (index.estimated_bytes(), index.graph_wanted())
         };
-        slot.bytes.store(bytes, Ordering::Relaxed);
         let index = loaded.index.clone();
         drop(state);
         if graph_wanted {
             build_graph_later(index.clone());
         }
-        self.evict(key);
+        self.account(key, &slot, bytes);
         Ok(index)
     }
 
@@ -161,6 +178,7 @@ impl IndexCache {
             .slots
             .lock()
             .expect("index slots")
+            .by_key
             .entry(key.clone())
             .or_default()
             .clone();
@@ -247,10 +265,6 @@ impl IndexCache {
         if let Some(task) = indexing.take() {
             task.await.map_err(failed)?;
         }
-        let shrunk = index.clone();
-        tokio::task::spawn_blocking(move || shrunk.write().expect("index lock").shrink())
-            .await
-            .map_err(failed)?;
         let mut loaded = Loaded {
             head,
             embedder: embedder.map(str::to_string),
@@ -260,6 +274,10 @@ impl IndexCache {
         if latest.project == head.project {
             self.catch_up(&mut loaded, latest.change).await?;
         }
+        let index = loaded.index.clone();
+        tokio::task::spawn_blocking(move || index.write().expect("index lock").finish_load())
+            .await
+            .map_err(|err| Error::Internal(format!("index load failed: {err}")))?;
         let (episodes, bytes) = {
             let index = loaded.index.read().expect("index lock");
             (index.len(), index.estimated_bytes())
@@ -274,35 +292,34 @@ impl IndexCache {
         Ok(loaded)
     }
 
-    /// Forgets the least recently used projects (never `keep`) while over budget.
-    fn evict(&self, keep: &ProjectKey) {
+    /// Records `slot`'s (of `key`) bytes in the total, then forgets the least recently
+    /// used projects (never `key`) while over budget.
+    fn account(&self, key: &ProjectKey, slot: &Arc<Slot>, bytes: usize) {
         let mut slots = self.slots.lock().expect("index slots");
-        let mut total: usize = slots
-            .values()
-            .map(|s| s.bytes.load(Ordering::Relaxed))
-            .sum();
-        if total <= self.budget {
+        // A slot evicted meanwhile is no longer counted.
+        if !slots.by_key.get(key).is_some_and(|s| Arc::ptr_eq(s, slot)) {
             return;
         }
-        let mut by_age: Vec<(u64, ProjectKey, usize)> = slots
+        let before = slot.bytes.swap(bytes, Ordering::Relaxed);
+        slots.total = slots.total - before + bytes;
+        if slots.total <= self.budget {
+            return;
+        }
+        let target = self.budget / EVICT_TO.1 * EVICT_TO.0;
+        let mut by_age: Vec<(u64, ProjectKey)> = slots
+            .by_key
             .iter()
-            .filter(|(key, _)| *key != keep)
-            .map(|(key, s)| {
-                (
-                    s.last_used.load(Ordering::Relaxed),
-                    key.clone(),
-                    s.bytes.load(Ordering::Relaxed),
-                )
-            })
+            .filter(|(k, _)| *k != key)
+            .map(|(k, s)| (s.last_used.load(Ordering::Relaxed), k.clone()))
             .collect();
-        by_age.sort_unstable_by_key(|(tick, ..)| *tick);
-        for (_, key, bytes) in by_age {
-            if total <= self.budget {
+        by_age.sort_unstable_by_key(|(tick, _)| *tick);
+        for (_, old) in by_age {
+            if slots.total <= target {
                 break;
             }
-            slots.remove(&key);
-            total -= bytes;
-            tracing::debug!(project = %key, bytes, "project index evicted");
+            if let Some(bytes) = slots.remove(&old) {
+                tracing::debug!(project = %old, bytes, "project index evicted");
+            }
         }
     }
 }
@@ -318,7 +335,7 @@ fn build_graph_later(index: Arc<RwLock<ProjectIndex>>) {
         index.begin_graph()
     };
     tokio::task::spawn_blocking(move || {
-        let built = ProjectIndex::build_graph(input);
+        let built = ProjectIndex::build_graph(input, &index);
         index.write().expect("index lock").finish_graph(built);
     });
 }

@@ -6,7 +6,7 @@ pub mod bm25;
 pub mod dense;
 pub mod episode_fields;
 pub mod fusion;
-pub mod heap_size;
+pub mod heap;
 pub mod index_cache;
 pub mod participants;
 pub mod project_index;

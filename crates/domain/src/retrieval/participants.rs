@@ -49,6 +49,21 @@ impl Participants {
         }
     }
 
+    /// Heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        use super::heap;
+        heap::map(&self.names)
+            + self
+                .names
+                .iter()
+                .map(|(key, ids)| {
+                    heap::string(key)
+                        + heap::map(ids)
+                        + ids.keys().map(|id| heap::boxed_str(id)).sum::<usize>()
+                })
+                .sum::<usize>()
+    }
+
     pub fn remove(&mut self, id: &str) {
         let Some((key, _)) = key(id) else {
             return;

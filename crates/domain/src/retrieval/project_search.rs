@@ -42,7 +42,7 @@ impl ProjectIndex {
         let graph = if self.few_pass(filter, &accept) {
             None
         } else {
-            self.nearest(query, limit, limit, &accept)
+            self.nearest(query, limit, limit, filter.is_some(), &accept)
         };
         let best = graph.unwrap_or_else(|| {
             let buffer = RefCell::new(Vec::new());
@@ -81,8 +81,14 @@ impl ProjectIndex {
         let proposed = if self.few_pass(filter, &accept) {
             None
         } else {
-            self.nearest(query, GRAPH_CANDIDATES.max(limit * 4), limit, &accept)
-                .map(|hits| hits.into_iter().map(|(id, _)| id).collect::<Vec<i64>>())
+            self.nearest(
+                query,
+                GRAPH_CANDIDATES.max(limit * 4),
+                limit,
+                filter.is_some(),
+                &accept,
+            )
+            .map(|hits| hits.into_iter().map(|(id, _)| id).collect::<Vec<i64>>())
         };
         self.text.search_hybrid(
             terms,
@@ -131,10 +137,13 @@ impl ProjectIndex {
         query: &[f32],
         want: usize,
         needed: usize,
+        filtered: bool,
         accept: &impl Fn(&Entry) -> bool,
     ) -> Option<Vec<(i64, f32)>> {
         let ann = self.ann.as_ref()?;
         let accepted = |id: i64| self.text.payload(id).is_some_and(accept);
+        // The graph holds live episodes only: without a filter every one passes.
+        let accepted: Option<&dyn Fn(i64) -> bool> = filtered.then_some(&accepted);
         match ann.search(&ProjectIndex::query_codes(query), want, accepted) {
             Ok(hits) if hits.len() >= needed => Some(hits),
             Ok(_) => None,

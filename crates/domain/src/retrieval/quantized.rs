@@ -159,6 +159,11 @@ impl Slab {
     pub fn bytes(&self) -> usize {
         self.codes.capacity() + self.free.capacity() * 4
     }
+
+    pub fn shrink_to_fit(&mut self) {
+        self.codes.shrink_to_fit();
+        self.free.shrink_to_fit();
+    }
 }
 
 #[cfg(test)]

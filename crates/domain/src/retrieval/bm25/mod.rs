@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use self::maxscore::{Scorer, Term};
 use self::postings::{Postings, Slots, Sweep};
 use super::rescore::{Dense, Hit};
-use super::{fusion, heap_size, tokenize};
+use super::{fusion, heap, tokenize};
 
 const K1: f32 = 1.2;
 const B: f32 = 0.75;
@@ -324,27 +324,27 @@ impl<T> Bm25Index<T> {
     /// each held payload's own heap bytes (beyond its size, which is counted here).
     pub fn heap_bytes(&self, payload: impl Fn(&T) -> usize) -> usize {
         let strings = |map: &HashMap<Box<str>, u32>| {
-            heap_size::map(map) + map.keys().map(|k| k.len()).sum::<usize>()
+            heap::map(map) + map.keys().map(|k| k.len()).sum::<usize>()
         };
         strings(&self.vocab)
             + strings(&self.word_ids)
-            + heap_size::vec(&self.postings)
+            + heap::vec(&self.postings)
             + self
                 .postings
                 .iter()
                 .map(Postings::heap_bytes)
                 .sum::<usize>()
-            + heap_size::vec(&self.df)
-            + heap_size::vec(&self.context_df)
-            + heap_size::vec(&self.docs)
+            + heap::vec(&self.df)
+            + heap::vec(&self.context_df)
+            + heap::vec(&self.docs)
             + self
                 .docs
                 .iter()
-                .map(|doc| doc.terms.len() * size_of::<u32>() + payload(&doc.payload))
+                .map(|doc| heap::boxed(&doc.terms[..]) + payload(&doc.payload))
                 .sum::<usize>()
-            + heap_size::vec(&self.alive)
-            + heap_size::vec(&self.lens)
-            + heap_size::map(&self.slot_of)
+            + heap::vec(&self.alive)
+            + heap::vec(&self.lens)
+            + heap::map(&self.slot_of)
             + self.pool.heap_bytes()
     }
 
@@ -680,7 +680,7 @@ const POOLED_BUFFERS: usize = 4;
 impl ScorePool {
     fn heap_bytes(&self) -> usize {
         let pool = self.0.lock().expect("pool lock");
-        heap_size::vec(&pool) + pool.iter().map(heap_size::vec).sum::<usize>()
+        heap::vec(&pool) + pool.iter().map(heap::vec).sum::<usize>()
     }
 
     fn take(&self, slots: usize) -> Scores<'_> {

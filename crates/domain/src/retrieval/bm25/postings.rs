@@ -3,7 +3,7 @@
 //! never change). Also the walks over them that scoring needs: the sweep of the
 //! context field in slot order, and the lookup of one slot's frequencies.
 
-use super::super::heap_size;
+use super::super::heap;
 
 /// A frequency byte meaning "look it up in `big`".
 const BIG: u8 = u8::MAX;
@@ -85,12 +85,12 @@ impl Postings {
     }
 
     pub(super) fn heap_bytes(&self) -> usize {
-        heap_size::vec(&self.slots)
-            + heap_size::vec(&self.tfs)
+        heap::vec(&self.slots)
+            + heap::vec(&self.tfs)
             + self
                 .big
                 .as_ref()
-                .map_or(0, |big| size_of::<Vec<(u32, u32)>>() + heap_size::vec(big))
+                .map_or(0, |big| size_of::<Vec<(u32, u32)>>() + heap::vec(big))
     }
 }
 

@@ -25,12 +25,13 @@ pub fn boxed_str(s: &str) -> usize {
     s.len()
 }
 
-/// An interned string's allocation (two counts and the bytes), split evenly among its
-/// holders beside the interner (which holds one reference), so summing over every
-/// holder counts it once.
+/// An interned string's allocation (two counts and the bytes, padded to the counts'
+/// alignment), split evenly among its holders beside the interner (which holds one
+/// reference), so summing over every holder counts it once (rounded down: rounding up
+/// would count a byte per holder of a string held thousands of times).
 pub fn interned_str(s: &Arc<str>) -> usize {
     let holders = Arc::strong_count(s).saturating_sub(1).max(1);
-    (2 * size_of::<usize>() + s.len()).div_ceil(holders)
+    (2 * size_of::<usize>() + s.len()).next_multiple_of(align_of::<usize>()) / holders
 }
 
 /// Control bytes the hash table reads at once (hashbrown's `Group::WIDTH`).

@@ -68,7 +68,7 @@ pub struct ResourceInfo {
     /// `ready`, `failed` or `pending`.
     status: &'static str,
     error: Option<String>,
-    /// The local embedder's product kernel (`--embedder-kernel`), e.g. `avx512-int16`.
+    /// The local embedder's product kernel (`--embedder-kernel`), e.g. `avx512-bf16`.
     #[serde(skip_serializing_if = "Option::is_none")]
     kernel: Option<String>,
 }

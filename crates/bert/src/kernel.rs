@@ -53,12 +53,13 @@ impl Format {
 
 impl Kernel {
     /// Every kernel, in `auto`'s order of preference (fastest first on the machines
-    /// measured; see BENCHMARKS.md), int8 last as it is never chosen by `auto`.
+    /// measured; see BENCHMARKS.md): int16 is lossy yet no faster than f32 there, so
+    /// it comes after it, and int8 last as it is never chosen by `auto`.
     pub const ALL: [Kernel; 7] = [
         Kernel::Amx,
-        Kernel::Avx512Int16,
-        Kernel::Avx512F32,
         Kernel::Avx512Bf16,
+        Kernel::Avx512F32,
+        Kernel::Avx512Int16,
         Kernel::Avx2,
         Kernel::Portable,
         Kernel::Avx512Int8,

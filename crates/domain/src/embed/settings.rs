@@ -112,7 +112,7 @@ pub struct Flags {
     /// avx512-bf16, avx512 (f32), avx2 or portable; one the CPU lacks is refused at
     /// start. auto takes the fastest whose vectors stay within a cosine of 0.999 of f32
     /// (int8 never), or follows --embedder-precision
-    #[arg(long, env = "MEMMACHINE_EMBED_KERNEL", value_enum, default_value_t)]
+    #[arg(long, env = "MEMMACHINE_EMBEDDER_KERNEL", value_enum, default_value_t)]
     pub embedder_kernel: EmbedderKernel,
     /// API key of the embeddings endpoint: only from the environment
     /// (MEMMACHINE_EMBEDDER_API_KEY) or the config file

@@ -277,7 +277,7 @@ impl IndexCache {
         let index = loaded.index.clone();
         tokio::task::spawn_blocking(move || index.write().expect("index lock").finish_load())
             .await
-            .map_err(|err| Error::Internal(format!("index load failed: {err}")))?;
+            .map_err(failed)?;
         let (episodes, bytes) = {
             let index = loaded.index.read().expect("index lock");
             (index.len(), index.estimated_bytes())

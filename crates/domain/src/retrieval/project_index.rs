@@ -300,14 +300,13 @@ impl ProjectIndex {
         let Some((codes, scale)) = self.encode(&vector) else {
             return;
         };
-        if previous.is_none() {
+        let added = if previous.is_none() {
             self.vectors += 1;
-        }
-        self.changed(if previous.is_none() {
             vector_bytes(codes.len())
         } else {
             0
-        });
+        };
+        self.changed(added);
         let slot = self.place(id, &codes, previous);
         if let Some(entry) = self.text.payload_mut(id) {
             entry.vector = Some(Coded { slot, scale });

@@ -38,6 +38,19 @@ impl Server {
         extra_args: &[String],
         startup: Duration,
     ) -> Result<Server> {
+        Server::start_with_env(executable, label, keep, extra_args, &[], startup)
+    }
+
+    /// As [`start`](Self::start), with `env` set in the server's environment (for
+    /// secrets the server reads only from there, such as `MEMMACHINE_LLM_API_KEY`).
+    pub fn start_with_env(
+        executable: &Path,
+        label: &str,
+        keep: Option<&Path>,
+        extra_args: &[String],
+        env: &[(&str, &str)],
+        startup: Duration,
+    ) -> Result<Server> {
         let data_dir = keep.map_or_else(
             || {
                 std::env::temp_dir().join(format!(
@@ -55,6 +68,7 @@ impl Server {
             .args(extra_args)
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -25,6 +25,8 @@ pub struct Server {
     index_bytes: Arc<AtomicU64>,
     /// Vector graphs it has reported built ("vector graph built").
     graphs: Arc<AtomicU64>,
+    /// The last warning or error line it logged.
+    last_warning: Arc<Mutex<Option<String>>>,
 }
 
 impl Server {
@@ -85,12 +87,14 @@ impl Server {
         let embedded = Arc::new(AtomicU64::new(0));
         let index_bytes = Arc::new(AtomicU64::new(0));
         let graphs = Arc::new(AtomicU64::new(0));
+        let last_warning = Arc::new(Mutex::new(None));
         let (found, addr_rx) = mpsc::channel();
         {
             let counters = Counters {
                 embedded: embedded.clone(),
                 index_bytes: index_bytes.clone(),
                 graphs: graphs.clone(),
+                last_warning: last_warning.clone(),
             };
             let log_tail = log_tail.clone();
             std::thread::Builder::new()
@@ -106,6 +110,7 @@ impl Server {
             embedded,
             index_bytes,
             graphs,
+            last_warning,
         };
         match addr_rx.recv_timeout(startup) {
             Ok(addr) => server.addr = addr,
@@ -183,6 +188,11 @@ impl Server {
         }
     }
 
+    /// The last warning or error line the server logged, if any.
+    pub fn last_warning(&self) -> Option<String> {
+        self.last_warning.lock().expect("warning lock").clone()
+    }
+
     /// Episodes the server has reported embedded so far.
     pub fn embedded(&self) -> u64 {
         self.embedded.load(Ordering::Relaxed)
@@ -213,6 +223,7 @@ struct Counters {
     embedded: Arc<AtomicU64>,
     index_bytes: Arc<AtomicU64>,
     graphs: Arc<AtomicU64>,
+    last_warning: Arc<Mutex<Option<String>>>,
 }
 
 /// Reads the server's stderr to the end: sends the listening address once it serves,
@@ -225,6 +236,7 @@ fn drain_stderr(
 ) {
     let mut found = Some(found);
     let mut listening = None;
+    let mut repeats: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
     for line in BufReader::new(stderr).lines() {
         let Ok(line) = line else { break };
         if line.contains("gRPC server listening") {
@@ -250,11 +262,23 @@ fn drain_stderr(
         if line.contains("vector graph built") {
             counters.graphs.fetch_add(1, Ordering::Relaxed);
         }
-        if line.contains(" WARN ")
-            || line.contains(" ERROR ")
-            || line.contains("vector graph built")
-        {
+        if line.contains("vector graph built") {
             eprintln!("[server] {line}");
+        } else if line.contains(" WARN ") || line.contains(" ERROR ") {
+            // A model or endpoint that keeps failing repeats one warning for every
+            // call: the first few are shown whole, then a count now and then.
+            *counters.last_warning.lock().expect("warning lock") = Some(line.clone());
+            let kind = line_kind(&line);
+            let seen = repeats.entry(kind.to_string()).or_insert(0u64);
+            *seen += 1;
+            if *seen <= ECHOED_REPEATS {
+                eprintln!("[server] {line}");
+                if *seen == ECHOED_REPEATS {
+                    eprintln!("[server] (more warnings like the last are counted, not shown)");
+                }
+            } else if seen.is_power_of_two() {
+                eprintln!("[server] ({seen} so far) {kind}");
+            }
         }
         let mut tail = tail.lock().expect("log lock");
         if tail.len() >= 20 {
@@ -262,6 +286,24 @@ fn drain_stderr(
         }
         tail.push(line);
     }
+}
+
+/// Warnings and errors of one kind echoed whole before they are only counted.
+const ECHOED_REPEATS: u64 = 3;
+
+/// What makes log lines alike: the level, target and message, without the time and the
+/// `name=value` fields.
+fn line_kind(line: &str) -> &str {
+    let start = line
+        .find(" WARN ")
+        .or_else(|| line.find(" ERROR "))
+        .map_or(0, |at| at + 1);
+    let rest = &line[start..];
+    let end = rest
+        .find('=')
+        .and_then(|eq| rest[..eq].rfind(' '))
+        .unwrap_or(rest.len());
+    rest[..end].trim_end()
 }
 
 /// The `addr=HOST:PORT` field of a log line.
@@ -285,4 +327,23 @@ pub struct EmbedWait {
     /// Episodes reported embedded when the wait ended.
     pub embedded: u64,
     pub complete: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warnings_are_alike_by_level_target_and_message() {
+        let a = "2026-12-04T19:59:43.716358Z  WARN memmachine_domain::llm::openai: chat \
+                 completion request failed; retrying endpoint=http://x/v1 attempt=1 of=4";
+        let b = "2026-12-04T20:00:43.716358Z  WARN memmachine_domain::llm::openai: chat \
+                 completion request failed; retrying endpoint=http://x/v1 attempt=3 of=4";
+        assert_eq!(line_kind(a), line_kind(b));
+        assert_eq!(
+            line_kind(a),
+            "WARN memmachine_domain::llm::openai: chat completion request failed; retrying"
+        );
+        assert_eq!(line_kind("x ERROR y: gone"), "ERROR y: gone");
+    }
 }

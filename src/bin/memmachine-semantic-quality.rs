@@ -80,7 +80,9 @@
 //!   endpoint counts them), each per 100 turns added; mean seconds per call
 //!   (`memmachine_llm_call_seconds` sum / count);
 //! - seconds per batch: from the first add until the queue drained, over the batches
-//!   applied (`batch_applied` events); batches retried (`batch_retried`: the model failed
+//!   applied (`batch_applied` events), and over those applied or failed (the workers
+//!   distil up to 4 sets at once, so this is wall time per batch, not a call's
+//!   latency); batches retried (`batch_retried`: the model failed
 //!   or could not be reached, the batch stays queued with backoff), failed
 //!   (`batch_failed`: answers still invalid after the corrections; their messages count
 //!   as `messages_failed`), invalid answers (`invalid_answers`: each answer that did not
@@ -92,6 +94,13 @@
 //!   (`dup any`); normalised is lower-cased, every run of characters other than letters
 //!   and digits one space, trimmed. The rate is duplicates / features (a group of three
 //!   equal ones counts two).
+//!
+//! What the server does that the figures show: a command that names no message cites
+//! every message of its batch (up to 20 turns), and a consolidation gives each feature
+//! it writes the citations of every feature it replaced, so a feature may cite many
+//! turns ("turns cited per feature"; "k features" then counts many turns per feature).
+//! The model calls are counted per call the server makes: the endpoint may have been
+//! sent a call up to 4 times (its client retries 5xx and timeouts within a call).
 //!
 //! `--dump-features FILE` writes every feature as a JSON line (conversation, set, set
 //! label, category, tag, feature, value, cited `dia_id`s); `--json FILE` the figures;
@@ -1350,6 +1359,13 @@ fn print_report(cx: &Context, run: &Run) {
     let q = run.questions.max(1) as f64;
     let total = total_sets(run);
     let batches = event(run, "batch_applied");
+    let per_batch = |n: f64| {
+        if n > 0.0 {
+            format!("{:.1}", run.drain.wall.as_secs_f64() / n)
+        } else {
+            "n/a".into()
+        }
+    };
     println!();
     println!(
         "## memmachine-semantic-quality: model `{}` at {} ({})",
@@ -1469,17 +1485,15 @@ fn print_report(cx: &Context, run: &Run) {
     println!();
     println!(
         "Distillation: {:.0} messages queued, {:.0} ingested, {:.0} failed; {:.0} batches \
-         applied ({} s per batch of wall time), {:.0} retried, {:.0} failed; {:.0} invalid \
-         answers; {:.0} commands applied; {:.0} consolidations.",
+         applied ({} s of wall time per batch applied, {} per batch applied or failed), {:.0} \
+         retried, {:.0} failed; {:.0} invalid answers; {:.0} commands applied; {:.0} \
+         consolidations.",
         run.queued,
         event(run, "messages_ingested"),
         event(run, "messages_failed"),
         batches,
-        if batches > 0.0 {
-            format!("{:.1}", run.drain.wall.as_secs_f64() / batches)
-        } else {
-            "n/a".into()
-        },
+        per_batch(batches),
+        per_batch(batches + event(run, "batch_failed")),
         event(run, "batch_retried"),
         event(run, "batch_failed"),
         event(run, "invalid_answers"),

@@ -11,10 +11,10 @@
 //!    `OPENAI_API_KEY` reaches the server as `MEMMACHINE_LLM_API_KEY`, the only way it
 //!    takes one), or with `--scripted`: the scripted chat model of `support/chat.rs`,
 //!    served from this process (synthetic answers: its recall means nothing, it proves
-//!    the plumbing). `--llm-json-object` puts a proxy in this process between the server
-//!    and the endpoint that sends `response_format` json_schema as json_object with the
-//!    schema (for llama-cpp-python's server, which refuses json_schema with a 500). The
-//!    embedder is `--embedder` [default: `local` with `--model-dir`
+//!    the plumbing). The server talks to the endpoint directly and handles one that
+//!    refuses `response_format` json_schema (llama-cpp-python's server answers 500): it
+//!    tries json_object with the schema, json_object, then no format, and remembers the
+//!    first that works. The embedder is `--embedder` [default: `local` with `--model-dir`
 //!    (`.tools/models/all-MiniLM-L6-v2`) when that directory exists, else `hash`]. The
 //!    server gets `--semantic-trigger-messages 20 --semantic-trigger-age 2` (a set is
 //!    distilled in batches of 20 messages, the rest after 2 s), `--semantic-lease 3600`
@@ -199,11 +199,6 @@ struct Args {
     /// Seconds one model call may take (the server's --llm-timeout)
     #[arg(long, default_value_t = 300.0)]
     llm_timeout: f64,
-    /// Reach --llm-base-url through a proxy in this process that sends `response_format`
-    /// `{"type": "json_schema", ...}` as `{"type": "json_object", "schema": ...}`, for
-    /// endpoints that refuse json_schema (llama-cpp-python's server answers 500)
-    #[arg(long, requires = "llm_base_url")]
-    llm_json_object: bool,
     /// Use the scripted chat model served from this process instead of an endpoint
     #[arg(long, conflicts_with_all = ["llm_base_url", "llm_model"])]
     scripted: bool,
@@ -527,142 +522,6 @@ fn set_label(entry: Option<&pb::SetEntry>, set_id: &str) -> String {
         "org".into()
     } else {
         set_id.into()
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// The json_object proxy
-
-/// Forwards every request to `upstream`, rewriting a chat request's `response_format`
-/// `json_schema` as `json_object` with the schema (llama-cpp-python turns that into a
-/// grammar). Serves until dropped.
-struct JsonObjectProxy {
-    addr: std::net::SocketAddr,
-    /// The upstream's path (e.g. `/v1`), which the proxy's base URL repeats.
-    path: String,
-    /// Requests rewritten.
-    rewritten: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-#[derive(Clone)]
-struct ProxyState {
-    /// `scheme://host:port` of the endpoint: the request's path is appended.
-    origin: String,
-    client: reqwest::Client,
-    rewritten: std::sync::Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl JsonObjectProxy {
-    async fn start(upstream: &str) -> Result<JsonObjectProxy> {
-        let url = reqwest::Url::parse(upstream)
-            .map_err(|err| format!("--llm-base-url {}: {err}", redact(upstream)))?;
-        let path = url.path().trim_end_matches('/').to_string();
-        let mut origin = url.clone();
-        origin.set_path("");
-        origin.set_query(None);
-        origin.set_fragment(None);
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
-        let addr = listener.local_addr()?;
-        let rewritten = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let state = ProxyState {
-            origin: origin.as_str().trim_end_matches('/').to_string(),
-            client: reqwest::Client::new(),
-            rewritten: rewritten.clone(),
-        };
-        let app = axum::Router::new().fallback(forward).with_state(state);
-        let task = tokio::spawn(async move {
-            if let Err(err) = axum::serve(listener, app).await {
-                eprintln!("json_object proxy stopped: {err}");
-            }
-        });
-        Ok(JsonObjectProxy {
-            addr,
-            path,
-            rewritten,
-            task,
-        })
-    }
-
-    /// The `--llm-base-url` to give the server: the upstream's path, here.
-    fn base_url(&self) -> String {
-        format!("http://{}{}", self.addr, self.path)
-    }
-
-    fn rewritten(&self) -> u64 {
-        self.rewritten.load(std::sync::atomic::Ordering::Relaxed)
-    }
-}
-
-impl Drop for JsonObjectProxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// `response_format` `{"type": "json_schema", "json_schema": {"schema": S}}` as
-/// `{"type": "json_object", "schema": S}`; whether the body was changed.
-fn to_json_object(body: &mut serde_json::Value) -> bool {
-    let Some(format) = body.get_mut("response_format") else {
-        return false;
-    };
-    if format["type"] != "json_schema" {
-        return false;
-    }
-    let schema = format["json_schema"]["schema"].take();
-    *format = if schema.is_null() {
-        json!({"type": "json_object"})
-    } else {
-        json!({"type": "json_object", "schema": schema})
-    };
-    true
-}
-
-async fn forward(
-    axum::extract::State(state): axum::extract::State<ProxyState>,
-    uri: axum::http::Uri,
-    headers: axum::http::HeaderMap,
-    body: axum::body::Bytes,
-) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    let mut bytes = body.to_vec();
-    if let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(&bytes)
-        && to_json_object(&mut value)
-    {
-        state
-            .rewritten
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        bytes = value.to_string().into_bytes();
-    }
-    let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
-    let mut request = state
-        .client
-        .post(format!("{}{path}", state.origin))
-        .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .body(bytes);
-    if let Some(auth) = headers.get(reqwest::header::AUTHORIZATION) {
-        request = request.header(reqwest::header::AUTHORIZATION, auth.clone());
-    }
-    match request.send().await {
-        Ok(response) => {
-            let status = response.status();
-            let content_type = response
-                .headers()
-                .get(reqwest::header::CONTENT_TYPE)
-                .cloned();
-            let body = response.bytes().await.unwrap_or_default();
-            let mut out = (status, body).into_response();
-            if let Some(content_type) = content_type {
-                out.headers_mut()
-                    .insert(reqwest::header::CONTENT_TYPE, content_type);
-            }
-            out
-        }
-        Err(err) => (
-            axum::http::StatusCode::BAD_GATEWAY,
-            format!("json_object proxy: {err}"),
-        )
-            .into_response(),
     }
 }
 
@@ -1801,16 +1660,12 @@ fn main() -> Result<()> {
         } else {
             None
         };
-        let upstream = args.llm_base_url.clone().unwrap_or_default();
-        let proxy = if args.llm_json_object {
-            Some(JsonObjectProxy::start(&upstream).await?)
-        } else {
-            None
-        };
-        let (base_url, model) = match (&scripted, &proxy) {
-            (Some(chat), _) => (chat.base_url(), "scripted".to_string()),
-            (None, Some(proxy)) => (proxy.base_url(), args.llm_model.clone().unwrap_or_default()),
-            (None, None) => (upstream.clone(), args.llm_model.clone().unwrap_or_default()),
+        let (base_url, model) = match &scripted {
+            Some(chat) => (chat.base_url(), "scripted".to_string()),
+            None => (
+                args.llm_base_url.clone().unwrap_or_default(),
+                args.llm_model.clone().unwrap_or_default(),
+            ),
         };
         let result = run(
             &args,
@@ -1822,16 +1677,7 @@ fn main() -> Result<()> {
             started,
         )
         .await?;
-        let endpoint = match &proxy {
-            Some(proxy) => format!(
-                "{} (through the json_object proxy: {} requests rewritten)",
-                redact(&upstream),
-                proxy.rewritten()
-            ),
-            None if scripted.is_some() => redact(&base_url),
-            None => redact(&upstream),
-        };
-        Ok::<_, support::BoxError>((result, model, endpoint))
+        Ok::<_, support::BoxError>((result, model, redact(&base_url)))
     })?;
     let cx = Context {
         args: &args,

@@ -1,0 +1,158 @@
+//! The conversations: which are used, one project each, and their turns added.
+
+use std::collections::HashMap;
+
+use memmachine::pb;
+use memmachine::pb::memory_service_client::MemoryServiceClient;
+use memmachine::pb::project_service_client::ProjectServiceClient;
+use memmachine::pb::semantic_service_client::SemanticServiceClient;
+use tonic::transport::Channel;
+
+use crate::options::Args;
+use crate::support::Result;
+use crate::support::locomo::{self, Conversation};
+use crate::support::server::Server;
+
+pub const ORG: &str = "locomo";
+
+/// The project set's category with `--project-category`.
+pub const PROJECT_CATEGORY: &str = "events";
+
+/// Its prompt.
+pub const PROJECT_CATEGORY_PROMPT: &str = "Extract what happened in the conversation \
+    and when: events, activities, plans and decisions of either speaker, with the people, \
+    places and dates involved (use the message timestamps to date them). One event per \
+    feature, with a short feature name (\"charity race\", \"trip to Paris\") and a concise \
+    value saying who, what and when.";
+
+pub struct Project {
+    pub id: String,
+    /// Episode uid → `dia_id`.
+    pub dia: HashMap<String, String>,
+}
+
+/// The conversations asked for, and the dropped evidence ids among them.
+pub fn select(args: &Args) -> Result<(Vec<Conversation>, Vec<String>)> {
+    let format = locomo::ContentFormat::default();
+    let limit = if args.conversation_ids.is_empty() {
+        Some(args.skip + args.conversations)
+    } else {
+        None
+    };
+    let (all, stats) = locomo::load(&args.locomo, limit, format)?;
+    let chosen: Vec<Conversation> = if args.conversation_ids.is_empty() {
+        all.into_iter().skip(args.skip).collect()
+    } else {
+        let mut chosen = Vec::new();
+        let mut all: Vec<Option<Conversation>> = all.into_iter().map(Some).collect();
+        for id in &args.conversation_ids {
+            let found = all
+                .iter_mut()
+                .find(|c| c.as_ref().is_some_and(|c| &c.sample_id == id))
+                .and_then(Option::take)
+                .ok_or_else(|| format!("no conversation {id:?} in {}", args.locomo.display()))?;
+            chosen.push(found);
+        }
+        chosen
+    };
+    if chosen.is_empty() {
+        return Err("no conversations selected".into());
+    }
+    let dropped = stats
+        .dropped_ids
+        .into_iter()
+        .filter(|id| {
+            chosen
+                .iter()
+                .any(|c| id.starts_with(&format!("{}:", c.sample_id)))
+        })
+        .collect();
+    Ok((chosen, dropped))
+}
+
+pub async fn create_project(
+    args: &Args,
+    channel: &Channel,
+    conversation: &Conversation,
+    server: &Server,
+) -> Result<String> {
+    let project_id = conversation.sample_id.clone();
+    ProjectServiceClient::new(channel.clone())
+        .create_project(pb::CreateProjectRequest {
+            org_id: ORG.into(),
+            project_id: project_id.clone(),
+            description: format!("LoCoMo {} (semantic quality)", conversation.sample_id),
+            config: Some(pb::ProjectConfig {
+                embedder: String::new(),
+                reranker: args.reranker.clone(),
+            }),
+        })
+        .await
+        .map_err(|err| server.error("CreateProject failed", err))?;
+    if args.project_category {
+        let mut semantic = SemanticServiceClient::new(channel.clone());
+        let set_id = semantic
+            .get_set_id(pb::GetSetIdRequest {
+                org_id: ORG.into(),
+                project_id: project_id.clone(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|err| server.error("GetSetId failed", err))?
+            .into_inner()
+            .set_id;
+        semantic
+            .add_category(pb::AddCategoryRequest {
+                org_id: ORG.into(),
+                project_id: project_id.clone(),
+                set_id,
+                category_name: PROJECT_CATEGORY.into(),
+                prompt: PROJECT_CATEGORY_PROMPT.into(),
+                description: "memmachine-semantic-quality: the conversation's events".into(),
+            })
+            .await
+            .map_err(|err| server.error("AddCategory failed", err))?;
+    }
+    Ok(project_id)
+}
+
+/// Adds the conversation's turns, episodic and semantic; the uid → `dia_id` map.
+pub async fn add_turns(
+    args: &Args,
+    channel: &Channel,
+    conversation: &Conversation,
+    project_id: &str,
+    server: &Server,
+) -> Result<HashMap<String, String>> {
+    let mut memories = MemoryServiceClient::new(channel.clone());
+    let mut dia = HashMap::new();
+    for mut request in conversation.add_requests(ORG, project_id, args.batch) {
+        request.types = vec![
+            pb::MemoryType::Episodic as i32,
+            pb::MemoryType::Semantic as i32,
+        ];
+        let ids: Vec<String> = request
+            .messages
+            .iter()
+            .map(|m| m.metadata.get("dia_id").cloned().unwrap_or_default())
+            .collect();
+        let results = memories
+            .add_memories(request)
+            .await
+            .map_err(|err| server.error("AddMemories failed", err))?
+            .into_inner()
+            .results;
+        if results.len() != ids.len() {
+            return Err(format!(
+                "AddMemories returned {} uids for {} messages",
+                results.len(),
+                ids.len()
+            )
+            .into());
+        }
+        for (result, id) in results.into_iter().zip(ids) {
+            dia.insert(result.uid, id);
+        }
+    }
+    Ok(dia)
+}

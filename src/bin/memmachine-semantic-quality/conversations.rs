@@ -1,6 +1,7 @@
-//! The conversations: which are used, one project each, and their turns added.
+//! The conversations: which are used (and how many of their turns), one project each,
+//! and their turns added.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use memmachine::pb;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
@@ -31,8 +32,64 @@ pub struct Project {
     pub dia: HashMap<String, String>,
 }
 
-/// The conversations asked for, and the dropped evidence ids among them.
-pub fn select(args: &Args) -> Result<(Vec<Conversation>, Vec<String>)> {
+/// The conversations used, cut to `--turns`.
+pub struct Selection {
+    /// The first `--turns` turns of each, and the questions whose evidence lies there.
+    pub conversations: Vec<Conversation>,
+    /// Evidence ids of these conversations naming no turn (dropped).
+    pub dropped: Vec<String>,
+    /// The conversations' turns before the cut.
+    pub all_turns: usize,
+    /// Their questions (categories 1-4, with evidence) before the cut.
+    pub all_questions: usize,
+    /// `--turns`.
+    pub turns_limit: Option<usize>,
+}
+
+impl Selection {
+    pub fn turns(&self) -> usize {
+        self.conversations.iter().map(|c| c.turns.len()).sum()
+    }
+
+    pub fn questions(&self) -> usize {
+        self.conversations.iter().map(|c| c.questions.len()).sum()
+    }
+
+    /// The sample ids, comma-separated.
+    pub fn ids(&self) -> String {
+        self.conversations
+            .iter()
+            .map(|c| c.sample_id.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// How many conversations, turns and questions are used (and of how many).
+    pub fn scope(&self) -> String {
+        let n = self.conversations.len();
+        match self.turns_limit {
+            None => format!(
+                "{n} conversation(s), {} turns, {} questions of categories 1-4",
+                self.turns(),
+                self.questions()
+            ),
+            Some(limit) => format!(
+                "{n} conversation(s), the first {limit} turns of each: {} of {} turns; {} of {} \
+                 questions of categories 1-4 (those all of whose evidence lies within them)",
+                self.turns(),
+                self.all_turns,
+                self.questions(),
+                self.all_questions
+            ),
+        }
+    }
+}
+
+/// The conversations asked for, cut to `--turns`, and the dropped evidence ids among them.
+pub fn select(args: &Args) -> Result<Selection> {
+    if args.turns == Some(0) {
+        return Err("--turns must be at least 1".into());
+    }
     let format = locomo::ContentFormat::default();
     let limit = if args.conversation_ids.is_empty() {
         Some(args.skip + args.conversations)
@@ -40,7 +97,7 @@ pub fn select(args: &Args) -> Result<(Vec<Conversation>, Vec<String>)> {
         None
     };
     let (all, stats) = locomo::load(&args.locomo, limit, format)?;
-    let chosen: Vec<Conversation> = if args.conversation_ids.is_empty() {
+    let mut chosen: Vec<Conversation> = if args.conversation_ids.is_empty() {
         all.into_iter().skip(args.skip).collect()
     } else {
         let mut chosen = Vec::new();
@@ -67,7 +124,34 @@ pub fn select(args: &Args) -> Result<(Vec<Conversation>, Vec<String>)> {
                 .any(|c| id.starts_with(&format!("{}:", c.sample_id)))
         })
         .collect();
-    Ok((chosen, dropped))
+    let all_turns = chosen.iter().map(|c| c.turns.len()).sum();
+    let all_questions = chosen.iter().map(|c| c.questions.len()).sum();
+    if let Some(n) = args.turns {
+        for conversation in &mut chosen {
+            cut(conversation, n);
+        }
+    }
+    Ok(Selection {
+        conversations: chosen,
+        dropped,
+        all_turns,
+        all_questions,
+        turns_limit: args.turns,
+    })
+}
+
+/// Keeps the first `n` turns of `conversation`, and the questions all of whose evidence
+/// (already cleaned up: every id names a turn) lies among them.
+fn cut(conversation: &mut Conversation, n: usize) {
+    conversation.turns.truncate(n);
+    let kept: HashSet<&str> = conversation
+        .turns
+        .iter()
+        .map(|t| t.dia_id.as_str())
+        .collect();
+    conversation
+        .questions
+        .retain(|q| q.evidence.iter().all(|id| kept.contains(id.as_str())));
 }
 
 pub async fn create_project(

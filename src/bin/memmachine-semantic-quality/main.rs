@@ -33,15 +33,20 @@
 //!    project's (and org's) set has no category by default, so nothing is distilled into
 //!    it; `--project-category` gives the project set a category `events` (prompt in
 //!    [`conversations::PROJECT_CATEGORY_PROMPT`]) before the adds, and then every turn
-//!    is queued for it too (twice the extraction calls).
+//!    is queued for it too (twice the extraction calls). With `--turns N` only the
+//!    first N turns of each conversation are added, in order (default: all), so that a
+//!    slow model (a 1.5B model on 2 CPU cores takes about a minute per call) can be
+//!    compared on a prefix; see step 4 for the questions.
 //! 3. Waits until the server's `memmachine_semantic_queue_depth` is 0 (every queued
 //!    message ingested or failed; `messages_ingested` + `messages_failed` events are
 //!    shown against the messages queued), printing progress every `--progress-secs`,
 //!    for at most `--max-wait` seconds after the first add; then for the episodes' and
 //!    the features' vectors. A wait that runs out is reported (`incomplete`) and the
 //!    questions are asked of what was distilled by then.
-//! 4. Asks every question of categories 1-4 in its own conversation's project, three
-//!    ways, each with `top_k` `--top-k` (default 20):
+//! 4. Asks every question of categories 1-4 in its own conversation's project (with
+//!    `--turns N`, only those all of whose evidence, after the clean-up below, lies in
+//!    the first N turns: how many that leaves is printed), three ways, each with `top_k`
+//!    `--top-k` (default 20):
 //!    - `SearchFeatures` with an empty `set_metadata`: the server then ranks, with one
 //!      score, the features of every set the project sees, i.e. both speakers' user sets,
 //!      the project's set and the org's (`set_metadata` `{producer_id: X}` would select
@@ -118,10 +123,14 @@
 //! # OpenAI (key from OPENAI_API_KEY):
 //! target/release/memmachine-semantic-quality --llm-base-url https://api.openai.com/v1 \
 //!     --llm-model gpt-4o-mini --conversations 2 --dump-features /tmp/features.jsonl
+//! # a slow local model, on the first 100 turns of two conversations:
+//! target/release/memmachine-semantic-quality --llm-base-url http://127.0.0.1:18080/v1 \
+//!     --llm-model qwen2.5-1.5b --conversations 2 --turns 100 --max-wait 14400
 //! ```
 //!
 //! The results table at the end is markdown, naming the model, the endpoint (without
-//! user info or query), the conversations and the wall time.
+//! user info or query), the conversations, the turns used, the questions scored and the
+//! wall time.
 //!
 //! # Layout
 //!
@@ -182,22 +191,18 @@ fn main() -> Result<()> {
         )
         .into());
     }
-    let (conversations, dropped) = select(&args)?;
+    let selection = select(&args)?;
+    let conversations = &selection.conversations;
     eprintln!(
-        "LoCoMo: {} ({} turns, {} questions; {} evidence ids naming no turn dropped); server {}",
-        conversations
-            .iter()
-            .map(|c| c.sample_id.as_str())
-            .collect::<Vec<_>>()
-            .join(", "),
-        conversations.iter().map(|c| c.turns.len()).sum::<usize>(),
-        conversations
-            .iter()
-            .map(|c| c.questions.len())
-            .sum::<usize>(),
-        dropped.len(),
+        "LoCoMo: {} ({}; {} evidence ids naming no turn dropped); server {}",
+        selection.ids(),
+        selection.scope(),
+        selection.dropped.len(),
         executable.display()
     );
+    if selection.questions() == 0 {
+        eprintln!("   warning: no question has all its evidence within the turns used");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -217,7 +222,7 @@ fn main() -> Result<()> {
         };
         let result = run(
             &args,
-            &conversations,
+            conversations,
             &executable,
             &ks,
             &base_url,
@@ -229,17 +234,17 @@ fn main() -> Result<()> {
     })?;
     let cx = Context {
         args: &args,
-        conversations: &conversations,
+        selection: &selection,
         ks: &ks,
         model,
         endpoint,
     };
     print_report(&cx, &result);
-    if !dropped.is_empty() {
+    if !selection.dropped.is_empty() {
         println!();
         println!(
             "Evidence ids naming no turn (dropped): {}",
-            dropped.join(", ")
+            selection.dropped.join(", ")
         );
     }
     if let Some(path) = &args.json {

@@ -23,6 +23,10 @@ pub struct Args {
     /// The conversations to use, by sample id (e.g. conv-26,conv-30)
     #[arg(long, value_delimiter = ',')]
     pub conversation_ids: Vec<String>,
+    /// Use only the first N turns of each conversation, and score only the questions all
+    /// of whose evidence lies within them [default: every turn]
+    #[arg(long, value_name = "N")]
+    pub turns: Option<usize>,
     /// OpenAI-compatible chat endpoint, e.g. http://127.0.0.1:18080/v1
     #[arg(long, required_unless_present = "scripted")]
     pub llm_base_url: Option<String>,

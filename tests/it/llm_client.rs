@@ -149,6 +149,12 @@ async fn falls_back_to_json_object_when_json_schema_is_refused_and_remembers() {
             Some("json_object".to_string())
         ]
     );
+    // llama-cpp-python's form: the schema beside the type, for a grammar.
+    let calls = server.calls();
+    assert_eq!(
+        calls[1].response_format.as_ref().unwrap()["schema"],
+        schema()
+    );
 
     // Later calls go straight to the format that worked.
     llm.complete(&request(Purpose::Consolidation))
@@ -157,6 +163,74 @@ async fn falls_back_to_json_object_when_json_schema_is_refused_and_remembers() {
     let calls = server.calls();
     assert_eq!(calls.len(), 3);
     assert_eq!(calls[2].format_type(), Some("json_object"));
+    assert_eq!(llm.response_format(), Some("json_object with schema"));
+}
+
+/// What llama-cpp-python 0.3.36's server answers (`500`) to a `json_schema`
+/// response_format, as recorded from it.
+const LLAMA_CPP_PYTHON_REFUSAL: &str = "1 validation error:\n  {'type': 'literal_error', \
+     'loc': ('body', 'response_format', 'type'), 'msg': \"Input should be 'text' or \
+     'json_object'\", 'input': 'json_schema', 'ctx': {'expected': \"'text' or \
+     'json_object'\"}}\n\n  File \"/venv/lib/python3.11/site-packages/llama_cpp/server/app.py\", \
+     line 376, in create_chat_completion\n    POST /v1/chat/completions";
+
+#[tokio::test]
+async fn a_500_naming_the_response_format_is_a_refusal_not_an_outage() {
+    let server = ChatServer::start(|call| {
+        if call.format_type() == Some("json_schema") {
+            ScriptedReply::StatusMessage(500, LLAMA_CPP_PYTHON_REFUSAL.into())
+        } else {
+            content(ANSWER)
+        }
+    });
+    let llm = client(&server);
+    llm.complete(&request(Purpose::Extraction)).await.unwrap();
+    let calls = server.calls();
+    // Not retried as an outage: straight to the next format.
+    assert_eq!(calls.len(), 2, "{calls:#?}");
+    assert_eq!(calls[1].format_type(), Some("json_object"));
+    assert_eq!(
+        calls[1].response_format.as_ref().unwrap()["schema"],
+        schema()
+    );
+    llm.complete(&request(Purpose::Extraction)).await.unwrap();
+    assert_eq!(server.call_count(), 3);
+
+    // A 500 that says nothing of the format is still an outage, retried as one.
+    let server = ChatServer::start(in_turn(vec![
+        ScriptedReply::StatusMessage(500, "CUDA out of memory".into()),
+        content(ANSWER),
+    ]));
+    let llm = client(&server);
+    llm.complete(&request(Purpose::Extraction)).await.unwrap();
+    let calls = server.calls();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[1].format_type(), Some("json_schema"));
+}
+
+#[tokio::test]
+async fn max_tokens_is_sent_and_left_out_once_refused() {
+    let server = ChatServer::start(|call| {
+        if call.body.get("max_tokens").is_some() {
+            ScriptedReply::StatusMessage(
+                400,
+                "Unsupported parameter: 'max_tokens' is not supported with this model.".into(),
+            )
+        } else {
+            content(ANSWER)
+        }
+    });
+    let mut config = config(&server);
+    config.max_tokens = Some(512);
+    let llm = OpenAiChat::new(config).unwrap();
+    llm.complete(&request(Purpose::Extraction)).await.unwrap();
+    llm.complete(&request(Purpose::Extraction)).await.unwrap();
+    let calls = server.calls();
+    assert_eq!(calls.len(), 3);
+    assert_eq!(calls[0].body["max_tokens"], 512);
+    assert!(calls[1].body.get("max_tokens").is_none());
+    assert!(calls[2].body.get("max_tokens").is_none());
+    assert!(calls.iter().all(|c| c.format_type() == Some("json_schema")));
 }
 
 #[tokio::test]
@@ -176,11 +250,11 @@ async fn falls_back_to_no_response_format_when_every_format_is_refused() {
             .content,
         ANSWER
     );
-    assert_eq!(server.call_count(), 3);
+    assert_eq!(server.call_count(), 4);
     llm.complete(&request(Purpose::Extraction)).await.unwrap();
     let calls = server.calls();
-    assert_eq!(calls.len(), 4);
-    assert_eq!(calls[3].response_format, None);
+    assert_eq!(calls.len(), 5);
+    assert_eq!(calls[4].response_format, None);
 }
 
 #[tokio::test]
@@ -194,16 +268,18 @@ async fn a_request_refused_in_every_format_fails_and_is_not_remembered() {
         .await
         .unwrap_err();
     match &err {
-        LlmError::Failed(message) => assert!(message.contains("maximum context length"), "{err}"),
+        LlmError::Rejected(message) => {
+            assert!(message.contains("maximum context length"), "{err}")
+        }
         other => panic!("expected Failed, got {other:?}"),
     }
-    assert_eq!(server.call_count(), 3);
+    assert_eq!(server.call_count(), 4);
 
     server.set_answer(|_| content(ANSWER));
     llm.complete(&request(Purpose::Extraction)).await.unwrap();
     let calls = server.calls();
-    assert_eq!(calls.len(), 4);
-    assert_eq!(calls[3].format_type(), Some("json_schema"));
+    assert_eq!(calls.len(), 5);
+    assert_eq!(calls[4].format_type(), Some("json_schema"));
 }
 
 #[tokio::test]

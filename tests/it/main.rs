@@ -42,6 +42,7 @@ mod observability;
 mod openai_embedder;
 mod ops_visibility;
 mod postgres_store;
+mod real_model;
 mod replicas;
 mod rerank;
 mod rest_api;

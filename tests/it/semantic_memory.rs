@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::common;
 use crate::common::InProcess;
-use crate::common::chat::{ChatServer, ScriptedReply, favourites};
+use crate::common::chat::{ChatCall, ChatServer, ScriptedReply, favourite_commands, favourites};
 use memmachine::pb::memory_service_client::MemoryServiceClient;
 use memmachine::pb::project_service_client::ProjectServiceClient;
 use memmachine::pb::semantic_service_client::SemanticServiceClient;
@@ -901,4 +901,207 @@ async fn the_model_sees_what_a_message_answers_as_context() {
         "{user}"
     );
     assert!(!new.contains("What is yours?"), "{user}");
+}
+
+/// Wraps the scripted extraction answer as real models do, a different way per call:
+/// reasoning first, a code fence in prose, trailing commas, and cut off after its first
+/// command (with a second one begun).
+fn as_real_models_answer(call: &ChatCall, n: usize) -> ScriptedReply {
+    let commands = favourite_commands(call);
+    let wrapped = match n % 4 {
+        0 => format!("<think>The user states a preference {{maybe}}.</think>\n{commands}"),
+        1 => format!(
+            "Sure! Here is the JSON you asked for:\n```json\n{commands}\n```\nLet me know {{if}} you need more."
+        ),
+        2 => commands.replace("}]}", "},],}"),
+        _ => format!(
+            "{},{{\"command\":\"add\",\"tag\":\"preferences\",\"feat",
+            commands.trim_end_matches("]}")
+        ),
+    };
+    ScriptedReply::Content(wrapped)
+}
+
+#[tokio::test]
+async fn answers_wrapped_as_real_models_give_them_are_read() {
+    let n = std::sync::atomic::AtomicUsize::new(0);
+    let chat = ChatServer::start(move |call| {
+        let i = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        as_real_models_answer(call, i)
+    });
+    let server = server_with(&chat, |_| {}).await;
+    let mut c = client(&server).await;
+    let mut expected = Vec::new();
+    for (thing, value) in [
+        ("food", "pizza"),
+        ("colour", "green"),
+        ("city", "Oslo"),
+        ("sport", "chess"),
+    ] {
+        let uid = c
+            .add(
+                "",
+                "",
+                vec![message(
+                    &format!("My favourite {thing} is {value}."),
+                    "alice",
+                )],
+            )
+            .await;
+        expected.push((format!("favourite {thing}"), value.to_string()));
+        let want = expected.len();
+        let features = c.wait_features("", "", |f| f.len() == want).await;
+        let feature = features
+            .iter()
+            .find(|f| f.feature_name == format!("favourite {thing}"))
+            .unwrap();
+        assert_eq!(feature.citations, uid, "cited");
+    }
+    let features = c.features("", "").await;
+    expected.sort();
+    assert_eq!(values(&features), expected);
+    // Each answer was read as it came: no correction was asked for.
+    let corrections = chat
+        .calls()
+        .iter()
+        .filter(|call| call.messages.iter().any(|(_, m)| m.contains("invalid")))
+        .count();
+    assert_eq!(corrections, 0, "{:#?}", chat.calls());
+}
+
+#[tokio::test]
+async fn an_endpoint_that_refuses_every_call_is_reported_once_and_only_probed() {
+    let chat = ChatServer::start(|_| {
+        ScriptedReply::StatusMessage(404, "The model `scripted` does not exist".into())
+    });
+    let metrics = common::free_port();
+    let rest = common::free_port();
+    let server = server_with(&chat, |config| {
+        config.metrics_listen = Some(metrics);
+        config.rest_listen = Some(rest);
+    })
+    .await;
+    let mut c = client(&server).await;
+    for thing in ["food", "colour", "city", "sport"] {
+        c.add(
+            "",
+            "",
+            vec![message(
+                &format!("My favourite {thing} is x."),
+                &format!("user-{thing}"),
+            )],
+        )
+        .await;
+    }
+    // Three calls in a row fail the same way: reported, and then only probed (the first
+    // probe is 30 s away), so the count stays put. Up to four workers may have called
+    // at once before the third failure was in.
+    for _ in 0..100 {
+        if chat.call_count() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let calls = chat.call_count();
+    assert!((3..=4).contains(&calls), "{calls} calls");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(chat.call_count(), calls, "not retried while failing");
+    let text = reqwest::get(format!("http://{metrics}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(text.contains("memmachine_llm_endpoint_failing 1"), "{text}");
+    // Nothing was given up on: the messages wait for the endpoint.
+    assert!(
+        text.contains("memmachine_semantic_queue_failed 0"),
+        "{text}"
+    );
+    let resources: serde_json::Value =
+        reqwest::get(format!("http://{rest}/api/v2/config/resources"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    let model = &resources["language_models"][0];
+    assert_eq!(model["status"], "failed", "{model}");
+    let error = model["error"].as_str().unwrap();
+    assert!(error.contains("fails every call the same way"), "{error}");
+    assert!(error.contains("does not exist"), "{error}");
+
+    // Fixed, and a retry asked for: probed at once, and everything is ingested.
+    chat.set_answer(favourites);
+    let retried = reqwest::Client::new()
+        .post(format!(
+            "http://{rest}/api/v2/config/resources/language_models/scripted/retry"
+        ))
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(retried.status(), 200);
+    c.wait_features("", "", |f| f.len() == 4).await;
+    let text = reqwest::get(format!("http://{metrics}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(text.contains("memmachine_llm_endpoint_failing 0"), "{text}");
+}
+
+#[tokio::test]
+async fn a_request_the_endpoint_refuses_among_successes_is_given_up_after_a_few_attempts() {
+    // Only the message that makes the prompt too long is refused.
+    let chat = ChatServer::start(|call| {
+        if call.user.contains("endless") {
+            ScriptedReply::StatusMessage(400, "maximum context length exceeded".into())
+        } else {
+            favourites(call)
+        }
+    });
+    let metrics = common::free_port();
+    let server = server_with(&chat, |config| config.metrics_listen = Some(metrics)).await;
+    let mut c = client(&server).await;
+    // Bob's last: said first, it would be the context of Alice's messages.
+    for thing in ["food", "colour", "city"] {
+        c.add(
+            "",
+            "",
+            vec![message(&format!("My favourite {thing} is x."), "alice")],
+        )
+        .await;
+    }
+    c.add("", "", vec![message("an endless story", "bob")])
+        .await;
+    c.wait_features("", "", |f| f.len() == 3).await;
+    // Attempts back off 2 s, then 4 s: the third is the last.
+    let mut text = String::new();
+    for _ in 0..200 {
+        text = reqwest::get(format!("http://{metrics}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if text.contains("memmachine_semantic_queue_failed 1") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        text.contains("memmachine_semantic_queue_failed 1"),
+        "{text}"
+    );
+    assert!(text.contains("memmachine_llm_endpoint_failing 0"), "{text}");
+    let refused = chat
+        .calls()
+        .iter()
+        .filter(|call| call.user.contains("endless"))
+        .count();
+    // Three attempts, each through the four response formats.
+    assert_eq!(refused, 12);
 }

@@ -107,6 +107,7 @@ pub struct Metrics {
     llm_prompt_tokens: Family<PurposeLabels, Counter>,
     llm_completion_tokens: Family<PurposeLabels, Counter>,
     llm_seconds: Histograms<PurposeLabels>,
+    llm_endpoint_failing: Gauge,
     semantic_events: Family<EventLabels, Counter>,
     rerank_seconds: Histograms<RerankerLabels>,
     rerank_failures: Family<RerankerLabels, Counter>,
@@ -238,10 +239,16 @@ impl Metrics {
                 "Time of a language-model call, retries and rate-limit waits included, by purpose",
                 Family::new_with_constructor(llm_histogram),
             ),
+            llm_endpoint_failing: registered(
+                &mut registry,
+                "llm_endpoint_failing",
+                "1 while the language model fails every call the same way (semantic ingestion only probes it), else 0",
+                Gauge::default(),
+            ),
             semantic_events: registered(
                 &mut registry,
                 "semantic_events",
-                "Semantic-memory work done, by event (batch_applied, batch_failed, messages_failed, features_added, consolidated)",
+                "Semantic-memory work done, by event (batch_applied, messages_ingested, commands_applied, batch_retried, batch_failed, messages_failed, invalid_answers, consolidated)",
                 Family::default(),
             ),
             rerank_seconds: registered(
@@ -362,8 +369,14 @@ impl Metrics {
             .inc_by(completion_tokens);
     }
 
-    /// `n` events of the semantic worker: `batch_applied`, `batch_failed`,
-    /// `messages_failed`, `features_added`, `consolidated`…
+    /// Whether the language model's endpoint fails every call the same way.
+    pub fn set_llm_endpoint_failing(&self, failing: bool) {
+        self.llm_endpoint_failing.set(i64::from(failing));
+    }
+
+    /// `n` events of the semantic worker: `batch_applied`, `messages_ingested`,
+    /// `commands_applied`, `batch_retried`, `batch_failed`, `messages_failed`,
+    /// `invalid_answers`, `consolidated`.
     pub fn record_semantic(&self, what: &str, n: u64) {
         self.semantic_events
             .get_or_create(&EventLabels {

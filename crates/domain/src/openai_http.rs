@@ -87,6 +87,8 @@ pub(crate) enum Failed {
 enum Attempt {
     /// Worth sending again: a transport error, `408`, `429` or `5xx`.
     Retry {
+        /// The status, when the server answered (not for a transport error).
+        status: Option<StatusCode>,
         message: String,
         retry_after: Option<Duration>,
     },
@@ -170,13 +172,16 @@ impl Endpoint {
 
     /// Sends `body` until a success (parsed as `T`), a failure not worth retrying, or
     /// `retries` running out. Each attempt first waits for its turn at `limiter`, if any;
-    /// `on_retry` is told of each retry before it is waited for.
+    /// `on_retry` is told of each retry before it is waited for. A retryable status for
+    /// which `refusal(status, message)` holds is [`Failed::Refused`] at once: some servers
+    /// answer `500` to a field they do not take.
     pub(crate) async fn post_with_retries<T: DeserializeOwned>(
         &self,
         body: &impl Serialize,
         retries: &Retries,
         limiter: Option<&DefaultDirectRateLimiter>,
         on_retry: impl Fn(&Retrying<'_>),
+        refusal: impl Fn(StatusCode, &str) -> bool,
     ) -> Result<T, Failed> {
         let attempts = retries.max_retries.saturating_add(1);
         let mut attempt = 0u32;
@@ -193,8 +198,16 @@ impl Endpoint {
                     return Err(Failed::Refused { status, message });
                 }
                 Err(Attempt::Retry {
+                    status: Some(status),
+                    message,
+                    ..
+                }) if refusal(status, &message) => {
+                    return Err(Failed::Refused { status, message });
+                }
+                Err(Attempt::Retry {
                     message,
                     retry_after,
+                    ..
                 }) => (message, retry_after),
             };
             last_retry_after = retry_after.or(last_retry_after);
@@ -253,6 +266,7 @@ impl Endpoint {
         );
         if retryable(status) {
             Err(Attempt::Retry {
+                status: Some(status),
                 message,
                 retry_after,
             })
@@ -280,6 +294,7 @@ impl Endpoint {
             Attempt::Fatal(message)
         } else {
             Attempt::Retry {
+                status: None,
                 message,
                 retry_after: None,
             }

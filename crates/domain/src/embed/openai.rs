@@ -234,7 +234,7 @@ impl OpenAiEmbedder {
             );
         };
         self.http
-            .post_with_retries(request, &self.retries, None, on_retry)
+            .post_with_retries(request, &self.retries, None, on_retry, |_, _| false)
             .await
             .map_err(|failed| match failed {
                 Failed::Refused { message, .. } | Failed::Fatal(message) => {

@@ -5,9 +5,13 @@
 //! ([`measured::Measured`]).
 //!
 //! Errors are split the way the callers need them: [`LlmError::Unavailable`] leaves the
-//! work queued for a later attempt, [`LlmError::Failed`] sets it aside (retrying the same
-//! request would fail the same way).
+//! work queued for a later attempt; [`LlmError::Rejected`] is this request's fault (it
+//! is tried a few times, then set aside); [`LlmError::Failed`] is the endpoint's (a
+//! refused key, an unknown model, a body that is not a completion): retrying later may
+//! find it fixed, and [`health`] reports it when every call ends so.
 
+pub mod answer;
+pub mod health;
 pub mod measured;
 pub mod openai;
 mod settings;
@@ -131,10 +135,14 @@ pub enum LlmError {
         message: String,
         retry_after: Option<Duration>,
     },
-    /// Will not succeed on retry (bad request, auth, a body that is not a chat
-    /// completion).
+    /// The endpoint cannot serve any request as configured (auth, an unknown model, a
+    /// body that is not a chat completion): fixed only by its operator.
     #[error("language model failed: {0}")]
     Failed(String),
+    /// This request was refused in every form (`400`/`422`: too long for the context,
+    /// say), while others may pass.
+    #[error("language model refused the request: {0}")]
+    Rejected(String),
 }
 
 #[async_trait]
@@ -145,6 +153,17 @@ pub trait LanguageModel: Send + Sync {
     /// One chat completion. Implementations retry transient failures themselves; an
     /// [`LlmError::Unavailable`] means they gave up for now.
     async fn complete(&self, request: &ChatRequest) -> Result<Completion, LlmError>;
+
+    /// The `response_format` the endpoint is known to take, as learnt from its answers
+    /// (e.g. `json_schema`); None: not an HTTP endpoint.
+    fn response_format(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Whether the endpoint fails every call the same way; None: no record is kept.
+    fn health(&self) -> Option<&health::Health> {
+        None
+    }
 }
 
 /// The language model `--llm-base-url` and `--llm-model` name, measured in `metrics`;
@@ -182,12 +201,14 @@ pub fn build(
         settings.timeout = config.timeout;
     }
     settings.max_calls_per_minute = config.max_calls_per_minute.filter(|n| *n > 0);
+    settings.max_tokens = config.max_tokens.filter(|n| *n > 0);
     let chat = openai::OpenAiChat::new(settings)
         .map_err(|e| crate::error::Error::FailedPrecondition(e.to_string()))?;
     tracing::info!(
         model = chat.id(),
         endpoint = chat.endpoint(),
         max_calls_per_minute = config.max_calls_per_minute,
+        max_tokens = config.max_tokens,
         "language model configured"
     );
     Ok(Some(Arc::new(measured::Measured::new(

@@ -2,16 +2,21 @@
 //! (`POST {base}/v1/chat/completions`): OpenAI itself, Azure-style gateways, vLLM, Ollama,
 //! LM Studio, llama.cpp's server…
 //!
-//! - Requests are `{"model", "messages", "temperature": 0}` (the same messages should get
-//!   the same features), plus a `response_format` when the request has a JSON schema.
+//! - Requests are `{"model", "messages", "temperature": 0, "max_tokens"}` (the same
+//!   messages should get the same features; a model stuck repeating itself stops at the
+//!   cap), plus a `response_format` when the request has a JSON schema.
 //! - Not every endpoint takes `{"type": "json_schema"}` (older Ollama, vLLM and LM Studio
-//!   versions, some gateways). When one answers `400` (or `422`) to it, the same request
-//!   is sent again with `{"type": "json_object"}`, and then without any
-//!   `response_format`. The first format that works is remembered for later calls; a
-//!   request refused in every format remembers nothing (it was the request, not the
-//!   format) and is [`LlmError::Failed`].
+//!   versions, llama-cpp-python's server, some gateways). When one refuses it, with a
+//!   `400` or `422`, or with a `5xx` whose body names `response_format` (llama-cpp-python
+//!   answers `500`), the same request is sent again with `{"type": "json_object",
+//!   "schema": ..}` (llama-cpp-python turns that schema into a grammar), then
+//!   `{"type": "json_object"}`, then without any `response_format`. The first format
+//!   that works is remembered for later calls; a request refused in every format
+//!   remembers nothing (it was the request, not the format) and is
+//!   [`LlmError::Rejected`].
 //! - Likewise a `400` that names `temperature` (OpenAI's reasoning models take only the
-//!   default) sends the request again without it, and later calls leave it out.
+//!   default) or `max_tokens` sends the request again without it, and later calls leave
+//!   it out.
 //! - Connection errors, timeouts, `408`, `429` and `5xx` are retried up to
 //!   [`OpenAiChatConfig::max_retries`] times with exponential backoff and jitter (a
 //!   `Retry-After: <seconds>` header is honoured, up to 60 s); when they run out the
@@ -78,6 +83,8 @@ pub struct OpenAiChatConfig {
     /// HTTP requests per minute at most, spread evenly (a burst of one); callers wait
     /// for their turn. None (the default): no limit.
     pub max_calls_per_minute: Option<u32>,
+    /// Most tokens an answer may have (`max_tokens`). None: the endpoint's own limit.
+    pub max_tokens: Option<u32>,
 }
 
 impl OpenAiChatConfig {
@@ -93,6 +100,7 @@ impl OpenAiChatConfig {
             backoff: Duration::from_millis(200),
             max_backoff: Duration::from_secs(10),
             max_calls_per_minute: None,
+            max_tokens: None,
         }
     }
 }
@@ -108,6 +116,7 @@ impl fmt::Debug for OpenAiChatConfig {
             .field("backoff", &self.backoff)
             .field("max_backoff", &self.max_backoff)
             .field("max_calls_per_minute", &self.max_calls_per_minute)
+            .field("max_tokens", &self.max_tokens)
             .finish()
     }
 }
@@ -116,35 +125,41 @@ impl fmt::Debug for OpenAiChatConfig {
 /// endpoint that refuses one is asked the next way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(u8)]
-enum Format {
-    /// `{"type": "json_schema", "json_schema": {..}}`.
+pub(crate) enum Format {
+    /// `{"type": "json_schema", "json_schema": {..}}`: OpenAI's structured outputs.
     JsonSchema = 0,
+    /// `{"type": "json_object", "schema": {..}}`: llama-cpp-python's form, constrained by
+    /// a grammar made from the schema.
+    JsonObjectSchema = 1,
     /// `{"type": "json_object"}`: valid JSON, the schema only in the prompt.
-    JsonObject = 1,
+    JsonObject = 2,
     /// No `response_format`: the prompt alone asks for JSON.
-    Unconstrained = 2,
+    Unconstrained = 3,
 }
 
 impl Format {
     fn from_u8(value: u8) -> Format {
         match value {
             0 => Format::JsonSchema,
-            1 => Format::JsonObject,
+            1 => Format::JsonObjectSchema,
+            2 => Format::JsonObject,
             _ => Format::Unconstrained,
         }
     }
 
     fn next(self) -> Option<Format> {
         match self {
-            Format::JsonSchema => Some(Format::JsonObject),
+            Format::JsonSchema => Some(Format::JsonObjectSchema),
+            Format::JsonObjectSchema => Some(Format::JsonObject),
             Format::JsonObject => Some(Format::Unconstrained),
             Format::Unconstrained => None,
         }
     }
 
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Format::JsonSchema => "json_schema",
+            Format::JsonObjectSchema => "json_object with schema",
             Format::JsonObject => "json_object",
             Format::Unconstrained => "none",
         }
@@ -162,10 +177,22 @@ impl Format {
                 // required, no additional properties) that callers need not keep to.
                 "json_schema": {"name": name, "schema": schema, "strict": false},
             })),
+            Format::JsonObjectSchema => {
+                Some(serde_json::json!({"type": "json_object", "schema": schema}))
+            }
             Format::JsonObject => Some(serde_json::json!({"type": "json_object"})),
             Format::Unconstrained => None,
         }
     }
+}
+
+/// Whether an error message is about the response format asked for, which a server
+/// may refuse with any status (llama-cpp-python: a `500`).
+fn names_response_format(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    ["response_format", "response format", "json_schema"]
+        .iter()
+        .any(|name| message.contains(name))
 }
 
 /// Completes chats through an OpenAI-compatible `/v1/chat/completions` endpoint (see the
@@ -180,6 +207,9 @@ pub struct OpenAiChat {
     format: AtomicU8,
     /// Whether `"temperature": 0` is sent; cleared once the endpoint refuses it.
     temperature: AtomicBool,
+    /// Whether `max_tokens` is sent (when configured); cleared once the endpoint refuses
+    /// it.
+    max_tokens: AtomicBool,
     /// Shared by every call of this client: the quota is the endpoint's, not a caller's.
     limiter: Option<DefaultDirectRateLimiter>,
 }
@@ -236,6 +266,7 @@ impl OpenAiChat {
             http,
             format: AtomicU8::new(Format::JsonSchema as u8),
             temperature: AtomicBool::new(true),
+            max_tokens: AtomicBool::new(true),
             limiter,
         })
     }
@@ -245,12 +276,16 @@ impl OpenAiChat {
         self.http.display()
     }
 
-    fn current_format(&self) -> Format {
+    pub(crate) fn current_format(&self) -> Format {
         Format::from_u8(self.format.load(Ordering::Relaxed))
     }
 
     /// Remembers what a successful request was sent with, for later calls.
-    fn learn(&self, format: Option<Format>, temperature: bool) {
+    fn learn(&self, format: Option<Format>, sent: Sent) {
+        let Sent {
+            temperature,
+            max_tokens,
+        } = sent;
         if let Some(format) = format {
             let before = Format::from_u8(self.format.fetch_max(format as u8, Ordering::Relaxed));
             if before < format {
@@ -269,6 +304,13 @@ impl OpenAiChat {
                 "the chat endpoint does not take temperature 0; leaving it out from now on"
             );
         }
+        if !max_tokens && self.max_tokens.swap(false, Ordering::Relaxed) {
+            tracing::info!(
+                endpoint = %self.http.display(),
+                model = %self.config.model,
+                "the chat endpoint does not take max_tokens; leaving it out from now on"
+            );
+        }
     }
 
     /// One request body (with its retries), up to the parsed response.
@@ -277,6 +319,10 @@ impl OpenAiChat {
         body: &ChatBody<'_>,
         purpose: Purpose,
     ) -> Result<ChatResponse, Failure> {
+        let asks_format = body.response_format.is_some();
+        let refusal = |status: StatusCode, message: &str| {
+            asks_format && status.is_server_error() && names_response_format(message)
+        };
         let on_retry = |r: &Retrying<'_>| {
             tracing::warn!(
                 endpoint = %self.http.display(),
@@ -290,13 +336,15 @@ impl OpenAiChat {
         };
         let limiter = self.limiter.as_ref();
         self.http
-            .post_with_retries(body, &self.retries, limiter, on_retry)
+            .post_with_retries(body, &self.retries, limiter, on_retry, refusal)
             .await
             .map_err(|failed| match failed {
-                // 422: what FastAPI-based servers answer to a field they do not know.
+                // 422: what FastAPI-based servers answer to a field they do not know; a
+                // 5xx is here only when it named the response format.
                 Failed::Refused { status, message }
                     if status == StatusCode::BAD_REQUEST
-                        || status == StatusCode::UNPROCESSABLE_ENTITY =>
+                        || status == StatusCode::UNPROCESSABLE_ENTITY
+                        || status.is_server_error() =>
                 {
                     Failure::Rejected(message)
                 }
@@ -383,12 +431,16 @@ impl LanguageModel for OpenAiChat {
             })
             .collect();
         let mut format = request.json_schema.as_ref().map(|_| self.current_format());
-        let mut temperature = self.temperature.load(Ordering::Relaxed);
+        let mut sent = Sent {
+            temperature: self.temperature.load(Ordering::Relaxed),
+            max_tokens: self.config.max_tokens.is_some() && self.max_tokens.load(Ordering::Relaxed),
+        };
         loop {
             let body = ChatBody {
                 model: self.config.model.trim(),
                 messages: &messages,
-                temperature: temperature.then_some(0.0),
+                temperature: sent.temperature.then_some(0.0),
+                max_tokens: self.config.max_tokens.filter(|_| sent.max_tokens),
                 response_format: format
                     .zip(request.json_schema.as_ref())
                     .and_then(|(f, schema)| f.response_format(schema)),
@@ -397,7 +449,7 @@ impl LanguageModel for OpenAiChat {
                 Ok(response) => {
                     let prompt_chars = messages.iter().map(|m| m.content.chars().count()).sum();
                     let completion = self.completion(response, request.purpose, prompt_chars)?;
-                    self.learn(format, temperature);
+                    self.learn(format, sent);
                     return Ok(completion);
                 }
                 Err(Failure::Error(e)) => return Err(e),
@@ -405,29 +457,44 @@ impl LanguageModel for OpenAiChat {
             };
             // The request was refused as sent: perhaps for what it asked of the endpoint
             // rather than for what it said. Only a later success is remembered.
-            if temperature && message.to_ascii_lowercase().contains("temperature") {
-                temperature = false;
+            let lower = message.to_ascii_lowercase();
+            if sent.temperature && lower.contains("temperature") {
+                sent.temperature = false;
+            } else if sent.max_tokens && lower.contains("max_tokens") {
+                sent.max_tokens = false;
             } else if let Some(next) = format.and_then(Format::next) {
                 format = Some(next);
             } else {
-                return Err(LlmError::Failed(message));
+                return Err(LlmError::Rejected(message));
             }
             tracing::warn!(
                 endpoint = %self.http.display(),
                 purpose = request.purpose.as_str(),
                 response_format = format.map_or("none", Format::as_str),
-                temperature,
+                temperature = sent.temperature,
+                max_tokens = sent.max_tokens,
                 error = %message,
                 "chat endpoint refused the request; sending it again asking less"
             );
         }
     }
+
+    fn response_format(&self) -> Option<&'static str> {
+        Some(self.current_format().as_str())
+    }
+}
+
+/// What optional fields a request was sent with.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    temperature: bool,
+    max_tokens: bool,
 }
 
 /// What one request body (with its retries) came to, when not a response.
 enum Failure {
-    /// `400`/`422`: refused as sent; without `response_format` or `temperature` it may
-    /// pass.
+    /// `400`/`422` (or a `5xx` naming the response format): refused as sent; without
+    /// `response_format`, `temperature` or `max_tokens` it may pass.
     Rejected(String),
     Error(LlmError),
 }
@@ -438,6 +505,8 @@ struct ChatBody<'a> {
     messages: &'a [WireMessage<'a>],
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     response_format: Option<serde_json::Value>,
 }
@@ -506,23 +575,46 @@ mod tests {
 
     #[test]
     fn formats_fall_back_in_order_and_never_back() {
-        assert_eq!(Format::JsonSchema.next(), Some(Format::JsonObject));
+        assert_eq!(Format::JsonSchema.next(), Some(Format::JsonObjectSchema));
+        assert_eq!(Format::JsonObjectSchema.next(), Some(Format::JsonObject));
         assert_eq!(Format::JsonObject.next(), Some(Format::Unconstrained));
         assert_eq!(Format::Unconstrained.next(), None);
         for f in [
             Format::JsonSchema,
+            Format::JsonObjectSchema,
             Format::JsonObject,
             Format::Unconstrained,
         ] {
             assert_eq!(Format::from_u8(f as u8), f);
         }
         let c = OpenAiChat::new(OpenAiChatConfig::new("http://h", "m")).unwrap();
-        c.learn(Some(Format::JsonObject), true);
-        c.learn(Some(Format::JsonSchema), true);
+        let all = Sent {
+            temperature: true,
+            max_tokens: true,
+        };
+        c.learn(Some(Format::JsonObject), all);
+        c.learn(Some(Format::JsonSchema), all);
         assert_eq!(c.current_format(), Format::JsonObject);
         assert!(c.temperature.load(Ordering::Relaxed));
-        c.learn(None, false);
+        c.learn(
+            None,
+            Sent {
+                temperature: false,
+                max_tokens: true,
+            },
+        );
         assert!(!c.temperature.load(Ordering::Relaxed));
+        assert!(c.max_tokens.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn a_refusal_naming_the_response_format_is_recognised() {
+        // llama-cpp-python's 500 to a json_schema response_format.
+        assert!(names_response_format(
+            "1 validation error for CreateChatCompletionRequest response_format.type: Input should be 'text' or 'json_object'"
+        ));
+        assert!(names_response_format("Unsupported JSON_SCHEMA"));
+        assert!(!names_response_format("model overloaded"));
     }
 
     #[test]

@@ -22,6 +22,11 @@ pub struct Flags {
     #[arg(long, env = "MEMMACHINE_LLM_DAILY_TOKENS_PER_ORG", default_value_t = 0)]
     #[serde(default)]
     pub llm_daily_tokens_per_org: u64,
+    /// Most tokens one language-model answer may have (`max_tokens`: a small model stuck
+    /// repeating itself stops there); 0 leaves it to the endpoint
+    #[arg(long, env = "MEMMACHINE_LLM_MAX_TOKENS", default_value_t = 2048)]
+    #[serde(default = "default_max_tokens")]
+    pub llm_max_tokens: u32,
     /// Seconds one language-model call may take
     #[arg(long, env = "MEMMACHINE_LLM_TIMEOUT", default_value_t = 60.0)]
     pub llm_timeout: f64,
@@ -37,6 +42,10 @@ pub struct Flags {
     pub llm_api_key: Option<Secret>,
 }
 
+fn default_max_tokens() -> u32 {
+    2048
+}
+
 impl Flags {
     pub fn settings(&self) -> Result<Settings, String> {
         Ok(Settings {
@@ -44,6 +53,7 @@ impl Flags {
             model: self.llm_model.clone(),
             api_key: self.llm_api_key.clone(),
             max_calls_per_minute: Some(self.llm_max_calls_per_minute).filter(|n| *n > 0),
+            max_tokens: Some(self.llm_max_tokens).filter(|n| *n > 0),
             timeout: crate::flags::positive(self.llm_timeout, "llm-timeout")?,
             daily_tokens_per_org: self.llm_daily_tokens_per_org,
         })
@@ -58,6 +68,8 @@ pub struct Settings {
     pub api_key: Option<Secret>,
     /// `None`: no cap.
     pub max_calls_per_minute: Option<u32>,
+    /// `None`: the endpoint's own limit.
+    pub max_tokens: Option<u32>,
     pub timeout: std::time::Duration,
     /// The daily token budget of orgs without their own; 0 is unlimited.
     pub daily_tokens_per_org: u64,

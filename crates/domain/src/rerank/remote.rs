@@ -156,7 +156,7 @@ impl RemoteReranker {
         };
         let sent = self
             .http
-            .post_with_retries(request, &self.retries, None, on_retry);
+            .post_with_retries(request, &self.retries, None, on_retry, |_, _| false);
         match tokio::time::timeout(self.config.timeout, sent).await {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(Failed::Refused { message, .. } | Failed::Fatal(message))) => {

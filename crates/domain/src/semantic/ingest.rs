@@ -1,9 +1,12 @@
 //! The ingestion workers: each claims one set's queued messages under a lease when the
 //! set has enough of them or its oldest has waited long enough, asks the model once per
 //! category for the whole batch, validates the answers and applies them together with
-//! marking the batch done, in one transaction. A failing model leaves the batch queued
-//! with exponential backoff; an answer still invalid after a few corrections marks the
-//! batch failed (logged without content, counted), so no worker loops on it.
+//! marking the batch done, in one transaction. A model that cannot be reached leaves the
+//! batch queued with exponential backoff; an answer still invalid after a few
+//! corrections, or a request the endpoint refuses as sent, marks the batch failed after
+//! a few attempts (logged without content, counted), so no worker loops on it. An
+//! endpoint that fails every call the same way ([`crate::llm::health`]) is only probed,
+//! by one worker at a time, and its batches stay queued.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -100,6 +103,9 @@ impl Flags {
 }
 
 const FIRST_BACKOFF: Duration = Duration::from_secs(2);
+/// Attempts of a batch whose request the endpoint refuses (while answering others)
+/// before its messages are marked failed.
+const MAX_REFUSED_ATTEMPTS: u32 = 3;
 const MAX_BACKOFF: Duration = Duration::from_secs(900);
 /// How often an idle worker looks for sets that became ready by age.
 const POLL: Duration = Duration::from_millis(500);
@@ -123,8 +129,11 @@ fn backoff(attempts: u32, retry_after: Option<Duration>) -> Duration {
 
 /// Why a batch was not applied.
 enum Outcome {
-    /// The model could not be reached or failed: try again later.
+    /// The model could not be reached: try again later.
     Retry(String, Option<Duration>),
+    /// The endpoint refused this request in every form: try again a few times, then
+    /// give up on it.
+    Refused(String),
     /// The model's answers stayed invalid: give up on these messages.
     Invalid(String),
 }
@@ -183,6 +192,12 @@ impl Worker {
         let wake = self.memory.wake_handle();
         loop {
             let notified = wake.notified();
+            if let Some(wait) = self.model.health().and_then(|h| h.wait()) {
+                // A failing endpoint: another worker probes it, or the next probe is due
+                // later; waking now and then picks up a retry asked for meanwhile.
+                let _ = tokio::time::timeout(wait.min(POLL * 4), notified).await;
+                continue;
+            }
             let claimed = self.memory.store().claim_batch(self.rule()).await;
             match claimed {
                 Ok(Some(batch)) => self.ingest(batch).await,
@@ -236,36 +251,59 @@ impl Worker {
                     }
                 }
             }
+            Err(Outcome::Refused(reason)) if batch.attempts + 1 >= MAX_REFUSED_ATTEMPTS => {
+                self.give_up(&batch, &format!("the language model refused it: {reason}"))
+                    .await;
+            }
             Err(Outcome::Retry(reason, retry_after)) => {
-                let delay = backoff(batch.attempts, retry_after);
-                tracing::warn!(
-                    set = %set_id,
-                    messages = count,
-                    attempts = batch.attempts + 1,
-                    retry_in_secs = delay.as_secs_f64(),
-                    error = %reason,
-                    "the language model failed; the batch stays queued"
-                );
-                self.metrics.record_semantic("batch_retried", 1);
-                let not_before = now_micros() + delay.as_micros() as i64;
-                if let Err(err) = store.release_batch(&batch, not_before).await {
-                    tracing::warn!(error = %err, "releasing a semantic batch failed");
-                }
+                self.retry_later(&batch, &reason, retry_after).await;
             }
-            Err(Outcome::Invalid(reason)) => {
-                tracing::warn!(
-                    set = %set_id,
-                    messages = count,
-                    reason = %reason,
-                    "the language model's answers stayed invalid; the batch's messages are marked failed"
-                );
-                self.metrics.record_semantic("batch_failed", 1);
-                self.metrics
-                    .record_semantic("messages_failed", count as u64);
-                if let Err(err) = store.fail_batch(&batch, &reason).await {
-                    tracing::warn!(error = %err, "marking a semantic batch failed did not work");
-                }
-            }
+            Err(Outcome::Refused(reason)) => self.retry_later(&batch, &reason, None).await,
+            Err(Outcome::Invalid(reason)) => self.give_up(&batch, &reason).await,
+        }
+    }
+
+    fn endpoint_failing(&self) -> bool {
+        self.model.health().is_some_and(|h| h.failing().is_some())
+    }
+
+    /// Leaves the batch queued, to be claimed again after its backoff.
+    async fn retry_later(&self, batch: &Batch, reason: &str, retry_after: Option<Duration>) {
+        let delay = backoff(batch.attempts, retry_after);
+        if self.endpoint_failing() {
+            // Said once, when it began failing; each batch's retry is only for debugging.
+            tracing::debug!(set = %batch.set.set_id, attempts = batch.attempts + 1, error = %reason, "the language model is failing; the batch stays queued");
+        } else {
+            tracing::warn!(
+                set = %batch.set.set_id,
+                messages = batch.messages.len(),
+                attempts = batch.attempts + 1,
+                retry_in_secs = delay.as_secs_f64(),
+                error = %reason,
+                "the language model failed; the batch stays queued"
+            );
+        }
+        self.metrics.record_semantic("batch_retried", 1);
+        let not_before = now_micros() + delay.as_micros() as i64;
+        if let Err(err) = self.memory.store().release_batch(batch, not_before).await {
+            tracing::warn!(error = %err, "releasing a semantic batch failed");
+        }
+    }
+
+    /// Marks the batch's messages failed, so no worker loops on them.
+    async fn give_up(&self, batch: &Batch, reason: &str) {
+        let count = batch.messages.len();
+        tracing::warn!(
+            set = %batch.set.set_id,
+            messages = count,
+            reason = %reason,
+            "semantic ingestion gave up on a batch; its messages are marked failed"
+        );
+        self.metrics.record_semantic("batch_failed", 1);
+        self.metrics
+            .record_semantic("messages_failed", count as u64);
+        if let Err(err) = self.memory.store().fail_batch(batch, reason).await {
+            tracing::warn!(error = %err, "marking a semantic batch failed did not work");
         }
     }
 
@@ -339,7 +377,27 @@ impl Worker {
             let commands = self
                 .ask(category, &shown, &context, &messages, scope)
                 .await?;
-            for command in commands {
+            // A fact the model adds again under another name (same tag and value) is
+            // the one already held: it is cited again, not stored twice.
+            let mut named: std::collections::HashMap<(String, String), String> = current
+                .iter()
+                .filter(|f| features::telling_value(&features::value_words(&f.value)))
+                .map(|f| {
+                    let key = (features::normalise(&f.tag), features::value_words(&f.value));
+                    (key, f.feature.clone())
+                })
+                .collect();
+            for mut command in commands {
+                let words = features::value_words(&command.value);
+                if command.kind == CommandKind::Add && features::telling_value(&words) {
+                    let key = (features::normalise(&command.tag), words);
+                    match named.get(&key) {
+                        Some(name) => command.feature.clone_from(name),
+                        None => {
+                            named.insert(key, command.feature.clone());
+                        }
+                    }
+                }
                 let citations: Vec<EpisodeHandle> = if command.messages.is_empty() {
                     batch.messages.iter().map(|(id, _)| *id).collect()
                 } else {
@@ -404,7 +462,7 @@ impl Worker {
         let mut request = ChatRequest {
             purpose: Purpose::Extraction,
             messages: prompts::extraction(category, current, context, messages),
-            json_schema: Some(prompts::extraction_schema()),
+            json_schema: Some(prompts::extraction_schema(&category.tags, messages.len())),
         };
         let mut last_error = String::new();
         for _ in 0..=self.settings.max_corrections {
@@ -446,6 +504,7 @@ impl Worker {
                 retry_after,
             }) => Err(Outcome::Retry(message, retry_after)),
             Err(LlmError::Failed(message)) => Err(Outcome::Retry(message, None)),
+            Err(LlmError::Rejected(message)) => Err(Outcome::Refused(message)),
         }
     }
 
@@ -485,7 +544,9 @@ impl Worker {
             };
             let answer = match self.complete(&request, scope).await {
                 Ok(answer) => answer,
-                Err(Outcome::Retry(reason, _) | Outcome::Invalid(reason)) => {
+                Err(
+                    Outcome::Retry(reason, _) | Outcome::Refused(reason) | Outcome::Invalid(reason),
+                ) => {
                     tracing::warn!(set = %set.set_id, error = %reason, "consolidation skipped: the model failed");
                     continue;
                 }

@@ -127,22 +127,40 @@ pub fn extraction(
     vec![system(system_prompt), user(user_prompt)]
 }
 
-/// The JSON schema of an extraction answer.
-pub fn extraction_schema() -> (String, serde_json::Value) {
+/// The JSON schema of an extraction answer for a batch of `batch_len` messages and a
+/// category with these tags (empty: any). Endpoints that turn a schema into a grammar
+/// (llama.cpp) then cannot answer a tag the category lacks, a message number outside
+/// the batch, an empty value or an endless list, which small models otherwise do.
+pub fn extraction_schema(
+    tags: &[(String, String)],
+    batch_len: usize,
+) -> (String, serde_json::Value) {
+    let tag = if tags.is_empty() {
+        json!({"type": "string", "minLength": 1})
+    } else {
+        let names: Vec<&str> = tags.iter().map(|(name, _)| name.as_str()).collect();
+        json!({"type": "string", "enum": names})
+    };
+    let max_commands = (batch_len * 4).clamp(8, MAX_COMMANDS);
     (
         "semantic_commands".into(),
         json!({
             "type": "object",
-            "properties": {"commands": {"type": "array", "items": {
+            "properties": {"commands": {"type": "array", "maxItems": max_commands, "items": {
                 "type": "object",
                 "properties": {
                     "command": {"type": "string", "enum": ["add", "update", "delete"]},
-                    "tag": {"type": "string"},
-                    "feature": {"type": "string"},
-                    "value": {"type": "string"},
-                    "messages": {"type": "array", "items": {"type": "integer"}}
+                    "tag": tag,
+                    // No maxLength: llama.cpp's grammar would repeat a rule thousands of
+                    // times, which llama-cpp-python refuses by dying. Lengths are checked
+                    // on the answer.
+                    "feature": {"type": "string", "minLength": 1},
+                    "value": {"type": "string", "minLength": 1},
+                    "messages": {"type": "array", "minItems": 1, "items": {
+                        "type": "integer", "minimum": 1, "maximum": batch_len.max(1)
+                    }}
                 },
-                "required": ["command", "tag", "feature"]
+                "required": ["command", "tag", "feature", "value", "messages"]
             }}},
             "required": ["commands"]
         }),
@@ -172,14 +190,15 @@ struct RawCommands {
     commands: Vec<serde_json::Value>,
 }
 
-/// The JSON object inside an answer (models like to wrap it in a code fence or prose).
-fn json_part(answer: &str) -> &str {
-    let start = answer.find('{');
-    let end = answer.rfind('}');
-    match (start, end) {
-        (Some(s), Some(e)) if s < e => &answer[s..=e],
-        _ => answer.trim(),
-    }
+/// The JSON object of an answer with `key`, wherever the model put it (see
+/// [`crate::llm::answer`]); a cut-off answer's whole commands are kept.
+fn json_part(answer: &str, key: &str) -> Result<serde_json::Value, String> {
+    crate::llm::answer::json_object(answer, key).map(|(value, found)| {
+        if found == crate::llm::answer::Found::Salvaged {
+            tracing::debug!(key, "a cut-off answer: its whole elements are kept");
+        }
+        value
+    })
 }
 
 fn text_field(
@@ -212,9 +231,11 @@ pub fn parse_commands(
     tags: &[(String, String)],
     batch_len: usize,
 ) -> Result<Vec<Command>, String> {
-    let raw: RawCommands = serde_json::from_str(json_part(answer)).map_err(|err| {
-        format!("the answer is not the JSON object {{\"commands\":[...]}} ({err})")
-    })?;
+    let raw: RawCommands = json_part(answer, "commands")
+        .and_then(|value| serde_json::from_value(value).map_err(|err| err.to_string()))
+        .map_err(|err| {
+            format!("the answer is not the JSON object {{\"commands\":[...]}} ({err})")
+        })?;
     if raw.commands.len() > MAX_COMMANDS {
         return Err(format!("at most {MAX_COMMANDS} commands per answer"));
     }
@@ -366,7 +387,8 @@ struct RawMemory {
 }
 
 pub fn parse_consolidation(answer: &str, sent: &[Feature]) -> Result<Consolidation, String> {
-    let raw: RawConsolidation = serde_json::from_str(json_part(answer))
+    let raw: RawConsolidation = json_part(answer, "consolidated_memories")
+        .and_then(|value| serde_json::from_value(value).map_err(|err| err.to_string()))
         .map_err(|err| format!("the answer is not the consolidation JSON object ({err})"))?;
     let sent_ids: std::collections::HashSet<&str> = sent.iter().map(|f| f.id.as_str()).collect();
     let mut keep = Vec::new();

@@ -143,7 +143,15 @@ async fn fold(
                 completion.completion_tokens,
             )
             .await;
-        let text = completion.content.trim().to_string();
+        // A reasoning model's thinking is not the summary; nothing left is no summary.
+        let text = crate::llm::answer::without_reasoning(&completion.content)
+            .trim()
+            .to_string();
+        if text.is_empty() {
+            return Err(crate::error::Error::Unavailable(
+                "the language model answered an empty summary".into(),
+            ));
+        }
         let summary = super::model::Summary {
             text,
             first_seq: current

@@ -32,20 +32,28 @@ fn user(content: String) -> ChatMessage {
 }
 
 /// The messages of a batch, numbered from 1, each message's text verbatim on its own
-/// line after a header line naming its number and speaker.
+/// line after a header line naming its number, speaker and date (so that "yesterday"
+/// can be dated, and facts about events keep when they happened).
 fn numbered(messages: &[&Episode]) -> String {
     let mut out = String::new();
     for (i, episode) in messages.iter().enumerate() {
         out.push_str(&format!(
-            "[{}] {} ({}):\n",
+            "[{}] {} ({}, {}):\n",
             i + 1,
             episode.producer_id,
-            role(episode)
+            role(episode),
+            date(episode)
         ));
         out.push_str(&episode.content);
         out.push('\n');
     }
     out
+}
+
+/// The day a message was sent, e.g. `2023-05-08`.
+fn date(episode: &Episode) -> String {
+    chrono::DateTime::from_timestamp_micros(episode.created_at_micros)
+        .map_or_else(String::new, |t| t.format("%Y-%m-%d").to_string())
 }
 
 fn role(episode: &Episode) -> &str {
@@ -91,6 +99,9 @@ pub fn extraction(
          \"feature\":\"...\",\"value\":\"...\",\"messages\":[1]}}]}}\n\
          - add: a new fact. update: a current feature (same tag and feature) whose value \
          changed. delete: a current feature the messages show is no longer true.\n\
+         - value: concise, with the names, places, numbers and dates involved; date \
+         events from the message's date (\"yesterday\" in a message of 2023-05-08 is \
+         2023-05-07).\n\
          - messages: the numbers of the new messages that support the command.\n\
          - Answer {{\"commands\":[]}} when there is nothing to remember.",
         name = category.name,

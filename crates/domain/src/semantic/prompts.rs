@@ -167,8 +167,10 @@ pub fn extraction_schema(
                     // on the answer.
                     "feature": {"type": "string", "minLength": 1},
                     "value": {"type": "string", "minLength": 1},
+                    // An enum, not minimum and maximum: llama-cpp-python's grammar
+                    // leaves integer ranges out.
                     "messages": {"type": "array", "minItems": 1, "items": {
-                        "type": "integer", "minimum": 1, "maximum": batch_len.max(1)
+                        "type": "integer", "enum": (1..=batch_len.max(1)).collect::<Vec<_>>()
                     }}
                 },
                 "required": ["command", "tag", "feature", "value", "messages"]
@@ -281,16 +283,18 @@ pub fn parse_commands(
         } else {
             text_field(command, "value", MAX_VALUE_CHARS, at, &mut errors)
         };
+        // Numbers outside the batch (small models count on past its end) are left out
+        // rather than losing the fact; none left cites the whole batch, as no list does.
         let mut messages = Vec::new();
         match command.get("messages") {
             None | Some(serde_json::Value::Null) => {}
             Some(serde_json::Value::Array(numbers)) => {
                 for n in numbers {
-                    match n.as_u64() {
-                        Some(n) if n >= 1 && (n as usize) <= batch_len => messages.push(n as usize - 1),
-                        _ => errors.push(format!(
-                            "commands[{at}].messages holds {n}, not a message number from 1 to {batch_len}"
-                        )),
+                    let number = n
+                        .as_u64()
+                        .or_else(|| n.as_str().and_then(|s| s.trim().parse().ok()));
+                    if let Some(n) = number.filter(|n| *n >= 1 && (*n as usize) <= batch_len) {
+                        messages.push(n as usize - 1);
                     }
                 }
             }
@@ -475,7 +479,17 @@ mod tests {
         assert!(err.contains("tag \"x\""), "{err}");
         assert!(err.contains("feature must be"), "{err}");
         assert!(err.contains("value must be"), "{err}");
-        assert!(err.contains("from 1 to 2"), "{err}");
         assert!(parse_commands("I think the user likes pizza", &tags, 1).is_err());
+        // Numbers outside the batch are left out; none left cites the whole batch.
+        let cited = |numbers: &str| {
+            let answer = format!(
+                "{{\"commands\":[{{\"command\":\"add\",\"tag\":\"preferences\",\"feature\":\"f\",\"value\":\"v\",\"messages\":{numbers}}}]}}"
+            );
+            parse_commands(&answer, &tags, 3).unwrap()[0]
+                .messages
+                .clone()
+        };
+        assert_eq!(cited("[2, 5, 0, \"3\"]"), [1, 2]);
+        assert_eq!(cited("[7]"), Vec::<usize>::new());
     }
 }

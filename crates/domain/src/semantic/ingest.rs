@@ -377,25 +377,25 @@ impl Worker {
             let commands = self
                 .ask(category, &shown, &context, &messages, scope)
                 .await?;
-            // A fact the model adds again under another name (same tag and value) is
-            // the one already held: it is cited again, not stored twice.
-            let mut named: std::collections::HashMap<(String, String), String> = current
+            // A fact the model adds again under another name (same tag and value as a
+            // current feature) is the one already held: cited again, not stored twice.
+            // Commands of one answer are not merged: listed apart, they are told apart.
+            let named: std::collections::HashMap<(String, String), &str> = current
                 .iter()
                 .filter(|f| features::telling_value(&features::value_words(&f.value)))
                 .map(|f| {
                     let key = (features::normalise(&f.tag), features::value_words(&f.value));
-                    (key, f.feature.clone())
+                    (key, f.feature.as_str())
                 })
                 .collect();
             for mut command in commands {
-                let words = features::value_words(&command.value);
-                if command.kind == CommandKind::Add && features::telling_value(&words) {
-                    let key = (features::normalise(&command.tag), words);
-                    match named.get(&key) {
-                        Some(name) => command.feature.clone_from(name),
-                        None => {
-                            named.insert(key, command.feature.clone());
-                        }
+                if command.kind == CommandKind::Add {
+                    let key = (
+                        features::normalise(&command.tag),
+                        features::value_words(&command.value),
+                    );
+                    if let Some(name) = named.get(&key) {
+                        command.feature = name.to_string();
                     }
                 }
                 let citations: Vec<EpisodeHandle> = if command.messages.is_empty() {

@@ -103,7 +103,7 @@ impl Flags {
 }
 
 const FIRST_BACKOFF: Duration = Duration::from_secs(2);
-/// Attempts of a batch whose request the endpoint refuses (while answering others)
+/// Attempts of a batch whose request the endpoint refuses as sent (`LlmError::Rejected`)
 /// before its messages are marked failed.
 const MAX_REFUSED_ATTEMPTS: u32 = 3;
 const MAX_BACKOFF: Duration = Duration::from_secs(900);

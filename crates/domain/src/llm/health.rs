@@ -1,8 +1,9 @@
 //! Whether the language model's endpoint fails every call the same way (a wrong model
 //! name, a key that is refused, a server that is down): then it is reported once (an
-//! ERROR line, the `memmachine_llm_endpoint_failing` gauge and `/config/resources`), and
-//! semantic ingestion stops calling it but for one probe at a growing interval, until a
-//! call succeeds or an operator asks for a retry. A request the endpoint refuses
+//! ERROR line, the `memmachine_llm_endpoint_failing` gauge and `/config/resources`).
+//! One that refuses every call ([`LlmError::Failed`]) is then no longer called but for
+//! one probe at a growing interval, until a call succeeds or an operator asks for a
+//! retry; one that is down is paced by each batch's own backoff. A request the endpoint refuses
 //! ([`LlmError::Rejected`]) says nothing of the endpoint: it neither counts nor resets.
 
 use std::sync::Mutex;
@@ -55,6 +56,11 @@ struct State {
     failing: bool,
     /// Probes that failed since the endpoint was found failing.
     probes: u32,
+    /// Whether calls wait for probes: only while the endpoint refuses them
+    /// ([`LlmError::Failed`]). An outage ([`LlmError::Unavailable`]) is reported the
+    /// same, but each batch's own backoff paces it, so that work resumes as soon as the
+    /// endpoint heals.
+    gating: bool,
     next_probe: Option<Instant>,
 }
 
@@ -84,6 +90,7 @@ impl Health {
                 .unwrap_or_default()
                 .to_string(),
         };
+        state.gating = matches!(result, Err(LlmError::Failed(_)));
         let key = key(&error);
         if key == state.key {
             state.streak += 1;
@@ -118,7 +125,7 @@ impl Health {
     /// for its turn). Some: how long until the next probe.
     pub fn wait(&self) -> Option<Duration> {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if !state.failing {
+        if !state.failing || !state.gating {
             return None;
         }
         let now = Instant::now();
@@ -230,5 +237,19 @@ mod tests {
         let wait = health.wait().expect("a failed probe waits longer");
         assert!(wait > FIRST_PROBE_INTERVAL, "{wait:?}");
         assert_eq!(probe_interval(20), MAX_PROBE_INTERVAL);
+
+        // An outage is reported, but calls are not held back: batches back off alone.
+        let health = Health::default();
+        let down = || {
+            Err(LlmError::Unavailable {
+                message: "connection refused".into(),
+                retry_after: None,
+            })
+        };
+        for _ in 0..FAILING_AFTER {
+            health.record(&down());
+        }
+        assert!(health.failing().is_some());
+        assert_eq!(health.wait(), None);
     }
 }

@@ -3,8 +3,9 @@
 //! ERROR line, the `memmachine_llm_endpoint_failing` gauge and `/config/resources`).
 //! One that refuses every call ([`LlmError::Failed`]) is then no longer called but for
 //! one probe at a growing interval, until a call succeeds or an operator asks for a
-//! retry; one that is down is paced by each batch's own backoff. A request the endpoint refuses
-//! ([`LlmError::Rejected`]) says nothing of the endpoint: it neither counts nor resets.
+//! retry; one that is down is paced by each batch's own backoff. A request the endpoint
+//! refuses ([`LlmError::Rejected`]) says nothing of the endpoint: it neither counts nor
+//! resets.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

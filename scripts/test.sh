@@ -7,6 +7,9 @@
 # When PostgreSQL cannot start, a developer machine carries on with a warning (those
 # tests then skip, saying so); under CI=true that fails the run. With PostgreSQL, the
 # gRPC tests run a second time with their servers on it (MEMMACHINE_TEST_BACKEND).
+#
+# The real-model test (tests/it/real_model.rs) runs last and alone: its pace is a
+# language model's on two cores, which a busy machine would slow down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-test-tools.sh
@@ -17,6 +20,10 @@ if url="$(bash scripts/postgres.sh url 2>/dev/null)"; then
   echo "test.sh: PostgreSQL already running at $url"
 elif url="$(bash scripts/postgres.sh start)"; then
   trap 'bash scripts/postgres.sh stop' EXIT
+  # Interrupted or stopped too (a signal ends bash without running the EXIT trap).
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  trap 'exit 129' HUP
   export MEMMACHINE_TEST_POSTGRES="$url"
   echo "test.sh: PostgreSQL at $url"
 elif [[ "${CI:-}" == "true" ]]; then
@@ -26,12 +33,19 @@ else
   echo "test.sh: WARNING: PostgreSQL did not start; its tests will skip" >&2
 fi
 
+# Where a test that cannot reach it finds why (the tail is in its failure).
+MEMMACHINE_TEST_POSTGRES_LOG="$(bash scripts/postgres.sh log)"
+export MEMMACHINE_TEST_POSTGRES_LOG
+
+started=$SECONDS
 cargo test --locked "$@"
+echo "test.sh: cargo test took $((SECONDS - started)) s"
 
 # The gRPC tests again with their servers on PostgreSQL (those that do not read the
 # SQLite file themselves), when it runs and the whole suite was asked for.
 if [[ -n "${MEMMACHINE_TEST_POSTGRES:-}" && $# -eq 0 ]]; then
   echo "test.sh: the gRPC tests again, servers on PostgreSQL"
+  started=$SECONDS
   # One binary (tests/it/); its modules picked by name (libtest filters match substrings).
   MEMMACHINE_TEST_BACKEND=postgres cargo test --locked --test it -- \
     grpc_api:: auth:: durability:: external_clients:: observability:: semantic_crash:: \
@@ -39,4 +53,12 @@ if [[ -n "${MEMMACHINE_TEST_POSTGRES:-}" && $# -eq 0 ]]; then
     isolation_model:: isolation_scopes:: mcp_session_binding:: extreme_values:: \
     ops_visibility:: usage:: retention:: feature_history:: idempotency:: import:: \
     change_feed:: examples::
+  echo "test.sh: the gRPC tests on PostgreSQL took $((SECONDS - started)) s"
+fi
+
+if [[ $# -eq 0 ]]; then
+  echo "test.sh: the real-model test, alone"
+  started=$SECONDS
+  cargo test --locked --test it -- --ignored real_model::
+  echo "test.sh: the real-model test took $((SECONDS - started)) s"
 fi

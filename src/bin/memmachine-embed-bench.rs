@@ -114,6 +114,10 @@ fn numpy_rate(secs: f64) -> std::result::Result<f64, String> {
          while time.perf_counter() - t0 < {secs}:\n    c = a @ b; n += 1\n\
          print(2.0 * {rows} * {inputs} * {outputs} * n / (time.perf_counter() - t0))\n"
     );
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a short command that ends by itself"
+    )]
     let out = std::process::Command::new("python3")
         .args(["-c", &script])
         .output()

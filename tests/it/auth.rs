@@ -4,6 +4,7 @@
 
 use std::process::Command;
 
+use crate::common::child::Run;
 use crate::common;
 use crate::common::InProcess;
 use crate::common::calls::{add, create_project, get_project, list_orgs, search};
@@ -163,8 +164,7 @@ fn an_open_address_needs_auth_or_an_explicit_insecure_flag() {
         .env_clear()
         .args(["serve", "--listen", "0.0.0.0:0", "--data-dir"])
         .arg(tempfile::tempdir().unwrap().path())
-        .output()
-        .unwrap();
+        .run();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -175,8 +175,7 @@ fn an_open_address_needs_auth_or_an_explicit_insecure_flag() {
     let out = Command::new(env!("CARGO_BIN_EXE_memmachine"))
         .env_clear()
         .args(["config", "print", "--rest-listen", "0.0.0.0:8080"])
-        .output()
-        .unwrap();
+        .run();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -188,8 +187,7 @@ fn an_open_address_needs_auth_or_an_explicit_insecure_flag() {
         let out = Command::new(env!("CARGO_BIN_EXE_memmachine"))
             .env_clear()
             .args(["config", "print", "--listen", "0.0.0.0:50051", flag])
-            .output()
-            .unwrap();
+            .run();
         assert!(
             out.status.success(),
             "{flag}: {}",

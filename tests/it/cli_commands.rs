@@ -5,6 +5,7 @@ use std::process::Command;
 
 use crate::common;
 use crate::common::InProcess;
+use crate::common::child::{Run, Supervised};
 
 /// Runs `memmachine health` with `args`; returns whether it exited 0, and its stdout.
 async fn health(args: Vec<String>) -> (bool, String) {
@@ -18,8 +19,7 @@ async fn health_stderr(args: Vec<String>) -> (bool, String, String) {
         Command::new(env!("CARGO_BIN_EXE_memmachine"))
             .arg("health")
             .args(args)
-            .output()
-            .expect("run memmachine health")
+            .run()
     })
     .await
     .unwrap();
@@ -110,8 +110,7 @@ fn config_print_shows_the_effective_settings_with_the_key_masked() {
         .env("MEMMACHINE_SHORT_TERM_WINDOW", "9")
         .env("MEMMACHINE_KEEPALIVE_INTERVAL", "0")
         .env("MEMMACHINE_KEEPALIVE_TIMEOUT", "2.5")
-        .output()
-        .expect("run memmachine config print");
+        .run();
     assert!(output.status.success());
     let printed = String::from_utf8(output.stdout).unwrap();
     assert!(printed.contains("data_dir = \"/srv/mm\""), "{printed}");
@@ -148,8 +147,7 @@ fn config_precedence_flags_environment_file_defaults() {
         .env_clear()
         .env("MEMMACHINE_SHORT_TERM_WINDOW", "6")
         .env("MEMMACHINE_MAX_PAGE_SIZE", "12")
-        .output()
-        .unwrap();
+        .run();
     let printed = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -190,8 +188,7 @@ fn the_deployed_config_file_is_valid() {
         .args(["config", "print", "--config"])
         .arg(&file)
         .env_clear()
-        .output()
-        .unwrap();
+        .run();
     let printed = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -214,8 +211,7 @@ fn the_deployed_config_file_is_valid() {
 fn mcp_help_lists_only_the_flags_mcp_uses() {
     let output = Command::new(env!("CARGO_BIN_EXE_memmachine"))
         .args(["mcp", "--help"])
-        .output()
-        .expect("run memmachine mcp --help");
+        .run();
     assert!(output.status.success());
     let help = String::from_utf8(output.stdout).unwrap();
     // The flags listed: the first word of each option line.
@@ -248,8 +244,7 @@ fn mcp_help_lists_only_the_flags_mcp_uses() {
             "--project",
             "bad id!",
         ])
-        .output()
-        .unwrap();
+        .run();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!stderr.contains("unexpected argument"), "{stderr}");
 }
@@ -267,14 +262,16 @@ fn serve_at_a_terminal(answer: Option<&[u8]>) -> String {
         data.path().display(),
         models.path().display()
     );
-    let mut child = Command::new("script")
-        .args(["-qefc", &command, "/dev/null"])
-        .env_remove("MEMMACHINE_EMBEDDER")
-        .env_remove("MEMMACHINE_MODEL_DIR")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("run script (util-linux)");
+    let mut child = Supervised::spawn(
+        "script (util-linux) running memmachine serve",
+        Command::new("script")
+            .args(["-qefc", &command, "/dev/null"])
+            .env_remove("MEMMACHINE_EMBEDDER")
+            .env_remove("MEMMACHINE_MODEL_DIR")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped()),
+        None,
+    );
     let mut stdin = child.stdin.take().unwrap();
     if let Some(answer) = answer {
         stdin.write_all(answer).unwrap();

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::ServerProcess;
 use crate::common::chat::{ChatCall, ChatServer, ScriptedReply};
+use crate::common::child::Run;
 use crate::common::keys::create_key;
 use serde_json::json;
 
@@ -130,8 +131,8 @@ async fn the_console_in_a_browser() {
     let scratch = tempfile::tempdir().expect("temp dir");
     let shots = kept.clone().unwrap_or_else(|| scratch.path().to_path_buf());
     let started = Instant::now();
-    let run = tokio::process::Command::new("node")
-        .arg(repo_root().join("tests/ui/console.mjs"))
+    let mut run = std::process::Command::new("node");
+    run.arg(repo_root().join("tests/ui/console.mjs"))
         .env("CONSOLE_URL", format!("{rest}/ui/"))
         .env("ACME_KEY", &acme)
         .env("ADMIN_KEY", &admin)
@@ -139,14 +140,12 @@ async fn the_console_in_a_browser() {
         .env("RIVAL_PROJECT", "secret-plans")
         .env("SCREENSHOT_DIR", &shots)
         .env("PLAYWRIGHT_PREFIX", &playwright)
-        .env("CHROMIUM", CHROMIUM)
-        .kill_on_drop(true)
-        .output();
+        .env("CHROMIUM", CHROMIUM);
     // Each wait in the script is at most 30 s; this bounds the whole run.
-    let output = tokio::time::timeout(Duration::from_secs(300), run)
+    // Off the runtime: the server under test answers on it meanwhile.
+    let output = tokio::task::spawn_blocking(move || run.run_within(Duration::from_secs(300)))
         .await
-        .expect("the browser run finished within 300 s")
-        .expect("run node (is Node.js installed?)");
+        .expect("the browser run");
     println!("{}", String::from_utf8_lossy(&output.stdout));
     eprintln!("{}", String::from_utf8_lossy(&output.stderr));
     println!(
@@ -225,20 +224,18 @@ async fn pages_of_other_origins_and_rebound_names_cannot_act() {
     };
     assert_eq!(count().await, 0);
 
-    let run = tokio::process::Command::new("node")
-        .arg(repo_root().join("tests/ui/cross_site.mjs"))
+    let mut run = std::process::Command::new("node");
+    run.arg(repo_root().join("tests/ui/cross_site.mjs"))
         .env("REST_URL", &rest)
         .env("ATTACKER_URL", attacker_page())
         .env("ORG", "acme")
         .env("PROJECT", "victim")
         .env("PLAYWRIGHT_PREFIX", &playwright)
-        .env("CHROMIUM", CHROMIUM)
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(180), run)
+        .env("CHROMIUM", CHROMIUM);
+    // Off the runtime: the server under test answers on it meanwhile.
+    let output = tokio::task::spawn_blocking(move || run.run_within(Duration::from_secs(180)))
         .await
-        .expect("the browser run finished within 180 s")
-        .expect("run node (is Node.js installed?)");
+        .expect("the browser run");
     println!("{}", String::from_utf8_lossy(&output.stdout));
     eprintln!("{}", String::from_utf8_lossy(&output.stderr));
     assert!(

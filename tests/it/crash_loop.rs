@@ -895,10 +895,16 @@ async fn queues(metrics: &str) -> Option<(f64, f64, f64)> {
 
 /// Waits until the embedding, feature embedding and semantic queues are empty; returns
 /// how long that took, or panics past the bound.
-async fn drain(metrics: &str, direct: &Direct, round: usize) -> Duration {
+async fn drain(
+    server: &mut ServerProcess,
+    metrics: &str,
+    direct: &Direct,
+    round: usize,
+) -> Duration {
     let start = Instant::now();
     let mut last = String::new();
     while start.elapsed() < DRAIN_BOUND {
+        server.child.assert_running();
         if let Some((embedding, semantic, failed)) = queues(metrics).await {
             assert_eq!(failed, 0.0, "round {round}: semantic batches failed");
             let features = direct.count("feature_embedding_queue").await;
@@ -1077,7 +1083,13 @@ async fn sigkill_under_mixed_load_loses_nothing_acknowledged() {
         let restart = Instant::now();
         server = start(dir.path(), &flags, &metrics);
         let restarted = restart.elapsed();
-        let drained = drain(&format!("http://{metrics}/metrics"), &direct, round).await;
+        let drained = drain(
+            &mut server,
+            &format!("http://{metrics}/metrics"),
+            &direct,
+            round,
+        )
+        .await;
 
         let channel = connect(&server.url()).await.unwrap();
         let mut violations = std::mem::take(&mut *shared.violations.lock().unwrap());

@@ -10,6 +10,7 @@ use std::process::Command;
 
 use crate::common;
 use crate::common::ServerProcess;
+use crate::common::child::Run;
 use crate::common::paging::collect_pages;
 use memmachine::pb;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
@@ -36,7 +37,7 @@ impl Mount {
         let out = Command::new("mount")
             .args(args)
             .arg(&point)
-            .output()
+            .try_run()
             .map_err(|e| format!("cannot run mount: {e}"))?;
         if !out.status.success() {
             return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
@@ -51,7 +52,7 @@ impl Mount {
 
 impl Drop for Mount {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.point).status();
+        let _ = Command::new("umount").arg("-l").arg(&self.point).try_run();
     }
 }
 
@@ -267,8 +268,7 @@ fn ext4_device(point: &Path) -> String {
     let out = Command::new("findmnt")
         .args(["-no", "SOURCE"])
         .arg(point)
-        .output()
-        .unwrap();
+        .run();
     let source = String::from_utf8_lossy(&out.stdout).trim().to_string();
     Path::new(&source)
         .file_name()
@@ -290,8 +290,8 @@ async fn a_disk_turned_read_only_refuses_writes_and_serves_reads() {
     let made = Command::new("mkfs.ext4")
         .args(["-q", "-F", "-O", "^has_journal"])
         .arg(&image)
-        .status();
-    if !made.is_ok_and(|s| s.success()) {
+        .try_run();
+    if !made.is_ok_and(|o| o.status.success()) {
         return skip("mkfs.ext4 failed");
     }
     let image_arg = image.to_string_lossy().into_owned();
@@ -338,12 +338,11 @@ async fn a_disk_turned_read_only_refuses_writes_and_serves_reads() {
     // server, so it is restarted on them.
     server.kill();
     drop(channel);
-    let _ = Command::new("umount").arg(&mount.point).status();
+    let _ = Command::new("umount").arg(&mount.point).try_run();
     let checked = Command::new("fsck.ext4")
         .args(["-f", "-y"])
         .arg(&image)
-        .output()
-        .unwrap();
+        .run();
     assert!(
         checked.status.code().is_some_and(|c| c <= 1),
         "fsck: {checked:?}"
@@ -352,9 +351,8 @@ async fn a_disk_turned_read_only_refuses_writes_and_serves_reads() {
         .args(["-o", "loop"])
         .arg(&image)
         .arg(&mount.point)
-        .status()
-        .unwrap();
-    assert!(remount.success());
+        .run();
+    assert!(remount.status.success(), "{remount:?}");
     assert_eq!(integrity(&data_dir), "ok");
     let server = ServerProcess::start(&data_dir, &["--embedder", "hash"]);
     let channel = connect(&server).await;

@@ -149,11 +149,15 @@ async fn a_hanging_embedder_holds_up_only_its_own_projects() {
     create(&channel, "local", "hash").await;
     // The remote project's episodes are queued first, and its endpoint never answers.
     add(&channel, "remote", &["one", "two"]).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(
-        requests.load(Ordering::SeqCst) >= 2,
-        "the remote worker is stuck"
-    );
+    // The remote worker is stuck on them.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while requests.load(Ordering::SeqCst) < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the remote endpoint was not asked"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     add(&channel, "local", &["three", "four"]).await;
     assert_eq!(wait_for(&server, "local", (2, 0)).await, (2, 0));
     assert_eq!(vectors_and_queue(&server, "remote"), (0, 2));

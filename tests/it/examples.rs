@@ -2,11 +2,12 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::calls::create_project;
+use crate::common::child::Supervised;
 use crate::common::{ServerProcess, free_port};
 use crate::external_clients::{repo_root, tool};
 use memmachine::pb;
@@ -16,53 +17,67 @@ use tonic::transport::Channel;
 
 /// `examples/python/follow_changes.py`, its output lines collected as they come.
 struct Follower {
-    child: Child,
+    child: Mutex<Supervised>,
     lines: Arc<Mutex<Vec<String>>>,
 }
 
 impl Follower {
     fn start(addr: &str, cursor_file: &Path) -> Follower {
         let python = tool("MEMMACHINE_TEST_PYTHON", ".tools/venv/bin/python");
-        let mut child = Command::new(python)
-            .arg(repo_root().join("examples/python/follow_changes.py"))
-            .args(["--addr", addr, "--org", "acme", "--project", "notes"])
-            .arg("--cursor-file")
-            .arg(cursor_file)
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .env("PYTHONUNBUFFERED", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn the python follower");
+        let mut child = Supervised::spawn(
+            "the python follower (follow_changes.py)",
+            Command::new(python)
+                .arg(repo_root().join("examples/python/follow_changes.py"))
+                .args(["--addr", addr, "--org", "acme", "--project", "notes"])
+                .arg("--cursor-file")
+                .arg(cursor_file)
+                .env("PYTHONDONTWRITEBYTECODE", "1")
+                .env("PYTHONUNBUFFERED", "1")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped()),
+            None,
+        );
         let lines = Arc::new(Mutex::new(Vec::new()));
-        for stream in [
-            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stderr.take().unwrap()),
-        ] {
-            let lines = lines.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                    lines.lock().unwrap().push(line);
-                }
-            });
+        let stdout = child.stdout.take().unwrap();
+        let collected = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                collected.lock().unwrap().push(line);
+            }
+        });
+        Follower {
+            child: Mutex::new(child),
+            lines,
         }
-        Follower { child, lines }
     }
 
-    /// Waits (up to 60 s) until `done` holds for the lines printed so far.
+    /// Waits (up to 60 s) until `done` holds for the lines printed so far; fails at once
+    /// (after a moment for its last lines) if the follower exits first.
     async fn wait(&self, what: &str, done: impl Fn(&[String]) -> bool) {
         let start = Instant::now();
+        let mut exited: Option<(String, Instant)> = None;
         loop {
             // A copy: `done` may read the lines through `self` too.
             let lines = self.lines.lock().unwrap().clone();
             if done(&lines) {
                 return;
             }
+            if exited.is_none() {
+                let report = self.child.lock().unwrap().check().err();
+                exited = report.map(|report| (report, Instant::now()));
+            }
+            if let Some((report, when)) = &exited
+                && when.elapsed() > Duration::from_secs(1)
+            {
+                panic!(
+                    "the follower ended before it printed {what}: {report}\nits stdout:\n{}",
+                    lines.join("\n")
+                );
+            }
             assert!(
                 start.elapsed() < Duration::from_secs(60),
                 "the follower did not print {what}; it printed:\n{}",
-                self.lines.lock().unwrap().join("\n")
+                lines.join("\n")
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -100,15 +115,9 @@ impl Follower {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Follower {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let child = self.child.get_mut().unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 
@@ -239,7 +248,7 @@ async fn python_follower_resumes_after_restarts() {
         })
         .await;
     let mut follower = follower;
-    let status = follower.child.wait().unwrap();
+    let status = follower.child.get_mut().unwrap().wait().unwrap();
     assert!(status.success(), "it exits 0 after the project is deleted");
     let all: Vec<String> = follower.changes().into_iter().map(|c| c.0).collect();
     let unique: std::collections::HashSet<&String> = all.iter().collect();
@@ -274,9 +283,9 @@ async fn python_follower_rereads_a_pruned_feed() {
     follower.stop(&cursor_file).await;
 
     let missed = add(&channel, &["two", "three"]).await;
-    // The pruner runs every retention: past two of them, the entries after the saved
-    // cursor are gone (but the newest).
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The pruner runs every retention: past several of them (slack for a busy
+    // machine), the entries after the saved cursor are gone (but the newest).
+    tokio::time::sleep(Duration::from_millis(3000)).await;
     let follower = Follower::start(&listen, &cursor_file);
     follower
         .wait("a snapshot with what it missed", |lines| {

@@ -24,6 +24,7 @@ use std::process::{Command, Output};
 
 use crate::common;
 use crate::common::ServerProcess;
+use crate::common::child::{Run, Supervised};
 use serde_json::{Value, json};
 
 const SETUP_HINT: &str =
@@ -49,9 +50,7 @@ pub(crate) fn tool(env_var: &str, default: &str) -> PathBuf {
 }
 
 fn run(command: &mut Command) -> Output {
-    command
-        .output()
-        .unwrap_or_else(|err| panic!("cannot run {command:?}: {err}; {SETUP_HINT}"))
+    command.run()
 }
 
 fn describe(output: &Output) -> String {
@@ -102,15 +101,18 @@ fn rest_gateway_answers_as_memmachine_does() {
         ".tools/client-venv/bin/python",
     );
     let port = common::free_port();
-    let _fake = Killed(
+    let mut fake = Supervised::spawn(
+        "the scripted model (fake_openai.py)",
         Command::new(&python)
             .arg(repo_root().join("tests/compat/fake_openai.py"))
             .arg(port.port().to_string())
-            .spawn()
-            .expect("start fake_openai.py"),
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null()),
+        None,
     );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while std::net::TcpStream::connect(port).is_err() {
+        fake.assert_running();
         assert!(
             std::time::Instant::now() < deadline,
             "fake_openai.py did not listen"
@@ -142,6 +144,7 @@ fn rest_gateway_answers_as_memmachine_does() {
         .args(["--expect", "tests/compat/memmachine-0.4.0.json"])
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .current_dir(repo_root()));
+    fake.assert_running();
     assert!(
         output.status.success(),
         "the gateway differs from MemMachine\n{}",
@@ -152,15 +155,6 @@ fn rest_gateway_answers_as_memmachine_does() {
 }
 
 /// A child process killed when the test ends, passed or not.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn python_grpcio_client() {
     let python = tool("MEMMACHINE_TEST_PYTHON", ".tools/venv/bin/python");

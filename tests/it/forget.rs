@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 
 use crate::common;
 use crate::common::ServerProcess;
+use crate::common::child::Run;
 use crate::common::mcp_http::Session;
 use memmachine::pb;
 use memmachine::pb::lifecycle_service_client::LifecycleServiceClient;
@@ -383,8 +384,7 @@ fn exported(shared: &Shared) -> String {
         .args(common::store_args(shared.dir.path()))
         .args(&shared.args)
         .args(["--org", ORG])
-        .output()
-        .unwrap();
+        .run();
     assert!(
         out.status.success(),
         "{}",
@@ -727,8 +727,7 @@ async fn the_rest_gateway_forgets_with_the_same_receipt(shared: Shared) {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_memmachine"))
             .args(args)
             .args(["--addr", server.addr.as_str(), "--org", ORG, "--json"])
-            .output()
-            .unwrap();
+            .run();
         assert!(
             out.status.success(),
             "{}",

@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::common;
 use crate::common::InProcess;
 use crate::common::calls::frame;
+use crate::common::child::Run;
 use crate::common::paging::collect_pages;
 use memmachine::pb;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
@@ -439,8 +440,7 @@ fn serve_on(data_dir: &std::path::Path) -> (bool, String) {
         .arg("--data-dir")
         .arg(data_dir)
         .env("NO_COLOR", "1")
-        .output()
-        .unwrap();
+        .run();
     (
         output.status.success(),
         String::from_utf8_lossy(&output.stderr).into_owned(),

@@ -312,22 +312,23 @@ async fn a_client_that_leaves_keeps_what_was_stored() {
 #[tokio::test]
 async fn an_import_outlives_the_request_timeout_but_not_a_stall() {
     let server = InProcess::start_with(|config| {
-        config.request_timeout = Duration::from_millis(800);
+        config.request_timeout = Duration::from_millis(2000);
     })
     .await;
     let channel = server.channel().await;
     create_project(&channel, None, "acme", "notes")
         .await
         .unwrap();
-    // Five batches 400 ms apart: two seconds in all, each wait within the timeout.
+    // Twelve batches 250 ms apart: three seconds in all, each wait far within the
+    // timeout (a busy machine may stretch a wait, never by seconds).
     let (tx, call) = streaming(&channel);
-    for b in 0..5 {
+    for b in 0..12 {
         tx.send(numbered(b, 3)).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
     drop(tx);
     let answer = call.await.unwrap().unwrap();
-    assert_eq!((answer.batches, answer.first_error), (5, None));
+    assert_eq!((answer.batches, answer.first_error), (12, None));
     // A client that stops sending without ending its stream is told after the timeout.
     let (tx, call) = streaming(&channel);
     tx.send(numbered(0, 3)).await.unwrap();

@@ -8,6 +8,7 @@ use std::process::Command;
 use crate::common;
 use crate::common::InProcess;
 use crate::common::calls::with_key;
+use crate::common::child::Run;
 use crate::common::paging::try_collect_pages;
 use memmachine::legacy::RESERVED_ORG;
 use memmachine::pb;
@@ -827,8 +828,7 @@ fn create_key(data_dir: &std::path::Path, args: &[&str]) -> String {
         .args(["keys", "create"])
         .args(args)
         .args(common::store_args(data_dir))
-        .output()
-        .expect("run memmachine keys");
+        .run();
     assert!(
         out.status.success(),
         "{}",
@@ -898,8 +898,7 @@ fn buf_curl(url: &str, args: &[&str]) -> serde_json::Value {
             std::env::temp_dir().join("memmachine-buf-cache"),
         )
         .current_dir(std::env::temp_dir())
-        .output()
-        .expect("run buf curl");
+        .run();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         out.status.success(),

@@ -173,8 +173,10 @@ async fn raw_grpc_add(url: &str, timeout: &str) -> String {
 
 #[tokio::test]
 async fn deadlines_are_honoured_down_to_the_store() {
+    // The server's cap is far above the client's deadline, so that an answer at the
+    // client's deadline cannot be mistaken for one at the cap on a busy machine.
     let server =
-        InProcess::start_with(|config| config.request_timeout = Duration::from_millis(700)).await;
+        InProcess::start_with(|config| config.request_timeout = Duration::from_millis(3000)).await;
     let channel = server.channel().await;
     create_project(&channel, None, "acme", "notes")
         .await
@@ -186,13 +188,17 @@ async fn deadlines_are_honoured_down_to_the_store() {
     let started = Instant::now();
     let status = raw_grpc_add(&server.url, "200m").await;
     assert_eq!(status, "4", "DEADLINE_EXCEEDED");
-    assert!(started.elapsed() < Duration::from_millis(650));
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        started.elapsed()
+    );
 
     // No grpc-timeout: the server's cap (--request-timeout) applies.
     let started = Instant::now();
     let err = add(&channel, None, "acme").await.unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
-    assert!(started.elapsed() >= Duration::from_millis(650));
+    assert!(started.elapsed() >= Duration::from_millis(2900));
 
     // Once the store is free, neither abandoned write is applied.
     drop(lock);

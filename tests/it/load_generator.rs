@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use crate::common::child::Run;
+
 use serde_json::Value;
 
 fn fixture() -> PathBuf {
@@ -19,8 +21,7 @@ fn load(args: &[&str]) -> Output {
         .arg("--server")
         .arg(env!("CARGO_BIN_EXE_memmachine"))
         .args(args)
-        .output()
-        .expect("memmachine-load runs")
+        .run()
 }
 
 /// Runs it with `--json` and returns the report, failing with its output if it failed.

@@ -6,6 +6,7 @@
 
 mod auth;
 mod change_feed;
+mod child_processes;
 mod cli_client;
 mod cli_commands;
 mod common;

@@ -14,6 +14,7 @@ use std::process::{Command, Output};
 use crate::common;
 use crate::common::ServerProcess;
 use crate::common::calls::{create_project, with_key};
+use crate::common::child::Run;
 use memmachine::pb;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
 use tonic::transport::Channel;
@@ -46,8 +47,7 @@ fn client(args: &[String]) -> Output {
         .args(args)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .current_dir(repo_root())
-        .output()
-        .unwrap_or_else(|err| panic!("cannot run the MCP client: {err}; {SETUP_HINT}"));
+        .run();
     let text = format!(
         "status: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
         output.status,
@@ -102,8 +102,7 @@ fn create_key(data_dir: &std::path::Path, org: &str) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_memmachine"))
         .args(["keys", "create", "--org", org])
         .args(common::store_args(data_dir))
-        .output()
-        .expect("run memmachine keys");
+        .run();
     assert!(
         out.status.success(),
         "{}",

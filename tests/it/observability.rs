@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::common;
 use crate::common::calls::{add, create_project, get_project, search, with_key};
+use crate::common::child::Run;
 use crate::common::{InProcess, ServerProcess, free_port};
 use memmachine::config::EmbedderKind;
 use memmachine::pb;
@@ -158,8 +159,7 @@ async fn json_logs_carry_the_request_id_and_never_contents_or_keys() {
     let created = std::process::Command::new(env!("CARGO_BIN_EXE_memmachine"))
         .args(["keys", "create", "--admin"])
         .args(common::store_args(dir.path()))
-        .output()
-        .unwrap();
+        .run();
     let key = String::from_utf8(created.stdout)
         .unwrap()
         .trim()

@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::common;
+use crate::common::child::Run;
 use crate::common::embeddings::{Script, scripted_embeddings};
 use crate::common::keys::create_key;
 use crate::common::{InProcess, ServerProcess, free_port};
@@ -169,8 +170,7 @@ fn config_print_shows_no_password_and_no_query_value() {
             "https://otel.example:4318?auth=sk-otlp",
         ])
         .env_clear()
-        .output()
-        .expect("run memmachine config print");
+        .run();
     let printed = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),

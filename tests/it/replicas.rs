@@ -284,9 +284,16 @@ fn embedded(texts: &common::embeddings::Texts, markers: &[String]) -> HashMap<St
         .collect()
 }
 
-async fn wait_embedded(texts: &common::embeddings::Texts, markers: &[String]) {
+async fn wait_embedded(
+    texts: &common::embeddings::Texts,
+    markers: &[String],
+    servers: &mut [&mut ServerProcess],
+) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     while embedded(texts, markers).values().any(|n| *n == 0) {
+        for server in servers.iter_mut() {
+            server.child.assert_running();
+        }
         assert!(
             tokio::time::Instant::now() < deadline,
             "not every episode was embedded"
@@ -314,8 +321,8 @@ async fn queued_embeddings_are_done_once_between_them(shared: Shared) {
     let (url, _, texts) = recording_embeddings(Script::Slow(Duration::from_millis(50))).await;
     let args = embedder_args(&url, "30");
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (a, b) = (shared.start(&args), shared.start(&args));
-    let (a, b) = (connect(&a).await, connect(&b).await);
+    let (mut a_process, mut b_process) = (shared.start(&args), shared.start(&args));
+    let (a, b) = (connect(&a_process).await, connect(&b_process).await);
     calls::create_project(&a, None, "acme", "notes")
         .await
         .unwrap();
@@ -327,7 +334,7 @@ async fn queued_embeddings_are_done_once_between_them(shared: Shared) {
         async move { add(&channel, &chunk).await }
     });
     futures::future::join_all(writes).await;
-    wait_embedded(&texts, &markers).await;
+    wait_embedded(&texts, &markers, &mut [&mut a_process, &mut b_process]).await;
     // Time for a second embedding, if the claims let one happen.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let twice: Vec<_> = embedded(&texts, &markers)
@@ -342,7 +349,7 @@ async fn a_replica_killed_mid_batch_leaves_its_batch_to_the_other(shared: Shared
     let args = embedder_args(&url, "2");
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut a_process = shared.start(&args);
-    let (a, _b_process) = (connect(&a_process).await, shared.start(&args));
+    let (a, mut b_process) = (connect(&a_process).await, shared.start(&args));
     calls::create_project(&a, None, "acme", "notes")
         .await
         .unwrap();
@@ -357,7 +364,7 @@ async fn a_replica_killed_mid_batch_leaves_its_batch_to_the_other(shared: Shared
     }
     a_process.kill();
     // B embeds everything, A's leased batch included once its lease has run out.
-    wait_embedded(&texts, &markers).await;
+    wait_embedded(&texts, &markers, &mut [&mut b_process]).await;
 }
 
 macro_rules! replica_tests {

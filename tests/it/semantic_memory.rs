@@ -333,8 +333,18 @@ async fn invalid_answers_are_retried_a_bounded_number_of_times() {
         vec![message("My favourite food is pizza.", "alice")],
     )
     .await;
+    // The first answer and two corrections, then the batch is marked failed: no more
+    // calls for a while after the third.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while chat.call_count() < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} calls",
+            chat.call_count()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    // The first answer and two corrections, then the batch is marked failed.
     assert_eq!(chat.call_count(), 3);
     let corrections = chat.calls();
     assert!(

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::InProcess;
 use crate::common::calls::frame;
+use crate::common::child::Run;
 use memmachine::pb;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
 use memmachine::pb::project_service_client::ProjectServiceClient;
@@ -290,8 +291,7 @@ async fn health_cli(addr: String) -> (bool, String) {
     let output = tokio::task::spawn_blocking(move || {
         Command::new(env!("CARGO_BIN_EXE_memmachine"))
             .args(["health", "--addr", &addr, "--timeout-secs", "10"])
-            .output()
-            .expect("run memmachine health")
+            .run()
     })
     .await
     .unwrap();

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common;
+use crate::common::child::{Run, Supervised};
 use crate::common::paging::collect_pages;
 use crate::common::{ServerProcess, free_port};
 use memmachine::pb;
@@ -830,13 +831,15 @@ async fn endpoints_that_answer_json_of_the_wrong_shape() {
 
 /// A PostgreSQL server of this test's own (the suite's is shared by the other test
 /// binaries, which stopping it would break), made with the binaries
-/// `scripts/postgres.sh` installs, on a free port, in a temporary directory; stopped
-/// when dropped, whatever happened.
+/// `scripts/postgres.sh` installs, on a free port, in a temporary directory. The
+/// postmaster is the test's own child (not daemonised by pg_ctl), so it dies with the
+/// test process and is killed when dropped, whatever happened.
 struct PrivatePostgres {
     _dir: tempfile::TempDir,
     data: PathBuf,
     bin: PathBuf,
     port: u16,
+    postmaster: Mutex<Option<Supervised>>,
 }
 
 impl PrivatePostgres {
@@ -869,7 +872,7 @@ impl PrivatePostgres {
     fn as_root() -> bool {
         Command::new("id")
             .arg("-u")
-            .output()
+            .try_run()
             .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
     }
 
@@ -881,9 +884,9 @@ impl PrivatePostgres {
                 .args(["-u", "postgres", "--"])
                 .arg(&program)
                 .args(args)
-                .output()
+                .try_run()
         } else {
-            Command::new(&program).args(args).output()
+            Command::new(&program).args(args).try_run()
         };
         output.unwrap_or_else(|err| panic!("running {}: {err}", program.display()))
     }
@@ -910,8 +913,8 @@ impl PrivatePostgres {
             let status = Command::new("chown")
                 .arg("postgres:")
                 .arg(&data)
-                .status()
-                .unwrap();
+                .run()
+                .status;
             assert!(status.success(), "chown postgres: {}", data.display());
         }
         let port = free_port().port();
@@ -920,6 +923,7 @@ impl PrivatePostgres {
             data,
             bin,
             port,
+            postmaster: Mutex::new(None),
         };
         let data = pg.data.to_str().unwrap().to_string();
         pg.check(
@@ -945,43 +949,50 @@ impl PrivatePostgres {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// Starts the postmaster in the foreground and waits until it accepts connections.
     fn start(&self) {
-        let data = self.data.to_str().unwrap();
-        let log = self.data.join("server.log");
-        let options = format!(
-            // Commits are durable (what was acknowledged must survive the restart);
-            // fsync is not needed for that, as the machine does not go down.
-            "-p {} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off",
-            self.port
-        );
-        self.check(
-            "pg_ctl",
-            &[
-                "-D",
-                data,
-                "-l",
-                log.to_str().unwrap(),
-                "-w",
-                "-t",
-                "60",
-                "-o",
-                &options,
-                "start",
-            ],
-        );
+        let postgres = self.bin.join("postgres");
+        let mut command = if Self::as_root() {
+            // setpriv execs in place (runuser would fork, and its child outlive it), and
+            // sets the death signal again after the change of user clears it.
+            let mut command = Command::new("setpriv");
+            command
+                .args(["--reuid=postgres", "--regid=postgres", "--init-groups"])
+                .args(["--pdeathsig", "SIGKILL", "--"])
+                .arg(postgres);
+            command
+        } else {
+            Command::new(postgres)
+        };
+        // Commits are durable (what was acknowledged must survive the restart); fsync
+        // is not needed for that, as the machine does not go down.
+        command
+            .arg("-D")
+            .arg(&self.data)
+            .args(["-p", &self.port.to_string(), "-k"])
+            .arg(&self.data)
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null());
+        let mut postmaster = Supervised::spawn("postgres (private)", &mut command, None);
+        postmaster
+            .wait_for_stderr("accept connections", Duration::from_secs(60), |lines| {
+                lines
+                    .iter()
+                    .any(|l| l.contains("ready to accept connections"))
+                    .then_some(())
+            })
+            .unwrap_or_else(|report| panic!("{report}"));
+        *self.postmaster.lock().unwrap() = Some(postmaster);
     }
 
     /// Fast shutdown: sessions are ended, as in a restart for maintenance.
     fn stop(&self) {
         let data = self.data.to_str().unwrap();
         self.check("pg_ctl", &["-D", data, "-m", "fast", "-w", "stop"]);
-    }
-}
-
-impl Drop for PrivatePostgres {
-    fn drop(&mut self) {
-        let data = self.data.to_str().unwrap().to_string();
-        let _ = self.run("pg_ctl", &["-D", &data, "-m", "immediate", "-w", "stop"]);
+        if let Some(mut postmaster) = self.postmaster.lock().unwrap().take() {
+            let _ = postmaster.wait();
+        }
     }
 }
 

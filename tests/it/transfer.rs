@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 
 use crate::common;
+use crate::common::child::{self, Run};
 use memmachine::embed::hash::HashEmbedder;
 use memmachine::model::{
     EpisodeHandle, EpisodicConfigUpdate, NewEpisode, ProjectConfig, ProjectKey,
@@ -897,25 +898,16 @@ async fn a_bad_file_is_refused_with_its_line_and_nothing_written() {
 }
 
 fn memmachine(args: &[&str], stdin: Option<&[u8]>) -> std::process::Output {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_memmachine"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_memmachine"));
+    command
         .args(args)
         .env_remove("MEMMACHINE_DATA_DIR")
         .env_remove("MEMMACHINE_STORE")
-        .env_remove("MEMMACHINE_CONFIG")
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    if let Some(bytes) = stdin {
-        child.stdin.take().unwrap().write_all(bytes).unwrap();
+        .env_remove("MEMMACHINE_CONFIG");
+    match stdin {
+        Some(bytes) => child::run_with_input(&mut command, bytes.to_vec()),
+        None => command.run(),
     }
-    child.wait_with_output().unwrap()
 }
 
 #[tokio::test]

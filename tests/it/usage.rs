@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::common::InProcess;
 use crate::common::calls::{create_project, with_key};
 use crate::common::chat::{ChatCall, ChatServer, ScriptedReply, favourite_commands, words};
+use crate::common::child::Run;
 use crate::common::keys::create_key;
 use memmachine::pb::memory_service_client::MemoryServiceClient;
 use memmachine::pb::usage_service_client::UsageServiceClient;
@@ -457,8 +458,7 @@ async fn rest_cli_and_mcp_read_usage_and_set_budgets() {
             .env("MEMMACHINE_API_KEY", key)
             .env_remove("MEMMACHINE_ORG")
             .env_remove("MEMMACHINE_PROJECT")
-            .output()
-            .expect("run memmachine")
+            .run()
     };
     let out = cli(&acme, &["usage", "--org", "acme", "--json"]);
     assert!(

@@ -20,6 +20,10 @@ pub fn cpu_seconds(pid: &str) -> Option<f64> {
 fn clock_ticks() -> f64 {
     static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
     *TICKS.get_or_init(|| {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "a short command that ends by itself"
+        )]
         Command::new("getconf")
             .arg("CLK_TCK")
             .output()

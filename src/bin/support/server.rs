@@ -2,6 +2,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -64,7 +65,8 @@ impl Server {
             Path::to_path_buf,
         );
         std::fs::create_dir_all(&data_dir)?;
-        let mut child = match Command::new(executable)
+        let mut command = Command::new(executable);
+        command
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(&data_dir)
             .args(extra_args)
@@ -73,9 +75,25 @@ impl Server {
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-        {
+            .stderr(Stdio::piped());
+        // The server dies with the bench (or the test running it), however that ends:
+        // SIGKILL when the thread that started it ends, which here is the main thread or
+        // a runtime worker, both living until the bench exits.
+        // SAFETY: prctl is async-signal-safe; nothing is allocated.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "a bench's own server, dying with it"
+        )]
+        let spawned = command.spawn();
+        let mut child = match spawned {
             Ok(child) => child,
             Err(err) => {
                 let _ = std::fs::remove_dir_all(&data_dir);

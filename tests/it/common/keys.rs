@@ -3,13 +3,14 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use crate::common::child::Run;
+
 pub fn keys_command(data_dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_memmachine"))
         .arg("keys")
         .args(args)
         .args(super::store_args(data_dir))
-        .output()
-        .expect("run memmachine keys")
+        .run()
 }
 
 /// `memmachine keys create ...`: the token it prints.

@@ -2,6 +2,7 @@
 
 pub mod calls;
 pub mod chat;
+pub mod child;
 pub mod embeddings;
 pub mod keys;
 pub mod mcp_http;
@@ -10,10 +11,8 @@ pub mod pki;
 pub mod postgres;
 pub mod rerank;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// A loopback address nothing listens on (as far as anyone can tell).
@@ -33,12 +32,12 @@ pub fn store_args(dir: &Path) -> Vec<std::ffi::OsString> {
     args
 }
 
-/// A running `memmachine serve` process; killed when dropped.
+/// A running `memmachine serve` process; killed when dropped (see `child`).
 pub struct ServerProcess {
-    pub child: Child,
+    pub child: child::Supervised,
     pub addr: String,
     /// Every line the server has written to stderr so far.
-    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    pub log: child::Lines,
 }
 
 impl ServerProcess {
@@ -61,46 +60,31 @@ impl ServerProcess {
         extra_args: &[&str],
         env: &[(&str, &str)],
     ) -> ServerProcess {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_memmachine"))
-            .args(["serve", "--listen", listen])
-            .args(store_args(data_dir))
-            .args(extra_args)
-            .envs(env.iter().copied())
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn memmachine");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, rx) = mpsc::channel();
-        let (ready_tx, ready_rx) = mpsc::channel();
-        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let lines = log.clone();
-        std::thread::spawn(move || {
-            let mut sent = false;
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                // Kept before it is announced: a waiter woken by it finds it in the log.
-                lines.lock().unwrap().push(line.clone());
-                if !sent && let Some(addr) = listen_addr(&line) {
-                    let _ = tx.send(addr);
-                    sent = true;
-                }
-                if line.contains(READY) {
-                    let _ = ready_tx.send(());
-                }
-                if std::env::var_os("MEMMACHINE_TEST_SERVER_LOG").is_some() {
-                    eprintln!("[server] {line}");
-                }
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("server did not report its listen address");
+        let mut child = child::Supervised::spawn(
+            "memmachine serve",
+            Command::new(env!("CARGO_BIN_EXE_memmachine"))
+                .args(["serve", "--listen", listen])
+                .args(store_args(data_dir))
+                .args(extra_args)
+                .envs(env.iter().copied())
+                .env("RUST_LOG", "info")
+                .env("NO_COLOR", "1")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null()),
+            Some("MEMMACHINE_TEST_SERVER_LOG"),
+        );
+        let addr = child
+            .wait_for_stderr(
+                "report its listen address",
+                Duration::from_secs(60),
+                |lines| lines.iter().find_map(|line| listen_addr(line)),
+            )
+            .unwrap_or_else(|report| panic!("{report}"));
         // Ready, or exited (a start-up failure the test may be looking for).
-        let _ = ready_rx.recv_timeout(Duration::from_secs(120));
+        let _ = child.wait_for_stderr("become ready", Duration::from_secs(120), |lines| {
+            lines.iter().any(|line| line.contains(READY)).then_some(())
+        });
+        let log = child.stderr_lines();
         ServerProcess { child, addr, log }
     }
 
@@ -132,21 +116,13 @@ impl ServerProcess {
             .expect("terminate")
     }
 
-    /// SIGTERM, then wait for the exit status.
+    /// SIGTERM, then wait for the exit status (at most a minute: a drain that hangs
+    /// fails the test, with the server's last words).
     pub fn terminate(&mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().to_string();
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill -TERM");
-        self.child.wait().expect("wait")
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let pid = i32::try_from(self.child.id()).expect("a pid");
+        // SAFETY: a plain kill(2) of our own child.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        self.child.wait_within(Duration::from_secs(60))
     }
 }
 

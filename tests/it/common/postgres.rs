@@ -23,6 +23,26 @@ pub fn base_url() -> Option<String> {
     }
 }
 
+/// The end of the server's log (`MEMMACHINE_TEST_POSTGRES_LOG`, which scripts/test.sh
+/// sets): why it is gone, when it is.
+pub fn log_tail() -> String {
+    let Some(path) = std::env::var_os("MEMMACHINE_TEST_POSTGRES_LOG") else {
+        return "its log is unknown (MEMMACHINE_TEST_POSTGRES_LOG is not set)".into();
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(20)..];
+            format!(
+                "the end of its log ({}):\n{}",
+                path.to_string_lossy(),
+                tail.join("\n")
+            )
+        }
+        Err(err) => format!("its log {} cannot be read: {err}", path.to_string_lossy()),
+    }
+}
+
 /// A new, empty database on the server (its URL), for one test. Named `mm_test_*`:
 /// `scripts/postgres.sh` drops them when it starts and stops the server.
 pub async fn fresh_database() -> Option<String> {
@@ -30,7 +50,7 @@ pub async fn fresh_database() -> Option<String> {
     let name = format!("mm_test_{}", uuid::Uuid::new_v4().simple());
     let mut conn = sqlx::PgConnection::connect(&base)
         .await
-        .unwrap_or_else(|err| panic!("cannot connect to {base}: {err}"));
+        .unwrap_or_else(|err| panic!("cannot connect to {base}: {err}; {}", log_tail()));
     // FILE_COPY: no WAL for the copied template (tests make many databases).
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "CREATE DATABASE {name} STRATEGY FILE_COPY"

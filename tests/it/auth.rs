@@ -4,10 +4,10 @@
 
 use std::process::Command;
 
-use crate::common::child::Run;
 use crate::common;
 use crate::common::InProcess;
 use crate::common::calls::{add, create_project, get_project, list_orgs, search};
+use crate::common::child::Run;
 use crate::common::keys::{create_key, keys_command};
 use tonic::Code;
 

@@ -109,6 +109,7 @@ impl Follower {
         let last = self.changes().last().map(|c| c.0.clone()).unwrap();
         let start = Instant::now();
         while std::fs::read_to_string(cursor_file).unwrap_or_default() != last {
+            self.child.get_mut().unwrap().assert_running();
             assert!(
                 start.elapsed() < Duration::from_secs(10),
                 "cursor not saved"

@@ -89,6 +89,8 @@ pub struct Supervised {
     /// Set when stderr has been read to its end.
     stderr_done: Arc<AtomicBool>,
     exited: Option<ExitStatus>,
+    /// Its end has been told in a failure already.
+    reported: bool,
 }
 
 impl Supervised {
@@ -114,6 +116,7 @@ impl Supervised {
             stderr,
             stderr_done,
             exited: None,
+            reported: false,
         }
     }
 
@@ -140,6 +143,7 @@ impl Supervised {
     /// on the child, so that a dead one fails the test at once.
     pub fn assert_running(&mut self) {
         if let Err(report) = self.check() {
+            self.reported = true;
             panic!("{report}");
         }
     }
@@ -230,7 +234,7 @@ impl DerefMut for Supervised {
 
 impl Drop for Supervised {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if std::thread::panicking() && !self.reported {
             // The test failed: say how this child fared, it may be why.
             match self.check() {
                 Err(report) => eprintln!("after the failure: {report}"),

@@ -71,6 +71,11 @@ pub struct ServerFlags {
     /// projects are dropped (and loaded again on use) beyond it
     #[arg(long, env = "MEMMACHINE_INDEX_MEMORY", default_value = "2GiB")]
     pub index_memory: String,
+    /// Load every project's index at start (while --index-memory lasts), so first
+    /// searches need not wait. Turn it off for replicas behind a proxy with project
+    /// affinity: each then loads only the projects it is sent
+    #[arg(long, env = "MEMMACHINE_WARM_INDEXES", num_args = 0..=1, default_value_t = true, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub warm_indexes: bool,
     /// Seconds an embedding worker holds the batch it claimed before another replica
     /// may take it over
     #[arg(long, env = "MEMMACHINE_EMBEDDING_LEASE", default_value_t = 120.0)]
@@ -195,6 +200,8 @@ pub struct ServeConfig {
     pub store: crate::store::StoreLocation,
     /// Most memory the project indexes may hold (estimated bytes).
     pub index_memory: usize,
+    /// Whether every project's index is loaded at start.
+    pub warm_indexes: bool,
     /// How long an embedding worker holds the batch it claimed.
     pub embedding_lease: std::time::Duration,
     pub log_format: LogFormat,
@@ -340,6 +347,7 @@ impl ServeArgs {
             store: store.clone(),
             index_memory: parse_size(&server.index_memory)
                 .map_err(|err| format!("--index-memory: {err}"))?,
+            warm_indexes: server.warm_indexes,
             embedding_lease: seconds(server.embedding_lease, "embedding-lease")?,
             log_format: settings.telemetry.log_format,
             limits: settings.limits,

@@ -97,6 +97,10 @@ pub async fn start(
         settings.clone(),
     );
     let index = Arc::new(IndexCache::new(store.clone(), config.index_memory));
+    let observed = Arc::downgrade(&index);
+    metrics.observe_index(Box::new(move || {
+        observed.upgrade().map_or((0, 0), |index| index.usage())
+    }));
     crate::retrieval::index_cache::spawn_feed_pruner(&store, config.changes.retention);
     let changes = crate::changes::Changes::start(store.clone(), config.changes, &metrics);
     crate::episodic::retention::spawn(&store, config.retention);
@@ -107,7 +111,11 @@ pub async fn start(
         .with_usage(usage.clone())
         .with_changes(changes.clone());
     // Searches work meanwhile: a project not yet loaded loads on its first search.
+    let warm = config.warm_indexes;
     tokio::spawn(async move {
+        if !warm {
+            return;
+        }
         let embedder_of = |p: &crate::model::Project| {
             embedders
                 .for_project(&p.config.embedder)

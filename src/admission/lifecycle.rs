@@ -38,6 +38,8 @@ pub struct Lifecycle {
     /// Set once shutdown began; held while health is reported, so that a start-up
     /// finishing during the drain never reports SERVING after NOT_SERVING.
     stopping: tokio::sync::Mutex<bool>,
+    /// Health said NOT_SERVING for the drain (memory calls may still be admitted).
+    announced: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -65,6 +67,7 @@ impl Lifecycle {
             health,
             in_flight: Arc::default(),
             stopping: tokio::sync::Mutex::new(false),
+            announced: std::sync::atomic::AtomicBool::new(false),
         };
         lifecycle
             .health
@@ -108,7 +111,18 @@ impl Lifecycle {
     pub async fn not_ready(&self) {
         let mut stopping = self.stopping.lock().await;
         *stopping = true;
+        self.announced.store(true, Ordering::SeqCst);
         self.report(ServingStatus::NotServing).await;
+    }
+
+    /// The phase health reports: `Draining` from the start of the drain, while memory
+    /// calls are still admitted, so that balancers stop sending before they are refused.
+    pub fn reported(&self) -> Phase {
+        if self.announced.load(Ordering::SeqCst) {
+            Phase::Draining
+        } else {
+            self.phase()
+        }
     }
 
     /// New memory calls are refused from now on; calls in flight go on.

@@ -234,7 +234,10 @@ impl Admission {
                 )
                 .await?;
             if let Some(caller) = entry.caller.clone() {
-                request.extensions_mut().insert(caller);
+                let route = crate::auth::route(request.headers())?;
+                request
+                    .extensions_mut()
+                    .insert(crate::auth::Access::new(caller, route));
             }
             let allowed = deadline.saturating_duration_since(Instant::now());
             match tokio::time::timeout_at(deadline.into(), inner.call(request)).await {

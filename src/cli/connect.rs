@@ -6,6 +6,7 @@ use tonic::metadata::{AsciiMetadataValue, MetadataValue};
 use tonic::transport::Channel;
 
 use super::{CliError, ClientArgs};
+use crate::auth::ROUTE_HEADER;
 use crate::pb::memory_service_client::MemoryServiceClient;
 use crate::pb::project_service_client::ProjectServiceClient;
 use crate::pb::semantic_service_client::SemanticServiceClient;
@@ -61,13 +62,23 @@ impl Client {
         })
     }
 
-    /// `message` as a request with the key's `authorization` metadata.
+    /// `message` as a request with the key's `authorization` metadata, routed (for a
+    /// proxy's project affinity) to the project the command addresses.
     pub fn request<T>(&self, message: T) -> tonic::Request<T> {
+        self.request_for(&self.project, message)
+    }
+
+    /// `message` as a request for `project` of the addressed org.
+    pub fn request_for<T>(&self, project: &str, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         if let Some(value) = &self.authorization {
             request
                 .metadata_mut()
                 .insert("authorization", value.clone());
+        }
+        // Ids are letters, digits and `_:-`: encoded, any of them is a valid value.
+        if let Ok(route) = route_value(&self.org, project).parse() {
+            request.metadata_mut().insert(ROUTE_HEADER, route);
         }
         request
     }
@@ -112,4 +123,15 @@ impl Client {
             or_universal(&self.project)
         )
     }
+}
+
+/// The routing key `ORG/PROJECT`, each id percent-encoded (ids may hold any letter).
+pub fn route_value(org: &str, project: &str) -> String {
+    use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+    const KEEP: &AsciiSet = &NON_ALPHANUMERIC.remove(b'_').remove(b':').remove(b'-');
+    format!(
+        "{}/{}",
+        utf8_percent_encode(org, KEEP),
+        utf8_percent_encode(project, KEEP)
+    )
 }

@@ -71,12 +71,15 @@ pub async fn run(args: &ClientArgs, command: ProjectsCommand) -> Result<(), CliE
         ProjectsCommand::Create { id, description } => {
             let project = client
                 .projects()
-                .create_project(client.request(pb::CreateProjectRequest {
-                    org_id: org_id.clone(),
-                    project_id: id.clone(),
-                    description,
-                    config: None,
-                }))
+                .create_project(client.request_for(
+                    &id,
+                    pb::CreateProjectRequest {
+                        org_id: org_id.clone(),
+                        project_id: id.clone(),
+                        description,
+                        config: None,
+                    },
+                ))
                 .await?
                 .into_inner()
                 .project
@@ -90,10 +93,13 @@ pub async fn run(args: &ClientArgs, command: ProjectsCommand) -> Result<(), CliE
             let id = chosen(id);
             let project = client
                 .projects()
-                .get_project(client.request(pb::GetProjectRequest {
-                    org_id: org_id.clone(),
-                    project_id: id,
-                }))
+                .get_project(client.request_for(
+                    &id,
+                    pb::GetProjectRequest {
+                        org_id: org_id.clone(),
+                        project_id: id.clone(),
+                    },
+                ))
                 .await?
                 .into_inner()
                 .project
@@ -119,10 +125,13 @@ pub async fn run(args: &ClientArgs, command: ProjectsCommand) -> Result<(), CliE
         ProjectsCommand::Delete { id } => {
             client
                 .projects()
-                .delete_project(client.request(pb::DeleteProjectRequest {
-                    org_id: org_id.clone(),
-                    project_id: id.clone(),
-                }))
+                .delete_project(client.request_for(
+                    &id,
+                    pb::DeleteProjectRequest {
+                        org_id: org_id.clone(),
+                        project_id: id.clone(),
+                    },
+                ))
                 .await?;
             if args.json {
                 return print_json(&json!({"deleted": name(&id)}));
@@ -130,12 +139,16 @@ pub async fn run(args: &ClientArgs, command: ProjectsCommand) -> Result<(), CliE
             out(format!("deleted project {}", name(&id)))
         }
         ProjectsCommand::Count { id } => {
+            let id = chosen(id);
             let count = client
                 .projects()
-                .get_episode_count(client.request(pb::GetEpisodeCountRequest {
-                    org_id: org_id.clone(),
-                    project_id: chosen(id),
-                }))
+                .get_episode_count(client.request_for(
+                    &id,
+                    pb::GetEpisodeCountRequest {
+                        org_id: org_id.clone(),
+                        project_id: id.clone(),
+                    },
+                ))
                 .await?
                 .into_inner()
                 .count;

@@ -45,8 +45,7 @@ impl ChangeService for ChangeGrpc {
             .remote_addr()
             .map_or_else(|| "unknown".to_string(), |a| a.ip().to_string());
         let (caller, r) = super::split(request)?;
-        caller.check_org(&r.org_id)?;
-        let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
+        let key = caller.project(&r.org_id, &r.project_id)?;
         let place = admit_change_stream(&self.streams, caller.key_id(), &peer)?;
         let stream = self.changes.watch(&key, &r.after).await?;
         let relay = self

@@ -76,8 +76,7 @@ impl LifecycleService for LifecycleGrpc {
         request: Request<pb::GetFeatureHistoryRequest>,
     ) -> Reply<pb::GetFeatureHistoryResponse> {
         let (caller, r) = super::split(request)?;
-        caller.check_org(&r.org_id)?;
-        let key = crate::model::ProjectKey::parse(&r.org_id, &r.project_id)?;
+        let key = caller.project(&r.org_id, &r.project_id)?;
         let project = self.domain.projects.get(&key).await?;
         let versions = self
             .domain

@@ -6,7 +6,6 @@ use super::convert;
 use super::import::{self, Drain, ImportSettings, Requests};
 use crate::episodic::SearchInput;
 use crate::memory::{ListInput, Listed, Memories};
-use crate::model::ProjectKey;
 use crate::pb;
 use crate::pb::memory_service_server::MemoryService;
 
@@ -38,7 +37,7 @@ impl MemoryService for MemoryGrpc {
             .memories
             .import(
                 &mut requests,
-                |org| caller.check_org(org),
+                |org, project| caller.project(org, project).map(drop),
                 &Drain(&self.imports.lifecycle),
             )
             .await?;
@@ -50,10 +49,9 @@ impl MemoryService for MemoryGrpc {
         request: Request<pb::AddMemoriesRequest>,
     ) -> Reply<pb::AddMemoriesResponse> {
         let (caller, r) = super::split(request)?;
-        caller.check_org(&r.org_id)?;
+        let key = caller.project(&r.org_id, &r.project_id)?;
         let types = convert::memory_kinds(&r.types)?;
         let messages = convert::messages(r.messages)?;
-        let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
         let added = self.memories.add(&key, &types, messages).await?;
         Ok(Response::new(pb::AddMemoriesResponse {
             results: added
@@ -71,7 +69,7 @@ impl MemoryService for MemoryGrpc {
         request: Request<pb::SearchMemoriesRequest>,
     ) -> Reply<pb::SearchMemoriesResponse> {
         let (caller, r) = super::split(request)?;
-        caller.check_org(&r.org_id)?;
+        let key = caller.project(&r.org_id, &r.project_id)?;
         let types = convert::memory_kinds(&r.types)?;
         let input = SearchInput {
             query: r.query,
@@ -84,7 +82,6 @@ impl MemoryService for MemoryGrpc {
             as_of: convert::as_of("as_of", r.as_of)?,
         };
         let set_metadata = r.set_metadata.into_iter().collect();
-        let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
         let found = self
             .memories
             .search(&key, &types, input, &set_metadata)
@@ -120,7 +117,7 @@ impl MemoryService for MemoryGrpc {
         request: Request<pb::ListMemoriesRequest>,
     ) -> Reply<pb::ListMemoriesResponse> {
         let (caller, r) = super::split(request)?;
-        caller.check_org(&r.org_id)?;
+        let key = caller.project(&r.org_id, &r.project_id)?;
         let kind = match r.r#type {
             0 => None,
             t => Some(convert::memory_kind("type", t)?),
@@ -135,7 +132,6 @@ impl MemoryService for MemoryGrpc {
             scope: None,
             as_of: convert::as_of("as_of", r.as_of)?,
         };
-        let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
         let listed = self.memories.list(&key, input).await?;
         Ok(Response::new(match listed {
             Listed::Episodes(episodes, next_page_token) => pb::ListMemoriesResponse {
@@ -162,8 +158,7 @@ impl MemoryService for MemoryGrpc {
         request: Request<pb::DeleteEpisodicMemoriesRequest>,
     ) -> Reply<pb::DeleteEpisodicMemoriesResponse> {
         let (caller, r) = super::split(request)?;
-        caller.check_org(&r.org_id)?;
-        let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
+        let key = caller.project(&r.org_id, &r.project_id)?;
         let deleted = self.memories.delete_episodes(&key, &r.episode_ids).await?;
         Ok(Response::new(pb::DeleteEpisodicMemoriesResponse {
             deleted_count: deleted as i64,
@@ -175,8 +170,7 @@ impl MemoryService for MemoryGrpc {
         request: Request<pb::DeleteSemanticMemoriesRequest>,
     ) -> Reply<pb::DeleteSemanticMemoriesResponse> {
         let (caller, r) = super::split(request)?;
-        caller.check_org(&r.org_id)?;
-        let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
+        let key = caller.project(&r.org_id, &r.project_id)?;
         let deleted = self.memories.delete_features(&key, &r.feature_ids).await?;
         Ok(Response::new(pb::DeleteSemanticMemoriesResponse {
             deleted_count: deleted as i64,

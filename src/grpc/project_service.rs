@@ -3,7 +3,7 @@
 use tonic::{Request, Response, Status};
 
 use super::convert;
-use crate::model::{EpisodicConfigUpdate, ProjectConfig, ProjectKey};
+use crate::model::{EpisodicConfigUpdate, ProjectConfig};
 use crate::pb;
 use crate::pb::project_service_server::ProjectService;
 use crate::projects::Projects;
@@ -27,7 +27,7 @@ impl ProjectService for ProjectGrpc {
         request: Request<pb::CreateProjectRequest>,
     ) -> Reply<pb::CreateProjectResponse> {
         let (caller, r) = super::split(request)?;
-        caller.check_org(&r.org_id)?;
+        caller.project(&r.org_id, &r.project_id)?;
         let config = r.config.unwrap_or_default();
         let config = ProjectConfig {
             embedder: config.embedder,
@@ -47,10 +47,9 @@ impl ProjectService for ProjectGrpc {
         request: Request<pb::GetProjectRequest>,
     ) -> Reply<pb::GetProjectResponse> {
         let (caller, r) = super::split(request)?;
-        caller.check_org(&r.org_id)?;
         let project = self
             .projects
-            .get(&ProjectKey::parse(&r.org_id, &r.project_id)?)
+            .get(&caller.project(&r.org_id, &r.project_id)?)
             .await?;
         Ok(Response::new(pb::GetProjectResponse {
             project: Some(convert::project(project)),
@@ -76,9 +75,8 @@ impl ProjectService for ProjectGrpc {
         request: Request<pb::DeleteProjectRequest>,
     ) -> Reply<pb::DeleteProjectResponse> {
         let (caller, r) = super::split(request)?;
-        caller.check_org(&r.org_id)?;
         self.projects
-            .delete(&ProjectKey::parse(&r.org_id, &r.project_id)?)
+            .delete(&caller.project(&r.org_id, &r.project_id)?)
             .await?;
         Ok(Response::new(pb::DeleteProjectResponse {}))
     }
@@ -88,10 +86,9 @@ impl ProjectService for ProjectGrpc {
         request: Request<pb::GetEpisodeCountRequest>,
     ) -> Reply<pb::GetEpisodeCountResponse> {
         let (caller, r) = super::split(request)?;
-        caller.check_org(&r.org_id)?;
         let count = self
             .projects
-            .episode_count(&ProjectKey::parse(&r.org_id, &r.project_id)?)
+            .episode_count(&caller.project(&r.org_id, &r.project_id)?)
             .await?;
         Ok(Response::new(pb::GetEpisodeCountResponse { count }))
     }
@@ -101,10 +98,9 @@ impl ProjectService for ProjectGrpc {
         request: Request<pb::GetEpisodicMemoryConfigRequest>,
     ) -> Reply<pb::GetEpisodicMemoryConfigResponse> {
         let (caller, r) = super::split(request)?;
-        caller.check_org(&r.org_id)?;
         let config = self
             .projects
-            .episodic_config(&ProjectKey::parse(&r.org_id, &r.project_id)?)
+            .episodic_config(&caller.project(&r.org_id, &r.project_id)?)
             .await?;
         Ok(Response::new(pb::GetEpisodicMemoryConfigResponse {
             config: Some(convert::episodic_config(config)),
@@ -116,7 +112,6 @@ impl ProjectService for ProjectGrpc {
         request: Request<pb::UpdateEpisodicMemoryConfigRequest>,
     ) -> Reply<pb::UpdateEpisodicMemoryConfigResponse> {
         let (caller, r) = super::split(request)?;
-        caller.check_org(&r.org_id)?;
         let update = EpisodicConfigUpdate {
             enabled: r.enabled,
             long_term_memory_enabled: r.long_term_memory_enabled,
@@ -126,7 +121,7 @@ impl ProjectService for ProjectGrpc {
         };
         let config = self
             .projects
-            .update_episodic_config(&ProjectKey::parse(&r.org_id, &r.project_id)?, update)
+            .update_episodic_config(&caller.project(&r.org_id, &r.project_id)?, update)
             .await?;
         Ok(Response::new(pb::UpdateEpisodicMemoryConfigResponse {
             config: Some(convert::episodic_config(config)),

@@ -3,7 +3,7 @@
 use tonic::{Request, Response, Status};
 
 use super::convert;
-use crate::model::{Project, ProjectKey};
+use crate::model::Project;
 use crate::pb;
 use crate::pb::semantic_service_server::SemanticService;
 use crate::projects::Projects;
@@ -27,8 +27,7 @@ impl SemanticGrpc {
     ) -> Result<(Project, T), Status> {
         let (caller, r) = super::split(request)?;
         let (org, project) = ids(&r);
-        caller.check_org(org)?;
-        let key = ProjectKey::parse(org, project)?;
+        let key = caller.project(org, project)?;
         Ok((self.projects.get(&key).await?, r))
     }
 }

@@ -105,10 +105,11 @@ async fn admit(State(owners): State<Owners>, mut request: Request, next: Next) -
         Ok(caller) => caller,
         Err(err) => return refusal(StatusCode::FORBIDDEN, &err),
     };
-    if let Err(err) = caller.check_org(&scope.project.org_id) {
-        return refusal(StatusCode::FORBIDDEN, &err);
+    if let Err(err) = caller.project(&scope.project.org_id, &scope.project.project_id) {
+        let status = crate::rest::error::http_status(err.grpc_code());
+        return refusal(status, &err);
     }
-    let caller = caller.clone();
+    let caller = caller.caller().clone();
     // Another caller's session is answered as one that does not exist: nothing says
     // whether it does.
     let session = match request.headers().get(SESSION_HEADER) {

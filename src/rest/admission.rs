@@ -56,7 +56,10 @@ pub async fn admit(State(gateway): State<Gateway>, mut request: Request, next: N
             )
         };
         if let Some(caller) = entry.as_ref().and_then(|e| e.caller.clone()) {
-            request.extensions_mut().insert(caller);
+            let route = crate::auth::route(request.headers())?;
+            request
+                .extensions_mut()
+                .insert(crate::auth::Access::new(caller, route));
         }
         let response = tokio::time::timeout(timeout, next.run(request))
             .await

@@ -22,7 +22,7 @@ use utoipa_axum::routes;
 use super::shapes::{EpisodeJson, FeatureJson};
 use super::{ApiError, Gateway};
 use crate::admission::watch::admit_change_stream;
-use crate::auth::Caller;
+use crate::auth::Access;
 use crate::changes::{WatchKind, Watched};
 use crate::error::Error;
 use crate::model::ProjectKey;
@@ -76,14 +76,13 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
               (status = 403), (status = 404), (status = 410), (status = 422), (status = 429)))]
 async fn watch_changes(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
     let Query(query) = Query::<ChangesQuery>::try_from_uri(request.uri())
         .map_err(|r| Error::invalid("query", r.body_text()))?;
     let headers = request.headers();
-    caller.check_org(&query.org_id)?;
-    let key = ProjectKey::parse(&query.org_id, &query.project_id)?;
+    let key = caller.project(&query.org_id, &query.project_id)?;
     let after = headers
         .get(LAST_EVENT_ID)
         .and_then(|v| v.to_str().ok())

@@ -13,7 +13,7 @@ use super::body::Body;
 use super::projects::key;
 use super::shapes::{ProjectRef, time};
 use super::{ApiError, Gateway};
-use crate::auth::Caller;
+use crate::auth::Access;
 use crate::store::{ChangedBy, FeatureVersion};
 
 pub fn routes() -> OpenApiRouter<Gateway> {
@@ -75,7 +75,7 @@ fn version(v: FeatureVersion) -> FeatureVersionJson {
     responses((status = 200, body = FeatureHistoryJson), (status = 404)))]
 async fn feature_history(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<GetFeatureHistory>,
 ) -> Result<Json<FeatureHistoryJson>, ApiError> {
     let key = key(

@@ -11,7 +11,7 @@ use utoipa_axum::routes;
 use super::body::Body;
 use super::shapes::time;
 use super::{ApiError, Gateway};
-use crate::auth::Caller;
+use crate::auth::Access;
 use crate::store::ForgetReceipt;
 
 pub fn routes() -> OpenApiRouter<Gateway> {
@@ -91,7 +91,7 @@ impl Receipt {
     responses((status = 200, body = Receipt), (status = 404), (status = 422)))]
 async fn forget(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<Forget>,
 ) -> Result<Json<Receipt>, ApiError> {
     caller.check_org(&r.org_id)?;
@@ -108,7 +108,7 @@ async fn forget(
     responses((status = 200, body = Receipt), (status = 404)))]
 async fn receipt(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<GetReceipt>,
 ) -> Result<Json<Receipt>, ApiError> {
     caller.check_org(&r.org_id)?;

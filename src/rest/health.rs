@@ -11,7 +11,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::Gateway;
-use crate::auth::Caller;
+use crate::auth::Access;
 
 pub fn routes() -> OpenApiRouter<Gateway> {
     OpenApiRouter::new()
@@ -21,26 +21,29 @@ pub fn routes() -> OpenApiRouter<Gateway> {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
-    /// `healthy` once the server serves calls, `starting` before.
+    /// `healthy` while the server serves memory calls; `starting` before and
+    /// `draining` once shutdown began.
     status: &'static str,
     service: &'static str,
     version: &'static str,
 }
 
-/// 200 once the server serves memory calls, 503 while it starts.
+/// 200 while the server serves memory calls; 503 while it starts or drains, so that a
+/// proxy checking this route sends calls only where they are served (the same phase
+/// gRPC health reports).
 #[utoipa::path(get, path = "/health", tag = "System",
     responses((status = 200, body = Health), (status = 503, body = Health)))]
 async fn health(State(gateway): State<Gateway>) -> (StatusCode, Json<Health>) {
-    let ready = gateway.domain.get().is_some();
-    let status = if ready {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
+    use crate::admission::lifecycle::Phase;
+    let (code, status) = match gateway.admission.lifecycle.reported() {
+        Phase::Serving => (StatusCode::OK, "healthy"),
+        Phase::Starting => (StatusCode::SERVICE_UNAVAILABLE, "starting"),
+        Phase::Draining => (StatusCode::SERVICE_UNAVAILABLE, "draining"),
     };
     (
-        status,
+        code,
         Json(Health {
-            status: if ready { "healthy" } else { "starting" },
+            status,
             service: "memmachine",
             version: env!("CARGO_PKG_VERSION"),
         }),
@@ -53,7 +56,7 @@ async fn health(State(gateway): State<Gateway>) -> (StatusCode, Json<Health>) {
     responses((status = 200, content_type = "application/openmetrics-text")))]
 async fn metrics(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
 ) -> impl IntoResponse {
     (
         [(

@@ -14,11 +14,10 @@ use super::body::Body;
 use super::projects::key;
 use super::shapes::{EpisodeJson, FeatureJson, ProjectRef, ScoredEpisodeJson};
 use super::{ApiError, Gateway};
-use crate::auth::Caller;
+use crate::auth::Access;
 use crate::episodic::{MessageInput, SearchInput};
 use crate::error::{Error, Result, Violations};
 use crate::memory::{ListInput, Listed, MemoryKind};
-use crate::model::ProjectKey;
 
 pub fn routes() -> OpenApiRouter<Gateway> {
     OpenApiRouter::new()
@@ -116,12 +115,11 @@ pub struct AddMemoriesResponse {
     responses((status = 200, body = AddMemoriesResponse), (status = 404), (status = 422)))]
 async fn add_memories(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<AddMemories>,
 ) -> Reply<Json<AddMemoriesResponse>> {
-    caller.check_org(&r.org_id)?;
+    let key = caller.project(&r.org_id, &r.project_id)?;
     let messages = messages(r.messages)?;
-    let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
     let added = gateway
         .domain()?
         .memories
@@ -272,10 +270,10 @@ pub struct ShortTerm {
     responses((status = 200, body = SearchResponse), (status = 404), (status = 422)))]
 async fn search_memories(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<SearchMemories>,
 ) -> Reply<Json<SearchResponse>> {
-    caller.check_org(&r.org_id)?;
+    let key = caller.project(&r.org_id, &r.project_id)?;
     let _ = r.agent_mode;
     let types = kinds(&r.types);
     let input = SearchInput {
@@ -288,7 +286,6 @@ async fn search_memories(
         blank_query_ranks_nothing: true,
         as_of: as_of(&r.as_of)?,
     };
-    let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
     let found = gateway
         .domain()?
         .memories
@@ -381,7 +378,7 @@ pub struct ListContent {
     responses((status = 200, body = ListResponse), (status = 404), (status = 422)))]
 async fn list_memories(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<ListMemories>,
 ) -> Reply<Json<ListResponse>> {
     let key = key(
@@ -485,7 +482,7 @@ pub struct GetEpisodicContent {
     responses((status = 200, body = GetEpisodicResponse), (status = 404), (status = 422)))]
 async fn get_episodic(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<GetEpisodic>,
 ) -> Reply<Json<GetEpisodicResponse>> {
     let key = key(
@@ -555,11 +552,10 @@ fn ids(one: String, many: Vec<String>) -> Vec<String> {
     request_body = DeleteEpisodic, responses((status = 204), (status = 404), (status = 422)))]
 async fn delete_episodic(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<DeleteEpisodic>,
 ) -> Reply<StatusCode> {
-    caller.check_org(&r.org_id)?;
-    let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
+    let key = caller.project(&r.org_id, &r.project_id)?;
     gateway
         .domain()?
         .memories
@@ -572,11 +568,10 @@ async fn delete_episodic(
     request_body = DeleteSemantic, responses((status = 204), (status = 404), (status = 422)))]
 async fn delete_semantic(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<DeleteSemantic>,
 ) -> Reply<StatusCode> {
-    caller.check_org(&r.org_id)?;
-    let key = ProjectKey::parse(&r.org_id, &r.project_id)?;
+    let key = caller.project(&r.org_id, &r.project_id)?;
     gateway
         .domain()?
         .memories

@@ -9,7 +9,7 @@ mod body;
 mod changes;
 mod config_updates;
 mod console;
-mod error;
+pub(crate) mod error;
 mod feature_history;
 mod forget;
 mod health;
@@ -76,7 +76,8 @@ impl Gateway {
 
     /// Every route of the gateway, and the OpenAPI document describing them.
     pub fn router(&self) -> Router {
-        let (api, document) = api().split_for_parts();
+        let (api, mut document) = api().split_for_parts();
+        document_routing_header(&mut document);
         let document = Arc::new(document);
         let openapi = axum::routing::get(move || {
             let document = document.clone();
@@ -118,6 +119,46 @@ impl Gateway {
     servers((url = "/api/v2"))
 )]
 struct ApiDoc;
+
+/// Names the optional routing header on every operation but health: a proxy with
+/// project affinity routes on it; the gateway refuses one naming another project.
+fn document_routing_header(document: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+    let parameter = ParameterBuilder::new()
+        .name(crate::auth::ROUTE_HEADER)
+        .parameter_in(ParameterIn::Header)
+        .required(utoipa::openapi::Required::False)
+        .description(Some(
+            "The request's own project as `ORG/PROJECT` (each id percent-encoded; empty \
+             for universal), for a proxy's project affinity. A value naming another \
+             project than the request's is refused (422).",
+        ))
+        .schema(Some(
+            utoipa::openapi::ObjectBuilder::new()
+                .schema_type(utoipa::openapi::schema::Type::String),
+        ))
+        .build();
+    for (path, item) in document.paths.paths.iter_mut() {
+        if path == "/health" {
+            continue;
+        }
+        for operation in [
+            &mut item.get,
+            &mut item.post,
+            &mut item.put,
+            &mut item.delete,
+            &mut item.patch,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            operation
+                .parameters
+                .get_or_insert_with(Vec::new)
+                .push(utoipa::openapi::RefOr::T(parameter.clone()));
+        }
+    }
+}
 
 /// The routes under `/api/v2`, with their OpenAPI paths.
 fn api() -> OpenApiRouter<Gateway> {

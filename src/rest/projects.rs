@@ -12,7 +12,7 @@ use utoipa_axum::routes;
 use super::body::Body;
 use super::shapes::{ProjectConfigJson, ProjectJson, ProjectRef};
 use super::{ApiError, Gateway};
-use crate::auth::Caller;
+use crate::auth::Access;
 use crate::error::{Error, Violations};
 use crate::model::{EpisodicConfigUpdate, ProjectConfig, ProjectKey};
 
@@ -34,9 +34,8 @@ pub fn routes() -> OpenApiRouter<Gateway> {
 type Reply<T> = Result<T, ApiError>;
 
 /// The project named by `r`, once the caller is checked against its org.
-pub fn key(caller: &Caller, r: &ProjectRef) -> Result<ProjectKey, ApiError> {
-    caller.check_org(&r.org_id)?;
-    Ok(ProjectKey::parse(&r.org_id, &r.project_id)?)
+pub fn key(caller: &Access, r: &ProjectRef) -> Result<ProjectKey, ApiError> {
+    Ok(caller.project(&r.org_id, &r.project_id)?)
 }
 
 /// A project named in full, as MemMachine's project routes require (422 when an id is
@@ -48,7 +47,7 @@ pub struct NamedProject {
 }
 
 impl NamedProject {
-    fn key(&self, caller: &Caller) -> Result<ProjectKey, ApiError> {
+    fn key(&self, caller: &Access) -> Result<ProjectKey, ApiError> {
         named(&self.org_id, &self.project_id)?;
         key(
             caller,
@@ -87,11 +86,11 @@ pub struct CreateProject {
     responses((status = 201, body = ProjectJson), (status = 422)))]
 async fn create_project(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<CreateProject>,
 ) -> Reply<(StatusCode, Json<ProjectJson>)> {
     named(&r.org_id, &r.project_id)?;
-    caller.check_org(&r.org_id)?;
+    let key = caller.project(&r.org_id, &r.project_id)?;
     let config = ProjectConfig {
         embedder: r.config.embedder,
         reranker: r.config.reranker,
@@ -101,11 +100,7 @@ async fn create_project(
         .create(&r.org_id, &r.project_id, &r.description, config)
         .await
     {
-        Err(Error::AlreadyExists(_)) => {
-            projects
-                .get(&ProjectKey::parse(&r.org_id, &r.project_id)?)
-                .await?
-        }
+        Err(Error::AlreadyExists(_)) => projects.get(&key).await?,
         created => created?,
     };
     Ok((StatusCode::CREATED, Json(project.into())))
@@ -115,7 +110,7 @@ async fn create_project(
     responses((status = 200, body = ProjectJson), (status = 404)))]
 async fn get_project(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<NamedProject>,
 ) -> Reply<Json<ProjectJson>> {
     let key = r.key(&caller)?;
@@ -141,7 +136,7 @@ pub struct ProjectEntry {
     responses((status = 200, body = [ProjectEntry])))]
 async fn list_projects(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<ListProjects>,
 ) -> Reply<Json<Vec<ProjectEntry>>> {
     let asked = r.org_id.as_deref().filter(|org| !org.is_empty());
@@ -163,7 +158,7 @@ async fn list_projects(
     responses((status = 204), (status = 404)))]
 async fn delete_project(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<NamedProject>,
 ) -> Reply<StatusCode> {
     let key = r.key(&caller)?;
@@ -180,7 +175,7 @@ pub struct EpisodeCount {
     request_body = NamedProject, responses((status = 200, body = EpisodeCount), (status = 404)))]
 async fn episode_count(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<NamedProject>,
 ) -> Reply<Json<EpisodeCount>> {
     let key = r.key(&caller)?;
@@ -235,7 +230,7 @@ pub struct ConfigureEnabled {
     request_body = ProjectRef, responses((status = 200, body = EpisodicConfigJson)))]
 async fn get_episodic_config(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<ProjectRef>,
 ) -> Reply<Json<EpisodicConfigJson>> {
     let key = key(&caller, &r)?;
@@ -254,7 +249,7 @@ async fn get_episodic_config(
     request_body = ConfigureEpisodic, responses((status = 204)))]
 async fn configure_episodic(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<ConfigureEpisodic>,
 ) -> Reply<StatusCode> {
     let key = key(
@@ -304,7 +299,7 @@ async fn update_episodic(
 /// One switch of a project's episodic memory.
 async fn switch(
     gateway: &Gateway,
-    caller: &Caller,
+    caller: &Access,
     r: &ProjectRef,
     read: fn(&crate::model::EpisodicConfig) -> bool,
 ) -> Reply<Json<Enabled>> {
@@ -316,7 +311,7 @@ async fn switch(
 /// Sets one switch, keeping the others.
 async fn set_switch(
     gateway: &Gateway,
-    caller: &Caller,
+    caller: &Access,
     r: ConfigureEnabled,
     update: fn(bool) -> EpisodicConfigUpdate,
 ) -> Reply<StatusCode> {
@@ -331,7 +326,7 @@ async fn set_switch(
     request_body = ProjectRef, responses((status = 200, body = Enabled)))]
 async fn get_short_term_config(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<ProjectRef>,
 ) -> Reply<Json<Enabled>> {
     switch(&gateway, &caller, &r, |c| c.short_term_memory_enabled).await
@@ -341,7 +336,7 @@ async fn get_short_term_config(
     request_body = ConfigureEnabled, responses((status = 204)))]
 async fn configure_short_term(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<ConfigureEnabled>,
 ) -> Reply<StatusCode> {
     set_switch(&gateway, &caller, r, |on| EpisodicConfigUpdate {
@@ -355,7 +350,7 @@ async fn configure_short_term(
     request_body = ProjectRef, responses((status = 200, body = Enabled)))]
 async fn get_long_term_config(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<ProjectRef>,
 ) -> Reply<Json<Enabled>> {
     switch(&gateway, &caller, &r, |c| c.long_term_memory_enabled).await
@@ -365,7 +360,7 @@ async fn get_long_term_config(
     request_body = ConfigureEnabled, responses((status = 204)))]
 async fn configure_long_term(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<ConfigureEnabled>,
 ) -> Reply<StatusCode> {
     set_switch(&gateway, &caller, r, |on| EpisodicConfigUpdate {

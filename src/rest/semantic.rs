@@ -15,7 +15,7 @@ use super::body::Body;
 use super::projects::key;
 use super::shapes::{FeatureJson, ProjectRef};
 use super::{ApiError, Gateway};
-use crate::auth::Caller;
+use crate::auth::Access;
 use crate::model::Project;
 use crate::semantic::{FeatureChange, FeatureInput, SemanticMemory};
 
@@ -46,7 +46,7 @@ type Reply<T> = Result<T, ApiError>;
 /// The request's project (checked against the caller) and semantic memory.
 async fn project<'g>(
     gateway: &'g Gateway,
-    caller: &Caller,
+    caller: &Access,
     org_id: &str,
     project_id: &str,
 ) -> Result<(Project, &'g SemanticMemory), ApiError> {
@@ -109,7 +109,7 @@ pub struct FeatureId {
     request_body = AddFeature, responses((status = 201, body = FeatureId), (status = 422)))]
 async fn add_feature(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<AddFeature>,
 ) -> Reply<(StatusCode, Json<FeatureId>)> {
     let (project, semantic) = project(&gateway, &caller, &r.org_id, &r.project_id).await?;
@@ -138,7 +138,7 @@ spec!(GetFeature {
     request_body = GetFeature, responses((status = 200, body = FeatureJson), (status = 404)))]
 async fn get_feature(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<GetFeature>,
 ) -> Reply<Json<FeatureJson>> {
     let (project, semantic) = project(&gateway, &caller, &r.org_id, &r.project_id).await?;
@@ -166,7 +166,7 @@ spec!(UpdateFeature {
     request_body = UpdateFeature, responses((status = 204), (status = 404)))]
 async fn update_feature(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<UpdateFeature>,
 ) -> Reply<StatusCode> {
     let (project, semantic) = project(&gateway, &caller, &r.org_id, &r.project_id).await?;
@@ -203,7 +203,7 @@ pub struct SetTypeId {
     request_body = CreateSetType, responses((status = 201, body = SetTypeId), (status = 409)))]
 async fn create_set_type(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<CreateSetType>,
 ) -> Reply<(StatusCode, Json<SetTypeId>)> {
     let (project, semantic) = project(&gateway, &caller, &r.org_id, &r.project_id).await?;
@@ -238,7 +238,7 @@ pub struct SetTypes {
     request_body = ProjectRef, responses((status = 200, body = SetTypes)))]
 async fn list_set_types(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<ProjectRef>,
 ) -> Reply<Json<SetTypes>> {
     let (project, semantic) = project(&gateway, &caller, &r.org_id, &r.project_id).await?;
@@ -265,7 +265,7 @@ spec!(DeleteSetType {
     request_body = DeleteSetType, responses((status = 204)))]
 async fn delete_set_type(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<DeleteSetType>,
 ) -> Reply<StatusCode> {
     let (project, semantic) = project(&gateway, &caller, &r.org_id, &r.project_id).await?;
@@ -292,7 +292,7 @@ pub struct SetId {
     request_body = GetSetId, responses((status = 200, body = SetId)))]
 async fn get_set_id(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<GetSetId>,
 ) -> Reply<Json<SetId>> {
     let (project, semantic) = project(&gateway, &caller, &r.org_id, &r.project_id).await?;
@@ -322,7 +322,7 @@ pub struct Sets {
     request_body = ListSetIds, responses((status = 200, body = Sets)))]
 async fn list_set_ids(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<ListSetIds>,
 ) -> Reply<Json<Sets>> {
     let (project, semantic) = project(&gateway, &caller, &r.org_id, &r.project_id).await?;
@@ -355,7 +355,7 @@ spec!(ConfigureSet {
     request_body = ConfigureSet, responses((status = 204), (status = 404)))]
 async fn configure_set(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<ConfigureSet>,
 ) -> Reply<StatusCode> {
     let (project, semantic) = project(&gateway, &caller, &r.org_id, &r.project_id).await?;
@@ -394,7 +394,7 @@ pub struct TagJson {
     request_body = GetCategory, responses((status = 200, body = CategoryJson), (status = 404)))]
 async fn get_category(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<GetCategory>,
 ) -> Reply<Json<CategoryJson>> {
     let (project, semantic) = project(&gateway, &caller, &r.org_id, &r.project_id).await?;
@@ -433,7 +433,7 @@ pub struct CategoryId {
     request_body = AddCategory, responses((status = 201, body = CategoryId), (status = 409)))]
 async fn add_category(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<AddCategory>,
 ) -> Reply<(StatusCode, Json<CategoryId>)> {
     let (project, semantic) = project(&gateway, &caller, &r.org_id, &r.project_id).await?;
@@ -461,7 +461,7 @@ spec!(AddCategoryTemplate {
     request_body = AddCategoryTemplate, responses((status = 201, body = CategoryId)))]
 async fn add_category_template(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<AddCategoryTemplate>,
 ) -> Reply<(StatusCode, Json<CategoryId>)> {
     let (project, semantic) = project(&gateway, &caller, &r.org_id, &r.project_id).await?;
@@ -502,7 +502,7 @@ pub struct Templates {
     responses((status = 200, body = Templates)))]
 async fn list_category_templates(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<ListCategoryTemplates>,
 ) -> Reply<Json<Templates>> {
     let (project, semantic) = project(&gateway, &caller, &r.org_id, &r.project_id).await?;
@@ -534,7 +534,7 @@ spec!(DisableCategory {
     request_body = DisableCategory, responses((status = 204), (status = 404)))]
 async fn disable_category(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<DisableCategory>,
 ) -> Reply<StatusCode> {
     let (project, semantic) = project(&gateway, &caller, &r.org_id, &r.project_id).await?;
@@ -557,7 +557,7 @@ pub struct SetIds {
     request_body = CategorySetIds, responses((status = 200, body = SetIds)))]
 async fn get_category_set_ids(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<CategorySetIds>,
 ) -> Reply<Json<SetIds>> {
     let (project, semantic) = project(&gateway, &caller, &r.org_id, &r.project_id).await?;
@@ -573,7 +573,7 @@ spec!(DeleteCategory {
     request_body = DeleteCategory, responses((status = 204)))]
 async fn delete_category(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<DeleteCategory>,
 ) -> Reply<StatusCode> {
     let (project, semantic) = project(&gateway, &caller, &r.org_id, &r.project_id).await?;
@@ -597,7 +597,7 @@ pub struct TagId {
     request_body = AddTag, responses((status = 201, body = TagId), (status = 409)))]
 async fn add_tag(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<AddTag>,
 ) -> Reply<(StatusCode, Json<TagId>)> {
     let (project, semantic) = project(&gateway, &caller, &r.org_id, &r.project_id).await?;
@@ -613,7 +613,7 @@ spec!(DeleteTag { tag_id: String });
     request_body = DeleteTag, responses((status = 204)))]
 async fn delete_tag(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(r): Body<DeleteTag>,
 ) -> Reply<StatusCode> {
     let (project, semantic) = project(&gateway, &caller, &r.org_id, &r.project_id).await?;

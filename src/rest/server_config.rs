@@ -16,7 +16,7 @@ use super::config_updates::{
     EpisodicUpdate, LongTermUpdate, MemoryUpdate, SemanticUpdate, ShortTermUpdate,
 };
 use super::{ApiError, Gateway};
-use crate::auth::Caller;
+use crate::auth::{Access, Caller};
 use crate::error::Error;
 use crate::resource_status::{Kind, Status};
 use crate::retrieval::ranking::{Mode, Ranking};
@@ -384,7 +384,7 @@ fn semantic(gateway: &Gateway, caller: &Caller) -> Result<SemanticConfig, ApiErr
     responses((status = 200, body = Config)))]
 async fn get_config(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
 ) -> Reply<Config> {
     Ok(Json(Config {
         resources: resources(&gateway, &caller).await?,
@@ -399,7 +399,7 @@ async fn get_config(
     responses((status = 200, body = Resources)))]
 async fn get_resources(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
 ) -> Reply<Resources> {
     Ok(Json(resources(&gateway, &caller).await?))
 }
@@ -408,7 +408,7 @@ async fn get_resources(
     responses((status = 200, body = EpisodicConfig)))]
 async fn get_episodic(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
 ) -> Reply<EpisodicConfig> {
     Ok(Json(episodic(&gateway, &caller)?))
 }
@@ -417,7 +417,7 @@ async fn get_episodic(
     responses((status = 200, body = LongTermConfig)))]
 async fn get_long_term(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
 ) -> Reply<LongTermConfig> {
     Ok(Json(episodic(&gateway, &caller)?.long_term_memory))
 }
@@ -426,7 +426,7 @@ async fn get_long_term(
     responses((status = 200, body = ShortTermConfig)))]
 async fn get_short_term(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
 ) -> Reply<ShortTermConfig> {
     Ok(Json(episodic(&gateway, &caller)?.short_term_memory))
 }
@@ -435,7 +435,7 @@ async fn get_short_term(
     responses((status = 200, body = SemanticConfig)))]
 async fn get_semantic(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
 ) -> Reply<SemanticConfig> {
     Ok(Json(semantic(&gateway, &caller)?))
 }
@@ -480,7 +480,7 @@ async fn apply(
     (status = 403), (status = 412)))]
 async fn update_memory(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(update): Body<MemoryUpdate>,
 ) -> Reply<Updated> {
     // MemMachine answers 400 (not its usual 422) for a body naming neither part.
@@ -508,7 +508,7 @@ async fn update_memory(
     (status = 400), (status = 403), (status = 412)))]
 async fn update_episodic(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(update): Body<EpisodicUpdate>,
 ) -> Reply<Updated> {
     let mut change = Change::default();
@@ -521,7 +521,7 @@ async fn update_episodic(
     (status = 400), (status = 403), (status = 412)))]
 async fn update_long_term(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(update): Body<LongTermUpdate>,
 ) -> Reply<Updated> {
     let mut change = Change::default();
@@ -540,7 +540,7 @@ async fn update_long_term(
     (status = 400), (status = 403), (status = 412)))]
 async fn update_short_term(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(update): Body<ShortTermUpdate>,
 ) -> Reply<Updated> {
     let mut change = Change::default();
@@ -561,7 +561,7 @@ async fn update_short_term(
     (status = 400), (status = 403), (status = 412)))]
 async fn update_semantic(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(update): Body<SemanticUpdate>,
 ) -> Reply<Updated> {
     let mut change = Change::default();
@@ -658,7 +658,7 @@ fn as_it_stands(status: Status, caller: &Caller) -> Reply<ResourceUpdated> {
     params(("name" = String, Path)), responses((status = 200, body = ResourceUpdated), (status = 404)))]
 async fn retry_embedder(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Path(name): Path<String>,
 ) -> Reply<ResourceUpdated> {
     embedder_named(&gateway, &name)?;
@@ -671,7 +671,7 @@ async fn retry_embedder(
     responses((status = 200, body = ResourceUpdated), (status = 404)))]
 async fn retry_language_model(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Path(name): Path<String>,
 ) -> Reply<ResourceUpdated> {
     language_model_named(&gateway, &name)?;
@@ -690,7 +690,7 @@ async fn retry_language_model(
     params(("name" = String, Path)), responses((status = 200, body = ResourceUpdated), (status = 404)))]
 async fn retry_reranker(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Path(name): Path<String>,
 ) -> Reply<ResourceUpdated> {
     match rerankers(&gateway)?.into_iter().find(|(n, _)| *n == name) {

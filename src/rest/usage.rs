@@ -11,7 +11,7 @@ use utoipa_axum::routes;
 
 use super::body::Body;
 use super::{ApiError, Gateway};
-use crate::auth::Caller;
+use crate::auth::Access;
 use crate::error::Error;
 use crate::usage::{Budget, Figures};
 
@@ -98,7 +98,7 @@ fn figures(f: Figures) -> UsageFigures {
     responses((status = 200, body = UsageReport), (status = 403), (status = 422)))]
 async fn get_usage(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(query): Body<UsageQuery>,
 ) -> Reply<UsageReport> {
     caller.check_org(&query.org_id)?;
@@ -126,7 +126,7 @@ async fn get_usage(
     responses((status = 200, body = BudgetJson), (status = 403), (status = 422)))]
 async fn set_budget(
     State(gateway): State<Gateway>,
-    Extension(caller): Extension<Caller>,
+    Extension(caller): Extension<Access>,
     Body(change): Body<BudgetChange>,
 ) -> Reply<BudgetJson> {
     caller.require_admin("setting an org's token budget")?;

@@ -62,18 +62,19 @@ impl Memories {
     /// Stores the batches of `source` in order. Batches that arrive while others are
     /// stored wait (a few at most, so the stream is read at the pace of the store) and
     /// are then stored together in one transaction: each batch stays atomic, and one
-    /// commit serves several. `authorize` is given the first batch's org: its refusal
+    /// commit serves several. `authorize` is given the first batch's org and project
+    /// (every later batch must name the same): its refusal
     /// fails the whole call (nothing is read further); every other failure ends the
     /// import in `first_error` (a group that fails to store names its first batch).
     pub async fn import<S: BatchSource>(
         &self,
         source: &mut S,
-        authorize: impl FnOnce(&str) -> Result<()>,
+        authorize: impl FnOnce(&str, &str) -> Result<()>,
         stop: &dyn ImportStop,
     ) -> Result<Imported> {
         let first = source.next_batch().await;
         if let Some(Ok(first)) = &first {
-            authorize(&first.org_id)?;
+            authorize(&first.org_id, &first.project_id)?;
         }
         let (tx, rx) = mpsc::channel(WAITING);
         let receive = async move {

@@ -86,6 +86,9 @@ fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str
     metric
 }
 
+/// The index cache's bytes held and projects loaded.
+pub type IndexUsage = Box<dyn Fn() -> (usize, usize) + Send + Sync>;
+
 pub struct Metrics {
     registry: Registry,
     calls: Family<CallLabels, Counter>,
@@ -97,6 +100,10 @@ pub struct Metrics {
     semantic_queue: Gauge,
     semantic_failed: Gauge,
     change_streams: Gauge,
+    index_projects: Gauge,
+    index_bytes: Gauge,
+    /// Reads the index cache's bytes and projects when the metrics are encoded.
+    index_usage: std::sync::OnceLock<IndexUsage>,
     embed_seconds: Histograms<EmbedderLabels>,
     embedded_texts: Family<EmbedderLabels, Counter>,
     embedding_tokens: Family<EmbedderLabels, Counter>,
@@ -179,6 +186,19 @@ impl Metrics {
                 "Open change streams (WatchChanges and the SSE route) on this server",
                 Gauge::default(),
             ),
+            index_projects: registered(
+                &mut registry,
+                "index_projects_loaded",
+                "Projects whose search index this server holds in memory",
+                Gauge::default(),
+            ),
+            index_bytes: registered(
+                &mut registry,
+                "index_bytes",
+                "Bytes of the search indexes this server holds (--index-memory bounds them)",
+                Gauge::default(),
+            ),
+            index_usage: std::sync::OnceLock::new(),
             embed_seconds: registered(
                 &mut registry,
                 "embedding_duration_seconds",
@@ -406,11 +426,23 @@ impl Metrics {
     /// The exposition text of what has been recorded, without reading the store (whose
     /// figures are as [`render`](Self::render) last read them).
     pub fn encode(&self) -> String {
+        if let Some(usage) = self.index_usage.get() {
+            let (bytes, projects) = usage();
+            self.index_bytes
+                .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+            self.index_projects
+                .set(i64::try_from(projects).unwrap_or(i64::MAX));
+        }
         let mut text = String::new();
         if let Err(err) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
             tracing::warn!(error = %err, "encoding metrics");
         }
         text
+    }
+
+    /// Where the index cache's figures come from (set once, at start).
+    pub fn observe_index(&self, usage: IndexUsage) {
+        let _ = self.index_usage.set(usage);
     }
 
     /// How the last call to each model ended.

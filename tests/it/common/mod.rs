@@ -9,6 +9,7 @@ pub mod mcp_http;
 pub mod paging;
 pub mod pki;
 pub mod postgres;
+pub mod proxy;
 pub mod rerank;
 
 use std::path::Path;

@@ -1,7 +1,10 @@
 //! Who is calling, and what they may reach. With `--auth` every call carries
 //! `authorization: Bearer <key>`; a key is scoped to one org or to admin.
 
+mod access;
 pub mod keys;
+
+pub use access::{Access, ROUTE_HEADER, route};
 
 use std::sync::Arc;
 
@@ -128,9 +131,9 @@ fn bearer_token(value: &str) -> Option<&str> {
 
 /// The caller the admission layer recorded on a request. A request without one was not
 /// admitted through the layer, so it reaches nothing.
-pub fn caller_of(extensions: &http::Extensions) -> Result<&Caller> {
+pub fn caller_of(extensions: &http::Extensions) -> Result<&Access> {
     extensions
-        .get::<Caller>()
+        .get::<Access>()
         .ok_or_else(|| Error::PermissionDenied("the call carries no identity".into()))
 }
 

@@ -79,7 +79,14 @@ pub async fn admit(State(gateway): State<Gateway>, mut request: Request, next: N
         .copied()
         .unwrap_or_else(|| code_of(response.status()));
     let elapsed = record.answer(code);
-    span.in_scope(|| log_answer(code, elapsed, &peer));
+    span.in_scope(|| {
+        if public {
+            // Probes answer 503 every few hundred ms while the server starts or drains.
+            tracing::debug!(code = crate::metrics::code_name(code), "public route answered");
+        } else {
+            log_answer(code, elapsed, &peer);
+        }
+    });
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         response.headers_mut().insert(REQUEST_ID, value);
     }
@@ -134,6 +141,7 @@ fn code_of(status: http::StatusCode) -> tonic::Code {
         405 | 415 => tonic::Code::Unimplemented,
         413 => tonic::Code::ResourceExhausted,
         400..=499 => tonic::Code::InvalidArgument,
+        503 => tonic::Code::Unavailable,
         _ => tonic::Code::Unknown,
     }
 }

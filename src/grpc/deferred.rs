@@ -65,7 +65,9 @@ where
             // The admission layer refuses memory calls before start-up ends, so this is
             // only a safety net.
             None => {
-                let status = tonic::Status::unavailable(crate::admission::lifecycle::STARTING);
+                let status = tonic::Status::from(crate::error::Error::Unavailable(
+                    crate::admission::lifecycle::STARTING.into(),
+                ));
                 futures::future::ready(Ok(status.into_http())).boxed()
             }
         }

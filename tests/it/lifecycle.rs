@@ -41,6 +41,8 @@ async fn not_serving_while_starting() {
         .unwrap_err();
     assert_eq!(err.code(), Code::Unavailable, "{err:?}");
     assert!(err.message().contains("starting"), "{}", err.message());
+    // A retry policy waits as long as it is told (gRFC A6's throttling trailer).
+    assert_eq!(crate::limits::pushback_ms(&err), Some(1000), "{err:?}");
 
     server.wait_serving().await;
     assert_eq!(
@@ -86,6 +88,7 @@ async fn draining_finishes_calls_in_flight_and_refuses_new_ones() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert_eq!(crate::limits::pushback_ms(&err), Some(1000), "{err:?}");
     assert!(!in_flight.is_finished());
 
     // It finishes, and only then does the server stop.

@@ -21,6 +21,12 @@ async fn key(server: &InProcess, org: &str) -> String {
         .token
 }
 
+/// The `grpc-retry-pushback-ms` trailer of a refusal (gRFC A6), when it has one.
+pub fn pushback_ms(status: &tonic::Status) -> Option<i64> {
+    let value = status.metadata().get("grpc-retry-pushback-ms")?;
+    Some(value.to_str().ok()?.parse().expect("an integer pushback"))
+}
+
 /// A server with `--auth` and `limits`, keys for acme and globex, and a channel.
 async fn two_keys(limits: CallerLimits) -> (InProcess, String, String, Channel) {
     let server = InProcess::start_with(|config| {
@@ -59,6 +65,12 @@ async fn the_rate_limit_is_per_key_and_says_when_to_retry() {
         wait > Duration::ZERO && wait <= Duration::from_secs(1),
         "{wait:?}"
     );
+    // The same wait as gRPC's retry throttling trailer, which retry policies honour.
+    let pushback = pushback_ms(&refused).expect("a grpc-retry-pushback-ms trailer");
+    assert!(
+        (1..=1000).contains(&pushback) && pushback.abs_diff(wait.as_millis() as i64) <= 1,
+        "{pushback} against {wait:?}"
+    );
     // Another key is not throttled by the first one's calls.
     create_project(&channel, Some(&b), "globex", "notes")
         .await
@@ -96,6 +108,7 @@ async fn a_key_with_calls_stuck_in_flight_does_not_hold_up_another() {
         .unwrap_err();
     assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
     assert!(refused.get_details_retry_info().is_some());
+    assert_eq!(pushback_ms(&refused), Some(100), "{refused:?}");
     // The other key is served meanwhile.
     get_project(&channel, Some(&b), "globex", "notes")
         .await
@@ -132,6 +145,8 @@ async fn an_oversized_request_is_resource_exhausted() {
         .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
     assert!(err.message().contains("4096"), "{}", err.message());
+    // Waiting does not make it smaller: a retry policy is told not to resend it.
+    assert_eq!(pushback_ms(&err), Some(-1), "{err:?}");
     // The connection is still good for normal calls.
     add(&channel, None, "acme").await.unwrap();
     server.stop().await.unwrap();

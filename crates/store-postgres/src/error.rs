@@ -50,7 +50,13 @@ fn by_sqlstate(code: &str, message: &str) -> Error {
         "28000" | "28P01" | "3D000" | "42501" => {
             Error::FailedPrecondition(format!("database: {message} (SQLSTATE {code})"))
         }
-        "53100" | "53200" | "53300" => Error::ResourceExhausted {
+        // Too many connections passes as others close theirs; a full disk or memory
+        // is the operator's to fix.
+        "53300" => Error::ResourceExhausted {
+            message: format!("database: {message} (SQLSTATE {code})"),
+            retry_after: Some(std::time::Duration::from_secs(1)),
+        },
+        "53100" | "53200" => Error::ResourceExhausted {
             message: format!("database: {message} (SQLSTATE {code})"),
             retry_after: None,
         },

@@ -7,8 +7,10 @@
 //! `projects`, `episodes`, `feed` (the change log), `vectors` (the embedding queue and
 //! vectors), `keys`, `legacy` (v1 sessions and groups), `stats`, `runtime_settings`,
 //! `semantic*` (`SemanticStore`), `lifecycle`, `transfer`: each holds its trait's impl
-//! and its SQL, with the same file names in both backends.
+//! and its SQL, with the same file names in both backends; `cancellation` ends the
+//! queries of callers that stopped waiting.
 
+mod cancellation;
 mod episodes;
 mod error;
 mod feature_history;
@@ -103,6 +105,8 @@ impl PostgresStore {
             .min_connections(0)
             .acquire_timeout(settings.acquire_timeout)
             .idle_timeout(Some(Duration::from_secs(300)))
+            .after_connect(cancellation::watch_client)
+            .after_release(cancellation::settle)
             .connect_lazy_with(options);
         schema::migrate(&pool).await?;
         Ok(PostgresStore {

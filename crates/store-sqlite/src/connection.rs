@@ -240,9 +240,27 @@ impl ReadPool {
             .map_err(|_| Error::Closed)?;
         let idle = self.idle.clone();
         let path = self.path.clone();
-        tokio::task::spawn_blocking(move || run_read(&idle, &path, permit, f))
+        // A caller that stops waiting interrupts its read: the blocking thread would
+        // otherwise run it to the end for no one.
+        let abandoned = Abandoned::default();
+        let flag = abandoned.0.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            run_read(&idle, &path, permit, |tx| {
+                let flag = flag.clone();
+                tx.progress_handler(
+                    PROGRESS_STEPS,
+                    Some(move || flag.load(std::sync::atomic::Ordering::Relaxed)),
+                );
+                let result = f(tx);
+                tx.progress_handler(PROGRESS_STEPS, None::<fn() -> bool>);
+                result
+            })
+        });
+        let result = task
             .await
-            .map_err(|err| Error::Internal(format!("read task failed: {err}")))?
+            .map_err(|err| Error::Internal(format!("read task failed: {err}")))?;
+        drop(abandoned);
+        result
     }
 
     /// `read` for small reads (a few rows by key): on the calling thread when a
@@ -257,6 +275,19 @@ impl ReadPool {
             Err(TryAcquireError::Closed) => Err(Error::Closed),
             Err(TryAcquireError::NoPermits) => self.read(f).await,
         }
+    }
+}
+
+/// SQLite virtual-machine steps between two looks at whether a read's caller left.
+const PROGRESS_STEPS: std::ffi::c_int = 1000;
+
+/// Set when the future waiting for a read is dropped before the read is done.
+#[derive(Default)]
+struct Abandoned(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -280,4 +311,46 @@ fn run_read<R>(
     })();
     idle.lock().expect("read pool lock").push(conn);
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// A read of a hundred million rows: tens of seconds of work.
+    const LONG_READ: &str = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c \
+                             WHERE x < 100000000) SELECT count(*) FROM c";
+
+    #[tokio::test]
+    async fn a_read_whose_caller_left_stops() {
+        let path = std::env::temp_dir().join(format!("mm-read-{}.db", uuid::Uuid::new_v4()));
+        open_connection(&path).unwrap();
+        // One connection: the next read waits until the abandoned one gives it back.
+        let pool = ReadPool::new(path.clone(), 1);
+        let count = |tx: &rusqlite::Transaction<'_>| {
+            tx.query_row(LONG_READ, [], |row| row.get::<_, i64>(0))
+                .map_err(storage_error)
+        };
+        let left = tokio::time::timeout(Duration::from_millis(200), pool.read(count)).await;
+        assert!(left.is_err(), "the long read finished within its deadline");
+        let gone = Instant::now();
+        let next = tokio::time::timeout(
+            Duration::from_secs(10),
+            pool.read(|tx| {
+                tx.query_row("SELECT 1", [], |row| row.get::<_, i64>(0))
+                    .map_err(storage_error)
+            }),
+        )
+        .await
+        .expect("the abandoned read still holds the only connection");
+        assert_eq!(next.unwrap(), 1);
+        eprintln!(
+            "the connection was free again {:?} after the caller left",
+            gone.elapsed()
+        );
+        // The interrupted connection went back to the pool and serves reads.
+        assert_eq!(pool.idle.lock().unwrap().len(), 1);
+        let _ = std::fs::remove_file(&path);
+    }
 }

@@ -46,6 +46,10 @@ pub(super) fn classify(err: &rusqlite::Error) -> Error {
         ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
             Error::Unavailable(format!("the database is busy; retry shortly ({err})"))
         }
+        // Only a read whose caller left is interrupted (connection.rs).
+        ErrorCode::OperationInterrupted => {
+            Error::DeadlineExceeded(format!("the read was stopped: its caller left ({err})"))
+        }
         ErrorCode::DiskFull => Error::ResourceExhausted {
             message: format!("the data directory's disk is full: {err}"),
             retry_after: None,

@@ -1,9 +1,20 @@
 //! The one mapping from the domain error to `tonic::Status`.
 
+use std::time::Duration;
+
+use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use super::Error;
+
+/// gRPC's retry throttling trailer (gRFC A6): a client whose retry policy covers the
+/// code waits this many milliseconds before its next attempt; a negative value asks it
+/// not to retry at all.
+pub const RETRY_PUSHBACK: &str = "grpc-retry-pushback-ms";
+/// How long a caller of an UNAVAILABLE server (starting, draining, its store briefly
+/// unreachable) is told to wait.
+pub const UNAVAILABLE_RETRY: Duration = Duration::from_secs(1);
 
 impl Error {
     /// The canonical code of each domain error, on every transport.
@@ -47,10 +58,20 @@ impl From<Error> for Status {
             // Worth retrying: say when (a store busy, restarting or briefly unreachable).
             Error::Unavailable(m) => {
                 let mut details = ErrorDetails::new();
-                details.set_retry_info(Some(std::time::Duration::from_secs(1)));
-                Status::with_error_details(Code::Unavailable, m, details)
+                details.set_retry_info(Some(UNAVAILABLE_RETRY));
+                let status = Status::with_error_details(Code::Unavailable, m, details);
+                with_pushback(status, Some(UNAVAILABLE_RETRY))
             }
-            Error::Closed => Status::unavailable("the server is stopping"),
+            Error::Closed => {
+                let mut details = ErrorDetails::new();
+                details.set_retry_info(Some(UNAVAILABLE_RETRY));
+                let status = Status::with_error_details(
+                    Code::Unavailable,
+                    "the server is stopping",
+                    details,
+                );
+                with_pushback(status, Some(UNAVAILABLE_RETRY))
+            }
             // Where to resume, for clients that would rather not parse the message.
             Error::OutOfRange {
                 message,
@@ -70,7 +91,10 @@ impl From<Error> for Status {
                 if let Some(wait) = retry_after {
                     details.set_retry_info(Some(wait));
                 }
-                Status::with_error_details(Code::ResourceExhausted, message, details)
+                let status = Status::with_error_details(Code::ResourceExhausted, message, details);
+                // A limit that waiting does not lift (a request too large, a full disk)
+                // says so, so that a retry policy covering the code does not resend it.
+                with_pushback(status, retry_after)
             }
             Error::Internal(m) => {
                 // The details stay in the log; the client learns only that it failed.
@@ -78,5 +102,53 @@ impl From<Error> for Status {
                 Status::internal("internal error; see the server log")
             }
         }
+    }
+}
+
+/// `status` with its `grpc-retry-pushback-ms` trailer: the wait in whole milliseconds,
+/// rounded up (a retry a moment early would be refused again), or -1 (do not retry)
+/// when no wait helps.
+fn with_pushback(mut status: Status, wait: Option<Duration>) -> Status {
+    let ms = wait.map_or(-1, |wait| {
+        i64::try_from(wait.as_micros().div_ceil(1000))
+            .unwrap_or(i64::MAX)
+            .max(1)
+    });
+    status
+        .metadata_mut()
+        .insert(RETRY_PUSHBACK, MetadataValue::from(ms));
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pushback(err: Error) -> Option<String> {
+        let status = Status::from(err);
+        let value = status.metadata().get(RETRY_PUSHBACK)?;
+        Some(value.to_str().ok()?.to_string())
+    }
+
+    #[test]
+    fn refusals_that_waiting_lifts_say_how_long_to_wait() {
+        let limited = Error::ResourceExhausted {
+            message: "rate".into(),
+            retry_after: Some(Duration::from_micros(249_001)),
+        };
+        assert_eq!(pushback(limited).as_deref(), Some("250"));
+        let soon = Error::ResourceExhausted {
+            message: "rate".into(),
+            retry_after: Some(Duration::from_micros(10)),
+        };
+        assert_eq!(pushback(soon).as_deref(), Some("1"));
+        let unavailable = Error::Unavailable("starting".into());
+        assert_eq!(pushback(unavailable).as_deref(), Some("1000"));
+        let for_good = Error::ResourceExhausted {
+            message: "too large".into(),
+            retry_after: None,
+        };
+        assert_eq!(pushback(for_good).as_deref(), Some("-1"));
+        assert_eq!(pushback(Error::NotFound("x".into())), None);
     }
 }

@@ -82,7 +82,10 @@ pub async fn admit(State(gateway): State<Gateway>, mut request: Request, next: N
     span.in_scope(|| {
         if public {
             // Probes answer 503 every few hundred ms while the server starts or drains.
-            tracing::debug!(code = crate::metrics::code_name(code), "public route answered");
+            tracing::debug!(
+                code = crate::metrics::code_name(code),
+                "public route answered"
+            );
         } else {
             log_answer(code, elapsed, &peer);
         }

@@ -289,3 +289,57 @@ async fn rest_and_mcp_calls_agree_with_their_routing_key() {
     assert_eq!(refused.status(), 422);
     assert!(refused.text().await.unwrap().contains(HEADER));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(deprecated)] // the v1 API is deprecated; its routing is still checked
+async fn v1_calls_agree_with_their_routing_key() {
+    use memmachine::pb_v1 as v1;
+    use memmachine::pb_v1::group_service_client::GroupServiceClient;
+    use memmachine::pb_v1::memory_service_client::MemoryServiceClient as V1Memory;
+    let (_server, channel) = start(&[]).await;
+    // v1 groups are projects of the reserved org.
+    let own = "memmachine:v1/team";
+    GroupServiceClient::new(channel.clone())
+        .create_group(routed(
+            v1::CreateGroupRequest {
+                group: Some(v1::GroupConfiguration {
+                    group_id: "team".into(),
+                    ..Default::default()
+                }),
+            },
+            Some(own),
+            None,
+        ))
+        .await
+        .unwrap();
+    let add = async |route: &'static str| {
+        V1Memory::new(channel.clone())
+            .add_episodes(routed(
+                v1::AddEpisodesRequest {
+                    context: Some(v1::MemoryContext {
+                        group_id: "team".into(),
+                        session_id: "s".into(),
+                        ..Default::default()
+                    }),
+                    episodes: vec![v1::Episode {
+                        content: "routed".into(),
+                        ..Default::default()
+                    }],
+                },
+                Some(route),
+                None,
+            ))
+            .await
+    };
+    add(own).await.unwrap();
+    assert_refused(
+        add("memmachine:v1/other").await,
+        "v1 routed to another group",
+    );
+    assert_refused(add("acme/team").await, "v1 routed to another org");
+    // Listing groups names no group: only the org is held to the key's.
+    GroupServiceClient::new(channel.clone())
+        .list_groups(routed(v1::ListGroupsRequest::default(), Some(own), None))
+        .await
+        .unwrap();
+}

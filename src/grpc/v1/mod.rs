@@ -10,9 +10,49 @@ pub use group_service::GroupGrpc;
 pub use memory_service::MemoryGrpc;
 pub use session_service::SessionGrpc;
 
-/// The caller, if it may reach the v1 groups (all in `legacy::RESERVED_ORG`).
-fn admit<T>(request: tonic::Request<T>) -> Result<T, tonic::Status> {
+/// The message, if the caller may reach the v1 groups (all in `legacy::RESERVED_ORG`)
+/// and its routing key (if any) names the group the message is for.
+fn admit<T: Grouped>(request: tonic::Request<T>) -> Result<T, tonic::Status> {
     let (caller, message) = super::split(request)?;
-    caller.check_org(crate::legacy::RESERVED_ORG)?;
+    match message.group_id() {
+        // An empty group id is the message's own error, reported where it is read.
+        Some(group) if !group.is_empty() => {
+            caller.check_project(crate::legacy::RESERVED_ORG, group)?;
+        }
+        _ => caller.check_org(crate::legacy::RESERVED_ORG)?,
+    }
     Ok(message)
+}
+
+/// The group a v1 request is for (`None`: it names none, as listing groups).
+trait Grouped {
+    fn group_id(&self) -> Option<&str>;
+}
+
+macro_rules! grouped {
+    ($($request:ident: |$r:ident| $group:expr;)*) => {$(
+        impl Grouped for crate::pb_v1::$request {
+            fn group_id(&self) -> Option<&str> {
+                let $r = self;
+                $group
+            }
+        }
+    )*};
+}
+
+grouped! {
+    AddEpisodeRequest: |r| r.context.as_ref().map(|c| c.group_id.as_str());
+    AddEpisodesRequest: |r| r.context.as_ref().map(|c| c.group_id.as_str());
+    SearchEpisodesRequest: |r| r.context.as_ref().map(|c| c.group_id.as_str());
+    ListEpisodesRequest: |r| r.context.as_ref().map(|c| c.group_id.as_str());
+    DeleteEpisodesRequest: |r| r.context.as_ref().map(|c| c.group_id.as_str());
+    OpenSessionRequest: |r| r.context.as_ref().map(|c| c.group_id.as_str());
+    GetSessionRequest: |r| Some(r.group_id.as_str());
+    ListSessionsRequest: |r| Some(r.group_id.as_str());
+    DeleteSessionRequest: |r| Some(r.group_id.as_str());
+    CreateGroupRequest: |r| r.group.as_ref().map(|g| g.group_id.as_str());
+    UpdateGroupRequest: |r| r.group.as_ref().map(|g| g.group_id.as_str());
+    GetGroupRequest: |r| Some(r.group_id.as_str());
+    DeleteGroupRequest: |r| Some(r.group_id.as_str());
+    ListGroupsRequest: |_r| None;
 }

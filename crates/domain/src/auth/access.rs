@@ -107,10 +107,15 @@ fn mismatch(route: &ProjectKey) -> Error {
 /// The routing key of a request's headers: `None` without the header,
 /// `InvalidArgument` when it is not `ORG/PROJECT` of two valid ids.
 pub fn route(headers: &http::HeaderMap) -> Result<Option<ProjectKey>> {
-    let Some(value) = headers.get(ROUTE_HEADER) else {
+    let mut values = headers.get_all(ROUTE_HEADER).iter();
+    let Some(value) = values.next() else {
         return Ok(None);
     };
     let bad = |why: &str| Error::invalid(ROUTE_HEADER, why.to_string());
+    // Proxies differ in which of several they hash on (HAProxy: the last).
+    if values.next().is_some() {
+        return Err(bad("must be given once"));
+    }
     let value = value
         .to_str()
         .map_err(|_| bad("must be ASCII: percent-encode other characters"))?;
@@ -155,6 +160,9 @@ mod tests {
             route(&headers("%C3%A9cole/a")).unwrap(),
             Some(key("\u{e9}cole", "a"))
         );
+        let mut twice = headers("acme/web");
+        twice.append(ROUTE_HEADER, "acme/web".parse().unwrap());
+        assert!(matches!(route(&twice), Err(Error::InvalidArgument(_))));
         for bad in ["acme", "acme/web/x", "a b/c", "acme/%FF", "acme/we%2Fb"] {
             assert!(
                 matches!(route(&headers(bad)), Err(Error::InvalidArgument(_))),

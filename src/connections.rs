@@ -204,7 +204,7 @@ impl Slot {
     }
 
     fn peer(&self) -> Option<IpAddr> {
-        self.endpoints.map(|(_, remote)| remote.ip())
+        self.endpoints.map(|(_, remote)| remote.ip().to_canonical())
     }
 }
 
@@ -231,9 +231,15 @@ impl Gate {
     /// end as `idle` says.
     pub fn admit<IO: Addressed>(&self, io: IO, idle: IdleClose) -> Option<Gated<IO>> {
         let endpoints = io.endpoints();
-        let peer = endpoints.map(|(_, remote)| remote.ip());
+        // An IPv4 client of a dual-stack listener is counted (and trusted) as IPv4.
+        let peer = endpoints.map(|(_, remote)| remote.ip().to_canonical());
         let limits = &self.0.limits;
-        let trusted = peer.is_none_or(|ip| limits.trusted_proxies.contains(&ip));
+        let trusted = peer.is_none_or(|ip| {
+            limits
+                .trusted_proxies
+                .iter()
+                .any(|t| t.to_canonical() == ip)
+        });
         let (slot, reserved) = {
             let mut places = self.0.lock();
             let peer_count = peer.map_or(0, |ip| places.per_peer.get(&ip).copied().unwrap_or(0));
@@ -733,6 +739,80 @@ mod tests {
         gated.read_exact(&mut buf).await.unwrap();
         gated.mark().live();
         (client, gated)
+    }
+
+    /// A connection's addresses alone: what admission looks at.
+    struct At(Endpoints);
+
+    impl Addressed for At {
+        fn endpoints(&self) -> Option<Endpoints> {
+            Some(self.0)
+        }
+    }
+
+    fn at(ip: [u8; 4], port: u16) -> At {
+        At((
+            SocketAddr::from(([127, 0, 0, 1], 9000)),
+            SocketAddr::from((ip, port)),
+        ))
+    }
+
+    #[tokio::test]
+    async fn an_address_at_its_cap_and_a_full_gate_fall_into_the_health_reserve() {
+        let mut limits = limits(2, 60_000, 60_000);
+        limits.max_per_peer = 1;
+        limits.health_reserve = 2;
+        limits.trusted_proxies = vec![IpAddr::from([10, 0, 0, 9])];
+        let gate = Gate::new(limits);
+        let admit = |ip, port| gate.admit(at(ip, port), IdleClose::Socket);
+        let a = admit([10, 0, 0, 1], 1).unwrap();
+        assert!(a.mark().health_only().is_none());
+        let over = admit([10, 0, 0, 1], 2).unwrap();
+        let why = over.mark().health_only().unwrap();
+        assert!(why.contains("--max-connections-per-peer 1"), "{why}");
+        assert!(
+            admit([10, 0, 0, 1], 3).is_none(),
+            "one reserve place per address"
+        );
+        // A trusted proxy is not capped.
+        let proxy = admit([10, 0, 0, 9], 1).unwrap();
+        assert!(proxy.mark().health_only().is_none());
+        a.mark().live();
+        proxy.mark().live();
+        // Full of live ones: the reserve, then nothing.
+        let late = admit([10, 0, 0, 2], 1).unwrap();
+        let why = late.mark().health_only().unwrap();
+        assert!(why.contains("--max-connections 2"), "{why}");
+        assert!(admit([10, 0, 0, 3], 1).is_none(), "the reserve is full");
+        drop(over);
+        assert!(
+            admit([10, 0, 0, 3], 1).is_some(),
+            "its place was given back"
+        );
+        assert_eq!(gate.open(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_live_connection_with_nothing_in_progress_is_closed_after_the_idle_timeout() {
+        let mut limits = limits(4, 60_000, 60_000);
+        limits.idle_timeout = Some(Duration::from_millis(100));
+        let gate = Gate::new(limits);
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut gated = gate.admit(server, IdleClose::Socket).unwrap();
+        client.write_all(&[b'x'; PREFACE_BYTES]).await.unwrap();
+        let mut buf = [0u8; PREFACE_BYTES];
+        gated.read_exact(&mut buf).await.unwrap();
+        // A request in progress past the timeout keeps it open.
+        let request = gated.mark().request_began();
+        gated.mark().live();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        client.write_all(b"ping").await.unwrap();
+        assert_eq!(gated.read(&mut buf).await.unwrap(), 4);
+        drop(request);
+        let err = gated.read(&mut buf).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        drop((gated, client));
+        assert_eq!(gate.open(), 0);
     }
 
     #[tokio::test]

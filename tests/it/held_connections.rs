@@ -70,7 +70,9 @@ async fn health_cli(addr: String) -> (bool, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_connections_leave_room_for_probes_and_idle_ones_are_closed() {
     let dir = tempfile::tempdir().unwrap();
-    let server = ServerProcess::start(
+    // The newer limits through the environment: a server without them starts all the
+    // same (and then locks its probes out).
+    let server = ServerProcess::start_env(
         dir.path(),
         &[
             "--embedder",
@@ -79,13 +81,12 @@ async fn held_connections_leave_room_for_probes_and_idle_ones_are_closed() {
             "127.0.0.1:0",
             "--max-connections",
             "4",
-            "--max-connections-per-peer",
-            "2",
-            // Room for the four probes below, however soon their sockets are seen closed.
-            "--health-reserve",
-            "4",
-            "--idle-timeout",
-            "1",
+        ],
+        &[
+            ("MEMMACHINE_MAX_CONNECTIONS_PER_PEER", "2"),
+            // Room for the five probes below, however late their sockets are seen closed.
+            ("MEMMACHINE_HEALTH_RESERVE", "6"),
+            ("MEMMACHINE_IDLE_TIMEOUT", "3"),
         ],
     );
     let addr: SocketAddr = server.addr.parse().unwrap();
@@ -118,25 +119,25 @@ async fn held_connections_leave_room_for_probes_and_idle_ones_are_closed() {
     let (ok, said) = health_cli(server.addr.clone()).await;
     assert!(ok && said.contains("SERVING"), "memmachine health: {said}");
     // So does a REST probe; anything else there is told why, at once.
-    let http = reqwest::Client::builder()
-        .local_address(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 5)))
-        .build()
-        .unwrap();
-    let health = http
-        .get(format!("{rest}/api/v2/health"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(health.status(), 200);
-    let other = http
-        .get(format!("{rest}/api/v2/projects"))
-        .send()
-        .await
-        .unwrap();
+    // Each request on a connection of its own (its first: no idle timeout between).
+    let rest_get = |source: u8, path: &str| {
+        let url = format!("{rest}{path}");
+        async move {
+            reqwest::Client::builder()
+                .local_address(IpAddr::V4(Ipv4Addr::new(127, 0, 0, source)))
+                .build()
+                .unwrap()
+                .get(url)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(rest_get(5, "/api/v2/health").await.status(), 200);
+    let other = rest_get(6, "/api/v2/projects").await;
     assert_eq!(other.status(), 429);
     let body = other.text().await.unwrap();
     assert!(body.contains("--max-connections"), "{body}");
-    drop(http);
 
     // A new client finds no place: a clear RESOURCE_EXHAUSTED, not a hang.
     let newcomer = channel_from(Ipv4Addr::new(127, 0, 0, 4), addr).await;

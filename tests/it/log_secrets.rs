@@ -138,6 +138,11 @@ async fn no_log_line_carries_a_configured_secret() {
         stderr.lines().count() > 50,
         "trace logging was not on: {stderr}"
     );
+    // What the masking caught (the secrets were there to be caught): shown, for the
+    // record.
+    for line in stderr.lines().filter(|l| l.contains("***")).take(10) {
+        eprintln!("masked: {line}");
+    }
     let on_store = |secret: &str| secret.starts_with("Store") || secret.starts_with("Ssl");
     for secret in SECRETS {
         if store.is_empty() && on_store(secret) {

@@ -39,6 +39,7 @@ async fn no_log_line_carries_a_configured_secret() {
         embeddings::scripted_embeddings(embeddings::Script::Slow(Duration::from_millis(1))).await;
     // Nothing listens on these: every call to them fails (and is logged).
     let nowhere = format!("http://{}", common::free_port());
+    let collector = common::free_port();
     let store = match common::postgres::fresh_database().await {
         // The test server trusts local connections: the password is not checked.
         Some(url) => {
@@ -71,7 +72,11 @@ async fn no_log_line_carries_a_configured_secret() {
         ),
         (
             "--otlp-endpoint",
-            with_secrets(&nowhere, "OtlpPw-9c2d", "token=OtlpTok-4e8f"),
+            with_secrets(
+                &format!("http://{collector}"),
+                "OtlpPw-9c2d",
+                "token=OtlpTok-4e8f",
+            ),
         ),
     ];
     let stdout = tempfile::NamedTempFile::new().unwrap();
@@ -143,6 +148,13 @@ async fn no_log_line_carries_a_configured_secret() {
     for line in stderr.lines().filter(|l| l.contains("***")).take(10) {
         eprintln!("masked: {line}");
     }
+    // The exporter's HTTP client tried the collector (at shutdown, with the spans of
+    // the calls) and said so, masked.
+    let tried = format!("user:***@{collector}");
+    assert!(
+        stderr.contains(&tried),
+        "the OTLP exporter never logged its connection to {collector}"
+    );
     let on_store = |secret: &str| secret.starts_with("Store") || secret.starts_with("Ssl");
     for secret in SECRETS {
         if store.is_empty() && on_store(secret) {

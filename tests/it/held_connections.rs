@@ -8,6 +8,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::{Channel, Endpoint, Uri};
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
@@ -81,6 +82,10 @@ async fn held_connections_leave_room_for_probes_and_idle_ones_are_closed() {
             "127.0.0.1:0",
             "--max-connections",
             "4",
+            // Longer than the idle timeout: what closes an idle keep-alive connection
+            // below is the idle timeout.
+            "--header-timeout",
+            "60",
         ],
         &[
             ("MEMMACHINE_MAX_CONNECTIONS_PER_PEER", "2"),
@@ -177,4 +182,21 @@ async fn held_connections_leave_room_for_probes_and_idle_ones_are_closed() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     drop(held);
+
+    // The REST listener too: a keep-alive connection idle after its answer is closed
+    // (gracefully: hyper ends it after the answer it gave).
+    let mut socket = tokio::net::TcpStream::connect(rest.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    socket
+        .write_all(b"GET /api/v2/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(30), socket.read_to_end(&mut answer))
+        .await
+        .expect("an idle REST connection was not closed within 30 s (--idle-timeout 3)");
+    read.unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }

@@ -236,6 +236,29 @@ pub struct ServeConfig {
 }
 
 impl ServeConfig {
+    /// Every secret the settings carry (URL passwords and secret query values, API
+    /// keys), for the logs to mask whatever library prints them.
+    pub fn secrets(&self) -> Vec<String> {
+        let s = &self.settings;
+        let urls = [
+            s.server.store.as_ref(),
+            s.telemetry.otlp_endpoint.as_ref(),
+            s.embedder.embedder_base_url.as_ref(),
+            s.llm.llm_base_url.as_ref(),
+            s.reranker.reranker_base_url.as_ref(),
+        ];
+        let keys = [
+            s.embedder.embedder_api_key.as_ref(),
+            s.llm.llm_api_key.as_ref(),
+            s.reranker.reranker_api_key.as_ref(),
+        ];
+        urls.into_iter()
+            .flatten()
+            .flat_map(|url| crate::urls::secrets_in(url.expose()))
+            .chain(keys.into_iter().flatten().map(|k| k.expose().to_string()))
+            .collect()
+    }
+
     /// The settings in the config file's format (keys as `--config` reads them),
     /// secrets masked and URLs redacted by their types (`Secret`, `SecretUrl`): what
     /// `memmachine config print` shows.
@@ -335,7 +358,7 @@ impl ServeArgs {
             request_timeout: positive(admission.request_timeout, "request-timeout")?,
             drain_delay: seconds(admission.drain_delay, "drain-delay")?,
             keepalive,
-            connections: connection_limits,
+            connections: connection_limits.clone(),
             max_streams_per_connection: connections.max_streams_per_connection,
             max_watch_streams_per_peer: admission.max_watch_streams_per_peer,
             otlp_endpoint: settings.telemetry.otlp_endpoint.clone(),

@@ -138,9 +138,10 @@ enum ModelCommand {
     },
 }
 
-fn init_logging(format: LogFormat) {
+/// Logs to stderr; `secrets` (what the configuration carries) are masked in every line.
+fn init_logging(format: LogFormat, secrets: &[String]) {
     // Without an exporter there is nothing to keep alive.
-    if let Err(err) = memmachine::telemetry::init(format, None) {
+    if let Err(err) = memmachine::telemetry::init(format, None, secrets) {
         eprintln!("memmachine: {err}");
     }
 }
@@ -220,7 +221,7 @@ fn mcp(args: memmachine::mcp::stdio::McpArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logging(config.log_format);
+    init_logging(config.log_format, &config.secrets());
     let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(code) => return code,
@@ -444,7 +445,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Model(ModelCommand::Fetch { model_dir }) => {
-            init_logging(LogFormat::Text);
+            init_logging(LogFormat::Text, &[]);
             let runtime = match runtime() {
                 Ok(runtime) => runtime,
                 Err(code) => return code,
@@ -472,6 +473,7 @@ fn main() -> ExitCode {
             let _telemetry = match memmachine::telemetry::init(
                 config.log_format,
                 config.otlp_endpoint.as_ref().map(SecretUrl::expose),
+                &config.secrets(),
             ) {
                 Ok(telemetry) => telemetry,
                 Err(err) => {

@@ -2,14 +2,13 @@
 
 use std::sync::Arc;
 
-use tokio::net::TcpListener;
-
+use crate::connections::GatedListener;
 use crate::metrics::Metrics;
 use crate::store::StatsStore;
 
 /// Serves `GET /metrics` on `listener` until `shutdown` resolves.
 pub async fn serve(
-    listener: TcpListener,
+    listener: GatedListener,
     metrics: Arc<Metrics>,
     store: Arc<dyn StatsStore>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -30,7 +29,5 @@ pub async fn serve(
             }
         }),
     );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+    crate::rest::serve(listener, app, shutdown).await
 }

@@ -22,7 +22,7 @@ use crate::admission::{Admission, AdmissionLayer};
 use crate::auth::Authenticator;
 use crate::config::{ServeConfig, TlsFiles};
 use crate::connections::arrival::ArrivalLayer;
-use crate::connections::{Gate, GatedListener};
+use crate::connections::{ConnectionLimits, Gate, GatedListener, IdleClose};
 use crate::error::{Error, Result};
 use crate::grpc::{
     ChangeGrpc, Deferred, LifecycleGrpc, MemoryGrpc, ProjectGrpc, SemanticGrpc, UsageGrpc, v1,
@@ -34,6 +34,9 @@ use crate::pb::memory_service_server::MemoryServiceServer;
 use crate::pb::project_service_server::ProjectServiceServer;
 use crate::pb::semantic_service_server::SemanticServiceServer;
 use crate::pb::usage_service_server::UsageServiceServer;
+
+/// Most connections the metrics listener holds.
+const METRICS_CONNECTIONS: usize = 32;
 
 /// How long streams other than memory calls may outlive the drain.
 const STREAM_GRACE: Duration = Duration::from_secs(5);
@@ -110,7 +113,7 @@ pub async fn run(
             "--max-connections is above the open-file limit: connections past it fail to open"
         );
     }
-    let gate = Gate::new(config.connections);
+    let gate = Gate::new(config.connections.clone());
     let (health, health_service) = tonic_health::server::health_reporter();
     let lifecycle = Arc::new(Lifecycle::new(health).await);
     // Change streams (gRPC and SSE alike) end when the drain starts.
@@ -182,6 +185,14 @@ pub async fn run(
                     "--metrics-listen needs no key and shows every org's figures: keep it off networks tenants reach"
                 );
             }
+            // Its own, small bound, with the same timeouts: scrapers are few, and a
+            // flood there must not take the descriptors the other listeners need.
+            let gate = Gate::new(ConnectionLimits {
+                max: METRICS_CONNECTIONS,
+                health_reserve: 0,
+                ..config.connections.clone()
+            });
+            let listener = GatedListener { listener, gate };
             let task = crate::metrics_listener::serve(
                 listener,
                 metrics.clone(),
@@ -216,7 +227,7 @@ pub async fn run(
                 listener,
                 gate: gate.clone(),
             };
-            let task = crate::rest::serve(listener, gateway.clone(), async move {
+            let task = crate::rest::serve(listener, gateway.router(), async move {
                 let _ = stop.wait_for(|stopped| *stopped).await;
             });
             tokio::spawn(async move {
@@ -266,7 +277,7 @@ pub async fn run(
             .with_keepalive(Some(Duration::from_secs(60)))
             .filter_map(move |accepted| {
                 std::future::ready(match accepted {
-                    Ok(tcp) => gate.admit(tcp).map(Ok),
+                    Ok(tcp) => gate.admit(tcp, IdleClose::Socket).map(Ok),
                     Err(err) => Some(Err(err)),
                 })
             })

@@ -3,6 +3,8 @@
 //! OpenTelemetry collector over OTLP/HTTP (protobuf), `http://` or `https://` (trusting
 //! the web PKI and the system's certificates, or those in `SSL_CERT_FILE`).
 
+mod redact;
+
 use crate::urls::SecretUrl;
 use std::io::IsTerminal;
 
@@ -93,18 +95,23 @@ impl opentelemetry_http::HttpClient for OtlpClient {
 }
 
 /// Installs the global subscriber. `otlp` is the collector's base URL (traces go to
-/// `{otlp}/v1/traces`) or its full traces URL.
-pub fn init(format: LogFormat, otlp: Option<&str>) -> Result<Telemetry, String> {
+/// `{otlp}/v1/traces`) or its full traces URL; `secrets` are masked in every log line.
+pub fn init(
+    format: LogFormat,
+    otlp: Option<&str>,
+    secrets: &[String],
+) -> Result<Telemetry, String> {
+    let stderr = redact::Redacting::new(std::io::stderr, secrets);
     // sqlx logs PostgreSQL's notices ("extension already exists, skipping") at info.
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx::postgres::notice=warn"));
     let logs: Boxed = match format {
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
-            .with_writer(std::io::stderr)
+            .with_writer(stderr)
             .boxed(),
         LogFormat::Text => tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
+            .with_writer(stderr)
             .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
             .boxed(),
     };

@@ -5,6 +5,11 @@
 //! transports answer as 408 (REST) or DEADLINE_EXCEEDED (gRPC); when it was the
 //! connection's first, the connection never becomes live (HTTP/1 closes it after
 //! the answer; an HTTP/2 one stays evictable).
+//!
+//! Every request also counts as in progress on its connection until its answer's body
+//! is over (a stream's last message), so that the gate closes only connections idle
+//! for `--idle-timeout`; and on a connection of the health reserve, anything but a
+//! health check is answered at once with the limit that put it there.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -18,7 +23,7 @@ use http::{Request, Response};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
-use super::{Gate, Mark};
+use super::{Gate, Mark, RequestGuard};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -71,6 +76,60 @@ impl Rewrap for axum::body::Body {
     }
 }
 
+/// The paths of health checks: all a connection of the health reserve is served.
+const HEALTH_PATHS: &[&str] = &["/grpc.health.v1.Health/Check", "/api/v2/health"];
+
+/// An answer body type the layer can make refusals of, and hold a request's guard in.
+pub trait Answer: Sized + Send + 'static {
+    /// The answer to a call on a health-only connection (RESOURCE_EXHAUSTED / 429).
+    fn refusal(message: String) -> Response<Self>;
+    /// `self`, holding `guard` until the body is over or dropped.
+    fn guarded(self, guard: RequestGuard) -> Self;
+}
+
+impl Answer for tonic::body::Body {
+    fn refusal(message: String) -> Response<Self> {
+        tonic::Status::from(crate::error::Error::ResourceExhausted {
+            message,
+            retry_after: Some(Duration::from_secs(1)),
+        })
+        .into_http()
+    }
+
+    fn guarded(self, guard: RequestGuard) -> Self {
+        tonic::body::Body::new(Guarded {
+            inner: self,
+            _guard: guard,
+        })
+    }
+}
+
+/// A body holding its request's guard: the request is in progress until it is over.
+pub struct Guarded<B> {
+    pub inner: B,
+    pub _guard: RequestGuard,
+}
+
+impl<B: HttpBody + Unpin> HttpBody for Guarded<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// Outermost on both listeners. A REST request carries its connection's `Mark`
 /// (put there by the REST listener); a gRPC one is found by its addresses.
 #[derive(Clone)]
@@ -107,7 +166,7 @@ where
     S: tower::Service<Request<B>, Response = Response<R>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
-    R: Send + 'static,
+    R: Answer,
 {
     type Response = Response<R>;
     type Error = S::Error;
@@ -118,11 +177,20 @@ where
     }
 
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
-        let first = request
+        let connection = request
             .extensions_mut()
             .remove::<Mark>()
-            .or_else(|| endpoints(&request).and_then(|e| self.gate.pending_at(e)))
-            .filter(|mark| !mark.settled());
+            .or_else(|| endpoints(&request).and_then(|e| self.gate.at(e)));
+        if let Some(mark) = &connection
+            && let Some(why) = mark.health_only()
+            && !HEALTH_PATHS.contains(&request.uri().path())
+        {
+            mark.headers_in();
+            mark.live();
+            return Box::pin(std::future::ready(Ok(R::refusal(why))));
+        }
+        let guard = connection.as_ref().map(Mark::request_began);
+        let first = connection.filter(|mark| !mark.settled());
         if let Some(mark) = &first {
             mark.headers_in();
         }
@@ -157,7 +225,11 @@ where
             if let Some(mark) = first {
                 mark.live();
             }
-            response
+            // In progress until the answer's body is over.
+            match guard {
+                Some(guard) => response.map(|r| r.map(|body| body.guarded(guard))),
+                None => response,
+            }
         })
     }
 }

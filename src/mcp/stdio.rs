@@ -59,6 +59,10 @@ const LISTENER_FLAGS: &[&str] = &[
     "preface_timeout",
     "header_timeout",
     "min_body_rate",
+    "idle_timeout",
+    "max_connections_per_peer",
+    "trusted_proxies",
+    "health_reserve",
     "max_streams_per_connection",
     "max_watch_streams_per_peer",
 ];

@@ -1,9 +1,10 @@
-//! The REST listener's accept loop: axum's `serve`, done by hand for what it does not
-//! expose. HTTP/1 requests must send their headers within `--header-timeout` (hyper's
-//! header read timeout, which needs a timer), each request carries its connection's
-//! gate `Mark`, and bodies pass the arrival layer (`connections::arrival`). Kept from
-//! axum: TCP_NODELAY, `ConnectInfo<SocketAddr>`, and a graceful shutdown that lets
-//! connections finish.
+//! The REST (and metrics) listener's accept loop: axum's `serve`, done by hand for what
+//! it does not expose. HTTP/1 requests must send their headers within
+//! `--header-timeout` (hyper's header read timeout, which needs a timer), each request
+//! carries its connection's gate `Mark`, bodies pass the arrival layer
+//! (`connections::arrival`), and a connection idle for `--idle-timeout` is shut down
+//! gracefully (GOAWAY on HTTP/2). Kept from axum: TCP_NODELAY,
+//! `ConnectInfo<SocketAddr>`, and a graceful shutdown that lets connections finish.
 
 use std::net::SocketAddr;
 use std::pin::pin;
@@ -17,19 +18,35 @@ use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
 use tower::Layer;
 
-use super::Gateway;
-use crate::connections::arrival::ArrivalLayer;
-use crate::connections::{GatedListener, Mark};
+use crate::connections::arrival::{Answer, ArrivalLayer, Guarded};
+use crate::connections::{GatedListener, Mark, RequestGuard};
 
-/// Serves the gateway on `listener` until `shutdown` resolves, then waits for the
+impl Answer for axum::body::Body {
+    fn refusal(message: String) -> http::Response<Self> {
+        use axum::response::IntoResponse;
+        super::error::ApiError::from(crate::error::Error::ResourceExhausted {
+            message,
+            retry_after: Some(std::time::Duration::from_secs(1)),
+        })
+        .into_response()
+    }
+
+    fn guarded(self, guard: RequestGuard) -> Self {
+        axum::body::Body::new(Guarded {
+            inner: self,
+            _guard: guard,
+        })
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves, then waits for the
 /// connections to finish.
 pub async fn serve(
     mut listener: GatedListener,
-    gateway: Gateway,
+    app: axum::Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use axum::serve::Listener;
-    let app = gateway.router();
     let arrivals = ArrivalLayer::new(listener.gate.clone());
     let mut builder = Builder::new(TokioExecutor::new());
     builder
@@ -52,10 +69,11 @@ pub async fn serve(
         };
         // Without TCP_NODELAY small responses wait for the peer's delayed ACK.
         let _ = io.get_ref().set_nodelay(true);
+        let mark = io.mark();
         let service = PerConnection {
             inner: arrivals.layer(app.clone()),
             remote,
-            mark: io.mark(),
+            mark: mark.clone(),
         };
         let builder = builder.clone();
         let signal_tx = signal_tx.clone();
@@ -65,6 +83,7 @@ pub async fn serve(
             let mut conn =
                 pin!(builder.serve_connection_with_upgrades(TokioIo::new(io), hyper_service));
             let mut signalled = pin!(signal_tx.closed());
+            let mut idle = pin!(mark.idle_expired());
             let mut draining = false;
             loop {
                 tokio::select! {
@@ -75,6 +94,10 @@ pub async fn serve(
                         break;
                     }
                     () = &mut signalled, if !draining => {
+                        draining = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
+                    () = &mut idle, if !draining => {
                         draining = true;
                         conn.as_mut().graceful_shutdown();
                     }
@@ -90,8 +113,7 @@ pub async fn serve(
 }
 
 /// One connection's service: each request gets the peer's address (what
-/// `into_make_service_with_connect_info` gave) and, until the connection is live, its
-/// gate mark.
+/// `into_make_service_with_connect_info` gave) and its connection's gate mark.
 #[derive(Clone)]
 struct PerConnection<S> {
     inner: S,
@@ -116,9 +138,7 @@ where
     fn call(&mut self, request: Request<B>) -> S::Future {
         let mut request = request.map(axum::body::Body::new);
         request.extensions_mut().insert(ConnectInfo(self.remote));
-        if !self.mark.settled() {
-            request.extensions_mut().insert(self.mark.clone());
-        }
+        request.extensions_mut().insert(self.mark.clone());
         self.inner.call(request)
     }
 }

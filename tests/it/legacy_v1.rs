@@ -225,10 +225,14 @@ impl Clients {
     }
 
     async fn v2_list(&mut self, group: &str) -> Vec<pb::Episode> {
+        self.v2_list_in(RESERVED_ORG, group).await
+    }
+
+    async fn v2_list_in(&mut self, org: &str, project: &str) -> Vec<pb::Episode> {
         self.v2_memory
             .list_memories(pb::ListMemoriesRequest {
-                org_id: RESERVED_ORG.into(),
-                project_id: group.into(),
+                org_id: org.into(),
+                project_id: project.into(),
                 ..Default::default()
             })
             .await
@@ -1013,4 +1017,70 @@ async fn no_filter_reaches_outside_the_session() {
     // Deleting a session takes its episodes only.
     assert_eq!(c.delete("g", "s2", &[], true).await.unwrap(), 1);
     assert_eq!(c.list("g", "").await.unwrap().len(), 1);
+}
+
+/// v1 lets a client choose an episode's uuid. One that another org's project holds
+/// must answer exactly as an unknown one does (stored, under that uuid, in the group),
+/// or a caller could learn which ids exist elsewhere; the other org's episode is left
+/// as it was.
+#[tokio::test]
+async fn a_uuid_taken_in_another_org_answers_as_an_unknown_one() {
+    let server = InProcess::start().await;
+    let mut c = clients(&server).await;
+    c.v2_projects
+        .create_project(pb::CreateProjectRequest {
+            org_id: "acme".into(),
+            project_id: "notes".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let theirs = c
+        .v2_memory
+        .add_memories(pb::AddMemoriesRequest {
+            org_id: "acme".into(),
+            project_id: "notes".into(),
+            messages: vec![pb::MemoryMessage {
+                content: "acme's secret plan".into(),
+                producer: "ann".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .results
+        .remove(0)
+        .uid;
+    let unknown = uuid::Uuid::new_v4().to_string();
+    let ctx = context("g", "s", &[], &["bob"]);
+    for uuid in [unknown, theirs.clone()] {
+        let answer = c
+            .memory
+            .add_episode(v1::AddEpisodeRequest {
+                context: Some(ctx.clone()),
+                episode: Some(v1::Episode {
+                    uuid: uuid.clone(),
+                    content: format!("bob's note {uuid}"),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .map(|r| r.into_inner().uuid);
+        match answer {
+            Ok(stored) => assert_eq!(stored, uuid),
+            Err(status) => panic!("{uuid}: {status:?}"),
+        }
+    }
+    let listed = c.list("g", "s").await.unwrap();
+    assert!(
+        listed
+            .iter()
+            .any(|e| e.uuid == theirs && e.content.starts_with("bob's note")),
+        "{listed:?}"
+    );
+    let acme = c.v2_list_in("acme", "notes").await;
+    assert_eq!(acme.len(), 1);
+    assert_eq!(acme[0].content, "acme's secret plan");
 }

@@ -594,14 +594,19 @@ async fn a_unique_violation_is_already_exists() {
     pg.add_episodes(&a, vec![first.clone()], None)
         .await
         .unwrap();
+    let head = pg.feed_head(&a).await.unwrap().change;
     // Caught before the insert: the whole batch fails and consumes nothing.
     let err = pg
-        .add_episodes(&b, vec![episode("new", &[]), first.clone()], None)
+        .add_episodes(&a, vec![episode("new", &[]), first.clone()], None)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::AlreadyExists(_)), "{err}");
-    assert_eq!(pg.count_episodes(&b).await.unwrap(), 0);
-    assert_eq!(pg.feed_head(&b).await.unwrap().change.raw(), 0);
+    assert_eq!(pg.count_episodes(&a).await.unwrap(), 1);
+    assert_eq!(pg.feed_head(&a).await.unwrap().change, head);
+    // A uid is its project's: another project of the org takes it.
+    pg.add_episodes(&b, vec![first.clone()], None)
+        .await
+        .unwrap();
     // Caught by the database's unique index (23505): another transaction inserted the
     // same uid and commits while this add waits on it.
     let racing = episode("racing", &[]);
@@ -623,14 +628,14 @@ async fn a_unique_violation_is_already_exists() {
     .unwrap();
     let pg = Arc::new(pg);
     let adder = {
-        let (pg, b) = (pg.clone(), b.clone());
-        tokio::spawn(async move { pg.add_episodes(&b, vec![racing], None).await })
+        let (pg, a) = (pg.clone(), a.clone());
+        tokio::spawn(async move { pg.add_episodes(&a, vec![racing], None).await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     tx.commit().await.unwrap();
     let err = adder.await.unwrap().unwrap_err();
     assert!(matches!(err, Error::AlreadyExists(_)), "{err:?}");
-    assert_eq!(pg.count_episodes(&b).await.unwrap(), 0);
+    assert_eq!(pg.count_episodes(&a).await.unwrap(), 2, "first and racing");
 }
 
 #[tokio::test]

@@ -148,6 +148,83 @@ pub fn redact_in(text: &str) -> String {
     out
 }
 
+/// Query parameters whose values are settings, not secrets: kept out of
+/// [`secrets_in`] so that masking them would not garble unrelated log text.
+const PLAIN_PARAMS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "application_name",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "options",
+    "statement-cache-capacity",
+    "api-version",
+    "model",
+];
+
+/// Shortest text [`secrets_in`] reports: a shorter one would mask common words.
+const MIN_SECRET_CHARS: usize = 4;
+
+/// The secret parts of `url` (its user info's password and its query and fragment
+/// values, but those of [`PLAIN_PARAMS`]), each as written and percent-decoded: what
+/// a log must never show, whichever library prints the URL or its parts.
+pub fn secrets_in(url: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut add = |raw: &str| {
+        // Decoded as a form value (`%40` and `+`), and with `+` kept as itself.
+        let decoded = |text: &str| {
+            url::form_urlencoded::parse(format!("v={text}").as_bytes())
+                .next()
+                .map(|(_, value)| value.into_owned())
+                .unwrap_or_default()
+        };
+        for form in [
+            raw.to_string(),
+            decoded(raw),
+            decoded(&raw.replace('+', "%2B")),
+        ] {
+            if form.chars().count() >= MIN_SECRET_CHARS && !found.contains(&form) {
+                found.push(form);
+            }
+        }
+    };
+    let Some(at) = url.find("://") else {
+        return found;
+    };
+    let rest = &url[at + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    if let Some((userinfo, _)) = authority.rsplit_once('@')
+        && let Some((_, password)) = userinfo.split_once(':')
+    {
+        add(password);
+    }
+    let query = tail.split_once('?').map_or("", |(_, q)| q);
+    for part in query
+        .split(['&', '#'])
+        .chain(tail.split_once('#').map(|(_, f)| f))
+    {
+        match part.split_once('=') {
+            Some((name, value)) => {
+                let name = name.to_ascii_lowercase();
+                if !PLAIN_PARAMS.contains(&name.as_str()) {
+                    add(value);
+                }
+            }
+            None => add(part),
+        }
+    }
+    found
+}
+
 /// `base` with `suffix` appended to its path, before its query:
 /// `https://h/v1?key=x` and `chat/completions` make `https://h/v1/chat/completions?key=x`
 /// (pasting text after the URL would put the path inside the query).
@@ -201,6 +278,15 @@ mod tests {
             redact_in("x http://h/?a=1 y http://h2/?b=2"),
             "x http://h/?a=*** y http://h2/?b=***"
         );
+    }
+
+    #[test]
+    fn the_secrets_of_a_url_are_its_password_and_secret_query_values() {
+        let found =
+            secrets_in("postgres://u:p%40ssword@h/db?sslmode=require&sslpassword=s3cret-x&a=b");
+        assert_eq!(found, ["p%40ssword", "p@ssword", "s3cret-x"]);
+        assert!(secrets_in("http://h:1/v1").is_empty());
+        assert_eq!(secrets_in("https://h/v1#token=tok-123"), ["tok-123"]);
     }
 
     #[test]

@@ -130,13 +130,15 @@ pub(super) async fn add(
             answers,
         });
     }
-    let taken: Option<uuid::Uuid> =
-        sqlx::query_scalar("SELECT uid FROM episodes WHERE org_id = $1 AND uid = ANY($2) LIMIT 1")
-            .bind(&key.org_id)
-            .bind(&uids)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_error)?;
+    let taken: Option<uuid::Uuid> = sqlx::query_scalar(
+        "SELECT uid FROM episodes WHERE org_id = $1 AND project = $2 AND uid = ANY($3) LIMIT 1",
+    )
+    .bind(&key.org_id)
+    .bind(project)
+    .bind(&uids)
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(db_error)?;
     if let Some(uid) = taken {
         return Err(Error::AlreadyExists(format!(
             "episode {uid} already exists"

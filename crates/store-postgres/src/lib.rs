@@ -75,6 +75,63 @@ pub struct PostgresStore {
     hnsw: Mutex<HashSet<(&'static str, usize)>>,
 }
 
+/// Connect parameters sqlx reads from a URL's query; it logs any other with its value
+/// (at WARN), which may be a secret (`sslpassword`).
+const KNOWN_PARAMETERS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+];
+
+/// `url` without the query parameters sqlx does not know, each named (never its
+/// value) in a warning.
+fn known_parameters(url: &str) -> String {
+    let Some((base, query)) = url.split_once('?') else {
+        return url.to_string();
+    };
+    let (query, fragment) = match query.split_once('#') {
+        Some((query, fragment)) => (query, Some(fragment)),
+        None => (query, None),
+    };
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let name = pair.split_once('=').map_or(pair, |(name, _)| name);
+        if KNOWN_PARAMETERS.contains(&name) || name.starts_with("options[") {
+            kept.push(pair);
+        } else {
+            tracing::warn!(
+                parameter = %name,
+                "the PostgreSQL store URL's parameter is not supported and was ignored"
+            );
+        }
+    }
+    let mut out = base.to_string();
+    if !kept.is_empty() {
+        out.push('?');
+        out.push_str(&kept.join("&"));
+    }
+    if let Some(fragment) = fragment {
+        out.push('#');
+        out.push_str(fragment);
+    }
+    out
+}
+
 impl PostgresStore {
     /// Connects to the database at `url` (`postgres://user@host:port/db`) with a pool
     /// and brings its schema up to date.
@@ -84,6 +141,7 @@ impl PostgresStore {
 
     /// `connect` with these pool settings.
     pub async fn connect_with(url: &str, settings: PoolSettings) -> Result<PostgresStore> {
+        let url = known_parameters(url);
         let options: PgConnectOptions = url.parse::<PgConnectOptions>().map_err(|err| {
             Error::invalid(
                 "postgres_url",
@@ -118,5 +176,26 @@ impl PostgresStore {
 
     pub(crate) fn pool(&self) -> &PgPool {
         &self.pool
+    }
+}
+
+#[cfg(test)]
+mod url_tests {
+    #[test]
+    fn unknown_parameters_are_dropped_and_known_ones_kept() {
+        assert_eq!(
+            super::known_parameters(
+                "postgres://u:p@h/db?sslmode=disable&sslpassword=SECRET&application_name=m"
+            ),
+            "postgres://u:p@h/db?sslmode=disable&application_name=m"
+        );
+        assert_eq!(
+            super::known_parameters("postgres://h/db?token=x"),
+            "postgres://h/db"
+        );
+        assert_eq!(
+            super::known_parameters("postgres://h/db"),
+            "postgres://h/db"
+        );
     }
 }

@@ -658,6 +658,29 @@ const MIGRATIONS: &[&str] = &[
         FOR EACH ROW WHEN (OLD.text IS DISTINCT FROM NEW.text)
         EXECUTE FUNCTION memmachine_feed_summary();
     "#,
+    // An episode's uid is unique in its project, not across its org: a uid taken in
+    // another project must answer as a free one does, or it would tell that the id
+    // exists elsewhere. The old constraint is found by its columns, whatever its name.
+    r#"
+    DO $$
+    DECLARE
+        old_name TEXT;
+    BEGIN
+        SELECT c.conname INTO old_name
+            FROM pg_constraint c
+            WHERE c.conrelid = 'episodes'::regclass AND c.contype = 'u'
+              AND c.conkey = ARRAY[
+                  (SELECT attnum FROM pg_attribute
+                      WHERE attrelid = 'episodes'::regclass AND attname = 'org_id'),
+                  (SELECT attnum FROM pg_attribute
+                      WHERE attrelid = 'episodes'::regclass AND attname = 'uid')
+              ]::smallint[];
+        IF old_name IS NOT NULL THEN
+            EXECUTE format('ALTER TABLE episodes DROP CONSTRAINT %I', old_name);
+        END IF;
+    END $$;
+    ALTER TABLE episodes ADD CONSTRAINT episodes_project_uid_key UNIQUE (org_id, project, uid);
+    "#,
 ];
 
 /// Brings the database to the latest schema (creating the `vector` extension first)

@@ -1,9 +1,9 @@
 //! Schema and migrations, versioned with `PRAGMA user_version`.
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 
 use super::error::storage_error;
-use memmachine_core::error::Result;
+use memmachine_core::error::{Error, Result};
 
 /// Each entry migrates from version `index` to `index + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -447,10 +447,66 @@ const MIGRATIONS: &[&str] = &[
         INSERT INTO episode_changes (project, id, kind, episode, at)
             SELECT id, last_change, 7, 0, mm_now_micros() FROM projects WHERE id = OLD.project;
     END;",
+    // 15: an episode's uid is unique in its project, not across the store: a uid taken
+    // in another project (a v1 client's own, say) must answer as a free one does, or it
+    // would tell that the id exists elsewhere. SQLite cannot drop a column's UNIQUE, so
+    // the table is rebuilt (`migrate` turns foreign keys off around it, or dropping the
+    // old table would cascade to the vectors and citations), with its indexes and
+    // trigger.
+    "CREATE TABLE episodes_rebuilt (
+        id INTEGER PRIMARY KEY,
+        project INTEGER NOT NULL,
+        uid BLOB NOT NULL,
+        seq INTEGER NOT NULL,
+        content TEXT NOT NULL,
+        producer_id TEXT NOT NULL,
+        producer_role TEXT,
+        produced_for_id TEXT,
+        episode_type TEXT NOT NULL,
+        content_type TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        metadata TEXT,
+        expires_at INTEGER,
+        idempotency_key TEXT,
+        idempotency_at INTEGER
+    );
+    INSERT INTO episodes_rebuilt (id, project, uid, seq, content, producer_id, producer_role,
+            produced_for_id, episode_type, content_type, created_at, metadata, expires_at,
+            idempotency_key, idempotency_at)
+        SELECT id, project, uid, seq, content, producer_id, producer_role, produced_for_id,
+            episode_type, content_type, created_at, metadata, expires_at, idempotency_key,
+            idempotency_at
+        FROM episodes;
+    DROP TABLE episodes;
+    ALTER TABLE episodes_rebuilt RENAME TO episodes;
+    CREATE UNIQUE INDEX episodes_by_project_uid ON episodes (project, uid);
+    CREATE UNIQUE INDEX episodes_by_project_seq ON episodes (project, seq);
+    CREATE INDEX episodes_by_expiry ON episodes (expires_at) WHERE expires_at IS NOT NULL;
+    CREATE INDEX episodes_by_project_time ON episodes (project, created_at);
+    CREATE INDEX episodes_by_producer ON episodes (project, producer_id);
+    CREATE INDEX episodes_by_recipient ON episodes (project, produced_for_id);
+    CREATE UNIQUE INDEX episodes_by_idempotency_key ON episodes (project, idempotency_key)
+        WHERE idempotency_key IS NOT NULL;
+    CREATE TRIGGER episodes_deleted_from_summary AFTER DELETE ON episodes BEGIN
+        DELETE FROM episode_summaries
+            WHERE project = OLD.project AND OLD.seq BETWEEN first_seq AND last_seq;
+        INSERT OR IGNORE INTO summary_dirty (project) VALUES (OLD.project);
+    END;",
 ];
 
 /// Brings the database to the latest schema, and makes sure universal/universal exists.
 pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
+    // A rebuilt table is dropped and replaced (15): with foreign keys on, the drop would
+    // delete what references its rows. The pragma is a no-op inside a transaction.
+    conn.pragma_update(None, "foreign_keys", false)
+        .map_err(storage_error)?;
+    let migrated = migrate_in_transaction(conn);
+    conn.pragma_update(None, "foreign_keys", true)
+        .map_err(storage_error)?;
+    migrated
+}
+
+fn migrate_in_transaction(conn: &mut Connection) -> Result<()> {
     // IMMEDIATE: take the write lock before reading the version, so a second process
     // migrating at the same time waits (busy timeout) instead of failing its upgrade.
     let tx = conn
@@ -465,9 +521,93 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
         tx.pragma_update(None, "user_version", index + 1)
             .map_err(storage_error)?;
     }
+    // What foreign keys would have enforced during the migrations still holds (checked
+    // only after one ran: it reads every table).
+    let broken: Option<String> = if version == MIGRATIONS.len() {
+        None
+    } else {
+        tx.query_row("PRAGMA foreign_key_check", [], |row| row.get(0))
+            .optional()
+            .map_err(storage_error)?
+    };
+    if let Some(table) = broken {
+        return Err(Error::Internal(format!(
+            "the schema migration left a dangling reference in {table}"
+        )));
+    }
     let universal = memmachine_core::model::ProjectKey::universal();
     if super::projects::find(&tx, &universal)?.is_none() {
         super::projects::insert(&tx, &universal, "", &Default::default())?;
     }
     tx.commit().map_err(storage_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store made before uids were per project keeps its episodes, their vectors and
+    /// queue entries through the rebuild, and takes a uid of another project after it.
+    #[test]
+    fn the_per_project_uid_migration_keeps_every_row() {
+        let path = std::env::temp_dir().join(format!(
+            "memmachine-migration-{}-{}.db",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        let mut conn = crate::connection::open_connection(&path).unwrap();
+        let before = MIGRATIONS.len() - 1;
+        for sql in &MIGRATIONS[..before] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", before).unwrap();
+        conn.execute_batch(
+            "INSERT INTO projects (id, org_id, project_id, created_at) VALUES (7, 'o', 'a', 0);
+             INSERT INTO projects (id, org_id, project_id, created_at) VALUES (8, 'o', 'b', 0);
+             INSERT INTO episodes (id, project, uid, seq, content, producer_id, episode_type,
+                 content_type, created_at, idempotency_key, idempotency_at)
+                 VALUES (1, 7, x'00112233445566778899aabbccddeeff', 1, 'kept', 'u', 'message',
+                     'string', 5, 'k1', 6);
+             INSERT INTO embeddings (episode, embedder, vector) VALUES (1, 'e', x'00');
+             INSERT INTO embedding_queue (episode, queued_at) VALUES (1, 9);",
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        let count = |sql: &str| -> i64 { conn.query_row(sql, [], |row| row.get(0)).unwrap() };
+        assert_eq!(
+            count("SELECT COUNT(*) FROM embeddings WHERE episode = 1"),
+            1
+        );
+        assert_eq!(
+            count("SELECT COUNT(*) FROM embedding_queue WHERE episode = 1"),
+            1
+        );
+        assert_eq!(
+            count(
+                "SELECT COUNT(*) FROM episodes WHERE content = 'kept' AND idempotency_key = 'k1'"
+            ),
+            1
+        );
+        assert_eq!(count("PRAGMA foreign_keys"), 1, "foreign keys back on");
+        // The same uid in the other project, but not twice in one.
+        let insert = |id: i64, project: i64, seq: i64| {
+            conn.execute(
+                "INSERT INTO episodes (id, project, uid, seq, content, producer_id, episode_type,
+                     content_type, created_at)
+                 VALUES (?1, ?2, x'00112233445566778899aabbccddeeff', ?3, 'x', 'u', 'message',
+                     'string', 0)",
+                rusqlite::params![id, project, seq],
+            )
+        };
+        insert(2, 8, 1).unwrap();
+        assert!(insert(3, 7, 2).is_err());
+        // Deleting an episode still cascades to its vector.
+        conn.execute("DELETE FROM episodes WHERE id = 1", [])
+            .unwrap();
+        assert_eq!(count("SELECT COUNT(*) FROM embeddings"), 0);
+        drop(conn);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    }
 }

@@ -104,6 +104,33 @@ pub async fn episodes_round_trip_every_field(store: Arc<dyn Store>) {
     assert_eq!(got, [expected(&e, 1), expected(&plain, 2)]);
 }
 
+/// An episode's uid is its project's: one taken in another org's project, or in
+/// another project of the same org, is free here (were it not, a caller choosing
+/// uids would learn which exist elsewhere).
+pub async fn a_uid_taken_in_another_project_is_free_here(store: Arc<dyn Store>) {
+    let theirs = project(&store).await;
+    let first = episode("theirs", "u", &[], 1);
+    add(&store, &theirs, vec![first.clone()]).await;
+    let sibling = crate::conformance::support::project_in(&store, &theirs.org_id, "q").await;
+    for k in [project(&store).await, sibling] {
+        let mut mine = first.clone();
+        mine.content = "mine".into();
+        assert_eq!(add(&store, &k, vec![mine.clone()]).await, [1], "{k:?}");
+        let handles = store.episode_handles(&k, &[first.uid]).await.unwrap();
+        let stored = store
+            .episodes_by_handle(&k, &[handles[0].expect("stored under its uid")])
+            .await
+            .unwrap();
+        let stored: Vec<_> = stored.into_iter().map(|(_, e)| e).collect();
+        assert_eq!(contents(&stored), ["mine"], "{k:?}");
+        // And taken now in this project, as anywhere.
+        let again = store.add_episodes(&k, vec![mine], None).await;
+        assert!(matches!(again, Err(Error::AlreadyExists(_))), "{again:?}");
+    }
+    let theirs_now = store.list_episodes(&theirs, None, 0, 10).await.unwrap();
+    assert_eq!(contents(&theirs_now), ["theirs"], "untouched");
+}
+
 pub async fn a_failing_batch_stores_nothing_and_uses_no_numbers(store: Arc<dyn Store>) {
     let k = project(&store).await;
     let first = episode("one", "u", &[], 1);

@@ -136,6 +136,7 @@ macro_rules! conformance {
                     fresh episodes_get_consecutive_sequence_numbers,
                     fresh episodes_round_trip_every_field,
                     fresh a_failing_batch_stores_nothing_and_uses_no_numbers,
+                    fresh a_uid_taken_in_another_project_is_free_here,
                     fresh listing_pages_and_filters_in_sequence_order,
                     fresh filter_language_semantics,
                     fresh the_largest_filters_run,

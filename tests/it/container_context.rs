@@ -18,10 +18,14 @@ fn repo_root() -> PathBuf {
 fn the_build_stage_copies_what_the_build_reads() {
     let root = repo_root();
     let dockerfile = std::fs::read_to_string(root.join("Dockerfile")).unwrap();
-    let ignore = Ignore::parse(&std::fs::read_to_string(root.join(".dockerignore")).unwrap_or_default());
+    let ignore =
+        Ignore::parse(&std::fs::read_to_string(root.join(".dockerignore")).unwrap_or_default());
     let context = tempfile::tempdir().unwrap();
     let copies = build_stage_copies(&dockerfile);
-    assert!(!copies.is_empty(), "the Dockerfile's first stage copies nothing");
+    assert!(
+        !copies.is_empty(),
+        "the Dockerfile's first stage copies nothing"
+    );
     for copy in &copies {
         assemble(&root, context.path(), copy, &ignore);
     }
@@ -65,10 +69,8 @@ fn copies_are_read_from_the_first_stage_only() {
         COPY a.toml \\\n  b.lock ./\n# COPY nothing ./\nCOPY --chown=1:1 [\"dir\", \"./dir\"]\n\
         COPY --from=other /x /y\nRUN true\nFROM runtime\nCOPY late /late\n";
     let copies = build_stage_copies(dockerfile);
-    let seen: Vec<(Vec<String>, String)> = copies
-        .into_iter()
-        .map(|c| (c.sources, c.dest))
-        .collect();
+    let seen: Vec<(Vec<String>, String)> =
+        copies.into_iter().map(|c| (c.sources, c.dest)).collect();
     assert_eq!(
         seen,
         vec![
@@ -159,11 +161,18 @@ fn assemble(root: &Path, context: &Path, copy: &Copy, ignore: &Ignore) {
             "COPY with a wildcard ({source}): teach this test to expand it"
         );
         let from = root.join(source);
-        assert!(from.exists(), "the Dockerfile copies {source}, which is not in the repository");
+        assert!(
+            from.exists(),
+            "the Dockerfile copies {source}, which is not in the repository"
+        );
         if from.is_dir() {
             copy_tree(root, &from, &dest, ignore);
         } else if !ignore.excludes(Path::new(source)) {
-            let to = if into_dir { dest.join(from.file_name().unwrap()) } else { dest.clone() };
+            let to = if into_dir {
+                dest.join(from.file_name().unwrap())
+            } else {
+                dest.clone()
+            };
             std::fs::create_dir_all(to.parent().unwrap()).unwrap();
             std::fs::copy(&from, &to).unwrap();
         }
@@ -216,8 +225,8 @@ fn compiled_sources(root: &Path) -> Vec<PathBuf> {
         .expect("the workspace lists its members");
     let mut files = Vec::new();
     for member in members {
-        let dir = Path::new(member.as_str().unwrap());
-        if root.join(dir).join("build.rs").exists() {
+        let dir = normalize(Path::new(member.as_str().unwrap()));
+        if root.join(&dir).join("build.rs").exists() {
             files.push(dir.join("build.rs"));
         }
         rust_files(root, &dir.join("src"), &mut files);
@@ -255,7 +264,10 @@ fn files_named_by(root: &Path, file: &Path) -> Vec<PathBuf> {
                 .and_then(|a| a.split_once('"'))
                 .map(|(path, _)| path)
                 .unwrap_or_else(|| {
-                    panic!("{}: a {macro_name}..) of a computed path: teach this test to read it", file.display())
+                    panic!(
+                        "{}: a {macro_name}..) of a computed path: teach this test to read it",
+                        file.display()
+                    )
                 });
             named.push(normalize(&dir.join(literal)));
         }
@@ -263,7 +275,10 @@ fn files_named_by(root: &Path, file: &Path) -> Vec<PathBuf> {
     if file.file_name().is_some_and(|n| n == "build.rs") {
         for literal in text.split('"').skip(1).step_by(2) {
             let path = dir.join(literal);
-            if !literal.is_empty() && !literal.contains(['{', '}', '=']) && root.join(&path).exists() {
+            if !literal.is_empty()
+                && !literal.contains(['{', '}', '='])
+                && root.join(&path).exists()
+            {
                 named.push(normalize(&path));
             }
         }
@@ -339,7 +354,9 @@ fn glob_parts(pattern: &[String], parts: &[String]) -> bool {
             (0..=parts.len()).any(|skip| glob_parts(rest, &parts[skip..]))
         }
         Some((first, rest)) => match parts.split_first() {
-            Some((part, others)) => glob(first.as_bytes(), part.as_bytes()) && glob_parts(rest, others),
+            Some((part, others)) => {
+                glob(first.as_bytes(), part.as_bytes()) && glob_parts(rest, others)
+            }
             None => false,
         },
     }

@@ -44,7 +44,11 @@ fn tools() -> Option<Tools> {
     .find(|command| {
         Command::new(&command[0])
             .arg("version")
-            .args(if command[0] == "kubectl" { &["--client"][..] } else { &[] })
+            .args(if command[0] == "kubectl" {
+                &["--client"][..]
+            } else {
+                &[]
+            })
             .try_run()
             .is_ok_and(|out| out.status.success())
     });
@@ -93,7 +97,11 @@ fn parse_yaml(tools: &Tools, yaml: &str) -> Vec<Value> {
         ]),
         yaml.as_bytes().to_vec(),
     );
-    assert!(out.status.success(), "PyYAML: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "PyYAML: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -108,7 +116,11 @@ fn validate(tools: &Tools, files: &[PathBuf]) -> Result<String, String> {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    if out.status.success() { Ok(printed) } else { Err(printed) }
+    if out.status.success() {
+        Ok(printed)
+    } else {
+        Err(printed)
+    }
 }
 
 /// The object files a kustomization lists as resources (patches are partial objects:
@@ -140,11 +152,17 @@ fn every_manifest_and_kustomization_validates() {
         files.push(rendered);
     }
     // Every YAML file under deploy/ is an object, a kustomization or a patch of one.
-    assert!(files.len() > KUSTOMIZATIONS.len(), "no object files found: {files:?}");
+    assert!(
+        files.len() > KUSTOMIZATIONS.len(),
+        "no object files found: {files:?}"
+    );
     match validate(&tools, &files) {
         Ok(printed) => {
             let passed = printed.matches(" passed for resource ").count();
-            assert!(passed >= files.len(), "too few objects validated:\n{printed}");
+            assert!(
+                passed >= files.len(),
+                "too few objects validated:\n{printed}"
+            );
         }
         Err(printed) => panic!("the manifests do not validate:\n{printed}"),
     }
@@ -158,7 +176,10 @@ fn the_validator_refuses_an_unknown_field() {
     let file = dir.path().join("bad.yaml");
     let deployment = std::fs::read_to_string(repo_root().join("deploy/kubernetes/deployment.yaml"))
         .unwrap()
-        .replace("readOnlyRootFilesystem: true", "readOnlyRootFileSystem: true");
+        .replace(
+            "readOnlyRootFilesystem: true",
+            "readOnlyRootFileSystem: true",
+        );
     std::fs::write(&file, deployment).unwrap();
     let printed = validate(&tools, &[file]).expect_err("a misspelt field must fail");
     assert!(printed.contains("readOnlyRootFileSystem"), "{printed}");
@@ -175,7 +196,10 @@ fn the_replicas_roll_without_losing_capacity() {
     let deployment = only(&objects, "Deployment");
     let spec = &deployment["spec"];
     let replicas = spec["replicas"].as_u64().expect("replicas");
-    assert!(replicas >= 2, "the replicas variant runs {replicas} replica(s)");
+    assert!(
+        replicas >= 2,
+        "the replicas variant runs {replicas} replica(s)"
+    );
     let strategy = &spec["strategy"];
     assert_eq!(strategy["type"], "RollingUpdate", "{strategy}");
     assert_eq!(strategy["rollingUpdate"]["maxUnavailable"], 0, "{strategy}");
@@ -191,11 +215,16 @@ fn the_replicas_roll_without_losing_capacity() {
         !wanted.is_empty() && wanted.iter().all(|(k, v)| &pod_labels[k] == v)
     };
     let pdb = only(&objects, "PodDisruptionBudget");
-    assert!(matches(&pdb["spec"]["selector"]), "the PDB selects other pods: {pdb}");
+    assert!(
+        matches(&pdb["spec"]["selector"]),
+        "the PDB selects other pods: {pdb}"
+    );
     let allowed_down = match (&pdb["spec"]["maxUnavailable"], &pdb["spec"]["minAvailable"]) {
         (Value::Number(n), _) => n.as_u64().unwrap(),
         (_, Value::Number(n)) => replicas - n.as_u64().unwrap(),
-        other => panic!("the PDB sets neither maxUnavailable nor minAvailable as a number: {other:?}"),
+        other => {
+            panic!("the PDB sets neither maxUnavailable nor minAvailable as a number: {other:?}")
+        }
     };
     assert!(
         (1..replicas).contains(&allowed_down),
@@ -211,13 +240,15 @@ fn the_replicas_roll_without_losing_capacity() {
         .inspect(|c| assert!(matches(&c["labelSelector"]), "{c} selects other pods"))
         .map(|c| c["topologyKey"].as_str().unwrap())
         .collect();
-    assert!(keys.contains(&"kubernetes.io/hostname"), "no spread over nodes: {keys:?}");
+    assert!(
+        keys.contains(&"kubernetes.io/hostname"),
+        "no spread over nodes: {keys:?}"
+    );
 
     let container = &pod["containers"][0];
     for probe in ["readinessProbe", "startupProbe"] {
         let probe = &container[probe];
-        let health = probe["grpc"]["port"] == 50051
-            || probe["httpGet"]["path"] == "/api/v2/health";
+        let health = probe["grpc"]["port"] == 50051 || probe["httpGet"]["path"] == "/api/v2/health";
         assert!(health, "{probe} is not the health service");
     }
     assert!(
@@ -297,8 +328,18 @@ fn check_drain_fits(dir: &str, objects: &[Value], defaults: &(f64, f64)) {
             .map(|v| v.parse().unwrap_or_else(|_| panic!("{flag} = {v}")))
             .unwrap_or(default)
     };
-    let drain = setting("drain-delay", "MEMMACHINE_DRAIN_DELAY", "drain_delay", defaults.0);
-    let grace = setting("shutdown-grace", "MEMMACHINE_SHUTDOWN_GRACE", "shutdown_grace", defaults.1);
+    let drain = setting(
+        "drain-delay",
+        "MEMMACHINE_DRAIN_DELAY",
+        "drain_delay",
+        defaults.0,
+    );
+    let grace = setting(
+        "shutdown-grace",
+        "MEMMACHINE_SHUTDOWN_GRACE",
+        "shutdown_grace",
+        defaults.1,
+    );
     let pre_stop = &container["lifecycle"]["preStop"];
     let sleep = match (&pre_stop["sleep"]["seconds"], &pre_stop["exec"]["command"]) {
         (Value::Number(n), _) => n.as_f64().unwrap(),
@@ -312,7 +353,9 @@ fn check_drain_fits(dir: &str, objects: &[Value], defaults: &(f64, f64)) {
         _ if pre_stop.is_null() => 0.0,
         _ => panic!("{dir}: a preStop this test cannot time: {pre_stop}"),
     };
-    let period = pod["terminationGracePeriodSeconds"].as_f64().unwrap_or(30.0);
+    let period = pod["terminationGracePeriodSeconds"]
+        .as_f64()
+        .unwrap_or(30.0);
     let needed = sleep + drain + grace + OTHER_STREAMS_GRACE;
     assert!(
         needed < period,

@@ -21,7 +21,8 @@
 #   scripts/container.sh size    prints the image's size
 #
 # Storage is buildah's/podman's default for root with the vfs driver (no overlay inside
-# this sandbox); isolation is chroot (no user namespaces or runc here). With Docker:
+# this sandbox); the build's RUN steps use chroot isolation. Needs buildah, podman,
+# mmdebstrap and, for smoke, runc (Debian packages). With Docker:
 # `docker build -t memmachine .` uses the public bases and needs none of this.
 set -euo pipefail
 

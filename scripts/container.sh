@@ -157,7 +157,7 @@ SMOKE_NAME=memmachine-smoke
 run_flags() {
   local nofile
   nofile=$(ulimit -Hn)
-  echo --ulimit "nofile=$nofile:$nofile" --ulimit nproc=16384:16384 --read-only \
+  echo --ulimit "nofile=$nofile:$nofile" --ulimit nproc=16384:16384 --read-only --no-healthcheck \
     --network host -v "$SMOKE_DATA:/data" -e "MEMMACHINE_LISTEN=127.0.0.1:$PORT"
 }
 

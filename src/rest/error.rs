@@ -6,7 +6,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::error::Error;
+use crate::error::{Error, http_status};
 
 /// A domain error on its way to an HTTP client.
 #[derive(Debug)]
@@ -29,27 +29,6 @@ impl ApiError {
     pub fn with_status(mut self, status: StatusCode) -> ApiError {
         self.status = Some(status);
         self
-    }
-}
-
-/// The HTTP status of each gRPC code the domain's errors map to (422 for bad input, as
-/// MemMachine answers).
-pub fn http_status(code: tonic::Code) -> StatusCode {
-    use tonic::Code;
-    match code {
-        Code::Ok => StatusCode::OK,
-        Code::InvalidArgument | Code::OutOfRange => StatusCode::UNPROCESSABLE_ENTITY,
-        Code::NotFound => StatusCode::NOT_FOUND,
-        Code::AlreadyExists | Code::Aborted => StatusCode::CONFLICT,
-        Code::FailedPrecondition => StatusCode::PRECONDITION_FAILED,
-        Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
-        Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
-        Code::PermissionDenied => StatusCode::FORBIDDEN,
-        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
-        Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
-        Code::Cancelled => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
-        Code::Internal | Code::Unknown | Code::DataLoss => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 

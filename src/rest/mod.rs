@@ -9,7 +9,7 @@ mod body;
 mod changes;
 mod config_updates;
 mod console;
-pub(crate) mod error;
+mod error;
 mod feature_history;
 mod forget;
 mod health;

@@ -3,6 +3,8 @@
 
 mod status;
 
+pub use status::http_status;
+
 /// One rejected field of a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldViolation {

@@ -36,6 +36,27 @@ impl Error {
     }
 }
 
+/// The HTTP status of each gRPC code the domain's errors map to (422 for bad input, as
+/// MemMachine answers), for the JSON transports.
+pub fn http_status(code: Code) -> http::StatusCode {
+    use http::StatusCode;
+    match code {
+        Code::Ok => StatusCode::OK,
+        Code::InvalidArgument | Code::OutOfRange => StatusCode::UNPROCESSABLE_ENTITY,
+        Code::NotFound => StatusCode::NOT_FOUND,
+        Code::AlreadyExists | Code::Aborted => StatusCode::CONFLICT,
+        Code::FailedPrecondition => StatusCode::PRECONDITION_FAILED,
+        Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
+        Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Code::PermissionDenied => StatusCode::FORBIDDEN,
+        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+        Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+        Code::Cancelled => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+        Code::Internal | Code::Unknown | Code::DataLoss => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 impl From<Error> for Status {
     fn from(err: Error) -> Status {
         let err = err.bounded();

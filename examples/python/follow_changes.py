@@ -29,6 +29,7 @@ import os
 import sys
 import tempfile
 import time
+import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROTO_FILES = [
@@ -119,6 +120,10 @@ def follow(pb, args):
     import grpc
 
     metadata = [("authorization", f"Bearer {args.api_key}")] if args.api_key else []
+    # The routing key: a proxy with project affinity sends every call for this project
+    # to the replica that holds its index (the server checks it names this project).
+    route = "/".join(urllib.parse.quote(part, safe="") for part in (args.org, args.project))
+    metadata.append(("x-memmachine-project", route))
     backoff = 0.2
     while True:
         channel = grpc.insecure_channel(args.addr)

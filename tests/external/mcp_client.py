@@ -138,12 +138,15 @@ async def other_org(target, org, other_org, key):
     # Checked outside: the client's context would wrap an assertion raised inside it.
     check(opened is None, f"a session for org {other_org} was opened: {opened}")
     # The refusal comes from the server: a plain POST sees 403.
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+    headers = {"authorization": f"Bearer {key}", "accept": "application/json, text/event-stream"}
+    # Its own connection: a server may close one whose request it refused unread, and
+    # a client reusing it at that moment sees "disconnected" (seen once under CI load).
     async with httpx.AsyncClient() as http:
-        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
-        headers = {"authorization": f"Bearer {key}", "accept": "application/json, text/event-stream"}
         answer = await http.post(f"{target.args.url}/mcp?org={other_org}", json=init, headers=headers)
         check(answer.status_code == 403, f"HTTP {answer.status_code}: {answer.text}")
+    async with httpx.AsyncClient() as http:
         answer = await http.post(f"{target.args.url}/mcp?org={org}&project=notes", json=init, headers=headers)
         check(answer.status_code == 200, f"own org: HTTP {answer.status_code}: {answer.text}")
         plain = {"accept": headers["accept"]}

@@ -6,6 +6,7 @@
 pub use memmachine_core::{error, model, store, urls};
 
 pub mod auth;
+pub mod backoff;
 pub mod changes;
 pub mod embed;
 pub mod episodic;

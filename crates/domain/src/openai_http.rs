@@ -15,6 +15,9 @@ use governor::DefaultDirectRateLimiter;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, RETRY_AFTER};
 use reqwest::{StatusCode, Url};
 use serde::Serialize;
+
+use crate::backoff::Backoff;
+use crate::secret::Secret;
 use serde::de::DeserializeOwned;
 
 /// How much of an unexpected response body goes into an error message.
@@ -53,7 +56,7 @@ pub(crate) struct Endpoint {
 pub(crate) struct Retries {
     /// Attempts after the first.
     pub max_retries: u32,
-    /// Delay before the first retry (see [`backoff`]).
+    /// Delay before the first retry (see [`Backoff`]; jittered down by up to half).
     pub backoff: Duration,
     /// Ceiling of the backoff delay.
     pub max_backoff: Duration,
@@ -105,7 +108,7 @@ impl Endpoint {
     pub(crate) fn new(
         api: &'static Api,
         base_url: &str,
-        api_key: Option<&str>,
+        api_key: Option<&Secret>,
         timeout: Duration,
     ) -> Result<Endpoint, String> {
         Self::build(api, endpoint_url(api, base_url)?, api_key, timeout)
@@ -116,7 +119,7 @@ impl Endpoint {
     pub(crate) fn unversioned(
         api: &'static Api,
         base_url: &str,
-        api_key: Option<&str>,
+        api_key: Option<&Secret>,
         timeout: Duration,
     ) -> Result<Endpoint, String> {
         let url = crate::urls::join_path(&checked_url(api, base_url)?, api.path);
@@ -126,7 +129,7 @@ impl Endpoint {
     fn build(
         api: &'static Api,
         url: Url,
-        api_key: Option<&str>,
+        api_key: Option<&Secret>,
         timeout: Duration,
     ) -> Result<Endpoint, String> {
         if timeout.is_zero() {
@@ -134,7 +137,8 @@ impl Endpoint {
         }
         let display = crate::urls::redact(url.as_str());
 
-        let authorization = match api_key.map(str::trim) {
+        // The key leaves its `Secret` only here, into a header value marked sensitive.
+        let authorization = match api_key.map(|key| key.expose().trim()) {
             Some(key) if !key.is_empty() => {
                 let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
                     format!(
@@ -219,7 +223,12 @@ impl Endpoint {
             }
             let delay = match retry_after {
                 Some(d) => d.min(self.api.max_retry_after),
-                None => backoff(retries.backoff, retries.max_backoff, attempt - 1),
+                None => Backoff {
+                    first: retries.backoff,
+                    max: retries.max_backoff,
+                    jitter: 0.5,
+                }
+                .delay(attempt - 1),
             };
             on_retry(&Retrying {
                 attempt,
@@ -345,14 +354,6 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(3600.0)))
 }
 
-/// The delay before retry number `retry` (0 = the first retry): `first * 2^retry`, at
-/// most `max`, then a uniformly random part of up to half of it removed.
-fn backoff(first: Duration, max: Duration, retry: u32) -> Duration {
-    let factor = 1u32.checked_shl(retry).unwrap_or(u32::MAX);
-    let base = first.saturating_mul(factor).min(max);
-    base.mul_f64(0.5 + 0.5 * random_unit())
-}
-
 /// The message of an error body: OpenAI's `{"error":{"message":..}}`, the
 /// `{"error":".."}`, `{"message":".."}` or `{"detail":".."}` of other servers, else the
 /// start of the body. See [`Api::tidy_errors`].
@@ -410,12 +411,6 @@ fn chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     out
-}
-
-/// A uniformly random number in `[0, 1)` from the operating system (0 in the unheard-of
-/// case that it has none to give: the jitter is then fixed, not the delay unbounded).
-fn random_unit() -> f64 {
-    (getrandom::u64().unwrap_or(0) >> 11) as f64 / (1u64 << 53) as f64
 }
 
 #[cfg(test)]
@@ -517,14 +512,15 @@ mod tests {
     fn authorization_only_with_a_usable_key() {
         let timeout = Duration::from_secs(1);
         for key in [None, Some(""), Some("  ")] {
-            let e = Endpoint::new(&TEST_API, "http://h", key, timeout).unwrap();
+            let key = key.map(Secret::from);
+            let e = Endpoint::new(&TEST_API, "http://h", key.as_ref(), timeout).unwrap();
             assert!(e.authorization.is_none(), "{key:?}");
         }
-        let e = Endpoint::new(&TEST_API, "http://h", Some(" sk-1 "), timeout).unwrap();
+        let e = Endpoint::new(&TEST_API, "http://h", Some(&" sk-1 ".into()), timeout).unwrap();
         let auth = e.authorization.unwrap();
         assert_eq!(auth.to_str().unwrap(), "Bearer sk-1");
         assert!(auth.is_sensitive());
-        let bad = Endpoint::new(&TEST_API, "http://h", Some("a\nb"), timeout)
+        let bad = Endpoint::new(&TEST_API, "http://h", Some(&"a\nb".into()), timeout)
             .err()
             .unwrap();
         assert!(bad.starts_with("test client: the API key"), "{bad}");
@@ -598,23 +594,5 @@ mod tests {
         assert_eq!(s.chars().count(), BODY_SNIPPET + 1);
         assert!(s.ends_with('…'));
         assert_eq!(one_line("short"), "short");
-    }
-
-    #[test]
-    fn backoff_doubles_with_jitter_and_is_capped() {
-        let (first, max) = (Duration::from_millis(200), Duration::from_secs(5));
-        for (retry, full) in [(0, 200), (1, 400), (2, 800), (5, 5000), (40, 5000)] {
-            let d = backoff(first, max, retry);
-            let full = Duration::from_millis(full);
-            assert!(d >= full / 2 && d <= full, "retry {retry}: {d:?}");
-        }
-    }
-
-    #[test]
-    fn random_unit_is_in_range() {
-        for _ in 0..1000 {
-            let x = random_unit();
-            assert!((0.0..1.0).contains(&x), "{x}");
-        }
     }
 }

@@ -143,7 +143,7 @@ async fn connect_openai(config: &Settings) -> Result<openai::OpenAiEmbedder, Str
         return Err("--embedder openai needs --embedder-base-url and --embedder-model".into());
     };
     let mut settings = openai::OpenAiConfig::new(base_url.expose(), model.clone());
-    settings.api_key = config.api_key.as_ref().map(|key| key.expose().to_string());
+    settings.api_key = config.api_key.clone();
     settings.dimensions = config.dimensions;
     let embedder = openai::OpenAiEmbedder::new(settings).map_err(|e| e.to_string())?;
     // Learn the vector length now; an endpoint that is down or hangs must not stop the

@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{EmbedError, Embedder, normalize};
 use crate::openai_http::{Api, Endpoint, Failed, Retries, Retrying};
+use crate::secret::Secret;
 
 /// The longest `Retry-After` that is honoured; a longer one is cut to this.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
@@ -58,7 +59,7 @@ pub struct OpenAiConfig {
     /// The model name sent with every request, e.g. `text-embedding-3-small`.
     pub model: String,
     /// Sent as `Authorization: Bearer <key>` when set (and not blank).
-    pub api_key: Option<String>,
+    pub api_key: Option<Secret>,
     /// Asks the model for vectors of this length (`"dimensions"` in the request; only
     /// some models support it) and makes it the expected length from the start.
     pub dimensions: Option<usize>,
@@ -98,7 +99,7 @@ impl fmt::Debug for OpenAiConfig {
         f.debug_struct("OpenAiConfig")
             .field("base_url", &crate::urls::redact(&self.base_url))
             .field("model", &self.model)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("api_key", &self.api_key)
             .field("dimensions", &self.dimensions)
             .field("timeout", &self.timeout)
             .field("max_retries", &self.max_retries)
@@ -155,7 +156,7 @@ impl OpenAiEmbedder {
         let http = Endpoint::new(
             &API,
             &config.base_url,
-            config.api_key.as_deref(),
+            config.api_key.as_ref(),
             config.timeout,
         )
         .map_err(EmbedError::Failed)?;

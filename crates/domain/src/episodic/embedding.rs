@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::backoff::Backoff;
 use crate::embed::{EmbedError, Embedder, Embedders};
 use crate::metrics::Metrics;
 use crate::model::EpisodeHandle;
@@ -20,8 +21,12 @@ use crate::store::{PendingEmbedding, Store};
 
 /// Episodes embedded per call to the embedder.
 const BATCH: usize = 64;
-const FIRST_BACKOFF: Duration = Duration::from_millis(500);
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// After a failed batch: doubling from half a second to a minute (one worker, no jitter).
+const BACKOFF: Backoff = Backoff {
+    first: Duration::from_millis(500),
+    max: Duration::from_secs(60),
+    jitter: 0.0,
+};
 /// Embedded to tell an embedder that is broken from a text it refuses.
 const PROBE: &str = "memmachine embedder check";
 
@@ -136,7 +141,7 @@ struct Worker {
 impl Worker {
     async fn run(self, mut wake: watch::Receiver<u64>) {
         let (store, embedder) = (&self.store, &self.embedder);
-        let mut backoff = FIRST_BACKOFF;
+        let mut failures = 0u32;
         let mut embedded: u64 = 0;
         loop {
             // The server that queues episodes is gone: so is the work.
@@ -153,7 +158,7 @@ impl Worker {
                 Err(crate::error::Error::Closed) => return,
                 Err(err) => {
                     tracing::warn!(error = %err, "reading the embedding queue failed");
-                    tokio::time::sleep(FIRST_BACKOFF).await;
+                    tokio::time::sleep(BACKOFF.first).await;
                     continue;
                 }
             };
@@ -179,7 +184,7 @@ impl Worker {
             match self.embed(&batch).await {
                 Ok(count) => {
                     embedded += count;
-                    backoff = FIRST_BACKOFF;
+                    failures = 0;
                 }
                 Err(err) => {
                     // The episodes stay queued (and searchable lexically) until this works;
@@ -191,11 +196,11 @@ impl Worker {
                     tracing::warn!(
                         error = %err,
                         embedder = embedder.id(),
-                        retry_in_ms = backoff.as_millis() as u64,
+                        retry_in_ms = BACKOFF.delay(failures).as_millis() as u64,
                         "embedding failed"
                     );
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    tokio::time::sleep(BACKOFF.delay(failures)).await;
+                    failures = failures.saturating_add(1);
                 }
             }
         }

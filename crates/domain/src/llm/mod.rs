@@ -196,7 +196,7 @@ pub fn build(
         }
     };
     let mut settings = openai::OpenAiChatConfig::new(base_url, model);
-    settings.api_key = config.api_key.as_ref().map(|key| key.expose().to_string());
+    settings.api_key = config.api_key.clone();
     if !config.timeout.is_zero() {
         settings.timeout = config.timeout;
     }

@@ -44,6 +44,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{ChatRequest, Completion, LanguageModel, LlmError, Purpose};
 use crate::openai_http::{Api, Endpoint, Failed, Retries, Retrying, one_line};
+use crate::secret::Secret;
 
 /// The longest `Retry-After` that is waited for between attempts; a longer one is cut to
 /// this (and still handed to the caller in [`LlmError::Unavailable`]).
@@ -69,7 +70,7 @@ pub struct OpenAiChatConfig {
     /// The model name sent with every request, e.g. `gpt-4o-mini`.
     pub model: String,
     /// Sent as `Authorization: Bearer <key>` when set (and not blank).
-    pub api_key: Option<String>,
+    pub api_key: Option<Secret>,
     /// Limit on each HTTP request, connecting included. Default 60 s (a long extraction
     /// on a local model takes a while).
     pub timeout: Duration,
@@ -110,7 +111,7 @@ impl fmt::Debug for OpenAiChatConfig {
         f.debug_struct("OpenAiChatConfig")
             .field("base_url", &crate::urls::redact(&self.base_url))
             .field("model", &self.model)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("api_key", &self.api_key)
             .field("timeout", &self.timeout)
             .field("max_retries", &self.max_retries)
             .field("backoff", &self.backoff)
@@ -250,7 +251,7 @@ impl OpenAiChat {
         let http = Endpoint::new(
             &API,
             &config.base_url,
-            config.api_key.as_deref(),
+            config.api_key.as_ref(),
             config.timeout,
         )
         .map_err(LlmError::Failed)?;

@@ -58,7 +58,7 @@ pub async fn build(config: &Settings) -> Result<Rerankers, String> {
         let mut settings = remote::RemoteConfig::new(base_url.expose());
         settings.model = config.model.clone();
         settings.api = config.api;
-        settings.api_key = config.api_key.as_ref().map(|key| key.expose().to_string());
+        settings.api_key = config.api_key.clone();
         settings.timeout = config.timeout;
         settings.max_retries = config.retries;
         let remote = remote::RemoteReranker::new(settings).map_err(|e| e.to_string())?;

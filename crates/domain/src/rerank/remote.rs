@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use super::RerankApi;
 use super::{RerankError, Reranker};
 use crate::openai_http::{Api, Endpoint, Failed, Retries, Retrying};
+use crate::secret::Secret;
 
 /// The rerank API, as [`crate::openai_http`] sends to it and names it in messages. A
 /// `Retry-After` is honoured for as long as [`RemoteConfig::timeout`] allows.
@@ -51,7 +52,7 @@ pub struct RemoteConfig {
     /// Which request shape to send.
     pub api: RerankApi,
     /// Sent as `Authorization: Bearer <key>` when set (and not blank).
-    pub api_key: Option<String>,
+    pub api_key: Option<Secret>,
     /// Longest one rerank may take, retries and their waits included. Default 5 s.
     pub timeout: Duration,
     /// Retries after the first attempt. Default 2.
@@ -83,7 +84,7 @@ impl fmt::Debug for RemoteConfig {
             .field("base_url", &crate::urls::redact(&self.base_url))
             .field("model", &self.model)
             .field("api", &self.api)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("api_key", &self.api_key)
             .field("timeout", &self.timeout)
             .field("max_retries", &self.max_retries)
             .finish_non_exhaustive()
@@ -113,7 +114,7 @@ impl RemoteReranker {
         let http = Endpoint::unversioned(
             &API,
             &config.base_url,
-            config.api_key.as_deref(),
+            config.api_key.as_ref(),
             config.timeout,
         )
         .map_err(RerankError::Failed)?;

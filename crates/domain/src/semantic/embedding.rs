@@ -6,12 +6,17 @@
 use std::time::Duration;
 
 use super::SemanticMemory;
+use crate::backoff::Backoff;
 use crate::error::Error;
 
 const BATCH: usize = 64;
 const POLL: Duration = Duration::from_millis(500);
-const FIRST_BACKOFF: Duration = Duration::from_millis(500);
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// After a failed batch: doubling from half a second to a minute (one worker, no jitter).
+const BACKOFF: Backoff = Backoff {
+    first: Duration::from_millis(500),
+    max: Duration::from_secs(60),
+    jitter: 0.0,
+};
 
 /// Starts the worker; it holds what it claims for `lease` (`--embedding-lease`, as the
 /// episodes' workers do): a server killed mid-batch leaves the batch to the next one
@@ -21,14 +26,14 @@ pub fn spawn(memory: SemanticMemory, lease: Duration) {
         return;
     }
     tokio::spawn(async move {
-        let mut backoff = FIRST_BACKOFF;
+        let mut failures = 0u32;
         loop {
             let pending = match memory.store().claim_feature_embeddings(BATCH, lease).await {
                 Ok(pending) => pending,
                 Err(Error::Closed) => return,
                 Err(err) => {
                     tracing::warn!(error = %err, "reading the feature embedding queue failed");
-                    tokio::time::sleep(backoff).await;
+                    tokio::time::sleep(BACKOFF.delay(failures)).await;
                     continue;
                 }
             };
@@ -68,7 +73,7 @@ pub fn spawn(memory: SemanticMemory, lease: Duration) {
                         .store_feature_embeddings(&embedder_id, rows)
                         .await
                     {
-                        Ok(()) => backoff = FIRST_BACKOFF,
+                        Ok(()) => failures = 0,
                         Err(Error::Closed) => return,
                         Err(err) => tracing::warn!(error = %err, "storing feature vectors failed"),
                     }
@@ -80,11 +85,11 @@ pub fn spawn(memory: SemanticMemory, lease: Duration) {
                     }
                     tracing::warn!(
                         embedder = %embedder_id,
-                        retry_in_ms = backoff.as_millis() as u64,
+                        retry_in_ms = BACKOFF.delay(failures).as_millis() as u64,
                         "embedding features failed; they stay queued"
                     );
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    tokio::time::sleep(BACKOFF.delay(failures)).await;
+                    failures = failures.saturating_add(1);
                 }
             }
         }

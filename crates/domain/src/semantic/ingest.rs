@@ -17,6 +17,7 @@ use super::categories::Effective;
 use super::features;
 use super::model::{Batch, ClaimRule, Feature, FeatureOp, SetRow};
 use super::prompts::{self, CommandKind};
+use crate::backoff::Backoff;
 use crate::llm::{ChatRequest, LanguageModel, LlmError, Purpose};
 use crate::metrics::Metrics;
 use crate::model::Episode;
@@ -102,11 +103,15 @@ impl Flags {
     }
 }
 
-const FIRST_BACKOFF: Duration = Duration::from_secs(2);
+/// A batch's retry delay: doubling from 2 s to 15 min, up to a quarter taken off.
+const BACKOFF: Backoff = Backoff {
+    first: Duration::from_secs(2),
+    max: Duration::from_secs(900),
+    jitter: 0.25,
+};
 /// Attempts of a batch whose request the endpoint refuses as sent (`LlmError::Rejected`)
 /// before its messages are marked failed.
 const MAX_REFUSED_ATTEMPTS: u32 = 3;
-const MAX_BACKOFF: Duration = Duration::from_secs(900);
 /// How often an idle worker looks for sets that became ready by age.
 const POLL: Duration = Duration::from_millis(500);
 
@@ -114,17 +119,10 @@ fn now_micros() -> i64 {
     chrono::Utc::now().timestamp_micros()
 }
 
-/// The delay before the next try of a batch tried `attempts` times: doubling from 2 s
-/// to 15 min, a random part of up to a quarter taken off; at least what the endpoint
-/// asked for.
+/// The delay before the next try of a batch tried `attempts` times ([`BACKOFF`]); at
+/// least what the endpoint asked for.
 fn backoff(attempts: u32, retry_after: Option<Duration>) -> Duration {
-    let base = FIRST_BACKOFF
-        .saturating_mul(2u32.saturating_pow(attempts.min(16)))
-        .min(MAX_BACKOFF);
-    let mut byte = [0u8; 1];
-    let _ = getrandom::fill(&mut byte);
-    let jittered = base.mul_f64(1.0 - f64::from(byte[0]) / 1024.0);
-    jittered.max(retry_after.unwrap_or_default())
+    BACKOFF.delay(attempts).max(retry_after.unwrap_or_default())
 }
 
 /// Why a batch was not applied.

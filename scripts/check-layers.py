@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The layering rules the compiler cannot see, over `crate::` paths in each crate:
-no two top-level modules of a crate import each other (directly or in a circle), and
+"""The layering rules the compiler cannot see, over the `crate::` and `super::` paths in
+each crate: no two modules with the same parent (the crate's top-level modules, or the
+files of one folder such as `store/`) import each other (directly or in a circle), and
 the transports (grpc, rest, mcp, cli, admission) never name a storage backend.
 Crate boundaries (memmachine-core, -domain, -store-*) are enforced by Cargo itself."""
 
@@ -18,14 +19,54 @@ CRATES = {
 }
 TRANSPORTS = ("grpc", "rest", "mcp", "cli", "admission")
 BACKEND = re.compile(r"\b(store::(sqlite|postgres)|memmachine_store_(sqlite|postgres))\b")
-PATH = re.compile(r"\bcrate::([a-z_0-9]+)")
+# `crate::a::b`, `super::super::a`, and the first names of a group (`crate::{a, b::c}`).
+PATH = re.compile(r"\b((?:crate|super)(?:::super)*)::((?:[a-z_0-9]+::)*)(\{[^;]*?\}|[a-z_0-9]+)")
 # Files that are not modules of the library (binaries, the crate root itself).
 SKIP = {"lib.rs", "main.rs", "bin"}
 
 
-def top_module(src: pathlib.Path, file: pathlib.Path) -> str:
-    first = file.relative_to(src).parts[0]
-    return first[:-3] if first.endswith(".rs") else first
+def module_of(src: pathlib.Path, file: pathlib.Path) -> tuple:
+    """`src/a/b.rs` is `(a, b)`, `src/a/mod.rs` is `(a,)`."""
+    parts = list(file.relative_to(src).with_suffix("").parts)
+    if parts[-1] == "mod":
+        parts.pop()
+    return tuple(parts)
+
+
+def first_names(group: str) -> list:
+    """The first name of each item of `{a, b::c, d::{e, f}}`."""
+    names, depth, item = [], 0, ""
+    for ch in group[1:-1] + ",":
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            name = item.strip().split("::", 1)[0].split(" ", 1)[0]
+            if re.fullmatch(r"[a-z_0-9]+", name):
+                names.append(name)
+            item = ""
+            continue
+        item += ch
+    return names
+
+
+def references(module: tuple, text: str) -> list:
+    """The absolute paths (as tuples of names) that `module`'s text names."""
+    out = []
+    for base, middle, last in PATH.findall(text):
+        if base.startswith("crate"):
+            start = ()
+        else:
+            # `super` of `a::b` is `a`; each further `super` one more up.
+            ups = base.count("super")
+            if ups > len(module):
+                continue
+            start = module[: len(module) - ups]
+        middle = tuple(p for p in middle.split("::") if p)
+        lasts = first_names(last) if last.startswith("{") else [last]
+        out.extend(start + middle + (name,) for name in lasts)
+    return out
 
 
 def code(file: pathlib.Path) -> str:
@@ -59,20 +100,35 @@ def cycles(graph: dict) -> list:
 def main() -> int:
     problems = []
     for crate, src in CRATES.items():
-        graph = {}
-        for file in sorted(src.rglob("*.rs")):
-            if file.relative_to(src).parts[0] in SKIP:
-                continue
-            here = top_module(src, file)
+        files = [
+            f for f in sorted(src.rglob("*.rs")) if f.relative_to(src).parts[0] not in SKIP
+        ]
+        modules = {module_of(src, f) for f in files}
+        # Per parent module, the edges between its children.
+        graphs = {}
+        for file in files:
+            here = module_of(src, file)
             text = code(file)
-            for target in PATH.findall(text):
-                local = (src / f"{target}.rs").exists() or (src / target).is_dir()
-                if local and target != here:
-                    graph.setdefault(here, set()).add(target)
-            if crate == "memmachine" and here in TRANSPORTS and BACKEND.search(text):
+            for path in references(here, text):
+                # The longest prefix that is a module of the crate.
+                while path and path not in modules:
+                    path = path[:-1]
+                common = 0
+                while common < min(len(here), len(path)) and here[common] == path[common]:
+                    common += 1
+                if common < len(here) and common < len(path):
+                    parent = here[:common]
+                    graphs.setdefault(parent, {}).setdefault(here[common], set()).add(
+                        path[common]
+                    )
+            top = here[0]
+            if crate == "memmachine" and top in TRANSPORTS and BACKEND.search(text):
                 problems.append(f"{file.relative_to(ROOT)}: a transport names a storage backend")
-        for cycle in cycles(graph):
-            problems.append(f"{crate}: modules import each other: {' -> '.join(cycle)}")
+        for parent, graph in sorted(graphs.items()):
+            inside = "".join(f"{p}::" for p in parent)
+            for cycle in cycles(graph):
+                names = " -> ".join(inside + c for c in cycle)
+                problems.append(f"{crate}: modules import each other: {names}")
     for problem in problems:
         print(problem)
     if problems:

@@ -14,7 +14,9 @@ use super::helpers::{bad_column, raw_ids};
 use super::semantic_features as features;
 use memmachine_core::error::Result;
 use memmachine_core::model::{EpisodeHandle, FeatureId, ProjectHandle, SetId};
-use memmachine_core::store::{ChangedBy, Feature, FeatureHistory, FeatureVersion, RestoredVersion};
+use memmachine_core::store::{
+    ChangedBy, FeatureHistory, FeatureRowsAt, FeatureVersion, KeptVersion, RestoredVersion,
+};
 
 const COLUMNS: &str = "v.id, v.feature_public_id, v.origin_id, v.org_id, v.project, v.set_id, \
      v.category, v.category_id, v.tag, v.feature_name, v.value, v.metadata, v.valid_from, \
@@ -130,7 +132,7 @@ async fn history(conn: &mut PgConnection, id: &str) -> Result<Vec<FeatureVersion
     Ok(out)
 }
 
-async fn as_of(conn: &mut PgConnection, sets: &[i64], at: i64) -> Result<Vec<Feature>> {
+async fn rows_at(conn: &mut PgConnection, sets: &[i64], at: i64) -> Result<FeatureRowsAt> {
     let current = features::query(
         &mut *conn,
         "f.set_ref = ANY($1) AND GREATEST(f.valid_from, f.created_at) <= $2 ORDER BY f.id",
@@ -143,32 +145,15 @@ async fn as_of(conn: &mut PgConnection, sets: &[i64], at: i64) -> Result<Vec<Fea
         |q| q.bind(sets.to_vec()).bind(at),
     )
     .await?;
-    let mut seen = std::collections::HashSet::new();
-    let mut out = current;
-    for (id, set_ref, v) in kept {
-        // A merge into several survivors copies its sources' versions: one of each.
-        if !seen.insert((v.origin_id.clone(), v.valid_from_micros)) {
-            continue;
-        }
-        out.push(Feature {
-            internal_id: FeatureId::from_raw(-id),
-            id: v.origin_id,
+    let kept = kept
+        .into_iter()
+        .map(|(number, set_ref, version)| KeptVersion {
+            number,
             set: SetId::from_raw(set_ref),
-            set_id: v.set_id,
-            category: v.category,
-            category_id: v.category_id,
-            tag: v.tag,
-            feature: v.feature,
-            value: v.value,
-            metadata: v.metadata,
-            citations: v.citations,
-            created_at_micros: v.valid_from_micros,
-            updated_at_micros: v.valid_from_micros,
-            valid_from_micros: v.valid_from_micros,
-            changed_by: v.changed_by,
-        });
-    }
-    Ok(out)
+            version,
+        })
+        .collect();
+    Ok(FeatureRowsAt { current, kept })
 }
 
 /// A consolidation replaced `sources` by `survivors` (internal and public ids): their
@@ -352,10 +337,10 @@ impl FeatureHistory for PostgresStore {
         Ok(found)
     }
 
-    async fn features_as_of(&self, sets: &[SetId], at_micros: i64) -> Result<Vec<Feature>> {
+    async fn feature_rows_at(&self, sets: &[SetId], at_micros: i64) -> Result<FeatureRowsAt> {
         let sets = raw_ids(sets, SetId::raw);
         let mut tx = self.pool().begin().await.map_err(db_error)?;
-        let found = as_of(&mut tx, &sets, at_micros).await?;
+        let found = rows_at(&mut tx, &sets, at_micros).await?;
         tx.commit().await.map_err(db_error)?;
         Ok(found)
     }

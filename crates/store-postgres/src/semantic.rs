@@ -17,8 +17,8 @@ use super::PostgresStore;
 use super::error::db_error;
 use super::helpers::raw_ids;
 use super::{
-    episodes, semantic_features as features, semantic_queue as queue, semantic_sets as sets,
-    semantic_summaries as summaries,
+    episodes, feature_history, semantic_features as features, semantic_queue as queue,
+    semantic_sets as sets, semantic_summaries as summaries,
 };
 use memmachine_core::error::Result;
 use memmachine_core::model::{
@@ -348,7 +348,7 @@ impl SemanticQueue for PostgresStore {
         embedder: Option<String>,
     ) -> Result<()> {
         let (set, remove) = (set.raw(), raw_ids(remove, FeatureId::raw));
-        in_tx!(self, |tx| features::consolidate(
+        in_tx!(self, |tx| consolidate(
             tx,
             set,
             &remove,
@@ -397,4 +397,21 @@ impl Summaries for PostgresStore {
             limit
         ))
     }
+}
+
+/// Replaces `remove` by `add` in the set; the removed features' versions become the
+/// survivors' history.
+async fn consolidate(
+    tx: &mut PgConnection,
+    set: i64,
+    remove: &[i64],
+    add: &[NewFeature],
+    embedder: Option<&str>,
+) -> Result<()> {
+    let survivors = features::consolidate(&mut *tx, set, remove, add, embedder).await?;
+    let survivors: Vec<(i64, &str)> = survivors
+        .into_iter()
+        .zip(add.iter().map(|f| f.id.as_str()))
+        .collect();
+    feature_history::merge_into(tx, remove, &survivors).await
 }

@@ -521,14 +521,15 @@ pub(super) async fn delete(tx: &mut PgConnection, ids: &[i64]) -> Result<u64> {
 }
 
 /// Replaces the set's features `remove` by `add`, which cite every episode the removed
-/// ones cited.
+/// ones cited; returns the new features' numbers (in `add`'s order), to which the caller
+/// hands the removed ones' history.
 pub(super) async fn consolidate(
     tx: &mut PgConnection,
     set: i64,
     remove: &[i64],
     add: &[NewFeature],
     embedder: Option<&str>,
-) -> Result<()> {
+) -> Result<Vec<i64>> {
     require_set(&mut *tx, set).await?;
     let citations: Vec<EpisodeHandle> = sqlx::query_scalar::<_, i64>(
         "SELECT DISTINCT c.episode FROM semantic_citations c
@@ -560,10 +561,10 @@ pub(super) async fn consolidate(
             ChangedBy::Consolidation,
         )
         .await?;
-        survivors.push((id, feature.id.as_str()));
+        survivors.push(id);
     }
-    super::feature_history::merge_into(&mut *tx, remove, &survivors).await?;
-    bump_sets(tx, &[set]).await
+    bump_sets(tx, &[set]).await?;
+    Ok(survivors)
 }
 
 // Feature vectors.

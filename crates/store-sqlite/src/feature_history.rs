@@ -11,7 +11,9 @@ use super::helpers::{bad_column, id_array, raw_ids};
 use super::semantic_features as features;
 use memmachine_core::error::Result;
 use memmachine_core::model::{EpisodeHandle, FeatureId, ProjectHandle, SetId};
-use memmachine_core::store::{ChangedBy, Feature, FeatureHistory, FeatureVersion, RestoredVersion};
+use memmachine_core::store::{
+    ChangedBy, FeatureHistory, FeatureRowsAt, FeatureVersion, KeptVersion, RestoredVersion,
+};
 
 const COLUMNS: &str = "v.id, v.feature_public_id, v.origin_id, v.org_id, v.project, v.set_id, \
      v.category, v.category_id, v.tag, v.feature_name, v.value, v.metadata, v.valid_from, \
@@ -111,7 +113,7 @@ pub(super) fn history(conn: &Connection, id: &str) -> Result<Vec<FeatureVersion>
     Ok(out)
 }
 
-pub(super) fn as_of(conn: &Connection, sets: &[i64], at: i64) -> Result<Vec<Feature>> {
+fn rows_at(conn: &Connection, sets: &[i64], at: i64) -> Result<FeatureRowsAt> {
     let current = features::query(
         conn,
         "f.set_ref IN rarray(?1) AND MAX(f.valid_from, f.created_at) <= ?2 ORDER BY f.id",
@@ -122,32 +124,15 @@ pub(super) fn as_of(conn: &Connection, sets: &[i64], at: i64) -> Result<Vec<Feat
         "v.set_ref IN rarray(?1) AND v.valid_from <= ?2 AND v.valid_to > ?2 ORDER BY v.id",
         params![id_array(sets), at],
     )?;
-    let mut seen = std::collections::HashSet::new();
-    let mut out = current;
-    for (id, set_ref, v) in kept {
-        // A merge into several survivors copies its sources' versions: one of each.
-        if !seen.insert((v.origin_id.clone(), v.valid_from_micros)) {
-            continue;
-        }
-        out.push(Feature {
-            internal_id: FeatureId::from_raw(-id),
-            id: v.origin_id,
+    let kept = kept
+        .into_iter()
+        .map(|(number, set_ref, version)| KeptVersion {
+            number,
             set: SetId::from_raw(set_ref),
-            set_id: v.set_id,
-            category: v.category,
-            category_id: v.category_id,
-            tag: v.tag,
-            feature: v.feature,
-            value: v.value,
-            metadata: v.metadata,
-            citations: v.citations,
-            created_at_micros: v.valid_from_micros,
-            updated_at_micros: v.valid_from_micros,
-            valid_from_micros: v.valid_from_micros,
-            changed_by: v.changed_by,
-        });
-    }
-    Ok(out)
+            version,
+        })
+        .collect();
+    Ok(FeatureRowsAt { current, kept })
 }
 
 /// Keeps the newest `keep` (the setting) versions of the feature.
@@ -325,10 +310,10 @@ impl FeatureHistory for SqliteStore {
         self.readers.read(move |tx| history(tx, &id)).await
     }
 
-    async fn features_as_of(&self, sets: &[SetId], at_micros: i64) -> Result<Vec<Feature>> {
+    async fn feature_rows_at(&self, sets: &[SetId], at_micros: i64) -> Result<FeatureRowsAt> {
         let sets = raw_ids(sets, SetId::raw);
         self.readers
-            .read(move |tx| as_of(tx, &sets, at_micros))
+            .read(move |tx| rows_at(tx, &sets, at_micros))
             .await
     }
 

@@ -10,8 +10,8 @@ use rusqlite::Connection;
 use super::error::storage_error;
 use super::helpers::raw_ids;
 use super::{
-    SqliteStore, semantic_features as features, semantic_queue as queue, semantic_sets as sets,
-    semantic_summaries as summaries,
+    SqliteStore, feature_history, semantic_features as features, semantic_queue as queue,
+    semantic_sets as sets, semantic_summaries as summaries,
 };
 use memmachine_core::error::Result;
 use memmachine_core::model::{
@@ -375,7 +375,16 @@ impl SemanticQueue for SqliteStore {
     ) -> Result<()> {
         let (set, remove) = (set.raw(), raw_ids(remove, FeatureId::raw));
         self.writer
-            .write(move |conn| features::consolidate(conn, set, &remove, &add, embedder.as_deref()))
+            .write(move |conn| {
+                let survivors =
+                    features::consolidate(conn, set, &remove, &add, embedder.as_deref())?;
+                // The removed features' versions become the survivors' history.
+                let survivors: Vec<(i64, &str)> = survivors
+                    .into_iter()
+                    .zip(add.iter().map(|f| f.id.as_str()))
+                    .collect();
+                feature_history::merge_into(conn, &remove, &survivors)
+            })
             .await
     }
 

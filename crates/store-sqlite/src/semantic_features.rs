@@ -445,14 +445,15 @@ pub(super) fn delete(conn: &Connection, ids: &[i64]) -> Result<u64> {
 }
 
 /// Replaces the set's features `remove` by `add`, which cite every episode the removed
-/// ones cited.
+/// ones cited; returns the new features' numbers (in `add`'s order), to which the caller
+/// hands the removed ones' history.
 pub(super) fn consolidate(
     conn: &Connection,
     set: i64,
     remove: &[i64],
     add: &[NewFeature],
     embedder: Option<&str>,
-) -> Result<()> {
+) -> Result<Vec<i64>> {
     require_set(conn, set)?;
     let citations: Vec<EpisodeHandle> = conn
         .prepare_cached(
@@ -480,10 +481,10 @@ pub(super) fn consolidate(
             embedder,
             ChangedBy::Consolidation,
         )?;
-        survivors.push((id, feature.id.as_str()));
+        survivors.push(id);
     }
-    super::feature_history::merge_into(conn, remove, &survivors)?;
-    bump_sets(conn, &[set])
+    bump_sets(conn, &[set])?;
+    Ok(survivors)
 }
 
 // Feature vectors.

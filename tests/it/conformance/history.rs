@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use memmachine::model::{NewEpisode, ProjectKey};
 use memmachine::semantic::features::new_feature;
+use memmachine::semantic::history::features_as_of;
 use memmachine::semantic::model::{
     Batch, ClaimRule, FeatureOp, FeatureUpdate, NewFeature, NewSet, SetRow,
 };
@@ -149,18 +150,24 @@ pub async fn versions_are_kept_on_every_change_and_on_deletion(store: Arc<dyn St
 
     // As of each version's start, that version; before the first, nothing.
     for version in &history {
-        let then = store
-            .features_as_of(&[row.internal_id], version.valid_from_micros)
-            .await
-            .unwrap();
+        let then = features_as_of(
+            store.as_ref(),
+            &[row.internal_id],
+            version.valid_from_micros,
+        )
+        .await
+        .unwrap();
         assert_eq!(then.len(), 1);
         assert_eq!(then[0].value, version.value);
         assert_eq!(then[0].id, food.id);
     }
-    let before = store
-        .features_as_of(&[row.internal_id], food.created_at_micros - 1)
-        .await
-        .unwrap();
+    let before = features_as_of(
+        store.as_ref(),
+        &[row.internal_id],
+        food.created_at_micros - 1,
+    )
+    .await
+    .unwrap();
     assert!(before.is_empty());
 
     assert_eq!(store.delete_features(&[food.internal_id]).await.unwrap(), 1);
@@ -177,16 +184,18 @@ pub async fn versions_are_kept_on_every_change_and_on_deletion(store: Arc<dyn St
     let ended = history[3].valid_from_micros;
     assert_eq!(history[2].valid_to_micros, Some(ended));
     assert_eq!(history[3].valid_to_micros, Some(ended), "zero length");
-    let then = store
-        .features_as_of(&[row.internal_id], history[2].valid_from_micros)
-        .await
-        .unwrap();
+    let then = features_as_of(
+        store.as_ref(),
+        &[row.internal_id],
+        history[2].valid_from_micros,
+    )
+    .await
+    .unwrap();
     assert_eq!(then.len(), 1, "a deleted feature as it was");
     assert_eq!(then[0].value, "sushi");
     assert!(then[0].internal_id.raw() < 0, "a kept version");
     assert!(
-        store
-            .features_as_of(&[row.internal_id], ended)
+        features_as_of(store.as_ref(), &[row.internal_id], ended)
             .await
             .unwrap()
             .is_empty()
@@ -276,8 +285,7 @@ pub async fn consolidation_keeps_its_sources_history(store: Arc<dyn Store>) {
         .find(|v| v.value == "y0")
         .unwrap()
         .valid_from_micros;
-    let mut then: Vec<String> = store
-        .features_as_of(&[row.internal_id], at)
+    let mut then: Vec<String> = features_as_of(store.as_ref(), &[row.internal_id], at)
         .await
         .unwrap()
         .into_iter()

@@ -7,41 +7,23 @@ use async_trait::async_trait;
 use crate::error::Result;
 use crate::model::{EpisodeHandle, FeatureId, ProjectHandle, SetId};
 
-use super::semantic_features::Feature;
+use super::semantic_features::{ChangedBy, Feature};
 
-/// What made a version of a feature, or ended its last one (the wire's `FeatureChange`;
-/// the numbers are stored).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ChangedBy {
-    /// A feature stored before history was kept, or restored from an export.
-    #[default]
-    Unknown,
-    Extraction,
-    Consolidation,
-    Manual,
-    Deletion,
+/// A kept version as [`FeatureHistory::feature_rows_at`] reads it: its row number and set
+/// with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeptVersion {
+    /// The number of the version's row.
+    pub number: i64,
+    pub set: SetId,
+    pub version: FeatureVersion,
 }
 
-impl ChangedBy {
-    pub fn code(self) -> i64 {
-        match self {
-            ChangedBy::Unknown => 0,
-            ChangedBy::Extraction => 1,
-            ChangedBy::Consolidation => 2,
-            ChangedBy::Manual => 3,
-            ChangedBy::Deletion => 4,
-        }
-    }
-
-    pub fn from_code(code: i64) -> ChangedBy {
-        match code {
-            1 => ChangedBy::Extraction,
-            2 => ChangedBy::Consolidation,
-            3 => ChangedBy::Manual,
-            4 => ChangedBy::Deletion,
-            _ => ChangedBy::Unknown,
-        }
-    }
+/// The rows that hold at a time (see [`FeatureHistory::feature_rows_at`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FeatureRowsAt {
+    pub current: Vec<Feature>,
+    pub kept: Vec<KeptVersion>,
 }
 
 /// One version of a feature. The current one is the feature's row (`valid_to` unset);
@@ -96,11 +78,10 @@ pub trait FeatureHistory: Send + Sync {
     /// the current one (if it still exists) last; empty when there are none.
     async fn feature_history(&self, id: &str) -> Result<Vec<FeatureVersion>>;
 
-    /// The features of these sets as they were at `at_micros`: current rows valid since
-    /// then, and kept versions valid at that time. A kept version's `internal_id` is the
-    /// negated number of the version (so ranking keeps them apart), its `id` the
-    /// feature it was a version of, its `created_at`/`updated_at` its `valid_from`.
-    async fn features_as_of(&self, sets: &[SetId], at_micros: i64) -> Result<Vec<Feature>>;
+    /// The rows of these sets that hold at `at_micros`: the current features created and
+    /// valid from then or earlier, and the kept versions with `valid_from <= at <
+    /// valid_to`, in row order. What a point-in-time read makes of them is the domain's.
+    async fn feature_rows_at(&self, sets: &[SetId], at_micros: i64) -> Result<FeatureRowsAt>;
 
     /// How many earlier versions each feature keeps (the oldest are dropped first).
     async fn set_feature_history_limit(&self, keep: usize) -> Result<()>;

@@ -30,7 +30,9 @@ mod usage;
 mod vectors;
 
 pub use episodes::{EpisodeStore, episode_column};
-pub use feature_history::{ChangedBy, FeatureHistory, FeatureVersion, RestoredVersion};
+pub use feature_history::{
+    FeatureHistory, FeatureRowsAt, FeatureVersion, KeptVersion, RestoredVersion,
+};
 pub use feed::{Change, ChangeFeed, Changes, FeedHead, IndexedEpisode};
 pub use forget::{
     ForgetCounts, ForgetReceipt, ForgetStore, Forgotten, ProjectForget, decode_forget_projects,
@@ -46,7 +48,8 @@ pub use retention::RetentionStore;
 pub use runtime_settings::{SettingsStore, StoredSettings};
 pub use semantic::SemanticStore;
 pub use semantic_features::{
-    Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding, SemanticFeatures,
+    ChangedBy, Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding,
+    SemanticFeatures,
 };
 pub use semantic_queue::{Batch, ClaimRule, FeatureOp, Routing, SemanticQueue, routing_of_stored};
 pub use semantic_sets::{

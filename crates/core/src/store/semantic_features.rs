@@ -8,6 +8,41 @@ use async_trait::async_trait;
 use crate::error::Result;
 use crate::model::{EpisodeHandle, FeatureId, ProjectKey, SetId};
 
+/// What made a version of a feature, or ended its last one (the wire's `FeatureChange`;
+/// the numbers are stored).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ChangedBy {
+    /// A feature stored before history was kept, or restored from an export.
+    #[default]
+    Unknown,
+    Extraction,
+    Consolidation,
+    Manual,
+    Deletion,
+}
+
+impl ChangedBy {
+    pub fn code(self) -> i64 {
+        match self {
+            ChangedBy::Unknown => 0,
+            ChangedBy::Extraction => 1,
+            ChangedBy::Consolidation => 2,
+            ChangedBy::Manual => 3,
+            ChangedBy::Deletion => 4,
+        }
+    }
+
+    pub fn from_code(code: i64) -> ChangedBy {
+        match code {
+            1 => ChangedBy::Extraction,
+            2 => ChangedBy::Consolidation,
+            3 => ChangedBy::Manual,
+            4 => ChangedBy::Deletion,
+            _ => ChangedBy::Unknown,
+        }
+    }
+}
+
 /// A feature to store. `match_key` and `value_key` are the domain's normalised forms
 /// (a fact said again matches on them); the store only compares them.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,7 +80,7 @@ pub struct Feature {
     /// Since when its current value holds.
     pub valid_from_micros: i64,
     /// What made its current value.
-    pub changed_by: super::feature_history::ChangedBy,
+    pub changed_by: ChangedBy,
 }
 
 /// A manual change of a feature: `None` keeps the field.

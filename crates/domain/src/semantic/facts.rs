@@ -358,9 +358,7 @@ impl SemanticMemory {
         let sets = self.selected_sets(project, set_metadata).await?;
         let set_ids: Vec<SetId> = sets.iter().map(|s| s.internal_id).collect();
         if let Some(at) = as_of {
-            let passing: Vec<Feature> = self
-                .store
-                .features_as_of(&set_ids, at)
+            let passing: Vec<Feature> = history::features_as_of(self.store.as_ref(), &set_ids, at)
                 .await?
                 .into_iter()
                 .filter(|feature| {

@@ -9,8 +9,8 @@ use super::model::Feature;
 use super::search::ProjectFeatures;
 use super::{SemanticMemory, indexed_of, not_found};
 use crate::error::Result;
-use crate::model::{Project, SetId};
-use crate::store::FeatureVersion;
+use crate::model::{FeatureId, Project, SetId};
+use crate::store::{FeatureRowsAt, FeatureVersion, KeptVersion};
 
 /// Fact history's flags, environment variables and config file keys.
 #[derive(Debug, Clone, clap::Args, serde::Serialize, serde::Deserialize)]
@@ -24,6 +24,55 @@ pub struct Flags {
 /// `as_of` as the store reads it: a time not yet reached is the current state (`None`).
 pub fn past(as_of: Option<i64>) -> Option<i64> {
     as_of.filter(|at| *at < chrono::Utc::now().timestamp_micros())
+}
+
+/// The features of these sets as they were at `at` (micros): the store's rows that hold
+/// then, made into features (see [`features_at`]).
+pub async fn features_as_of(
+    store: &dyn crate::store::Store,
+    sets: &[SetId],
+    at: i64,
+) -> Result<Vec<Feature>> {
+    Ok(features_at(store.feature_rows_at(sets, at).await?))
+}
+
+/// What a point-in-time read makes of the rows that hold at a time: the current rows as
+/// they are, and each kept version as a feature whose `internal_id` is the negated
+/// number of the version (so ranking keeps it apart from current rows), whose `id` is
+/// the feature it was a version of and whose `created_at`/`updated_at` is its
+/// `valid_from`. A merge into several survivors copies its sources' versions: each
+/// version counts once.
+pub fn features_at(rows: FeatureRowsAt) -> Vec<Feature> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = rows.current;
+    for KeptVersion {
+        number,
+        set,
+        version: v,
+    } in rows.kept
+    {
+        if !seen.insert((v.origin_id.clone(), v.valid_from_micros)) {
+            continue;
+        }
+        out.push(Feature {
+            internal_id: FeatureId::from_raw(-number),
+            id: v.origin_id,
+            set,
+            set_id: v.set_id,
+            category: v.category,
+            category_id: v.category_id,
+            tag: v.tag,
+            feature: v.feature,
+            value: v.value,
+            metadata: v.metadata,
+            citations: v.citations,
+            created_at_micros: v.valid_from_micros,
+            updated_at_micros: v.valid_from_micros,
+            valid_from_micros: v.valid_from_micros,
+            changed_by: v.changed_by,
+        });
+    }
+    out
 }
 
 impl SemanticMemory {
@@ -54,7 +103,7 @@ impl SemanticMemory {
         sets: &[SetId],
         at: i64,
     ) -> Result<(Arc<ProjectFeatures>, HashMap<i64, Feature>)> {
-        let features = self.store.features_as_of(sets, at).await?;
+        let features = features_as_of(self.store.as_ref(), sets, at).await?;
         let index = ProjectFeatures::build(0, features.iter().map(indexed_of).collect());
         let by_id = features
             .into_iter()
@@ -72,5 +121,63 @@ impl SemanticMemory {
             .iter()
             .map(|s| s.internal_id)
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::ChangedBy;
+
+    fn version(origin: &str, value: &str, from: i64) -> FeatureVersion {
+        FeatureVersion {
+            feature_id: "survivor".into(),
+            origin_id: origin.into(),
+            org_id: "o".into(),
+            project: None,
+            set_id: "s".into(),
+            category: "c".into(),
+            category_id: "c1".into(),
+            tag: "t".into(),
+            feature: "f".into(),
+            value: value.into(),
+            metadata: serde_json::json!({}),
+            citations: vec![],
+            valid_from_micros: from,
+            valid_to_micros: Some(from + 10),
+            changed_by: ChangedBy::Manual,
+        }
+    }
+
+    #[test]
+    fn kept_versions_become_features_once_each_with_negated_numbers() {
+        let kept = |number, v| KeptVersion {
+            number,
+            set: SetId::from_raw(7),
+            version: v,
+        };
+        let rows = FeatureRowsAt {
+            current: vec![],
+            kept: vec![
+                kept(3, version("a", "x", 100)),
+                // The same version copied to a second survivor of a merge.
+                kept(4, version("a", "x", 100)),
+                kept(5, version("b", "y", 120)),
+            ],
+        };
+        let features = features_at(rows);
+        let seen: Vec<(i64, &str, &str, i64)> = features
+            .iter()
+            .map(|f| {
+                (
+                    f.internal_id.raw(),
+                    f.id.as_str(),
+                    f.value.as_str(),
+                    f.created_at_micros,
+                )
+            })
+            .collect();
+        assert_eq!(seen, [(-3, "a", "x", 100), (-5, "b", "y", 120)]);
+        assert!(features.iter().all(|f| f.set == SetId::from_raw(7)));
     }
 }

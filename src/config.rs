@@ -401,31 +401,14 @@ impl ServeArgs {
     }
 }
 
-/// A size in bytes: a number with an optional unit (`512MiB`, `2GiB`, `64MB`, `1000`).
+/// A size in bytes: a number with an optional unit (`512MiB`, `2GiB`, `64MB`, `1.5G`,
+/// `1000`; units in either case), as `bytesize` reads it.
 fn parse_size(text: &str) -> Result<usize, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number
+    let size: bytesize::ByteSize = text
+        .trim()
         .parse()
-        .map_err(|_| format!("{text:?} is not a size (e.g. 512MiB, 2GiB)"))?;
-    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" => 1e3,
-        "kib" => 1024.0,
-        "m" | "mb" => 1e6,
-        "mib" => 1024.0 * 1024.0,
-        "g" | "gb" => 1e9,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} (use B, KiB, MiB, GiB, KB, MB, GB)"
-            ));
-        }
-    };
-    Ok((number * scale) as usize)
+        .map_err(|err| format!("{text:?} is not a size (e.g. 512MiB, 2GiB): {err}"))?;
+    usize::try_from(size.as_u64()).map_err(|_| format!("{text:?} is more than this machine holds"))
 }
 
 /// The store options of operator commands that open the store themselves (`memmachine
@@ -485,6 +468,31 @@ fn read_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_take_decimal_and_binary_units_in_either_case() {
+        for (text, bytes) in [
+            ("1000", 1000),
+            ("512MiB", 512 << 20),
+            ("2GiB", 2 << 30),
+            ("2 gib", 2 << 30),
+            ("64MB", 64_000_000),
+            ("64m", 64_000_000),
+            ("1.5G", 1_500_000_000),
+            ("3KiB", 3072),
+            ("7b", 7),
+            (" 8 KB ", 8000),
+        ] {
+            assert_eq!(parse_size(text), Ok(bytes), "{text}");
+        }
+        for bad in ["", "MiB", "12 parsecs", "-3MiB", "1e3"] {
+            let err = parse_size(bad).unwrap_err();
+            assert!(
+                err.contains("is not a size (e.g. 512MiB, 2GiB)"),
+                "{bad}: {err}"
+            );
+        }
+    }
 
     #[test]
     fn the_printed_configuration_reads_back_and_masks_the_key() {

@@ -33,7 +33,8 @@ fn width() -> usize {
         .unwrap_or(120)
 }
 
-/// Rows under a header; the last column (the text) is cut to fit the width.
+/// Rows under a header, columns apart by two spaces and measured by display width (a
+/// CJK character takes two columns); the last column (the text) is cut to fit the width.
 pub struct Table {
     headers: Vec<&'static str>,
     rows: Vec<Vec<String>>,
@@ -56,31 +57,37 @@ impl Table {
         if self.rows.is_empty() {
             return out("(none)");
         }
+        out(self.render(width()))
+    }
+
+    /// The table laid out in `width` columns of the terminal.
+    fn render(&self, width: usize) -> String {
+        use comfy_table::{ColumnConstraint, ContentArrangement, Row, Width};
+
+        let mut table = comfy_table::Table::new();
+        table
+            .load_style(comfy_table::presets::NOTHING)
+            .set_content_arrangement(ContentArrangement::Dynamic)
+            .set_width(u16::try_from(width).unwrap_or(u16::MAX))
+            .set_truncation_indicator("…")
+            .set_header(self.headers.clone());
+        for cells in &self.rows {
+            let mut row = Row::from(cells.clone());
+            row.max_height(1);
+            table.add_row(row);
+        }
         let columns = self.headers.len();
-        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
-        for row in &self.rows {
-            for (i, cell) in row.iter().enumerate().take(columns - 1) {
-                widths[i] = widths[i].max(cell.chars().count());
+        for (i, column) in table.column_iter_mut().enumerate() {
+            if i + 1 < columns {
+                // Only the last column gives way.
+                column.set_padding((0, 2));
+                column.set_constraint(ColumnConstraint::ContentWidth);
+            } else {
+                column.set_padding((0, 0));
+                column.set_constraint(ColumnConstraint::LowerBoundary(Width::Fixed(20)));
             }
         }
-        let fixed: usize = widths[..columns - 1].iter().map(|w| w + 2).sum();
-        let last = width().saturating_sub(fixed).max(20);
-        let line = |cells: Vec<String>| {
-            let mut text = String::new();
-            for (i, cell) in cells.iter().enumerate() {
-                if i + 1 == columns {
-                    text.push_str(&truncate(cell, last));
-                } else {
-                    text.push_str(&format!("{cell:<w$}  ", w = widths[i]));
-                }
-            }
-            text.trim_end().to_string()
-        };
-        out(line(self.headers.iter().map(|h| h.to_string()).collect()))?;
-        for row in &self.rows {
-            out(line(row.clone()))?;
-        }
-        Ok(())
+        table.trim_fmt()
     }
 }
 
@@ -230,5 +237,38 @@ mod tests {
         assert_eq!(truncate("abcdef", 4), "abc…");
         assert_eq!(truncate("abc", 4), "abc");
         assert_eq!(flat("a\nb\tc"), "a b c");
+    }
+
+    /// Display columns of `text` (a CJK character takes two).
+    fn columns(text: &str) -> usize {
+        text.chars().map(|c| if c.is_ascii() { 1 } else { 2 }).sum()
+    }
+
+    #[test]
+    fn tables_align_wide_characters_by_display_width() {
+        let mut table = Table::new(&["NAME", "ID", "TEXT"]);
+        table.row(vec!["猫の名前".into(), "a1".into(), "short".into()]);
+        table.row(vec!["dog".into(), "b2".into(), "also short".into()]);
+        let printed = table.render(80);
+        let lines: Vec<&str> = printed.lines().collect();
+        assert_eq!(lines.len(), 3, "{printed}");
+        assert!(lines[0].starts_with("NAME"), "{printed}");
+        // The ID column starts at the same display column on every line: after the
+        // widest NAME (8 columns for four CJK characters) and two spaces.
+        for line in &lines {
+            let id_at = line.find(['I', 'a', 'b']).unwrap();
+            assert_eq!(columns(&line[..id_at]), 10, "{line:?} in\n{printed}");
+        }
+    }
+
+    #[test]
+    fn the_last_column_is_cut_to_the_width_by_display_width() {
+        let mut table = Table::new(&["ID", "TEXT"]);
+        table.row(vec!["x".into(), "字".repeat(60)]);
+        let printed = table.render(40);
+        let row = printed.lines().nth(1).unwrap();
+        assert!(columns(row) <= 40, "{} columns: {row}", columns(row));
+        assert!(row.starts_with("x   字"), "{row}");
+        assert!(row.ends_with('…'), "{row}");
     }
 }

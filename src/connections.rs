@@ -16,11 +16,11 @@
 //! connection is closed at once.
 //!
 //! The application layer tells the gate when a connection's request arrives, and when
-//! each request's answer is over (`arrival`): the bytes under the gate may be TLS, so
+//! each request's answer is over (`request_gate`): the bytes under the gate may be TLS, so
 //! only it can tell.
 
-pub mod arrival;
 mod flags;
+pub mod request_gate;
 
 pub use flags::Flags;
 

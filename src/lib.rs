@@ -6,7 +6,7 @@
 
 pub use memmachine_core::{error, model, urls};
 pub use memmachine_domain::{
-    changes, embed, episodic, flags, forget, import, inference, legacy, limits, llm, memory,
+    batch_import, changes, embed, episodic, flags, forget, inference, legacy, limits, llm, memory,
     metrics, openai_http, projects, rerank, resource_status, retrieval, runtime_settings, secret,
     semantic, usage,
 };

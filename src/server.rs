@@ -21,7 +21,7 @@ use crate::admission::limits::Limiter;
 use crate::admission::{Admission, AdmissionLayer};
 use crate::auth::Authenticator;
 use crate::config::{ServeConfig, TlsFiles};
-use crate::connections::arrival::ArrivalLayer;
+use crate::connections::request_gate::ArrivalLayer;
 use crate::connections::{ConnectionLimits, Gate, GatedListener, IdleClose};
 use crate::error::{Error, Result};
 use crate::grpc::{
@@ -129,7 +129,7 @@ pub async fn run(
         watchers: crate::admission::watch::Watchers::new(config.max_watch_streams_per_peer),
         change_streams: crate::admission::watch::Watchers::new(config.changes.max_streams_per_key),
         closing: closing_streams,
-        browsers: crate::admission::browsers::BrowserPolicy::new(
+        browsers: crate::admission::host_and_origin::BrowserPolicy::new(
             config.auth,
             &config.allowed_origins,
             &config.allowed_hosts,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-use super::browsers::BrowserPolicy;
+use super::host_and_origin::BrowserPolicy;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {

@@ -54,7 +54,7 @@ impl HttpBody for Watched {
             && !status.message().starts_with(GRPC_WEB_DECODING)
             && !status
                 .message()
-                .starts_with(crate::connections::arrival::TOO_SLOW)
+                .starts_with(crate::connections::request_gate::TOO_SLOW)
         {
             self.failed.store(true, Ordering::Relaxed);
         }

@@ -5,11 +5,11 @@
 //! Health checks pass straight through, so probes need no key; reflection (the public
 //! schema) needs no key either.
 
-pub mod browsers;
 pub mod cors;
 pub mod declared_length;
 pub mod departure;
 mod flags;
+pub mod host_and_origin;
 pub mod lifecycle;
 pub mod limits;
 pub mod watch;
@@ -56,7 +56,7 @@ pub struct Admission {
     /// Turns true when the drain begins: change streams end with UNAVAILABLE.
     pub closing: tokio::sync::watch::Receiver<bool>,
     /// The hosts and origins browsers may call from.
-    pub browsers: browsers::BrowserPolicy,
+    pub browsers: host_and_origin::BrowserPolicy,
 }
 
 #[derive(Clone)]
@@ -349,11 +349,11 @@ impl Admission {
             tonic::Code::Internal
                 if status
                     .message()
-                    .contains(crate::connections::arrival::TOO_SLOW) =>
+                    .contains(crate::connections::request_gate::TOO_SLOW) =>
             {
                 let message = status.message();
                 let start = message
-                    .find(crate::connections::arrival::TOO_SLOW)
+                    .find(crate::connections::request_gate::TOO_SLOW)
                     .unwrap_or(0);
                 Some(tonic::Status::deadline_exceeded(&message[start..]))
             }

@@ -96,16 +96,6 @@ fn flat(text: &str) -> String {
     text.replace(['\n', '\r', '\t'], " ")
 }
 
-/// At most `max` characters, ending in `…` when cut.
-pub fn truncate(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_string();
-    }
-    let mut cut: String = text.chars().take(max.saturating_sub(1)).collect();
-    cut.push('…');
-    cut
-}
-
 /// A timestamp as RFC 3339 (UTC, seconds), or "-" when unset.
 pub fn time(ts: &Option<prost_types::Timestamp>) -> String {
     ts.as_ref()
@@ -234,8 +224,6 @@ mod tests {
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(12_000), "12,000");
         assert_eq!(thousands(1_234_567), "1,234,567");
-        assert_eq!(truncate("abcdef", 4), "abc…");
-        assert_eq!(truncate("abc", 4), "abc");
         assert_eq!(flat("a\nb\tc"), "a b c");
     }
 

@@ -3,7 +3,7 @@
 use tonic::{Request, Response, Status};
 
 use super::convert;
-use super::import::{self, Drain, ImportSettings, Requests};
+use super::import_stream::{self, Drain, ImportSettings, Requests};
 use crate::episodic::SearchInput;
 use crate::memory::{ListInput, Listed, Memories};
 use crate::pb;
@@ -41,7 +41,7 @@ impl MemoryService for MemoryGrpc {
                 &Drain(&self.imports.lifecycle),
             )
             .await?;
-        Ok(Response::new(import::response(imported)))
+        Ok(Response::new(import_stream::response(imported)))
     }
 
     async fn add_memories(

@@ -3,7 +3,7 @@
 mod change_service;
 pub mod convert;
 mod deferred;
-mod import;
+mod import_stream;
 mod lifecycle_service;
 mod memory_service;
 mod project_service;
@@ -13,7 +13,7 @@ pub mod v1;
 
 pub use change_service::ChangeGrpc;
 pub use deferred::Deferred;
-pub use import::ImportSettings;
+pub use import_stream::ImportSettings;
 pub use lifecycle_service::LifecycleGrpc;
 pub use memory_service::MemoryGrpc;
 pub use project_service::ProjectGrpc;

@@ -35,7 +35,7 @@ pub fn service(
 + Sync
 + 'static {
     // rmcp's own host check is off: the gateway's browsers guard
-    // (`admission::browsers`) checks the host of every route, this one included.
+    // (`admission::host_and_origin`) checks the host of every route, this one included.
     let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
     let manager = Arc::new(LocalSessionManager::default());
     let owners = Owners {

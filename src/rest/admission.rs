@@ -13,7 +13,7 @@ use http::HeaderValue;
 use tracing::Instrument;
 
 use super::{ApiError, Gateway};
-use crate::admission::browsers::Refusal;
+use crate::admission::host_and_origin::Refusal;
 use crate::admission::{CallRecord, REQUEST_ID, authorization, call_span, log_answer, request_id};
 use crate::error::Error;
 
@@ -96,7 +96,7 @@ pub async fn admit(State(gateway): State<Gateway>, mut request: Request, next: N
     response
 }
 
-/// Refuses what a browser should not have sent (`crate::admission::browsers`): a host
+/// Refuses what a browser should not have sent (`crate::admission::host_and_origin`): a host
 /// or origin the server does not answer to, or a POST to the API that is not JSON.
 pub async fn browsers(State(gateway): State<Gateway>, request: Request, next: Next) -> Response {
     let api = ["/api/", "/mcp"]
@@ -108,7 +108,7 @@ pub async fn browsers(State(gateway): State<Gateway>, request: Request, next: Ne
         .check(request.uri(), request.headers())
         .and_then(|()| {
             if api {
-                crate::admission::browsers::require_json(request.method(), request.headers())
+                crate::admission::host_and_origin::require_json(request.method(), request.headers())
             } else {
                 Ok(())
             }

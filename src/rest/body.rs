@@ -1,4 +1,4 @@
-//! Request bodies: JSON (the browsers guard, `admission::browsers`, has refused any other
+//! Request bodies: JSON (the browsers guard, `admission::host_and_origin`, has refused any other
 //! content type by now), an empty (or `null`) body read as `{}`, and every decoding
 //! failure a 422 naming the field, in the gateway's error body. A body declared larger
 //! than the limit is refused before it is read; one that comes too slowly is a 408.
@@ -24,7 +24,8 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
             .map_err(|rejection| {
                 if rejection.status() == http::StatusCode::PAYLOAD_TOO_LARGE {
                     too_large()
-                } else if let Some(slow) = crate::connections::arrival::too_slow_in(&rejection) {
+                } else if let Some(slow) = crate::connections::request_gate::too_slow_in(&rejection)
+                {
                     ApiError::from(Error::DeadlineExceeded(slow.to_string()))
                         .with_status(http::StatusCode::REQUEST_TIMEOUT)
                 } else {

@@ -1,8 +1,8 @@
 //! The REST (and metrics) listener's accept loop: axum's `serve`, done by hand for what
 //! it does not expose. HTTP/1 requests must send their headers within
 //! `--header-timeout` (hyper's header read timeout, which needs a timer), each request
-//! carries its connection's gate `Mark`, bodies pass the arrival layer
-//! (`connections::arrival`), and a connection idle for `--idle-timeout` is shut down
+//! carries its connection's gate `Mark`, bodies pass the request gate layer
+//! (`connections::request_gate`), and a connection idle for `--idle-timeout` is shut down
 //! gracefully (GOAWAY on HTTP/2). Kept from axum: TCP_NODELAY,
 //! `ConnectInfo<SocketAddr>`, and a graceful shutdown that lets connections finish.
 
@@ -18,7 +18,7 @@ use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
 use tower::Layer;
 
-use crate::connections::arrival::{Answer, ArrivalLayer, Guarded};
+use crate::connections::request_gate::{Answer, ArrivalLayer, Guarded};
 use crate::connections::{GatedListener, Mark, RequestGuard};
 
 impl Answer for axum::body::Body {

@@ -7,12 +7,12 @@ pub use memmachine_core::{error, model, store, urls};
 
 pub mod auth;
 pub mod backoff;
+pub mod batch_import;
 pub mod changes;
 pub mod embed;
 pub mod episodic;
 pub mod flags;
 pub mod forget;
-pub mod import;
 pub mod inference;
 pub mod legacy;
 pub mod limits;

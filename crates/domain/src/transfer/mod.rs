@@ -4,12 +4,12 @@
 //! API keys are never exported.
 
 pub mod export;
+pub mod file_import;
 pub mod format;
-pub mod import;
 
 pub use export::{ExportOptions, export};
+pub use file_import::{ImportOptions, import};
 pub use format::Line;
-pub use import::{ImportOptions, import};
 
 /// Progress is reported every this many rows.
 pub const PROGRESS_EVERY: u64 = 10_000;

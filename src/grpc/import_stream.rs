@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::convert;
 use crate::admission::lifecycle::{Lifecycle, Phase};
+use crate::batch_import::{BatchSource, ImportBatch, ImportStop, Imported};
 use crate::error::{Error, Result};
-use crate::import::{BatchSource, ImportBatch, ImportStop, Imported};
 use crate::pb;
 
 /// What an import needs from the server besides the domain.

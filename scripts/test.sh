@@ -41,18 +41,35 @@ started=$SECONDS
 cargo test --locked "$@"
 echo "test.sh: cargo test took $((SECONDS - started)) s"
 
-# The gRPC tests again with their servers on PostgreSQL (those that do not read the
-# SQLite file themselves), when it runs and the whole suite was asked for.
+# The modules of tests/it (a file, or a folder with mod.rs) that start servers through
+# the harness, which puts them on PostgreSQL under MEMMACHINE_TEST_BACKEND=postgres,
+# except those that say `//! sqlite-only: WHY` in their module doc. A rule, not a list:
+# a new module that starts a server runs on both backends unless it says why not.
+postgres_modules() {
+  local path name files
+  for path in tests/it/*.rs tests/it/*/mod.rs; do
+    if [[ "$path" == */mod.rs ]]; then
+      name="$(basename "$(dirname "$path")")"
+      files=("$(dirname "$path")"/*.rs)
+    else
+      name="$(basename "$path" .rs)"
+      files=("$path")
+    fi
+    [[ "$name" == main || "$name" == common ]] && continue
+    grep -q '^//! sqlite-only:' "$path" && continue
+    grep -qE 'ServerProcess|InProcess|store_args' "${files[@]}" || continue
+    echo "$name::"
+  done
+}
+
+# The gRPC tests again with their servers on PostgreSQL, when it runs and the whole
+# suite was asked for.
 if [[ -n "${MEMMACHINE_TEST_POSTGRES:-}" && $# -eq 0 ]]; then
-  echo "test.sh: the gRPC tests again, servers on PostgreSQL"
+  mapfile -t modules < <(postgres_modules)
+  echo "test.sh: the gRPC tests again, servers on PostgreSQL (${#modules[@]} modules)"
   started=$SECONDS
-  # One binary (tests/it/); its modules picked by name (libtest filters match substrings).
-  MEMMACHINE_TEST_BACKEND=postgres cargo test --locked --test it -- \
-    grpc_api:: auth:: durability:: external_clients:: observability:: semantic_crash:: \
-    semantic_isolation:: semantic_memory:: legacy_v1:: rest_api:: cli_client:: mcp:: \
-    isolation_model:: isolation_scopes:: mcp_session_binding:: extreme_values:: \
-    ops_visibility:: usage:: retention:: feature_history:: idempotency:: import:: \
-    change_feed:: examples::
+  # One binary (tests/it/); libtest filters match substrings of the tests' paths.
+  MEMMACHINE_TEST_BACKEND=postgres cargo test --locked --test it -- "${modules[@]}"
   echo "test.sh: the gRPC tests on PostgreSQL took $((SECONDS - started)) s"
 fi
 

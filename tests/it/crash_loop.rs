@@ -20,6 +20,8 @@
 //!
 //! At the end the server shuts down cleanly and (SQLite) the file passes
 //! `PRAGMA integrity_check` and `PRAGMA foreign_key_check`.
+//!
+//! sqlite-only: scripts/crash-loop.sh runs it on each backend.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;

@@ -1,7 +1,10 @@
 //! Full and read-only disks, for real: the data directory is on a small filesystem the
 //! test mounts (a size-limited tmpfs; an ext4 image on a loop device that the kernel
 //! turns read-only on an error, as it does a failing disk). Mounting needs root; where
-//! it is refused the tests say so and skip. SQLite's only: PostgreSQL keeps its own disk.
+//! it is refused the tests say so and skip (under CI, fail). SQLite's only: PostgreSQL
+//! keeps its own disk.
+//!
+//! sqlite-only: the faults are of SQLite's disk; PostgreSQL keeps its own.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -57,7 +60,10 @@ impl Drop for Mount {
 }
 
 fn skip(why: &str) {
-    eprintln!("SKIPPED: cannot mount a test filesystem ({why}); this test needs root");
+    crate::common::cannot_run(
+        "a disk fault test",
+        &format!("cannot mount a test filesystem ({why}); this test needs root"),
+    );
 }
 
 async fn connect(server: &ServerProcess) -> Channel {

@@ -1,6 +1,8 @@
 //! The embedding workers over real gRPC, against a real local HTTP server that speaks the
 //! OpenAI embeddings protocol: a text the model refuses is set aside without blocking the
 //! queue, and an embeddings endpoint that hangs holds up only its own projects.
+//!
+//! sqlite-only: not yet run on PostgreSQL (scripts/test.sh's PostgreSQL pass did not name it).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

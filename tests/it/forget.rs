@@ -3,6 +3,8 @@
 //! forgotten through one, nothing derived from the subject's episodes is returned by any
 //! call of the other, while everyone else's memories stay; the dry run counts the same
 //! without removing anything; the receipt is kept.
+//!
+//! sqlite-only: starts its replicas on stores of its own choosing.
 
 use std::collections::BTreeSet;
 

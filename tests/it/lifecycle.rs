@@ -1,6 +1,8 @@
 //! Health through the server's life over real gRPC: NOT_SERVING while it starts (here:
 //! waiting for its embeddings endpoint) and while it drains; liveness SERVING
 //! throughout; in-flight calls finish on shutdown and new ones are refused.
+//!
+//! sqlite-only: not yet run on PostgreSQL (scripts/test.sh's PostgreSQL pass did not name it).
 
 use std::time::Duration;
 

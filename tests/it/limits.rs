@@ -1,6 +1,8 @@
 //! Limits over real gRPC: the request size, per-key rate and concurrency (one caller
 //! held up or throttled does not hold up another), and deadlines from `grpc-timeout`
 //! and the server's cap, honoured down to the store.
+//!
+//! sqlite-only: not yet run on PostgreSQL (scripts/test.sh's PostgreSQL pass did not name it).
 
 use std::time::{Duration, Instant};
 

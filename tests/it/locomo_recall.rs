@@ -4,6 +4,8 @@
 //! `memmachine-locomo` sends them; every question is asked and recall@10 of the evidence
 //! turns is asserted to stay at the level measured when the ranking was built (see
 //! BENCHMARKS.md). A ranking change that loses recall fails here.
+//!
+//! sqlite-only: a recall figure, measured on SQLite.
 
 #[path = "../../src/bin/support/locomo.rs"]
 #[allow(dead_code)]

@@ -2,6 +2,8 @@
 //! secret query value in any URL flag (store, embedder, language model, reranker,
 //! OTLP endpoint) or an API key. The server runs at `RUST_LOG=trace`, talks to each
 //! endpoint (or fails to), serves a few calls and stops; its whole output is searched.
+//!
+//! sqlite-only: chooses its stores itself (PostgreSQL when it runs).
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -7,6 +7,8 @@
 //! The model's wording is its own, so the assertions are about properties: features
 //! appear in the speaker's profile, each cites messages of that speaker in this project,
 //! a summary is written, and saying the same things again stores none of them twice.
+//!
+//! sqlite-only: runs alone, last, in scripts/test.sh.
 
 use std::collections::HashSet;
 use std::process::{Command, Stdio};

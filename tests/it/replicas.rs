@@ -4,6 +4,8 @@
 //! claimed, so they are done once between them and a replica killed mid-batch leaves
 //! its batch to the other. Run on SQLite (two processes on one file) and on PostgreSQL
 //! (a database of the test server).
+//!
+//! sqlite-only: chooses its stores itself (both backends).
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -12,6 +12,8 @@
 //!   under load and started again: calls fail with `UNAVAILABLE` while it is down and
 //!   succeed again after, from the same memmachine process, and every acknowledged add
 //!   is still there.
+//!
+//! sqlite-only: not yet run on PostgreSQL (scripts/test.sh's PostgreSQL pass did not name it).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,7 @@
 //! Moving data between stores: `memmachine export` and `import`, on real SQLite files
 //! (through `memmachine::transfer` and through the real binary).
+//!
+//! sqlite-only: moves data between stores it opens itself.
 
 use std::collections::BTreeMap;
 use std::path::Path;

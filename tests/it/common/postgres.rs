@@ -11,13 +11,13 @@ pub fn base_url() -> Option<String> {
     match std::env::var(URL_VAR) {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
-            if std::env::var_os("CI").is_some() {
-                panic!(
-                    "{URL_VAR} is not set: CI runs the PostgreSQL tests \
-                     (scripts/test.sh starts the server with scripts/postgres.sh)"
-                );
-            }
-            eprintln!("skipping: {URL_VAR} is not set");
+            super::cannot_run(
+                "a PostgreSQL test",
+                &format!(
+                    "{URL_VAR} is not set (scripts/test.sh starts the server with \
+                     scripts/postgres.sh)"
+                ),
+            );
             None
         }
     }

@@ -88,6 +88,18 @@ impl SecretUrl {
     }
 }
 
+impl From<String> for SecretUrl {
+    fn from(url: String) -> SecretUrl {
+        SecretUrl(url)
+    }
+}
+
+impl From<&str> for SecretUrl {
+    fn from(url: &str) -> SecretUrl {
+        SecretUrl(url.to_string())
+    }
+}
+
 impl std::str::FromStr for SecretUrl {
     type Err = std::convert::Infallible;
 

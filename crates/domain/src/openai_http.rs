@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use crate::backoff::Backoff;
 use crate::secret::Secret;
+use crate::urls::SecretUrl;
 use serde::de::DeserializeOwned;
 
 /// How much of an unexpected response body goes into an error message.
@@ -107,22 +108,22 @@ impl Endpoint {
     /// (no request is made); an error is a message starting with `api.name`.
     pub(crate) fn new(
         api: &'static Api,
-        base_url: &str,
+        base_url: &SecretUrl,
         api_key: Option<&Secret>,
         timeout: Duration,
     ) -> Result<Endpoint, String> {
-        Self::build(api, endpoint_url(api, base_url)?, api_key, timeout)
+        Self::build(api, endpoint_url(api, base_url.expose())?, api_key, timeout)
     }
 
     /// As [`new`](Self::new), but at `{base_url}/{path}`, without putting `/v1` in
     /// between: for APIs that are not OpenAI's, such as `POST /rerank`.
     pub(crate) fn unversioned(
         api: &'static Api,
-        base_url: &str,
+        base_url: &SecretUrl,
         api_key: Option<&Secret>,
         timeout: Duration,
     ) -> Result<Endpoint, String> {
-        let url = crate::urls::join_path(&checked_url(api, base_url)?, api.path);
+        let url = crate::urls::join_path(&checked_url(api, base_url.expose())?, api.path);
         Self::build(api, url, api_key, timeout)
     }
 
@@ -460,10 +461,11 @@ mod tests {
             ("http://h:1", "http://h:1/things/make"),
             ("http://h:1/v1/", "http://h:1/v1/things/make"),
         ] {
-            let e = Endpoint::unversioned(&TEST_API, base, None, timeout).unwrap();
+            let e =
+                Endpoint::unversioned(&TEST_API, &SecretUrl::from(base), None, timeout).unwrap();
             assert_eq!(e.display(), url, "{base}");
         }
-        let bad = Endpoint::unversioned(&TEST_API, "ftp://h", None, timeout)
+        let bad = Endpoint::unversioned(&TEST_API, &SecretUrl::from("ftp://h"), None, timeout)
             .err()
             .unwrap();
         assert!(bad.ends_with("is not an http(s) URL"), "{bad}");
@@ -473,7 +475,7 @@ mod tests {
     fn redacts_password_in_endpoint() {
         let e = Endpoint::new(
             &TEST_API,
-            "https://user:secret@h/",
+            &SecretUrl::from("https://user:secret@h/"),
             None,
             Duration::from_secs(1),
         )
@@ -492,19 +494,29 @@ mod tests {
             ),
         ] {
             assert_eq!(endpoint_url(&TEST_API, base).unwrap().as_str(), url);
-            let e = Endpoint::new(&TEST_API, base, None, timeout).unwrap();
+            let e = Endpoint::new(&TEST_API, &SecretUrl::from(base), None, timeout).unwrap();
             assert!(!e.display().contains("sk-q"), "{}", e.display());
             assert!(!e.display().contains("pw"), "{}", e.display());
             assert!(e.display().contains("/things/make?"), "{}", e.display());
         }
-        let unversioned =
-            Endpoint::unversioned(&TEST_API, "http://h:1/?key=sk-q", None, timeout).unwrap();
+        let unversioned = Endpoint::unversioned(
+            &TEST_API,
+            &SecretUrl::from("http://h:1/?key=sk-q"),
+            None,
+            timeout,
+        )
+        .unwrap();
         assert_eq!(unversioned.url.as_str(), "http://h:1/things/make?key=sk-q");
         assert_eq!(unversioned.display(), "http://h:1/things/make?key=***");
         // A base that is refused is not shown with its secrets either.
-        let bad = Endpoint::new(&TEST_API, "ftp://u:pw@h/?key=sk-q", None, timeout)
-            .err()
-            .unwrap();
+        let bad = Endpoint::new(
+            &TEST_API,
+            &SecretUrl::from("ftp://u:pw@h/?key=sk-q"),
+            None,
+            timeout,
+        )
+        .err()
+        .unwrap();
         assert!(!bad.contains("sk-q") && !bad.contains("pw@"), "{bad}");
     }
 
@@ -513,16 +525,33 @@ mod tests {
         let timeout = Duration::from_secs(1);
         for key in [None, Some(""), Some("  ")] {
             let key = key.map(Secret::from);
-            let e = Endpoint::new(&TEST_API, "http://h", key.as_ref(), timeout).unwrap();
+            let e = Endpoint::new(
+                &TEST_API,
+                &SecretUrl::from("http://h"),
+                key.as_ref(),
+                timeout,
+            )
+            .unwrap();
             assert!(e.authorization.is_none(), "{key:?}");
         }
-        let e = Endpoint::new(&TEST_API, "http://h", Some(&" sk-1 ".into()), timeout).unwrap();
+        let e = Endpoint::new(
+            &TEST_API,
+            &SecretUrl::from("http://h"),
+            Some(&" sk-1 ".into()),
+            timeout,
+        )
+        .unwrap();
         let auth = e.authorization.unwrap();
         assert_eq!(auth.to_str().unwrap(), "Bearer sk-1");
         assert!(auth.is_sensitive());
-        let bad = Endpoint::new(&TEST_API, "http://h", Some(&"a\nb".into()), timeout)
-            .err()
-            .unwrap();
+        let bad = Endpoint::new(
+            &TEST_API,
+            &SecretUrl::from("http://h"),
+            Some(&"a\nb".into()),
+            timeout,
+        )
+        .err()
+        .unwrap();
         assert!(bad.starts_with("test client: the API key"), "{bad}");
     }
 

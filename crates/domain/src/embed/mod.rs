@@ -142,7 +142,7 @@ async fn connect_openai(config: &Settings) -> Result<openai::OpenAiEmbedder, Str
     let (Some(base_url), Some(model)) = (&config.base_url, &config.model) else {
         return Err("--embedder openai needs --embedder-base-url and --embedder-model".into());
     };
-    let mut settings = openai::OpenAiConfig::new(base_url.expose(), model.clone());
+    let mut settings = openai::OpenAiConfig::new(base_url.clone(), model.clone());
     settings.api_key = config.api_key.clone();
     settings.dimensions = config.dimensions;
     let embedder = openai::OpenAiEmbedder::new(settings).map_err(|e| e.to_string())?;

@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use super::{EmbedError, Embedder, normalize};
 use crate::openai_http::{Api, Endpoint, Failed, Retries, Retrying};
 use crate::secret::Secret;
+use crate::urls::SecretUrl;
 
 /// The longest `Retry-After` that is honoured; a longer one is cut to this.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
@@ -55,7 +56,7 @@ const API: Api = Api {
 pub struct OpenAiConfig {
     /// Where the API lives, e.g. `https://api.openai.com` or `http://localhost:11434/v1`;
     /// with or without the trailing `/v1` (`/embeddings` is appended).
-    pub base_url: String,
+    pub base_url: SecretUrl,
     /// The model name sent with every request, e.g. `text-embedding-3-small`.
     pub model: String,
     /// Sent as `Authorization: Bearer <key>` when set (and not blank).
@@ -79,7 +80,7 @@ pub struct OpenAiConfig {
 impl OpenAiConfig {
     /// The defaults: no key, the model's own dimensions, 30 s timeout, 4 retries,
     /// batches of 128, backoff from 200 ms to 5 s.
-    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> OpenAiConfig {
+    pub fn new(base_url: impl Into<SecretUrl>, model: impl Into<String>) -> OpenAiConfig {
         OpenAiConfig {
             base_url: base_url.into(),
             model: model.into(),
@@ -97,7 +98,7 @@ impl OpenAiConfig {
 impl fmt::Debug for OpenAiConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenAiConfig")
-            .field("base_url", &crate::urls::redact(&self.base_url))
+            .field("base_url", &self.base_url)
             .field("model", &self.model)
             .field("api_key", &self.api_key)
             .field("dimensions", &self.dimensions)

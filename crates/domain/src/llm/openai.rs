@@ -45,6 +45,7 @@ use serde::{Deserialize, Serialize};
 use super::{ChatRequest, Completion, LanguageModel, LlmError, Purpose};
 use crate::openai_http::{Api, Endpoint, Failed, Retries, Retrying, one_line};
 use crate::secret::Secret;
+use crate::urls::SecretUrl;
 
 /// The longest `Retry-After` that is waited for between attempts; a longer one is cut to
 /// this (and still handed to the caller in [`LlmError::Unavailable`]).
@@ -66,7 +67,7 @@ const API: Api = Api {
 pub struct OpenAiChatConfig {
     /// Where the API lives, e.g. `https://api.openai.com` or `http://localhost:11434/v1`;
     /// with or without the trailing `/v1` (`/chat/completions` is appended).
-    pub base_url: String,
+    pub base_url: SecretUrl,
     /// The model name sent with every request, e.g. `gpt-4o-mini`.
     pub model: String,
     /// Sent as `Authorization: Bearer <key>` when set (and not blank).
@@ -91,7 +92,7 @@ pub struct OpenAiChatConfig {
 impl OpenAiChatConfig {
     /// The defaults: no key, 60 s timeout, 3 retries, backoff from 200 ms to 10 s, no
     /// rate limit.
-    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> OpenAiChatConfig {
+    pub fn new(base_url: impl Into<SecretUrl>, model: impl Into<String>) -> OpenAiChatConfig {
         OpenAiChatConfig {
             base_url: base_url.into(),
             model: model.into(),
@@ -109,7 +110,7 @@ impl OpenAiChatConfig {
 impl fmt::Debug for OpenAiChatConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenAiChatConfig")
-            .field("base_url", &crate::urls::redact(&self.base_url))
+            .field("base_url", &self.base_url)
             .field("model", &self.model)
             .field("api_key", &self.api_key)
             .field("timeout", &self.timeout)

@@ -55,7 +55,7 @@ pub async fn build(config: &Settings) -> Result<Rerankers, String> {
         named.push((registry::CROSS_ENCODER, Arc::new(model)));
     }
     if let Some(base_url) = &config.base_url {
-        let mut settings = remote::RemoteConfig::new(base_url.expose());
+        let mut settings = remote::RemoteConfig::new(base_url.clone());
         settings.model = config.model.clone();
         settings.api = config.api;
         settings.api_key = config.api_key.clone();

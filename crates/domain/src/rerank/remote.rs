@@ -28,6 +28,7 @@ use super::RerankApi;
 use super::{RerankError, Reranker};
 use crate::openai_http::{Api, Endpoint, Failed, Retries, Retrying};
 use crate::secret::Secret;
+use crate::urls::SecretUrl;
 
 /// The rerank API, as [`crate::openai_http`] sends to it and names it in messages. A
 /// `Retry-After` is honoured for as long as [`RemoteConfig::timeout`] allows.
@@ -46,7 +47,7 @@ const API: Api = Api {
 pub struct RemoteConfig {
     /// Where the API lives; `/rerank` is appended (`http://localhost:8080` for TEI,
     /// `https://api.jina.ai/v1`, `https://api.cohere.com/v2`).
-    pub base_url: String,
+    pub base_url: SecretUrl,
     /// Sent as `"model"` when set (Cohere and Jina need it; TEI serves one model).
     pub model: Option<String>,
     /// Which request shape to send.
@@ -64,7 +65,7 @@ pub struct RemoteConfig {
 }
 
 impl RemoteConfig {
-    pub fn new(base_url: impl Into<String>) -> RemoteConfig {
+    pub fn new(base_url: impl Into<SecretUrl>) -> RemoteConfig {
         RemoteConfig {
             base_url: base_url.into(),
             model: None,
@@ -81,7 +82,7 @@ impl RemoteConfig {
 impl fmt::Debug for RemoteConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RemoteConfig")
-            .field("base_url", &crate::urls::redact(&self.base_url))
+            .field("base_url", &self.base_url)
             .field("model", &self.model)
             .field("api", &self.api)
             .field("api_key", &self.api_key)

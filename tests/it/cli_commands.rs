@@ -1,7 +1,5 @@
 //! The operator commands, run as the real binary: `memmachine health` (the probe for
 //! containers) against a real server over TCP, and `memmachine config print`.
-//!
-//! sqlite-only: not yet run on PostgreSQL (scripts/test.sh's PostgreSQL pass did not name it).
 
 use std::process::Command;
 

@@ -3,8 +3,6 @@
 //! from `pg_stat_activity` soon after the call answered DEADLINE_EXCEEDED. (SQLite: an
 //! abandoned write is never applied, `limits::deadlines_are_honoured_down_to_the_store`;
 //! an abandoned read is interrupted, the store's own `a_read_whose_caller_left_stops`.)
-//!
-//! sqlite-only: not yet run on PostgreSQL (scripts/test.sh's PostgreSQL pass did not name it).
 
 use std::time::{Duration, Instant};
 

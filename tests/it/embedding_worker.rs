@@ -2,7 +2,7 @@
 //! OpenAI embeddings protocol: a text the model refuses is set aside without blocking the
 //! queue, and an embeddings endpoint that hangs holds up only its own projects.
 //!
-//! sqlite-only: not yet run on PostgreSQL (scripts/test.sh's PostgreSQL pass did not name it).
+//! sqlite-only: reads the queue in the SQLite file itself.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,8 +1,6 @@
 //! gRPC-Web for browser clients: real HTTP/1.1 requests in the gRPC-Web wire format
 //! (length-prefixed frames, trailers in the body) on the gRPC port, and the CORS
 //! preflight a browser sends first.
-//!
-//! sqlite-only: not yet run on PostgreSQL (scripts/test.sh's PostgreSQL pass did not name it).
 
 use crate::common::InProcess;
 use crate::common::calls::frame;

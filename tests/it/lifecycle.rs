@@ -2,7 +2,7 @@
 //! waiting for its embeddings endpoint) and while it drains; liveness SERVING
 //! throughout; in-flight calls finish on shutdown and new ones are refused.
 //!
-//! sqlite-only: not yet run on PostgreSQL (scripts/test.sh's PostgreSQL pass did not name it).
+//! sqlite-only: stalls the store by holding the SQLite file's write lock.
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! held up or throttled does not hold up another), and deadlines from `grpc-timeout`
 //! and the server's cap, honoured down to the store.
 //!
-//! sqlite-only: not yet run on PostgreSQL (scripts/test.sh's PostgreSQL pass did not name it).
+//! sqlite-only: stalls the store by holding the SQLite file's write lock.
 
 use std::time::{Duration, Instant};
 

@@ -4,8 +4,6 @@
 //! every transport, so that a key can never carry a call to another project's replica
 //! unnoticed. A caller's rights are checked first: a key for another org is refused as
 //! such whatever the header says.
-//!
-//! sqlite-only: not yet run on PostgreSQL (scripts/test.sh's PostgreSQL pass did not name it).
 
 use crate::common::ServerProcess;
 use crate::common::keys::create_key;

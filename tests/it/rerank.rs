@@ -3,8 +3,6 @@
 //! in the real server binary, and a remote `POST /rerank` endpoint scripted by the test,
 //! with its failures (errors, a hang, garbage) answered in the fused order and counted,
 //! and its transient errors retried.
-//!
-//! sqlite-only: not yet run on PostgreSQL (scripts/test.sh's PostgreSQL pass did not name it).
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,5 @@
 //! TLS with certificates made in the test (rcgen): a server certificate checked by the
 //! client, and client certificates checked by the server (`--tls-client-ca`).
-//!
-//! sqlite-only: not yet run on PostgreSQL (scripts/test.sh's PostgreSQL pass did not name it).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

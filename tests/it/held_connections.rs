@@ -3,8 +3,6 @@
 //! gets in through the health reserve (gRPC and REST), an address over its cap is told
 //! so at once, and connections with nothing in progress are closed after
 //! `--idle-timeout`, after which new clients get in.
-//!
-//! sqlite-only: not yet run on PostgreSQL (scripts/test.sh's PostgreSQL pass did not name it).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};

@@ -3,8 +3,6 @@
 //! many words, huge invalid input echoed back, pages too big for a stock client,
 //! malformed frames, idle sockets, unbounded streams, look-alike ids, the bearer scheme's
 //! case, and a data directory that cannot be used.
-//!
-//! sqlite-only: not yet run on PostgreSQL (scripts/test.sh's PostgreSQL pass did not name it).
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -1,8 +1,6 @@
 //! The load generator (`memmachine-load`) run as a user runs it, against a server of its
 //! own with the hash embedder, on the LoCoMo slice of `tests/fixtures`: what its JSON
 //! report says must add up. Nothing here is timed: the figures depend on the machine.
-//!
-//! sqlite-only: not yet run on PostgreSQL (scripts/test.sh's PostgreSQL pass did not name it).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -3,8 +3,6 @@
 //! server restarted under it (SIGTERM: readiness NOT_SERVING, the drain delay, new calls
 //! refused with UNAVAILABLE, exit; then a new server on the same port, UNAVAILABLE while
 //! it starts). With the config no call fails; without it, the same sequence fails some.
-//!
-//! sqlite-only: not yet run on PostgreSQL (scripts/test.sh's PostgreSQL pass did not name it).
 
 use std::path::Path;
 use std::process::{Command, Stdio};

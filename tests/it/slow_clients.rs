@@ -1,8 +1,6 @@
 //! Slow and idle clients do not starve the others: hundreds of connections that sit
 //! idle after the HTTP/2 handshake, never send a byte, or ask for large pages and never
 //! read them, while a well-behaved client goes on being served at its usual latency.
-//!
-//! sqlite-only: not yet run on PostgreSQL (scripts/test.sh's PostgreSQL pass did not name it).
 
 use std::time::{Duration, Instant};
 

@@ -191,12 +191,12 @@ pub const REQUEST_KINDS: u8 = 45;
 /// Decodes `data[1..]` as the request message `data[0]` selects (modulo
 /// `REQUEST_KINDS`, in the order of the proto files) and calls its handler.
 pub fn requests(data: &[u8]) {
-    use memmachine::pb::memory_service_server::MemoryService as _;
-    use memmachine::pb::project_service_server::ProjectService as _;
-    use memmachine::pb::semantic_service_server::SemanticService as _;
-    use memmachine::pb_v1::group_service_server::GroupService as _;
-    use memmachine::pb_v1::memory_service_server::MemoryService as _;
-    use memmachine::pb_v1::session_service_server::SessionService as _;
+    use memmachine_proto::v2::memory_service_server::MemoryService as _;
+    use memmachine_proto::v2::project_service_server::ProjectService as _;
+    use memmachine_proto::v2::semantic_service_server::SemanticService as _;
+    use memmachine_proto::v1::group_service_server::GroupService as _;
+    use memmachine_proto::v1::memory_service_server::MemoryService as _;
+    use memmachine_proto::v1::session_service_server::SessionService as _;
 
     let Some((&kind, bytes)) = data.split_first() else {
         return;

@@ -38,18 +38,3 @@ pub mod server;
 pub mod store;
 pub mod telemetry;
 
-/// Generated protobuf and gRPC code.
-pub mod pb {
-    tonic::include_proto!("memmachine.v2");
-
-    /// Encoded descriptor set of every memmachine proto, served by reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] =
-        tonic::include_file_descriptor_set!("memmachine_descriptor");
-}
-
-/// Generated code of the deprecated legacy v1 API (`memmachine.v1`); its descriptors are
-/// in `pb::FILE_DESCRIPTOR_SET` too.
-#[allow(deprecated)]
-pub mod pb_v1 {
-    tonic::include_proto!("memmachine.v1");
-}

@@ -7,9 +7,9 @@ use tonic::transport::Channel;
 
 use super::{CliError, ClientArgs};
 use crate::auth::ROUTE_HEADER;
-use crate::pb::memory_service_client::MemoryServiceClient;
-use crate::pb::project_service_client::ProjectServiceClient;
-use crate::pb::semantic_service_client::SemanticServiceClient;
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2::semantic_service_client::SemanticServiceClient;
 use crate::probe::{ProbeTls, connect_reason, endpoint};
 
 /// The environment variable holding the API key.
@@ -103,8 +103,8 @@ impl Client {
     /// `LifecycleService`: feature history (and forgetting).
     pub fn lifecycle(
         &self,
-    ) -> crate::pb::lifecycle_service_client::LifecycleServiceClient<Channel> {
-        crate::pb::lifecycle_service_client::LifecycleServiceClient::new(self.channel.clone())
+    ) -> memmachine_proto::v2::lifecycle_service_client::LifecycleServiceClient<Channel> {
+        memmachine_proto::v2::lifecycle_service_client::LifecycleServiceClient::new(self.channel.clone())
             .max_decoding_message_size(MAX_ANSWER_BYTES)
     }
 

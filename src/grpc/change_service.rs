@@ -10,8 +10,8 @@ use super::convert;
 use crate::admission::watch::{Watchers, admit_change_stream};
 use crate::changes::{Changes, WatchKind, Watched};
 use crate::model::ProjectKey;
-use crate::pb;
-use crate::pb::change_service_server::ChangeService;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::change_service_server::ChangeService;
 use crate::store::MemoryChangeKind;
 
 pub struct ChangeGrpc {

@@ -7,7 +7,7 @@ use crate::error::{Error, Result, Violations};
 use crate::memory::MemoryKind;
 use crate::model::episode::{CONTENT_TYPE_STRING, EPISODE_TYPE_MESSAGE};
 use crate::model::{self, ProjectKey};
-use crate::pb;
+use memmachine_proto::v2 as pb;
 
 pub fn timestamp(micros: i64) -> Timestamp {
     Timestamp {

@@ -9,7 +9,7 @@ use super::convert;
 use crate::admission::lifecycle::{Lifecycle, Phase};
 use crate::error::{Error, Result};
 use crate::import::{BatchSource, ImportBatch, ImportStop, Imported};
-use crate::pb;
+use memmachine_proto::v2 as pb;
 
 /// What an import needs from the server besides the domain.
 #[derive(Clone)]

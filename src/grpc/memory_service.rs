@@ -6,8 +6,8 @@ use super::convert;
 use super::import::{self, Drain, ImportSettings, Requests};
 use crate::episodic::SearchInput;
 use crate::memory::{ListInput, Listed, Memories};
-use crate::pb;
-use crate::pb::memory_service_server::MemoryService;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::memory_service_server::MemoryService;
 
 pub struct MemoryGrpc {
     memories: Memories,

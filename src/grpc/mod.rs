@@ -30,7 +30,7 @@ fn split<T>(request: tonic::Request<T>) -> Result<(crate::auth::Access, T), toni
 pub fn methods() -> std::collections::HashSet<String> {
     use prost::Message;
     let sets = [
-        crate::pb::FILE_DESCRIPTOR_SET,
+        memmachine_proto::v2::FILE_DESCRIPTOR_SET,
         tonic_health::pb::FILE_DESCRIPTOR_SET,
         tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET,
         tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,

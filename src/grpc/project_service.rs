@@ -4,8 +4,8 @@ use tonic::{Request, Response, Status};
 
 use super::convert;
 use crate::model::{EpisodicConfigUpdate, ProjectConfig};
-use crate::pb;
-use crate::pb::project_service_server::ProjectService;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::project_service_server::ProjectService;
 use crate::projects::Projects;
 
 pub struct ProjectGrpc {

@@ -4,8 +4,8 @@ use tonic::{Request, Response, Status};
 
 use super::convert;
 use crate::model::Project;
-use crate::pb;
-use crate::pb::semantic_service_server::SemanticService;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::semantic_service_server::SemanticService;
 use crate::projects::Projects;
 use crate::semantic::{FeatureChange, FeatureInput, FeatureSearch, SemanticMemory};
 

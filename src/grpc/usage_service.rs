@@ -5,8 +5,8 @@ use tonic::{Request, Response, Status};
 use super::convert;
 use crate::domain::Domain;
 use crate::error::Error;
-use crate::pb;
-use crate::pb::usage_service_server::UsageService;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::usage_service_server::UsageService;
 use crate::usage::{Budget, Figures};
 
 pub struct UsageGrpc {

@@ -10,9 +10,9 @@ use std::time::Duration;
 use crate::common::embeddings::{Script, scripted_embeddings};
 use crate::common::{InProcess, free_port};
 use memmachine::config::EmbedderKind;
-use memmachine::pb;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
 use tonic::transport::Channel;
 
 /// A server embedding through the scripted endpoint: the server, the endpoint's request

@@ -4,7 +4,7 @@
 
 use crate::common::InProcess;
 use crate::common::calls::frame;
-use memmachine::pb;
+use memmachine_proto::v2 as pb;
 use prost::Message;
 
 /// Splits a gRPC-Web response body into its data frames and its trailer text.

@@ -5,17 +5,14 @@
 //! turns is asserted to stay at the level measured when the ranking was built (see
 //! BENCHMARKS.md). A ranking change that loses recall fails here.
 
-#[path = "../../src/bin/support/locomo.rs"]
-#[allow(dead_code)]
-mod locomo;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::common::InProcess;
-use memmachine::pb;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
+use memmachine_testkit::locomo;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
 
 const ORG: &str = "locomo";
 

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use crate::common::child::Supervised;
 use crate::common::{self, InProcess};
 use crate::external_clients::tool;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
-use memmachine::pb::{self, MemoryType};
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2::{self as pb, MemoryType};
 use tonic::transport::Channel;
 
 const MODEL: &str = ".tools/models/SmolLM2-135M-Instruct.Q4_1.gguf";

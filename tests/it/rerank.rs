@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use crate::common::rerank::{KEYWORD, keyword_score, scripted_rerank};
 use crate::common::{InProcess, ServerProcess, free_port};
-use memmachine::pb;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
 use memmachine::rerank::cross_encoder::CrossEncoder;
 use memmachine::rerank::random_model::{self, Shape};
 use tonic::transport::Channel;

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use crate::common::calls::create_project;
 use crate::common::{InProcess, ServerProcess, free_port};
-use memmachine::pb;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
-use memmachine::pb::semantic_service_client::SemanticServiceClient;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2::semantic_service_client::SemanticServiceClient;
 use serde_json::{Value, json};
 use tonic::Code;
 use tonic::transport::Channel;

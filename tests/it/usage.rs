@@ -11,9 +11,9 @@ use crate::common::calls::{create_project, with_key};
 use crate::common::chat::{ChatCall, ChatServer, ScriptedReply, favourite_commands, words};
 use crate::common::child::Run;
 use crate::common::keys::create_key;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::usage_service_client::UsageServiceClient;
-use memmachine::pb::{self, MemoryType, UsagePurpose};
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::usage_service_client::UsageServiceClient;
+use memmachine_proto::v2::{self as pb, MemoryType, UsagePurpose};
 use tonic::Code;
 use tonic::transport::Channel;
 

@@ -4,7 +4,7 @@ use crate::grpc::convert::{json_object, json_value, proto_struct, proto_value, t
 use crate::legacy::sessions::GroupInput;
 use crate::legacy::store::{GroupRow, SessionRow};
 use crate::legacy::{Context, EpisodeInput, LegacyEpisode};
-use crate::pb_v1 as pb;
+use memmachine_proto::v1 as pb;
 
 pub fn context(c: Option<pb::MemoryContext>) -> Context {
     let c = c.unwrap_or_default();

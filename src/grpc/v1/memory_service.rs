@@ -4,8 +4,8 @@ use tonic::{Request, Response, Status};
 
 use super::{admit, convert};
 use crate::legacy::Legacy;
-use crate::pb_v1 as pb;
-use crate::pb_v1::memory_service_server::MemoryService;
+use memmachine_proto::v1 as pb;
+use memmachine_proto::v1::memory_service_server::MemoryService;
 
 pub struct MemoryGrpc {
     legacy: Legacy,

@@ -31,7 +31,7 @@ trait Grouped {
 
 macro_rules! grouped {
     ($($request:ident: |$r:ident| $group:expr;)*) => {$(
-        impl Grouped for crate::pb_v1::$request {
+        impl Grouped for memmachine_proto::v1::$request {
             fn group_id(&self) -> Option<&str> {
                 let $r = self;
                 $group

@@ -19,15 +19,15 @@ use crate::admission::declared_length::DeclaredLengthLayer;
 use crate::admission::lifecycle::Lifecycle;
 use crate::admission::limits::Limiter;
 use crate::admission::{Admission, AdmissionLayer};
-use crate::auth::Authenticator;
 use crate::config::{ServeConfig, TlsFiles};
 use crate::connections::arrival::ArrivalLayer;
 use crate::connections::{ConnectionLimits, Gate, GatedListener, IdleClose};
-use crate::error::{Error, Result};
 use crate::grpc::{
     ChangeGrpc, Deferred, LifecycleGrpc, MemoryGrpc, ProjectGrpc, SemanticGrpc, UsageGrpc, v1,
 };
-use crate::metrics::Metrics;
+use memmachine_core::error::{Error, Result};
+use memmachine_domain::auth::Authenticator;
+use memmachine_domain::metrics::Metrics;
 use memmachine_proto::v2::change_service_server::ChangeServiceServer;
 use memmachine_proto::v2::lifecycle_service_server::LifecycleServiceServer;
 use memmachine_proto::v2::memory_service_server::MemoryServiceServer;
@@ -50,13 +50,16 @@ type ChangeService = Deferred<ChangeServiceServer<ChangeGrpc>>;
 /// The deprecated v1 API's services, ready with the rest.
 #[derive(Clone, Default)]
 struct LegacyServices {
-    memory: Deferred<memmachine_proto::v1::memory_service_server::MemoryServiceServer<v1::MemoryGrpc>>,
-    sessions: Deferred<memmachine_proto::v1::session_service_server::SessionServiceServer<v1::SessionGrpc>>,
+    memory:
+        Deferred<memmachine_proto::v1::memory_service_server::MemoryServiceServer<v1::MemoryGrpc>>,
+    sessions: Deferred<
+        memmachine_proto::v1::session_service_server::SessionServiceServer<v1::SessionGrpc>,
+    >,
     groups: Deferred<memmachine_proto::v1::group_service_server::GroupServiceServer<v1::GroupGrpc>>,
 }
 
 impl LegacyServices {
-    fn set(&self, legacy: &crate::legacy::Legacy, max_request_bytes: usize) {
+    fn set(&self, legacy: &memmachine_domain::legacy::Legacy, max_request_bytes: usize) {
         use memmachine_proto::v1::{
             group_service_server::GroupServiceServer, memory_service_server::MemoryServiceServer,
             session_service_server::SessionServiceServer,

@@ -6,11 +6,11 @@ use tonic::metadata::{AsciiMetadataValue, MetadataValue};
 use tonic::transport::Channel;
 
 use super::{CliError, ClientArgs};
-use crate::auth::ROUTE_HEADER;
+use crate::probe::{ProbeTls, connect_reason, endpoint};
+use memmachine_domain::auth::ROUTE_HEADER;
 use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
 use memmachine_proto::v2::project_service_client::ProjectServiceClient;
 use memmachine_proto::v2::semantic_service_client::SemanticServiceClient;
-use crate::probe::{ProbeTls, connect_reason, endpoint};
 
 /// The environment variable holding the API key.
 pub const API_KEY_ENV: &str = "MEMMACHINE_API_KEY";
@@ -104,8 +104,10 @@ impl Client {
     pub fn lifecycle(
         &self,
     ) -> memmachine_proto::v2::lifecycle_service_client::LifecycleServiceClient<Channel> {
-        memmachine_proto::v2::lifecycle_service_client::LifecycleServiceClient::new(self.channel.clone())
-            .max_decoding_message_size(MAX_ANSWER_BYTES)
+        memmachine_proto::v2::lifecycle_service_client::LifecycleServiceClient::new(
+            self.channel.clone(),
+        )
+        .max_decoding_message_size(MAX_ANSWER_BYTES)
     }
 
     /// `org/project` as the user named them (universal when unset).

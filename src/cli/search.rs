@@ -24,7 +24,7 @@ impl SetSelection {
         let mut metadata: std::collections::HashMap<_, _> = self.set_meta.iter().cloned().collect();
         if let Some(user) = &self.user {
             metadata.insert(
-                crate::semantic::sets::PRODUCER_TAG.to_string(),
+                memmachine_domain::semantic::sets::PRODUCER_TAG.to_string(),
                 user.clone(),
             );
         }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::convert;
 use crate::admission::lifecycle::{Lifecycle, Phase};
-use crate::error::{Error, Result};
-use crate::import::{BatchSource, ImportBatch, ImportStop, Imported};
+use memmachine_core::error::{Error, Result};
+use memmachine_domain::import::{BatchSource, ImportBatch, ImportStop, Imported};
 use memmachine_proto::v2 as pb;
 
 /// What an import needs from the server besides the domain.

@@ -4,8 +4,8 @@ use tonic::{Request, Response, Status};
 
 use super::convert;
 use super::import::{self, Drain, ImportSettings, Requests};
-use crate::episodic::SearchInput;
-use crate::memory::{ListInput, Listed, Memories};
+use memmachine_domain::episodic::SearchInput;
+use memmachine_domain::memory::{ListInput, Listed, Memories};
 use memmachine_proto::v2 as pb;
 use memmachine_proto::v2::memory_service_server::MemoryService;
 

@@ -21,8 +21,10 @@ pub use semantic_service::SemanticGrpc;
 pub use usage_service::UsageGrpc;
 
 /// The caller the admission layer recorded, and the request's message.
-fn split<T>(request: tonic::Request<T>) -> Result<(crate::auth::Access, T), tonic::Status> {
-    let caller = crate::auth::caller_of(request.extensions())?.clone();
+fn split<T>(
+    request: tonic::Request<T>,
+) -> Result<(memmachine_domain::auth::Access, T), tonic::Status> {
+    let caller = memmachine_domain::auth::caller_of(request.extensions())?.clone();
     Ok((caller, request.into_inner()))
 }
 

@@ -334,7 +334,7 @@ async fn consolidation_keeps_its_sources_history() {
     let chat = ChatServer::start(favourites);
     let url = chat.url.clone();
     let server = InProcess::start_with(move |config| {
-        config.llm.base_url = Some(memmachine::urls::SecretUrl::new(url));
+        config.llm.base_url = Some(memmachine_core::urls::SecretUrl::new(url));
         config.llm.model = Some("scripted".into());
         config.llm.max_calls_per_minute = None;
         config.ingest.trigger_messages = 1;

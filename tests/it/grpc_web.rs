@@ -29,7 +29,7 @@ async fn server_and_key() -> (InProcess, String) {
     let server = InProcess::start_with(|config| config.auth = true).await;
     let key = memmachine::auth::manage::create(
         &server.store,
-        memmachine::model::KeyScope::Org("acme".into()),
+        memmachine_core::model::KeyScope::Org("acme".into()),
         "browser",
     )
     .await

@@ -354,7 +354,7 @@ async fn the_bearer_scheme_is_case_insensitive() {
     let server = InProcess::start_with(|config| config.auth = true).await;
     let token = memmachine::auth::manage::create(
         &server.store,
-        memmachine::model::KeyScope::Org("acme".into()),
+        memmachine_core::model::KeyScope::Org("acme".into()),
         "",
     )
     .await

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::common::InProcess;
 use crate::common::calls::{WriteLock, add, count, create_project, frame, get_project};
 use memmachine::admission::limits::CallerLimits;
-use memmachine::model::KeyScope;
+use memmachine_core::model::KeyScope;
 use memmachine_proto::v2 as pb;
 use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
 use tonic::Code;

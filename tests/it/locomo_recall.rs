@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::common::InProcess;
-use memmachine_testkit::locomo;
 use memmachine_proto::v2 as pb;
 use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
 use memmachine_proto::v2::project_service_client::ProjectServiceClient;
+use memmachine_testkit::locomo;
 
 const ORG: &str = "locomo";
 

@@ -293,7 +293,7 @@ async fn rest_and_mcp_calls_agree_with_their_routing_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[allow(deprecated)] // the v1 API is deprecated; its routing is still checked
 async fn v1_calls_agree_with_their_routing_key() {
-    use memmachine_proto::v1 as v1;
+    use memmachine_proto::v1;
     use memmachine_proto::v1::group_service_client::GroupServiceClient;
     use memmachine_proto::v1::memory_service_client::MemoryServiceClient as V1Memory;
     let (_server, channel) = start(&[]).await;

@@ -206,7 +206,7 @@ async fn a_real_model_builds_a_cited_profile_and_a_summary_without_duplicates() 
     let metrics_at = common::free_port();
     let url = llama.url.clone();
     let server = InProcess::start_with(move |config| {
-        config.llm.base_url = Some(memmachine::urls::SecretUrl::new(url));
+        config.llm.base_url = Some(memmachine_core::urls::SecretUrl::new(url));
         config.llm.model = Some("smollm2".into());
         config.llm.max_calls_per_minute = None;
         config.llm.timeout = Duration::from_secs(120);

@@ -190,7 +190,7 @@ async fn keys_are_shared_and_revocation_is_seen_at_once(shared: Shared) {
     let (a, b) = (connect(&a).await, connect(&b).await);
     let issued = memmachine::auth::manage::create(
         &shared.location(),
-        memmachine::model::KeyScope::Org("acme".into()),
+        memmachine_core::model::KeyScope::Org("acme".into()),
         "replicas",
     )
     .await

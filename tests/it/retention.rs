@@ -499,9 +499,9 @@ async fn two_replicas_sweep_each_expired_episode_once() {
 
 #[tokio::test]
 async fn export_leaves_expired_episodes_out_and_carries_expiries_and_retention() {
-    use memmachine::model::{EpisodicConfigUpdate, ProjectConfig, ProjectKey};
     use memmachine::store::Store;
-    use memmachine::transfer::{ExportOptions, ImportOptions, export, import};
+    use memmachine_core::model::{EpisodicConfigUpdate, ProjectConfig, ProjectKey};
+    use memmachine_domain::transfer::{ExportOptions, ImportOptions, export, import};
     use std::sync::Arc;
 
     async fn open(dir: &std::path::Path) -> Arc<dyn Store> {
@@ -530,7 +530,7 @@ async fn export_leaves_expired_episodes_out_and_carries_expiries_and_retention()
         .await
         .unwrap();
     let micros = chrono::Utc::now().timestamp_micros();
-    let episode = |content: &str, expires: Option<i64>| memmachine::model::NewEpisode {
+    let episode = |content: &str, expires: Option<i64>| memmachine_core::model::NewEpisode {
         uid: uuid::Uuid::new_v4(),
         content: content.into(),
         producer_id: "ada".into(),

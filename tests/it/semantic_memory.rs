@@ -35,7 +35,7 @@ async fn server_with(
 ) -> InProcess {
     let url = chat.url.clone();
     InProcess::start_with(move |config| {
-        config.llm.base_url = Some(memmachine::urls::SecretUrl::new(url));
+        config.llm.base_url = Some(memmachine_core::urls::SecretUrl::new(url));
         config.llm.model = Some("scripted".into());
         config.llm.max_calls_per_minute = None;
         config.ingest.trigger_messages = 1;

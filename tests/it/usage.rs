@@ -20,7 +20,7 @@ use tonic::transport::Channel;
 async fn server(chat: &ChatServer, default_budget: u64, auth: bool) -> InProcess {
     let url = chat.url.clone();
     InProcess::start_with(move |config| {
-        config.llm.base_url = Some(memmachine::urls::SecretUrl::new(url));
+        config.llm.base_url = Some(memmachine_core::urls::SecretUrl::new(url));
         config.llm.model = Some("scripted".into());
         config.llm.max_calls_per_minute = None;
         config.llm.daily_tokens_per_org = default_budget;

@@ -14,9 +14,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use memmachine_bert::Linear;
 use memmachine_domain::embed::local::{Kernel, LocalEmbedder, PASS_TOKENS, Profiled};
 use memmachine_domain::episodic::embedding::embedding_text;
-use memmachine_bert::Linear;
 use rayon::prelude::*;
 
 use crate::support;
@@ -26,9 +26,7 @@ use support::latencies::Latencies;
 use support::locomo::{self, ContentFormat};
 
 #[derive(Parser, Debug)]
-#[command(
-    about = "Measures the local embedder on LoCoMo's turns and questions"
-)]
+#[command(about = "Measures the local embedder on LoCoMo's turns and questions")]
 pub struct Args {
     /// The model directory (config.json, tokenizer.json, model.safetensors)
     #[arg(long, default_value = ".tools/models/all-MiniLM-L6-v2")]

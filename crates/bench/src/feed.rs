@@ -29,9 +29,7 @@ use support::server::Server;
 const ORG: &str = "bench";
 
 #[derive(Parser, Debug)]
-#[command(
-    about = "Change-feed latency across replicas, and the cost of idle watchers"
-)]
+#[command(about = "Change-feed latency across replicas, and the cost of idle watchers")]
 pub struct Args {
     /// Adds measured in each latency run, one message per call, one at a time
     #[arg(long, default_value_t = 500)]

@@ -45,9 +45,7 @@ const WORDS: &[&str] = &[
 ];
 
 #[derive(Parser, Debug)]
-#[command(
-    about = "Measures forgetting a subject among many others on a real memmachine server"
-)]
+#[command(about = "Measures forgetting a subject among many others on a real memmachine server")]
 pub struct Args {
     /// Episodes of other people
     #[arg(long, default_value_t = 100_000)]

@@ -28,9 +28,7 @@ const PROJECT: &str = "import";
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Parser, Debug)]
-#[command(
-    about = "ImportMemories vs AddMemories throughput"
-)]
+#[command(about = "ImportMemories vs AddMemories throughput")]
 pub struct Args {
     /// LoCoMo file the messages are built from
     #[arg(long, default_value = "/work/shared/data/locomo10.json")]

@@ -36,9 +36,7 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 use support::corpus::SEED;
 
 #[derive(Parser, Debug)]
-#[command(
-    about = "Benchmarks a real memmachine server over gRPC on loopback"
-)]
+#[command(about = "Benchmarks a real memmachine server over gRPC on loopback")]
 pub struct Args {
     /// LoCoMo data set (a JSON list of conversations with questions)
     #[arg(long, default_value = "/work/shared/data/locomo10.json")]

@@ -29,9 +29,7 @@ use support::rng::Rng;
 type Accept<'a> = dyn Fn(&EpisodeFields) -> bool + 'a;
 
 #[derive(Parser, Debug)]
-#[command(
-    about = "Measures pruned and exhaustive BM25 search over a large in-process index"
-)]
+#[command(about = "Measures pruned and exhaustive BM25 search over a large in-process index")]
 pub struct Args {
     /// LoCoMo data set
     #[arg(long, default_value = "/work/shared/data/locomo10.json")]

@@ -37,9 +37,7 @@ const RECALL_KS: [usize; 5] = [1, 5, 10, 20, 50];
 const CATEGORY_K: usize = 10;
 
 #[derive(Parser, Debug)]
-#[command(
-    about = "Measures retrieval recall of a real memmachine server on LoCoMo over gRPC"
-)]
+#[command(about = "Measures retrieval recall of a real memmachine server on LoCoMo over gRPC")]
 pub struct Args {
     /// LoCoMo data set (a JSON list of conversations with questions)
     #[arg(long, default_value = "/work/shared/data/locomo10.json")]

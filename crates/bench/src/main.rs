@@ -24,7 +24,10 @@ mod semantic_quality;
 mod support;
 
 #[derive(Parser)]
-#[command(name = "memmachine-bench", about = "Benchmarks of the memmachine server")]
+#[command(
+    name = "memmachine-bench",
+    about = "Benchmarks of the memmachine server"
+)]
 struct Cli {
     #[command(subcommand)]
     workload: Workload,

@@ -24,9 +24,7 @@ use support::server::Server;
 const ORG: &str = "bench";
 
 #[derive(Parser, Debug)]
-#[command(
-    about = "The REST gateway's added latency against gRPC, same server, same data"
-)]
+#[command(about = "The REST gateway's added latency against gRPC, same server, same data")]
 pub struct Args {
     /// LoCoMo file
     #[arg(long, default_value = "/work/shared/data/locomo10.json")]

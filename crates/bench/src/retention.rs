@@ -15,10 +15,10 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use memmachine_domain::episodic::retention;
-use memmachine_core::model::{EpisodicConfigUpdate, NewEpisode, ProjectConfig, ProjectKey};
 use memmachine::store::StoreLocation;
+use memmachine_core::model::{EpisodicConfigUpdate, NewEpisode, ProjectConfig, ProjectKey};
 use memmachine_core::store::Store;
+use memmachine_domain::episodic::retention;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 

@@ -21,12 +21,12 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use memmachine_domain::embed::hash::HashEmbedder;
-use memmachine_proto::v2 as pb;
-use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
-use memmachine_proto::v2::project_service_client::ProjectServiceClient;
 use memmachine_domain::retrieval::ann::AnnIndex;
 use memmachine_domain::retrieval::rescore::{self, Hit};
 use memmachine_domain::retrieval::{dense, quantized};
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::support;
@@ -57,9 +57,7 @@ impl Ranking {
 }
 
 #[derive(Parser, Debug)]
-#[command(
-    about = "Measures one large project, or many small ones, on a real memmachine server"
-)]
+#[command(about = "Measures one large project, or many small ones, on a real memmachine server")]
 pub struct Args {
     /// LoCoMo data set
     #[arg(long, default_value = "/work/shared/data/locomo10.json")]

@@ -155,4 +155,3 @@ pub fn logged_addr(line: &str, message: &str) -> Option<String> {
     let rest = &line[line.find("addr=")? + "addr=".len()..];
     Some(rest.split_whitespace().next()?.to_string())
 }
-

@@ -3,7 +3,7 @@
 use tonic::{Request, Response, Status};
 
 use super::{admit, convert};
-use crate::legacy::Legacy;
+use memmachine_domain::legacy::Legacy;
 use memmachine_proto::v1 as pb;
 use memmachine_proto::v1::group_service_server::GroupService;
 

@@ -3,8 +3,8 @@
 use tonic::{Request, Response, Status};
 
 use super::{admit, convert};
-use crate::legacy::Legacy;
-use crate::legacy::sessions::SessionFilter;
+use memmachine_domain::legacy::Legacy;
+use memmachine_domain::legacy::sessions::SessionFilter;
 use memmachine_proto::v1 as pb;
 use memmachine_proto::v1::session_service_server::SessionService;
 

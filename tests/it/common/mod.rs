@@ -21,7 +21,7 @@ pub struct InProcess {
     /// Where its store is (what `memmachine keys` would be given).
     pub store: memmachine::store::StoreLocation,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    pub task: tokio::task::JoinHandle<memmachine::error::Result<()>>,
+    pub task: tokio::task::JoinHandle<memmachine_core::error::Result<()>>,
 }
 
 impl InProcess {
@@ -110,7 +110,7 @@ impl InProcess {
     }
 
     /// Signals shutdown and waits for the server to finish.
-    pub async fn stop(mut self) -> memmachine::error::Result<()> {
+    pub async fn stop(mut self) -> memmachine_core::error::Result<()> {
         self.begin_stop();
         (&mut self.task).await.expect("server task")
     }

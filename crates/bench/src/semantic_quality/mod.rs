@@ -157,7 +157,6 @@ mod wait;
 
 use std::time::Instant;
 
-
 use conversations::select;
 pub use options::Args;
 use options::redact;

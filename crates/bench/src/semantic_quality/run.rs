@@ -13,11 +13,11 @@ use super::features::{SetStats, feature_stats};
 use super::options::{Args, embedder, redact, server_args};
 use super::questions::ask;
 use super::scoring::{List, Scores};
+use super::wait::{Drain, scrape, wait_for_drain, wait_for_feature_vectors};
 use crate::support::Result;
 use crate::support::locomo::Conversation;
 use crate::support::metrics::{self as prometheus, Exposition};
 use crate::support::server::{EmbedWait, Server};
-use super::wait::{Drain, scrape, wait_for_drain, wait_for_feature_vectors};
 
 /// How long the server may take to report its listening address (a local embedder may
 /// load a model first).

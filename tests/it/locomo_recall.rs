@@ -1,7 +1,7 @@
 //! Recall regression on a LoCoMo slice: conversation conv-26 (419 turns, 152 questions of
 //! categories 1-4), `tests/fixtures/locomo-conv-26.json`, taken from the LoCoMo data set
 //! (Maharana et al., 2024, CC BY-NC 4.0). Its turns go over gRPC into a real server as
-//! `memmachine-locomo` sends them; every question is asked and recall@10 of the evidence
+//! `memmachine-bench locomo` sends them; every question is asked and recall@10 of the evidence
 //! turns is asserted to stay at the level measured when the ranking was built (see
 //! BENCHMARKS.md). A ranking change that loses recall fails here.
 

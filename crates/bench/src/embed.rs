@@ -1,4 +1,4 @@
-//! `memmachine-embed-bench`: the local embedder in-process on LoCoMo's turns and
+//! `memmachine-bench embed`: the local embedder in-process on LoCoMo's turns and
 //! questions, per product kernel (`--kernel auto|NAME|all`). It prints the CPU's
 //! features and the kernel `auto` chooses, a reference f32 rate (numpy's OpenBLAS sgemm
 //! when numpy is importable), and for each kernel: its raw product rate (every core
@@ -8,7 +8,7 @@
 //! vectors against f32's.
 //! See BENCHMARKS.md.
 //!
-//! Run: `cargo run --release --bin memmachine-embed-bench -- --model-dir .tools/models/all-MiniLM-L6-v2`
+//! Run: `cargo run --release -p memmachine-bench -- embed --model-dir .tools/models/all-MiniLM-L6-v2`
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

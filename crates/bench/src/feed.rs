@@ -1,11 +1,11 @@
-//! `memmachine-feed-bench`: the change feed's figures (issue 30). (a) Latency: two
+//! `memmachine-bench feed`: the change feed's figures (issue 30). (a) Latency: two
 //! server processes on one store, a watcher on B, adds through A one at a time: add
 //! acknowledged -> change received, p50/p99, and the same through B (same replica) for
 //! comparison. (b) 1,000 idle watchers on one server: its resident memory before and
 //! after, CPU used over an idle spell, and the cross-replica latency with them attached.
 //! See BENCHMARKS.md ("Streams: change feed").
 //!
-//! Run: `cargo run --release --bin memmachine-feed-bench -- --adds 500`
+//! Run: `cargo run --release -p memmachine-bench -- feed --adds 500`
 //! (PostgreSQL: `--store postgres://...`, or MEMMACHINE_TEST_POSTGRES set; each run
 //! makes a project of its own)
 

@@ -1,4 +1,4 @@
-//! `memmachine-forget-bench`: what forgetting a subject costs the real server (issue 29).
+//! `memmachine-bench forget`: what forgetting a subject costs the real server (issue 29).
 //! It starts a fresh `memmachine serve` (the executable next to this one), stores one
 //! project of `--others` episodes of other people and `--subject-episodes` of the
 //! subject (half said by them, half said to them), `--features` features citing the
@@ -11,8 +11,8 @@
 //!
 //! See BENCHMARKS.md ("Forgetting a subject (issue 29)").
 //!
-//! Run: `cargo build --release --bin memmachine --bin memmachine-forget-bench &&
-//! target/release/memmachine-forget-bench`
+//! Run: `cargo build --release --bin memmachine --bin memmachine-bench &&
+//! target/release/memmachine-bench forget`
 
 use std::path::PathBuf;
 use std::sync::Arc;

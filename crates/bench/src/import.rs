@@ -1,9 +1,9 @@
-//! `memmachine-import-bench`: acknowledged ingest throughput of `ImportMemories` (client
+//! `memmachine-bench import`: acknowledged ingest throughput of `ImportMemories` (client
 //! streams of batches) against concurrent unary `AddMemories`, on a fresh `memmachine
 //! serve` (the executable next to this one) per run, with LoCoMo-built messages as
-//! `memmachine-bench` sends them. See BENCHMARKS.md ("Streams: import").
+//! `memmachine-bench ingest-search` sends them. See BENCHMARKS.md ("Streams: import").
 //!
-//! Run: `cargo run --release --bin memmachine-import-bench -- --messages 1000000`
+//! Run: `cargo run --release -p memmachine-bench -- import --messages 1000000`
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -45,7 +45,7 @@ pub struct Args {
     /// Concurrent import streams
     #[arg(long, default_value_t = 1)]
     streams: usize,
-    /// Concurrent unary callers (memmachine-bench's default)
+    /// Concurrent unary callers (memmachine-bench ingest-search's default)
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
     /// `--store URL` for the server (default: SQLite under a fresh data directory)
@@ -188,7 +188,7 @@ async fn run(
         .create_project(pb::CreateProjectRequest {
             org_id: ORG.into(),
             project_id: PROJECT.into(),
-            description: "memmachine-import-bench".into(),
+            description: "memmachine-bench import".into(),
             config: None,
         })
         .await
@@ -235,7 +235,7 @@ pub fn main(args: Args) -> Result<()> {
     if !executable.is_file() {
         return Err(format!(
             "no server executable at {}; build it with \
-             `cargo build --release --bin memmachine --bin memmachine-import-bench`",
+             `cargo build --release --bin memmachine --bin memmachine-bench`",
             executable.display()
         )
         .into());

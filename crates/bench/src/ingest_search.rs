@@ -1,4 +1,4 @@
-//! `memmachine-bench`: measures the real server over gRPC on loopback.
+//! `memmachine-bench ingest-search`: measures the real server over gRPC on loopback.
 //!
 //! For each corpus size it starts a fresh `memmachine serve` (the executable next to this
 //! one) on an ephemeral port with an empty data directory, ingests that many episodes
@@ -6,7 +6,7 @@
 //! sequential `SearchMemories` calls with the LoCoMo questions, unfiltered and filtered,
 //! and prints throughput and latency percentiles. See BENCHMARKS.md.
 //!
-//! Run: `cargo run --release --bin memmachine-bench -- --sizes 10000,100000`
+//! Run: `cargo run --release -p memmachine-bench -- ingest-search --sizes 10000,100000`
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -327,7 +327,7 @@ async fn run_size(
         .create_project(pb::CreateProjectRequest {
             org_id: ORG.into(),
             project_id: PROJECT.into(),
-            description: "memmachine-bench LoCoMo corpus".into(),
+            description: "memmachine-bench ingest-search LoCoMo corpus".into(),
             config: Some(pb::ProjectConfig {
                 embedder: String::new(),
                 reranker: args.reranker.clone(),
@@ -547,7 +547,7 @@ const GRAPH_MIN: usize = 20_000;
 fn print_report(args: &Args, corpus: &Corpus, filter: &str, results: &[SizeResult]) {
     println!();
     println!(
-        "memmachine-bench: {} LoCoMo turns, {} questions; batch {}, concurrency {}, {} queries \
+        "memmachine-bench ingest-search: {} LoCoMo turns, {} questions; batch {}, concurrency {}, {} queries \
          per pass (top_k {}, EPISODIC), filter: {filter}; reranker: {:?}; server args: {:?}; \
          auth: {}",
         corpus.turns.len(),

@@ -1,11 +1,11 @@
-//! `memmachine-lexical-bench`: lexical search over one large project, in this process
+//! `memmachine-bench lexical`: lexical search over one large project, in this process
 //! (no server): builds a BM25 index of N LoCoMo-derived episodes (the turns and
-//! suffixes `memmachine-scale-bench` adds), then runs the LoCoMo questions top-10,
+//! suffixes `memmachine-bench scale` adds), then runs the LoCoMo questions top-10,
 //! pruned (MaxScore) and exhaustive, unfiltered and filtered by producer, and prints
 //! p50/p99 of each, whether both rankings agree, and the index's heap bytes per episode.
 //! See BENCHMARKS.md ("Every CPU, and a million episodes").
 //!
-//! Run: `cargo run --release --bin memmachine-lexical-bench -- --sizes 1000000`
+//! Run: `cargo run --release -p memmachine-bench -- lexical --sizes 1000000`
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,4 +1,4 @@
-//! `memmachine-load`: a load generator for a memmachine server over gRPC.
+//! `memmachine-bench load`: a load generator for a memmachine server over gRPC.
 //!
 //! N clients over C connections make a weighted mix of calls (AddMemories,
 //! SearchMemories lexical / hybrid / dense, ListMemories, DeleteEpisodicMemories), as
@@ -10,7 +10,7 @@
 //! count, throughput, latency percentiles and errors by status code, the server's CPU,
 //! and its memory, descriptors and threads sampled over the run. See BENCHMARKS.md.
 //!
-//! Run: `cargo run --release --bin memmachine-load -- --duration 10 --mix lexical=1`
+//! Run: `cargo run --release -p memmachine-bench -- load --duration 10 --mix lexical=1`
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -318,7 +318,7 @@ async fn create_and_preload(
             .create_project(pb::CreateProjectRequest {
                 org_id: ORG.into(),
                 project_id: project.id.clone(),
-                description: "memmachine-load".into(),
+                description: "memmachine-bench load".into(),
                 config: Some(pb::ProjectConfig {
                     // Lexical projects are not embedded: a lexical run measures BM25 alone.
                     embedder: if project.ranking == "lexical" {
@@ -655,7 +655,7 @@ fn start_target(args: &Args) -> Result<Target> {
     if !executable.is_file() {
         return Err(format!(
             "no server executable at {}; build it with \
-             `cargo build --release --bin memmachine --bin memmachine-load` (or give --addr)",
+             `cargo build --release --bin memmachine --bin memmachine-bench` (or give --addr)",
             executable.display()
         )
         .into());
@@ -974,7 +974,7 @@ fn print_report(args: &Args, target: &Target, report: &Report) {
     };
     println!();
     println!(
-        "memmachine-load: {} clients over {} connections, mix {}, {}, {:.1} s measured after \
+        "memmachine-bench load: {} clients over {} connections, mix {}, {}, {:.1} s measured after \
          {:.1} s warm-up; {server}; preload {} episodes into {} project(s) per ranking mode",
         args.clients,
         args.connections(),
@@ -1158,7 +1158,7 @@ pub fn main(args: Args) -> ExitCode {
     match main_inner(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("memmachine-load: {err}");
+            eprintln!("memmachine-bench load: {err}");
             ExitCode::FAILURE
         }
     }

@@ -1,4 +1,4 @@
-//! `memmachine-locomo`: retrieval recall of the real server on LoCoMo, over gRPC.
+//! `memmachine-bench locomo`: retrieval recall of the real server on LoCoMo, over gRPC.
 //!
 //! For each ranking mode it starts a fresh `memmachine serve` (the executable next to
 //! this one, with `--server-args` appended), creates one project per conversation
@@ -7,7 +7,7 @@
 //! `SearchMemories` in its own conversation's project and scores recall@k of the
 //! evidence turns as `/work/shared/data/README.md` defines it. See BENCHMARKS.md.
 //!
-//! Run: `cargo run --release --bin memmachine-locomo -- --modes lexical`
+//! Run: `cargo run --release -p memmachine-bench -- locomo --modes lexical`
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -383,7 +383,7 @@ fn print_tables(
     let category_index = ks.iter().position(|&k| k == CATEGORY_K);
     println!();
     println!(
-        "memmachine-locomo: {} conversations, {turns} turns, {questions} questions \
+        "memmachine-bench locomo: {} conversations, {turns} turns, {questions} questions \
          (categories 1-4; {} skipped with no evidence naming a turn, {} evidence ids \
          dropped); top_k {}, EPISODIC; content: {}; server args: {:?}; participant_aware: {}",
         conversations.len(),
@@ -589,7 +589,7 @@ pub fn main(args: Args) -> Result<()> {
     if !executable.is_file() {
         return Err(format!(
             "no server executable at {}; build it with \
-             `cargo build --release --bin memmachine --bin memmachine-locomo`",
+             `cargo build --release --bin memmachine --bin memmachine-bench`",
             executable.display()
         )
         .into());

@@ -1,9 +1,9 @@
-//! `memmachine-rest-bench`: the REST gateway's added cost against gRPC, in one run on one
+//! `memmachine-bench rest`: the REST gateway's added cost against gRPC, in one run on one
 //! server: the same LoCoMo turns added one message per call, and the same questions
 //! searched, alternately over gRPC and over the gateway (each into its own project), so
 //! that both see the same machine at the same moment. See BENCHMARKS.md.
 //!
-//! Run: `cargo run --release --bin memmachine-rest-bench -- --messages 2000 --searches 1000`
+//! Run: `cargo run --release -p memmachine-bench -- rest --messages 2000 --searches 1000`
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

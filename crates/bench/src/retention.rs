@@ -1,4 +1,4 @@
-//! `memmachine-retention-bench`: what the retention sweeper costs (issue 29). Fills one
+//! `memmachine-bench retention`: what the retention sweeper costs (issue 29). Fills one
 //! store with `--episodes` episodes over `--projects` projects, every `--expiring-every`th
 //! of them with an `expires_at` already past, then measures, on the store directly:
 //!
@@ -9,7 +9,7 @@
 //! - a retention sweep: a project given a retention that makes the same share of its
 //!   episodes (the oldest) due, swept likewise.
 //!
-//! Run: `cargo run --release --bin memmachine-retention-bench -- --episodes 1000000`
+//! Run: `cargo run --release -p memmachine-bench -- retention --episodes 1000000`
 //! (`--store postgres://...` for PostgreSQL). See BENCHMARKS.md ("Retention (issue 29)").
 
 use std::time::{Duration, Instant};

@@ -1,4 +1,4 @@
-//! `memmachine-scale-bench`: what a large project, or many projects, cost the real
+//! `memmachine-bench scale`: what a large project, or many projects, cost the real
 //! server (issue 15). For each size it starts a fresh `memmachine serve` (the
 //! executable next to this one) and measures, over gRPC on loopback:
 //!
@@ -12,7 +12,7 @@
 //! against the exact f32 scan, and the int8 scan with and without exact rescoring.
 //! See BENCHMARKS.md ("A million episodes and ten thousand projects").
 //!
-//! Run: `cargo run --release --bin memmachine-scale-bench -- --sizes 10000,100000`
+//! Run: `cargo run --release -p memmachine-bench -- scale --sizes 10000,100000`
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -631,7 +631,7 @@ fn measure_recall(corpus: &Corpus, size: usize, args: &Args) -> Result<Recall> {
 fn print_report(args: &Args, results: &[RunResult], recalls: &[Recall]) {
     println!();
     println!(
-        "memmachine-scale-bench: top_k {}, {} queries per pass, batch {} x {} concurrent, \
+        "memmachine-bench scale: top_k {}, {} queries per pass, batch {} x {} concurrent, \
          hash embedder {} dimensions for hybrid; server args {:?}",
         args.top_k, args.queries, args.batch, args.concurrency, args.dimensions, args.server_args
     );
@@ -686,7 +686,7 @@ pub fn main(args: Args) -> Result<()> {
     if !executable.is_file() {
         return Err(format!(
             "no server executable at {}; build it with \
-             `cargo build --release --bin memmachine --bin memmachine-scale-bench`",
+             `cargo build --release --bin memmachine --bin memmachine-bench`",
             executable.display()
         )
         .into());

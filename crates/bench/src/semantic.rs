@@ -1,4 +1,4 @@
-//! `memmachine-semantic-bench`: measures semantic memory on the real server over gRPC on
+//! `memmachine-bench semantic`: measures semantic memory on the real server over gRPC on
 //! loopback, with a scripted OpenAI-compatible chat model served from this process
 //! (`support/chat.rs`: it answers at once, so what is measured is the server).
 //!
@@ -15,7 +15,7 @@
 //!
 //! See BENCHMARKS.md, "Semantic memory".
 //!
-//! Run: `cargo run --release --bin memmachine-semantic-bench`
+//! Run: `cargo run --release -p memmachine-bench -- semantic`
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -136,7 +136,7 @@ struct Corpus {
 }
 
 fn load_corpus(path: &Path) -> Result<Corpus> {
-    // The turn's text as it is (no captions), like memmachine-bench.
+    // The turn's text as it is (no captions), like memmachine-bench ingest-search.
     let format = locomo::ContentFormat {
         speaker_prefix: false,
         captions: false,
@@ -320,7 +320,7 @@ async fn create_project(channel: Channel, org: &str, project: &str, server: &Ser
         .create_project(pb::CreateProjectRequest {
             org_id: org.into(),
             project_id: project.into(),
-            description: "memmachine-semantic-bench".into(),
+            description: "memmachine-bench semantic".into(),
             config: None,
         })
         .await
@@ -622,7 +622,7 @@ async fn feature_search(
             set_id: set_id.clone(),
             category_name: FEATURE_CATEGORY.into(),
             prompt: "Facts the speakers state about themselves.".into(),
-            description: "memmachine-semantic-bench features".into(),
+            description: "memmachine-bench semantic features".into(),
         })
         .await
         .map_err(|err| server.error("AddCategory failed", err))?;
@@ -779,7 +779,7 @@ fn print_report(args: &Args, corpus: &Corpus, run: &SemanticRun, episodic: &Inge
     let per100 = |calls: u64| calls as f64 * 100.0 / n as f64;
     println!();
     println!(
-        "memmachine-semantic-bench: {n} LoCoMo turns ({} conversations, {} speakers), {} \
+        "memmachine-bench semantic: {n} LoCoMo turns ({} conversations, {} speakers), {} \
          questions; batch {}, concurrency {}; server args: {}",
         corpus.conversations,
         corpus.speakers,
@@ -929,7 +929,7 @@ pub fn main(args: Args) -> Result<()> {
     if !executable.is_file() {
         return Err(format!(
             "no server executable at {}; build it with \
-             `cargo build --release --bin memmachine --bin memmachine-semantic-bench`",
+             `cargo build --release --bin memmachine --bin memmachine-bench`",
             executable.display()
         )
         .into());

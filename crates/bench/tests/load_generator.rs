@@ -43,7 +43,7 @@ fn load_json(args: &[&str]) -> Value {
     let out = load(&all);
     assert!(
         out.status.success(),
-        "memmachine-load failed: {}\nstdout:\n{}\nstderr:\n{}",
+        "memmachine-bench load failed: {}\nstdout:\n{}\nstderr:\n{}",
         out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)

@@ -1,5 +1,5 @@
 //! The harness the integration tests (`tests/it`) and the benchmarks
-//! (`memmachine-bench`) share: the real `memmachine` binary as a child process on SQLite
+//! (`memmachine-bench ingest-search`) share: the real `memmachine` binary as a child process on SQLite
 //! or PostgreSQL, gRPC calls and API keys against it, listings read page after page,
 //! and the LoCoMo data set.
 

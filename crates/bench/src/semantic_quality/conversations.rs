@@ -192,7 +192,7 @@ pub async fn create_project(
                 set_id,
                 category_name: PROJECT_CATEGORY.into(),
                 prompt: PROJECT_CATEGORY_PROMPT.into(),
-                description: "memmachine-semantic-quality: the conversation's events".into(),
+                description: "memmachine-bench semantic-quality: the conversation's events".into(),
             })
             .await
             .map_err(|err| server.error("AddCategory failed", err))?;

@@ -1,4 +1,4 @@
-//! `memmachine-semantic-quality`: how well semantic memory, distilled by a real language
+//! `memmachine-bench semantic-quality`: how well semantic memory, distilled by a real language
 //! model, finds the evidence of LoCoMo questions, beside episodic memory, and what the
 //! distillation cost (model calls, tokens, time) and made (features, duplicates,
 //! citations). Issue 32, item 3.
@@ -25,7 +25,7 @@
 //!    `--server-args` (the server refuses a flag given twice).
 //! 2. Creates one project per conversation (org `locomo`, project `<sample_id>`, ranking
 //!    `--reranker`, default `hybrid`) and adds its turns in order with `AddMemories`,
-//!    `types: [EPISODIC, SEMANTIC]`, 100 per call, exactly as `memmachine-locomo` adds
+//!    `types: [EPISODIC, SEMANTIC]`, 100 per call, exactly as `memmachine-bench locomo` adds
 //!    them (content `text [image: caption]`, producer the speaker, role `user`, the
 //!    session date as timestamp, `dia_id` in metadata). The uid each turn gets back is
 //!    mapped to its `dia_id`: features cite episodes by uid. Each turn is queued for its
@@ -52,7 +52,7 @@
 //!      the project's set and the org's (`set_metadata` `{producer_id: X}` would select
 //!      the org and project sets and X's user set only: two calls and a merge of their
 //!      scores, which the empty selection does in the server);
-//!    - `SearchMemories`, types `[EPISODIC]`: the ranking `memmachine-locomo` measures;
+//!    - `SearchMemories`, types `[EPISODIC]`: the ranking `memmachine-bench locomo` measures;
 //!    - `SearchMemories`, types `[EPISODIC, SEMANTIC]`: the server does not merge the
 //!      two: it answers `episodic_memory.long_term_memory` (top_k episodes) beside
 //!      `semantic_memory` (top_k features, the same ranking as SearchFeatures),
@@ -60,7 +60,7 @@
 //!
 //! # The figures
 //!
-//! Recall is scored as `/work/shared/data/README.md` defines it and `memmachine-locomo`
+//! Recall is scored as `/work/shared/data/README.md` defines it and `memmachine-bench locomo`
 //! computes it (`support/locomo.rs`: evidence split on ';' and trimmed, ids naming no
 //! turn dropped, questions left with none skipped; per question the fraction of its
 //! evidence turns among the first k; averaged over questions). The ranked lists:
@@ -114,17 +114,17 @@
 //! # Usage
 //!
 //! ```text
-//! cargo build --release --bin memmachine --bin memmachine-semantic-quality
+//! cargo build --release --bin memmachine --bin memmachine-bench
 //! # plumbing, with the scripted model:
-//! target/release/memmachine-semantic-quality --scripted --conversations 1
+//! target/release/memmachine-bench semantic-quality --scripted --conversations 1
 //! # a local OpenAI-compatible server (llama.cpp, vLLM, Ollama...):
-//! target/release/memmachine-semantic-quality --llm-base-url http://127.0.0.1:18080/v1 \
+//! target/release/memmachine-bench semantic-quality --llm-base-url http://127.0.0.1:18080/v1 \
 //!     --llm-model smollm2 --conversations 1 --max-wait 1800
 //! # OpenAI (key from OPENAI_API_KEY):
-//! target/release/memmachine-semantic-quality --llm-base-url https://api.openai.com/v1 \
+//! target/release/memmachine-bench semantic-quality --llm-base-url https://api.openai.com/v1 \
 //!     --llm-model gpt-4o-mini --conversations 2 --dump-features /tmp/features.jsonl
 //! # a slow local model, on the first 100 turns of two conversations:
-//! target/release/memmachine-semantic-quality --llm-base-url http://127.0.0.1:18080/v1 \
+//! target/release/memmachine-bench semantic-quality --llm-base-url http://127.0.0.1:18080/v1 \
 //!     --llm-model qwen2.5-1.5b --conversations 2 --turns 100 --max-wait 14400
 //! ```
 //!
@@ -183,7 +183,7 @@ pub fn main(args: Args) -> Result<()> {
     if !executable.is_file() {
         return Err(format!(
             "no server executable at {}; build it with \
-             `cargo build --release --bin memmachine --bin memmachine-semantic-quality`",
+             `cargo build --release --bin memmachine --bin memmachine-bench`",
             executable.display()
         )
         .into());

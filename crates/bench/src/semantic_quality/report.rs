@@ -51,7 +51,7 @@ pub fn print_report(cx: &Context, run: &Run) {
     };
     println!();
     println!(
-        "## memmachine-semantic-quality: model `{}` at {} ({})",
+        "## memmachine-bench semantic-quality: model `{}` at {} ({})",
         cx.model,
         cx.endpoint,
         if args.scripted {

@@ -1,5 +1,5 @@
-//! What the benchmark binaries (`memmachine-bench`, `memmachine-locomo`,
-//! `memmachine-semantic-bench`, `memmachine-load`) share: the server process they
+//! What the benchmark binaries (`memmachine-bench ingest-search`, `memmachine-bench locomo`,
+//! `memmachine-bench semantic`, `memmachine-bench load`) share: the server process they
 //! measure, API keys, latency percentiles, CPU use, Prometheus readings and a scripted
 //! chat model; and the load generator's call mix, schedule, per-call statistics and
 //! process samples. Each uses only part of it.

@@ -1,7 +1,7 @@
 //! The LoCoMo data set (`/work/shared/data/README.md`): conversations with their turns
 //! and the questions of categories 1-4 with their evidence, and recall@k as that README
 //! defines it. Used by `memmachine-bench locomo` and by the recall regression test
-//! (`tests/locomo_recall.rs`).
+//! (`tests/it/locomo_recall.rs`).
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;

@@ -1,4 +1,6 @@
-//! A real `memmachine serve` process for a benchmark run.
+//! A real `memmachine serve` process for a benchmark run: failures are errors, not
+//! panics, and its log is read for what the benches report (episodes embedded, index
+//! bytes, vector graphs built).
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -9,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use super::{BoxError, Result};
+use crate::{BoxError, Result};
 
 /// A running `memmachine serve` with its own data directory; both go away on drop.
 pub struct Server {

@@ -1,4 +1,7 @@
-//! The real `memmachine` binary as a child process on an ephemeral loopback port.
+//! The real `memmachine` binary as a child process on an ephemeral loopback port: for a
+//! test here (a failure panics), for a benchmark in `measured`.
+
+pub mod measured;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -55,7 +55,7 @@ pub struct Args {
 pub fn main(args: Args) -> Result<()> {
     let executable = match &args.server {
         Some(path) => path.clone(),
-        None => std::env::current_exe()?.with_file_name("memmachine"),
+        None => memmachine_testkit::server::server_bin(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -134,10 +134,7 @@ pub fn main(args: Args) -> Result<()> {
 }
 
 async fn measure(args: Args) -> Result<()> {
-    let executable: PathBuf = std::env::current_exe()?
-        .parent()
-        .ok_or("no directory of this executable")?
-        .join("memmachine");
+    let executable: PathBuf = memmachine_testkit::server::server_bin();
     let serve_args: Vec<String> = args
         .serve_args
         .split_whitespace()

@@ -650,7 +650,7 @@ fn start_target(args: &Args) -> Result<Target> {
     }
     let executable = match &args.server {
         Some(path) => path.clone(),
-        None => std::env::current_exe()?.with_file_name("memmachine"),
+        None => memmachine_testkit::server::server_bin(),
     };
     if !executable.is_file() {
         return Err(format!(

@@ -46,7 +46,7 @@ pub struct Args {
 pub fn main(args: Args) -> Result<()> {
     let executable = match &args.server {
         Some(path) => path.clone(),
-        None => std::env::current_exe()?.with_file_name("memmachine"),
+        None => memmachine_testkit::server::server_bin(),
     };
     let (conversations, _) = locomo::load(&args.locomo, None, locomo::ContentFormat::default())?;
     let mut turns = Vec::new();

@@ -681,7 +681,7 @@ fn print_report(args: &Args, results: &[RunResult], recalls: &[Recall]) {
 pub fn main(args: Args) -> Result<()> {
     let executable = match &args.server {
         Some(path) => path.clone(),
-        None => std::env::current_exe()?.with_file_name("memmachine"),
+        None => memmachine_testkit::server::server_bin(),
     };
     if !executable.is_file() {
         return Err(format!(

@@ -178,7 +178,7 @@ pub fn main(args: Args) -> Result<()> {
         .collect();
     let executable = match &args.server {
         Some(path) => path.clone(),
-        None => std::env::current_exe()?.with_file_name("memmachine"),
+        None => memmachine_testkit::server::server_bin(),
     };
     if !executable.is_file() {
         return Err(format!(

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::{child, postgres};
 
 /// The `memmachine` executable: `MEMMACHINE_SERVER_BIN` if set, else the one Cargo built
-/// beside the running program (a test binary sits one level down, in `deps/`).
+/// beside the running program (the bench; a test binary sits one level down, in `deps/`).
 pub fn server_bin() -> PathBuf {
     if let Some(path) = std::env::var_os("MEMMACHINE_SERVER_BIN") {
         return PathBuf::from(path);

@@ -69,11 +69,7 @@ fn project() -> String {
 }
 
 async fn connect(server: &Server) -> Result<Channel> {
-    let url = format!("http://{}", server.addr);
-    Ok(tonic::transport::Endpoint::from_shared(url)?
-        .tcp_nodelay(true)
-        .connect()
-        .await?)
+    server.channel().await
 }
 
 /// Waits until the server answers memory calls (its domain is ready).

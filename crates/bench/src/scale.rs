@@ -27,7 +27,7 @@ use memmachine_domain::retrieval::{dense, quantized};
 use memmachine_proto::v2 as pb;
 use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
 use memmachine_proto::v2::project_service_client::ProjectServiceClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::support;
 
@@ -179,10 +179,7 @@ fn proc_status_kib(pid: u32, field: &str) -> u64 {
 }
 
 async fn connect(server: &Server) -> Result<Channel> {
-    Ok(Endpoint::from_shared(format!("http://{}", server.addr))?
-        .tcp_nodelay(true)
-        .connect()
-        .await?)
+    server.channel().await
 }
 
 fn search_request(project: usize, query: &str, top_k: usize) -> pb::SearchMemoriesRequest {

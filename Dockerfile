@@ -3,13 +3,14 @@
 ARG BUILDER_IMAGE=rust:1.95-bookworm
 ARG RUNTIME_IMAGE=debian:bookworm-slim
 
-# Build stage: compiles the release binary (protoc comes vendored through build.rs).
+# Build stage: compiles the release binary (protoc comes vendored through
+# crates/proto/build.rs).
 # Everything the workspace needs to resolve and compile: every member crate, the protos
-# build.rs compiles, and the console files src/rest/console.rs includes.
+# crates/proto/build.rs compiles, and the console files src/rest/console.rs includes.
 # tests/it/container_context.rs checks this list against the sources.
 FROM ${BUILDER_IMAGE} AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock build.rs ./
+COPY Cargo.toml Cargo.lock ./
 COPY proto ./proto
 COPY crates ./crates
 COPY ui ./ui

@@ -13,9 +13,9 @@
 
 use std::sync::{Arc, OnceLock};
 
-use memmachine::auth::Caller;
-use memmachine::model::filter::{self, Expr, Field, SystemField};
-use memmachine::model::filter_eval::{self, Fields, Value};
+use memmachine_core::model::filter::{self, Expr, Field, SystemField};
+use memmachine_core::model::filter_eval::{self, Fields, Value};
+use memmachine_domain::auth::Caller;
 
 /// Parses `data` (UTF-8) as an episode filter and as a feature filter, evaluating what
 /// parses; and checks that `quote` makes a literal the parser reads back.
@@ -109,7 +109,7 @@ fn start() -> Server {
         let store = memmachine::store::open(&config.store, true)
             .await
             .expect("a store");
-        let metrics = Arc::new(memmachine::metrics::Metrics::new());
+        let metrics = Arc::new(memmachine_domain::metrics::Metrics::new());
         let domain = memmachine::domain::start(&config, store.clone(), metrics.clone())
             .await
             .expect("the domain");
@@ -129,7 +129,7 @@ fn start() -> Server {
             max_request_bytes: config.max_request_bytes,
         };
         let admission = Arc::new(memmachine::admission::Admission {
-            auth: memmachine::auth::Authenticator::new(store.clone(), false),
+            auth: memmachine_domain::auth::Authenticator::new(store.clone(), false),
             limiter: memmachine::admission::limits::Limiter::new(config.caller_limits),
             lifecycle,
             metrics,
@@ -191,12 +191,12 @@ pub const REQUEST_KINDS: u8 = 45;
 /// Decodes `data[1..]` as the request message `data[0]` selects (modulo
 /// `REQUEST_KINDS`, in the order of the proto files) and calls its handler.
 pub fn requests(data: &[u8]) {
-    use memmachine::pb::memory_service_server::MemoryService as _;
-    use memmachine::pb::project_service_server::ProjectService as _;
-    use memmachine::pb::semantic_service_server::SemanticService as _;
-    use memmachine::pb_v1::group_service_server::GroupService as _;
-    use memmachine::pb_v1::memory_service_server::MemoryService as _;
-    use memmachine::pb_v1::session_service_server::SessionService as _;
+    use memmachine_proto::v1::group_service_server::GroupService as _;
+    use memmachine_proto::v1::memory_service_server::MemoryService as _;
+    use memmachine_proto::v1::session_service_server::SessionService as _;
+    use memmachine_proto::v2::memory_service_server::MemoryService as _;
+    use memmachine_proto::v2::project_service_server::ProjectService as _;
+    use memmachine_proto::v2::semantic_service_server::SemanticService as _;
 
     let Some((&kind, bytes)) = data.split_first() else {
         return;

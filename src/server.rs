@@ -19,21 +19,21 @@ use crate::admission::declared_length::DeclaredLengthLayer;
 use crate::admission::lifecycle::Lifecycle;
 use crate::admission::limits::Limiter;
 use crate::admission::{Admission, AdmissionLayer};
-use crate::auth::Authenticator;
 use crate::config::{ServeConfig, TlsFiles};
 use crate::connections::request_gate::ArrivalLayer;
 use crate::connections::{ConnectionLimits, Gate, GatedListener, IdleClose};
-use crate::error::{Error, Result};
 use crate::grpc::{
     ChangeGrpc, Deferred, LifecycleGrpc, MemoryGrpc, ProjectGrpc, SemanticGrpc, UsageGrpc, v1,
 };
-use crate::metrics::Metrics;
-use crate::pb::change_service_server::ChangeServiceServer;
-use crate::pb::lifecycle_service_server::LifecycleServiceServer;
-use crate::pb::memory_service_server::MemoryServiceServer;
-use crate::pb::project_service_server::ProjectServiceServer;
-use crate::pb::semantic_service_server::SemanticServiceServer;
-use crate::pb::usage_service_server::UsageServiceServer;
+use memmachine_core::error::{Error, Result};
+use memmachine_domain::auth::Authenticator;
+use memmachine_domain::metrics::Metrics;
+use memmachine_proto::v2::change_service_server::ChangeServiceServer;
+use memmachine_proto::v2::lifecycle_service_server::LifecycleServiceServer;
+use memmachine_proto::v2::memory_service_server::MemoryServiceServer;
+use memmachine_proto::v2::project_service_server::ProjectServiceServer;
+use memmachine_proto::v2::semantic_service_server::SemanticServiceServer;
+use memmachine_proto::v2::usage_service_server::UsageServiceServer;
 
 /// Most connections the metrics listener holds.
 const METRICS_CONNECTIONS: usize = 32;
@@ -50,14 +50,17 @@ type ChangeService = Deferred<ChangeServiceServer<ChangeGrpc>>;
 /// The deprecated v1 API's services, ready with the rest.
 #[derive(Clone, Default)]
 struct LegacyServices {
-    memory: Deferred<crate::pb_v1::memory_service_server::MemoryServiceServer<v1::MemoryGrpc>>,
-    sessions: Deferred<crate::pb_v1::session_service_server::SessionServiceServer<v1::SessionGrpc>>,
-    groups: Deferred<crate::pb_v1::group_service_server::GroupServiceServer<v1::GroupGrpc>>,
+    memory:
+        Deferred<memmachine_proto::v1::memory_service_server::MemoryServiceServer<v1::MemoryGrpc>>,
+    sessions: Deferred<
+        memmachine_proto::v1::session_service_server::SessionServiceServer<v1::SessionGrpc>,
+    >,
+    groups: Deferred<memmachine_proto::v1::group_service_server::GroupServiceServer<v1::GroupGrpc>>,
 }
 
 impl LegacyServices {
-    fn set(&self, legacy: &crate::legacy::Legacy, max_request_bytes: usize) {
-        use crate::pb_v1::{
+    fn set(&self, legacy: &memmachine_domain::legacy::Legacy, max_request_bytes: usize) {
+        use memmachine_proto::v1::{
             group_service_server::GroupServiceServer, memory_service_server::MemoryServiceServer,
             session_service_server::SessionServiceServer,
         };
@@ -408,7 +411,7 @@ fn reflection_v1() -> Result<
     >,
 > {
     tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(memmachine_proto::v2::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(|err| Error::Internal(format!("reflection: {err}")))
@@ -420,7 +423,7 @@ fn reflection_v1alpha() -> Result<
     >,
 > {
     tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(memmachine_proto::v2::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
         .map_err(|err| Error::Internal(format!("reflection: {err}")))

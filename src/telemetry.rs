@@ -5,7 +5,7 @@
 
 mod redact;
 
-use crate::urls::SecretUrl;
+use memmachine_core::urls::SecretUrl;
 use std::io::IsTerminal;
 
 use opentelemetry::trace::TracerProvider as _;
@@ -120,7 +120,7 @@ pub fn init(
     if let Some(endpoint) = otlp {
         // Errors may quote the URL: never with its secrets.
         let failed = |err: &dyn std::fmt::Display| {
-            crate::urls::redact_in(&format!("--otlp-endpoint {endpoint}: {err}"))
+            memmachine_core::urls::redact_in(&format!("--otlp-endpoint {endpoint}: {err}"))
         };
         let url = traces_url(endpoint).map_err(|err| failed(&err))?;
         let client = reqwest::blocking::Client::builder()
@@ -163,7 +163,7 @@ fn traces_url(endpoint: &str) -> Result<String, String> {
     if base.path().trim_end_matches('/').ends_with("/v1/traces") {
         return Ok(base.to_string());
     }
-    Ok(crate::urls::join_path(&base, "v1/traces").to_string())
+    Ok(memmachine_core::urls::join_path(&base, "v1/traces").to_string())
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ pub fn layer(policy: &BrowserPolicy, transport: Transport) -> CorsLayer {
     let headers = |names: &[&'static str]| -> Vec<HeaderName> {
         names.iter().map(|n| HeaderName::from_static(n)).collect()
     };
-    let mut allowed = headers(&["x-request-id", crate::auth::ROUTE_HEADER]);
+    let mut allowed = headers(&["x-request-id", memmachine_domain::auth::ROUTE_HEADER]);
     allowed.extend([AUTHORIZATION, CONTENT_TYPE]);
     let (methods, exposed) = match transport {
         Transport::Grpc => {

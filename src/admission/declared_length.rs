@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use futures::future::Either;
 use http::{HeaderValue, Request, Response, header};
 
-use crate::error::Error;
+use memmachine_core::error::Error;
 
 /// The body length a request declares (`Content-Length`), when it declares a valid one.
 pub fn declared(headers: &http::HeaderMap) -> Option<u64> {

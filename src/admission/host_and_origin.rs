@@ -13,7 +13,7 @@
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN, TRANSFER_ENCODING};
 use http::{HeaderMap, Method, Uri};
 
-use crate::error::Error;
+use memmachine_core::error::Error;
 
 /// Why a request was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]

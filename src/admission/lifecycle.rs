@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use crate::error::{Error, Result};
+use memmachine_core::error::{Error, Result};
 
 /// Health names of the memory services, reported one by one.
 pub const SERVICES: [&str; 2] = [

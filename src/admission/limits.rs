@@ -10,7 +10,7 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::error::Error;
+use memmachine_core::error::Error;
 
 /// The limits of `memmachine serve` (`--rate-limit`, `--rate-burst`,
 /// `--max-concurrent-per-key`); zero turns one off.
@@ -126,7 +126,7 @@ fn exhausted(message: String, retry_after: Duration) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Result;
+    use memmachine_core::error::Result;
 
     fn check(limiter: &Limiter, caller: &str) -> Result<()> {
         limiter.admit(caller).map(drop).map_err(|(_, err)| err)

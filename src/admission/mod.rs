@@ -27,9 +27,9 @@ use tracing::Instrument;
 pub use self::flags::Flags;
 use self::lifecycle::Lifecycle;
 use self::limits::Limiter;
-use crate::auth::{Authenticator, Caller};
-use crate::error::Error;
-use crate::metrics::Metrics;
+use memmachine_core::error::Error;
+use memmachine_domain::auth::{Authenticator, Caller};
+use memmachine_domain::metrics::Metrics;
 
 /// Header carrying the request id, taken from the client when it sends a sane one.
 pub const REQUEST_ID: &str = "x-request-id";
@@ -234,10 +234,10 @@ impl Admission {
                 )
                 .await?;
             if let Some(caller) = entry.caller.clone() {
-                let route = crate::auth::route(request.headers())?;
+                let route = memmachine_domain::auth::route(request.headers())?;
                 request
                     .extensions_mut()
-                    .insert(crate::auth::Access::new(caller, route));
+                    .insert(memmachine_domain::auth::Access::new(caller, route));
             }
             let allowed = deadline.saturating_duration_since(Instant::now());
             match tokio::time::timeout_at(deadline.into(), inner.call(request)).await {
@@ -392,7 +392,7 @@ pub fn authorization(headers: &http::HeaderMap) -> Option<Vec<u8>> {
 /// Logs how a call was answered: failures as warnings, refusals as information.
 pub fn log_answer(code: tonic::Code, elapsed: Duration, peer: &str) {
     let ms = elapsed.as_secs_f64() * 1e3;
-    let code_name = crate::metrics::code_name(code);
+    let code_name = memmachine_domain::metrics::code_name(code);
     match code {
         tonic::Code::Ok => tracing::debug!(code = code_name, ms, "call answered"),
         tonic::Code::Internal | tonic::Code::Unknown | tonic::Code::DataLoss => {

@@ -53,14 +53,14 @@ pub fn admit_change_stream(
     streams: &Arc<Watchers>,
     key_id: Option<&str>,
     peer: &str,
-) -> Result<WatchGuard, crate::error::Error> {
+) -> Result<WatchGuard, memmachine_core::error::Error> {
     let holder = match key_id {
         Some(key) => format!("key:{key}"),
         None => format!("peer:{peer}"),
     };
     streams
         .admit(&holder)
-        .ok_or_else(|| crate::error::Error::ResourceExhausted {
+        .ok_or_else(|| memmachine_core::error::Error::ResourceExhausted {
             message: "this key (or address) holds as many change streams as it may \
                       (--max-change-streams-per-key)"
                 .into(),

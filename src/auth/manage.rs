@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use super::keys::{IssuedKey, issue};
-use crate::error::Result;
-use crate::model::ids::validate_id;
-use crate::model::{ApiKeyRecord, KeyScope};
 use crate::store::{Store, StoreLocation};
+use memmachine_core::error::Result;
+use memmachine_core::model::ids::validate_id;
+use memmachine_core::model::{ApiKeyRecord, KeyScope};
+use memmachine_domain::auth::keys::{IssuedKey, issue};
 
 async fn closing<T>(store: Arc<dyn Store>, result: Result<T>) -> Result<T> {
     store.close().await?;

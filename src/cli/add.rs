@@ -13,7 +13,7 @@ use tokio::io::AsyncBufReadExt;
 use super::connect::Client;
 use super::output::{out, print_json, thousands};
 use super::{CliError, ClientArgs, MemoryTypeArg, key_value};
-use crate::pb;
+use memmachine_proto::v2 as pb;
 
 pub const ADD_HELP: &str = concat!(
     "\

@@ -6,11 +6,11 @@ use tonic::metadata::{AsciiMetadataValue, MetadataValue};
 use tonic::transport::Channel;
 
 use super::{CliError, ClientArgs};
-use crate::auth::ROUTE_HEADER;
-use crate::pb::memory_service_client::MemoryServiceClient;
-use crate::pb::project_service_client::ProjectServiceClient;
-use crate::pb::semantic_service_client::SemanticServiceClient;
 use crate::probe::{ProbeTls, connect_reason, endpoint};
+use memmachine_domain::auth::ROUTE_HEADER;
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2::semantic_service_client::SemanticServiceClient;
 
 /// The environment variable holding the API key.
 pub const API_KEY_ENV: &str = "MEMMACHINE_API_KEY";
@@ -103,9 +103,11 @@ impl Client {
     /// `LifecycleService`: feature history (and forgetting).
     pub fn lifecycle(
         &self,
-    ) -> crate::pb::lifecycle_service_client::LifecycleServiceClient<Channel> {
-        crate::pb::lifecycle_service_client::LifecycleServiceClient::new(self.channel.clone())
-            .max_decoding_message_size(MAX_ANSWER_BYTES)
+    ) -> memmachine_proto::v2::lifecycle_service_client::LifecycleServiceClient<Channel> {
+        memmachine_proto::v2::lifecycle_service_client::LifecycleServiceClient::new(
+            self.channel.clone(),
+        )
+        .max_decoding_message_size(MAX_ANSWER_BYTES)
     }
 
     /// `org/project` as the user named them (universal when unset).

@@ -6,7 +6,7 @@ use serde_json::json;
 use super::connect::Client;
 use super::output::{out, print_json};
 use super::{CliError, ClientArgs};
-use crate::pb;
+use memmachine_proto::v2 as pb;
 
 #[derive(Args, Debug)]
 pub struct DeleteArgs {

@@ -12,7 +12,7 @@ use super::output::{Table, feature_json, feature_table, out, print_json, time};
 use super::search::SetSelection;
 use super::{CliError, ClientArgs, key_value};
 use crate::grpc::convert::proto_struct;
-use crate::pb;
+use memmachine_proto::v2 as pb;
 
 /// The set a feature goes to: an id, or the set a selection names.
 #[derive(Args, Debug, Clone)]

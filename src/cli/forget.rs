@@ -7,8 +7,8 @@ use serde_json::json;
 use super::connect::Client;
 use super::output::{out, print_json};
 use super::{CliError, ClientArgs};
-use crate::pb;
-use crate::pb::lifecycle_service_client::LifecycleServiceClient;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::lifecycle_service_client::LifecycleServiceClient;
 
 #[derive(Args, Debug)]
 #[command(subcommand_negates_reqs = true)]

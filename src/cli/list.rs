@@ -7,7 +7,7 @@ use super::connect::Client;
 use super::output::{episode_json, episode_table, feature_json, feature_table, print_json};
 use super::search::SetSelection;
 use super::{CliError, ClientArgs};
-use crate::pb;
+use memmachine_proto::v2 as pb;
 
 /// The paging and filter flags of a listing.
 #[derive(Args, Debug, Clone)]

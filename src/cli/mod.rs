@@ -106,8 +106,8 @@ impl MemoryTypeArg {
         types
             .iter()
             .map(|t| match t {
-                MemoryTypeArg::Episodic => crate::pb::MemoryType::Episodic as i32,
-                MemoryTypeArg::Semantic => crate::pb::MemoryType::Semantic as i32,
+                MemoryTypeArg::Episodic => memmachine_proto::v2::MemoryType::Episodic as i32,
+                MemoryTypeArg::Semantic => memmachine_proto::v2::MemoryType::Semantic as i32,
             })
             .collect()
     }

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::CliError;
 use crate::grpc::convert::json_object;
-use crate::pb;
+use memmachine_proto::v2 as pb;
 
 /// Writes `text` and a newline to stdout. A closed pipe (`| head`) ends the command
 /// quietly, as other Unix tools do.

@@ -6,7 +6,7 @@ use serde_json::json;
 use super::connect::Client;
 use super::output::{Table, out, print_json, project_json, time};
 use super::{CliError, ClientArgs};
-use crate::pb;
+use memmachine_proto::v2 as pb;
 
 #[derive(Subcommand, Debug)]
 pub enum ProjectsCommand {

@@ -6,7 +6,7 @@ use serde_json::json;
 use super::connect::Client;
 use super::output::{Table, episode_json, feature_json, feature_table, out, print_json, time};
 use super::{CliError, ClientArgs, MemoryTypeArg, key_value};
-use crate::pb;
+use memmachine_proto::v2 as pb;
 
 /// Selects semantic sets by their metadata: `--user U` is `--set-meta producer_id=U`.
 #[derive(Args, Debug, Clone, Default)]
@@ -24,7 +24,7 @@ impl SetSelection {
         let mut metadata: std::collections::HashMap<_, _> = self.set_meta.iter().cloned().collect();
         if let Some(user) = &self.user {
             metadata.insert(
-                crate::semantic::sets::PRODUCER_TAG.to_string(),
+                memmachine_domain::semantic::sets::PRODUCER_TAG.to_string(),
                 user.clone(),
             );
         }

@@ -8,8 +8,8 @@ use serde_json::json;
 use super::connect::Client;
 use super::output::{Table, out, print_json, thousands, time};
 use super::{CliError, ClientArgs};
-use crate::pb;
-use crate::pb::usage_service_client::UsageServiceClient;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::usage_service_client::UsageServiceClient;
 
 #[derive(Args, Debug)]
 pub struct UsageArgs {

@@ -84,11 +84,20 @@ impl Flags {
                 Some(n) => n,
                 None => ConnectionLimits::default_max(),
             },
-            preface_timeout: crate::flags::positive(self.preface_timeout, "preface-timeout")?,
-            header_timeout: crate::flags::positive(self.header_timeout, "header-timeout")?,
+            preface_timeout: memmachine_domain::flags::positive(
+                self.preface_timeout,
+                "preface-timeout",
+            )?,
+            header_timeout: memmachine_domain::flags::positive(
+                self.header_timeout,
+                "header-timeout",
+            )?,
             min_body_rate: self.min_body_rate,
-            idle_timeout: Some(crate::flags::seconds(self.idle_timeout, "idle-timeout")?)
-                .filter(|t| !t.is_zero()),
+            idle_timeout: Some(memmachine_domain::flags::seconds(
+                self.idle_timeout,
+                "idle-timeout",
+            )?)
+            .filter(|t| !t.is_zero()),
             max_per_peer: self.max_connections_per_peer,
             trusted_proxies: self.trusted_proxies.clone(),
             health_reserve: self.health_reserve,

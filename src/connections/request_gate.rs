@@ -89,7 +89,7 @@ pub trait Answer: Sized + Send + 'static {
 
 impl Answer for tonic::body::Body {
     fn refusal(message: String) -> Response<Self> {
-        tonic::Status::from(crate::error::Error::ResourceExhausted {
+        tonic::Status::from(memmachine_core::error::Error::ResourceExhausted {
             message,
             retry_after: Some(Duration::from_secs(1)),
         })

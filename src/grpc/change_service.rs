@@ -8,11 +8,11 @@ use tonic::{Request, Response, Status};
 
 use super::convert;
 use crate::admission::watch::{Watchers, admit_change_stream};
-use crate::changes::{Changes, WatchKind, Watched};
-use crate::model::ProjectKey;
-use crate::pb;
-use crate::pb::change_service_server::ChangeService;
 use crate::store::MemoryChangeKind;
+use memmachine_core::model::ProjectKey;
+use memmachine_domain::changes::{Changes, WatchKind, Watched};
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::change_service_server::ChangeService;
 
 pub struct ChangeGrpc {
     changes: Changes,

@@ -2,12 +2,12 @@
 
 use prost_types::Timestamp;
 
-use crate::episodic::MessageInput;
-use crate::error::{Error, Result, Violations};
-use crate::memory::MemoryKind;
-use crate::model::episode::{CONTENT_TYPE_STRING, EPISODE_TYPE_MESSAGE};
-use crate::model::{self, ProjectKey};
-use crate::pb;
+use memmachine_core::error::{Error, Result, Violations};
+use memmachine_core::model::episode::{CONTENT_TYPE_STRING, EPISODE_TYPE_MESSAGE};
+use memmachine_core::model::{self, ProjectKey};
+use memmachine_domain::episodic::MessageInput;
+use memmachine_domain::memory::MemoryKind;
+use memmachine_proto::v2 as pb;
 
 pub fn timestamp(micros: i64) -> Timestamp {
     Timestamp {
@@ -193,7 +193,7 @@ pub fn proto_value(v: &serde_json::Value) -> prost_types::Value {
 }
 
 pub fn feature(
-    f: crate::semantic::model::Feature,
+    f: memmachine_domain::semantic::model::Feature,
     score: f64,
     citations: bool,
 ) -> pb::SemanticFeature {
@@ -217,7 +217,7 @@ pub fn feature(
     }
 }
 
-pub fn category(c: crate::semantic::model::Category) -> pb::Category {
+pub fn category(c: memmachine_domain::semantic::model::Category) -> pb::Category {
     pb::Category {
         id: c.id,
         name: c.name,
@@ -235,7 +235,7 @@ pub fn category(c: crate::semantic::model::Category) -> pb::Category {
     }
 }
 
-pub fn set_type(t: crate::semantic::model::SetType) -> pb::SetType {
+pub fn set_type(t: memmachine_domain::semantic::model::SetType) -> pb::SetType {
     pb::SetType {
         id: t.id,
         is_org_level: t.is_org_level,

@@ -65,7 +65,7 @@ where
             // The admission layer refuses memory calls before start-up ends, so this is
             // only a safety net.
             None => {
-                let status = tonic::Status::from(crate::error::Error::Unavailable(
+                let status = tonic::Status::from(memmachine_core::error::Error::Unavailable(
                     crate::admission::lifecycle::STARTING.into(),
                 ));
                 futures::future::ready(Ok(status.into_http())).boxed()

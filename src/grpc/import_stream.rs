@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use super::convert;
 use crate::admission::lifecycle::{Lifecycle, Phase};
-use crate::batch_import::{BatchSource, ImportBatch, ImportStop, Imported};
-use crate::error::{Error, Result};
-use crate::pb;
+use memmachine_core::error::{Error, Result};
+use memmachine_domain::batch_import::{BatchSource, ImportBatch, ImportStop, Imported};
+use memmachine_proto::v2 as pb;
 
 /// What an import needs from the server besides the domain.
 #[derive(Clone)]

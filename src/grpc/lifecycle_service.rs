@@ -4,8 +4,8 @@
 use tonic::{Request, Response, Status};
 
 use crate::domain::Domain;
-use crate::pb;
-use crate::pb::lifecycle_service_server::LifecycleService;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::lifecycle_service_server::LifecycleService;
 
 pub struct LifecycleGrpc {
     domain: Domain,

@@ -4,10 +4,10 @@ use tonic::{Request, Response, Status};
 
 use super::convert;
 use super::import_stream::{self, Drain, ImportSettings, Requests};
-use crate::episodic::SearchInput;
-use crate::memory::{ListInput, Listed, Memories};
-use crate::pb;
-use crate::pb::memory_service_server::MemoryService;
+use memmachine_domain::episodic::SearchInput;
+use memmachine_domain::memory::{ListInput, Listed, Memories};
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::memory_service_server::MemoryService;
 
 pub struct MemoryGrpc {
     memories: Memories,

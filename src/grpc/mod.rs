@@ -21,8 +21,10 @@ pub use semantic_service::SemanticGrpc;
 pub use usage_service::UsageGrpc;
 
 /// The caller the admission layer recorded, and the request's message.
-fn split<T>(request: tonic::Request<T>) -> Result<(crate::auth::Access, T), tonic::Status> {
-    let caller = crate::auth::caller_of(request.extensions())?.clone();
+fn split<T>(
+    request: tonic::Request<T>,
+) -> Result<(memmachine_domain::auth::Access, T), tonic::Status> {
+    let caller = memmachine_domain::auth::caller_of(request.extensions())?.clone();
     Ok((caller, request.into_inner()))
 }
 
@@ -30,7 +32,7 @@ fn split<T>(request: tonic::Request<T>) -> Result<(crate::auth::Access, T), toni
 pub fn methods() -> std::collections::HashSet<String> {
     use prost::Message;
     let sets = [
-        crate::pb::FILE_DESCRIPTOR_SET,
+        memmachine_proto::v2::FILE_DESCRIPTOR_SET,
         tonic_health::pb::FILE_DESCRIPTOR_SET,
         tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET,
         tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,

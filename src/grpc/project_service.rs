@@ -3,10 +3,10 @@
 use tonic::{Request, Response, Status};
 
 use super::convert;
-use crate::model::{EpisodicConfigUpdate, ProjectConfig};
-use crate::pb;
-use crate::pb::project_service_server::ProjectService;
-use crate::projects::Projects;
+use memmachine_core::model::{EpisodicConfigUpdate, ProjectConfig};
+use memmachine_domain::projects::Projects;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::project_service_server::ProjectService;
 
 pub struct ProjectGrpc {
     projects: Projects,

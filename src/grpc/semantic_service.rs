@@ -3,11 +3,11 @@
 use tonic::{Request, Response, Status};
 
 use super::convert;
-use crate::model::Project;
-use crate::pb;
-use crate::pb::semantic_service_server::SemanticService;
-use crate::projects::Projects;
-use crate::semantic::{FeatureChange, FeatureInput, FeatureSearch, SemanticMemory};
+use memmachine_core::model::Project;
+use memmachine_domain::projects::Projects;
+use memmachine_domain::semantic::{FeatureChange, FeatureInput, FeatureSearch, SemanticMemory};
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::semantic_service_server::SemanticService;
 
 pub struct SemanticGrpc {
     projects: Projects,

@@ -4,10 +4,10 @@ use tonic::{Request, Response, Status};
 
 use super::convert;
 use crate::domain::Domain;
-use crate::error::Error;
-use crate::pb;
-use crate::pb::usage_service_server::UsageService;
-use crate::usage::{Budget, Figures};
+use memmachine_core::error::Error;
+use memmachine_domain::usage::{Budget, Figures};
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::usage_service_server::UsageService;
 
 pub struct UsageGrpc {
     domain: Domain,

@@ -18,9 +18,9 @@ use tower::Layer;
 
 use super::Scope;
 use super::tools::MemoryTools;
-use crate::auth::Caller;
 use crate::domain::Domain;
-use crate::error::Error;
+use memmachine_core::error::Error;
+use memmachine_domain::auth::Caller;
 
 /// The tower service to nest at `/mcp`: tools answer once `domain` is set.
 pub fn service(
@@ -101,12 +101,12 @@ async fn admit(State(owners): State<Owners>, mut request: Request, next: Next) -
         Err(err) => return refusal(StatusCode::BAD_REQUEST, &err),
     };
     // The gateway's admission authenticated the request and recorded its caller.
-    let caller = match crate::auth::caller_of(request.extensions()) {
+    let caller = match memmachine_domain::auth::caller_of(request.extensions()) {
         Ok(caller) => caller,
         Err(err) => return refusal(StatusCode::FORBIDDEN, &err),
     };
     if let Err(err) = caller.project(&scope.project.org_id, &scope.project.project_id) {
-        let status = crate::error::http_status(err.grpc_code());
+        let status = memmachine_core::error::http_status(err.grpc_code());
         return refusal(status, &err);
     }
     let caller = caller.caller().clone();

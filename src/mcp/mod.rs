@@ -7,8 +7,8 @@ pub mod http;
 pub mod stdio;
 pub mod tools;
 
-use crate::error::{Error, Result};
-use crate::model::ProjectKey;
+use memmachine_core::error::{Error, Result};
+use memmachine_core::model::ProjectKey;
 
 /// The user a scope names when none is given.
 pub const DEFAULT_USER: &str = "user";

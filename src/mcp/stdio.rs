@@ -10,8 +10,8 @@ use rmcp::ServiceExt;
 use super::Scope;
 use super::tools::MemoryTools;
 use crate::config::{ServeArgs, ServeConfig};
-use crate::error::{Error, Result};
-use crate::metrics::Metrics;
+use memmachine_core::error::{Error, Result};
+use memmachine_domain::metrics::Metrics;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct McpArgs {

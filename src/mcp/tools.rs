@@ -19,12 +19,12 @@ use serde::{Deserialize, Serialize};
 
 use super::Scope;
 use crate::domain::Domain;
-use crate::episodic::{MessageInput, SearchInput};
-use crate::error::Error;
-use crate::memory::{ListInput, Listed, MemoryKind};
-use crate::model::Episode;
-use crate::model::filter::{self, Expr, Field, SystemField};
-use crate::semantic::model::Feature;
+use memmachine_core::error::Error;
+use memmachine_core::model::Episode;
+use memmachine_core::model::filter::{self, Expr, Field, SystemField};
+use memmachine_domain::episodic::{MessageInput, SearchInput};
+use memmachine_domain::memory::{ListInput, Listed, MemoryKind};
+use memmachine_domain::semantic::model::Feature;
 
 /// Where a handler's scope comes from.
 #[derive(Clone)]
@@ -349,7 +349,7 @@ impl MemoryTools {
             as_of: None,
         };
         let sets = BTreeMap::from([(
-            crate::semantic::sets::PRODUCER_TAG.to_string(),
+            memmachine_domain::semantic::sets::PRODUCER_TAG.to_string(),
             scope.user.clone(),
         )]);
         Ok(
@@ -400,7 +400,7 @@ impl MemoryTools {
                 MemoryType::Semantic => None,
             },
             set_metadata: BTreeMap::from([(
-                crate::semantic::sets::PRODUCER_TAG.to_string(),
+                memmachine_domain::semantic::sets::PRODUCER_TAG.to_string(),
                 scope.user.clone(),
             )]),
         };
@@ -440,7 +440,8 @@ impl MemoryTools {
                     .await
             }
             MemoryType::Semantic => {
-                let user_set = crate::semantic::sets::user_set(&scope.project, &scope.user).set_id;
+                let user_set =
+                    memmachine_domain::semantic::sets::user_set(&scope.project, &scope.user).set_id;
                 domain
                     .memories
                     .delete_features_in_set(&scope.project, &user_set, &input.ids)
@@ -474,7 +475,8 @@ impl MemoryTools {
             Err(refusal) => return Ok(refusal),
         };
         // The user's set alone, not the org's and project's it selects with it.
-        let user_set = crate::semantic::sets::user_set(&scope.project, &scope.user).set_id;
+        let user_set =
+            memmachine_domain::semantic::sets::user_set(&scope.project, &scope.user).set_id;
         let list = ListInput {
             as_of: None,
             kind: Some(MemoryKind::Semantic),
@@ -484,7 +486,7 @@ impl MemoryTools {
             filter: String::new(),
             scope: Some(filter::equals(Field::System(SystemField::SetId), &user_set)),
             set_metadata: BTreeMap::from([(
-                crate::semantic::sets::PRODUCER_TAG.to_string(),
+                memmachine_domain::semantic::sets::PRODUCER_TAG.to_string(),
                 scope.user.clone(),
             )]),
         };

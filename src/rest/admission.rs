@@ -15,7 +15,7 @@ use tracing::Instrument;
 use super::{ApiError, Gateway};
 use crate::admission::host_and_origin::Refusal;
 use crate::admission::{CallRecord, REQUEST_ID, authorization, call_span, log_answer, request_id};
-use crate::error::Error;
+use memmachine_core::error::Error;
 
 /// Routes anyone may call, before the server is ready and without a key.
 const PUBLIC: [&str; 2] = ["/api/v2/health", "/api/v2/openapi.json"];
@@ -56,10 +56,10 @@ pub async fn admit(State(gateway): State<Gateway>, mut request: Request, next: N
             )
         };
         if let Some(caller) = entry.as_ref().and_then(|e| e.caller.clone()) {
-            let route = crate::auth::route(request.headers())?;
+            let route = memmachine_domain::auth::route(request.headers())?;
             request
                 .extensions_mut()
-                .insert(crate::auth::Access::new(caller, route));
+                .insert(memmachine_domain::auth::Access::new(caller, route));
         }
         let response = tokio::time::timeout(timeout, next.run(request))
             .await
@@ -83,7 +83,7 @@ pub async fn admit(State(gateway): State<Gateway>, mut request: Request, next: N
         if public {
             // Probes answer 503 every few hundred ms while the server starts or drains.
             tracing::debug!(
-                code = crate::metrics::code_name(code),
+                code = memmachine_domain::metrics::code_name(code),
                 "public route answered"
             );
         } else {

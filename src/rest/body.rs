@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
 use super::ApiError;
-use crate::error::Error;
+use memmachine_core::error::Error;
 
 /// A JSON request body of type `T`.
 pub struct Body<T>(pub T);

@@ -22,11 +22,11 @@ use utoipa_axum::routes;
 use super::shapes::{EpisodeJson, FeatureJson};
 use super::{ApiError, Gateway};
 use crate::admission::watch::admit_change_stream;
-use crate::auth::Access;
-use crate::changes::{WatchKind, Watched};
-use crate::error::Error;
-use crate::model::ProjectKey;
 use crate::store::MemoryChangeKind;
+use memmachine_core::error::Error;
+use memmachine_core::model::ProjectKey;
+use memmachine_domain::auth::Access;
+use memmachine_domain::changes::{WatchKind, Watched};
 
 pub fn routes() -> OpenApiRouter<Gateway> {
     OpenApiRouter::new().routes(routes!(watch_changes))
@@ -159,7 +159,7 @@ fn event(key: &ProjectKey, w: Watched) -> Event {
 
 /// The reason a stream ended early, as its last event.
 fn error_event(err: Error) -> Event {
-    let code = crate::metrics::code_name(err.grpc_code());
+    let code = memmachine_domain::metrics::code_name(err.grpc_code());
     let message = err.bounded().to_string();
     let data = serde_json::json!({"code": code, "message": message}).to_string();
     Event::default().event("error").data(data)

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use crate::error::{Error, Result};
-use crate::retrieval::ranking::Ranking;
-use crate::runtime_settings::{Change, Fixed};
+use memmachine_core::error::{Error, Result};
+use memmachine_domain::retrieval::ranking::Ranking;
+use memmachine_domain::runtime_settings::{Change, Fixed};
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
 pub struct LongTermUpdate {

@@ -6,7 +6,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::error::{Error, http_status};
+use memmachine_core::error::{Error, http_status};
 
 /// A domain error on its way to an HTTP client.
 #[derive(Debug)]
@@ -66,7 +66,7 @@ impl IntoResponse for ApiError {
                 "code": status.as_u16(),
                 "message": message,
                 "internal_error": "",
-                "exception": crate::metrics::code_name(code),
+                "exception": memmachine_domain::metrics::code_name(code),
                 "trace": "",
                 "field_violations": violations,
             }

@@ -13,8 +13,8 @@ use super::body::Body;
 use super::projects::key;
 use super::shapes::{ProjectRef, time};
 use super::{ApiError, Gateway};
-use crate::auth::Access;
 use crate::store::{ChangedBy, FeatureVersion};
+use memmachine_domain::auth::Access;
 
 pub fn routes() -> OpenApiRouter<Gateway> {
     OpenApiRouter::new().routes(routes!(feature_history))

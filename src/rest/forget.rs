@@ -11,8 +11,8 @@ use utoipa_axum::routes;
 use super::body::Body;
 use super::shapes::time;
 use super::{ApiError, Gateway};
-use crate::auth::Access;
 use crate::store::ForgetReceipt;
+use memmachine_domain::auth::Access;
 
 pub fn routes() -> OpenApiRouter<Gateway> {
     OpenApiRouter::new()

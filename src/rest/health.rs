@@ -11,7 +11,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::Gateway;
-use crate::auth::Access;
+use memmachine_domain::auth::Access;
 
 pub fn routes() -> OpenApiRouter<Gateway> {
     OpenApiRouter::new()

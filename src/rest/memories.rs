@@ -14,10 +14,10 @@ use super::body::Body;
 use super::projects::key;
 use super::shapes::{EpisodeJson, FeatureJson, ProjectRef, ScoredEpisodeJson};
 use super::{ApiError, Gateway};
-use crate::auth::Access;
-use crate::episodic::{MessageInput, SearchInput};
-use crate::error::{Error, Result, Violations};
-use crate::memory::{ListInput, Listed, MemoryKind};
+use memmachine_core::error::{Error, Result, Violations};
+use memmachine_domain::auth::Access;
+use memmachine_domain::episodic::{MessageInput, SearchInput};
+use memmachine_domain::memory::{ListInput, Listed, MemoryKind};
 
 pub fn routes() -> OpenApiRouter<Gateway> {
     OpenApiRouter::new()
@@ -174,7 +174,7 @@ fn messages(messages: Vec<MessageJson>) -> Result<Vec<MessageInput>> {
 /// A message's time as Unix seconds and nanoseconds, in the forms MemMachine accepts
 /// (read as filters read them, `model::instant`).
 fn timestamp(field: &str, value: &serde_json::Value) -> Result<Option<(i64, i32)>> {
-    use crate::model::instant;
+    use memmachine_core::model::instant;
     let time = match value {
         serde_json::Value::Null => return Ok(None),
         serde_json::Value::Number(n) => n.as_f64().and_then(instant::from_unix),
@@ -410,7 +410,7 @@ async fn list_memories(
     let mut features = None;
     if both {
         features = Some(Vec::new());
-        if crate::semantic::parse_filter("filter", &r.filter).is_ok()
+        if memmachine_domain::semantic::parse_filter("filter", &r.filter).is_ok()
             && let Listed::Features(listed, _) = memories
                 .list(&key, input(Some(MemoryKind::Semantic)))
                 .await?

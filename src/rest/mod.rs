@@ -68,7 +68,7 @@ impl Gateway {
 
     fn domain(&self) -> Result<&Domain, ApiError> {
         self.domain.get().ok_or_else(|| {
-            ApiError::from(crate::error::Error::Unavailable(
+            ApiError::from(memmachine_core::error::Error::Unavailable(
                 "the server is starting; retry in a moment".into(),
             ))
         })
@@ -125,7 +125,7 @@ struct ApiDoc;
 fn document_routing_header(document: &mut utoipa::openapi::OpenApi) {
     use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
     let parameter = ParameterBuilder::new()
-        .name(crate::auth::ROUTE_HEADER)
+        .name(memmachine_domain::auth::ROUTE_HEADER)
         .parameter_in(ParameterIn::Header)
         .required(utoipa::openapi::Required::False)
         .description(Some(

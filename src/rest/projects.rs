@@ -12,9 +12,9 @@ use utoipa_axum::routes;
 use super::body::Body;
 use super::shapes::{ProjectConfigJson, ProjectJson, ProjectRef};
 use super::{ApiError, Gateway};
-use crate::auth::Access;
-use crate::error::{Error, Violations};
-use crate::model::{EpisodicConfigUpdate, ProjectConfig, ProjectKey};
+use memmachine_core::error::{Error, Violations};
+use memmachine_core::model::{EpisodicConfigUpdate, ProjectConfig, ProjectKey};
+use memmachine_domain::auth::Access;
 
 pub fn routes() -> OpenApiRouter<Gateway> {
     OpenApiRouter::new()
@@ -301,7 +301,7 @@ async fn switch(
     gateway: &Gateway,
     caller: &Access,
     r: &ProjectRef,
-    read: fn(&crate::model::EpisodicConfig) -> bool,
+    read: fn(&memmachine_core::model::EpisodicConfig) -> bool,
 ) -> Reply<Json<Enabled>> {
     let key = key(caller, r)?;
     let c = gateway.domain()?.projects.episodic_config(&key).await?;

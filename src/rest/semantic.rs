@@ -15,9 +15,9 @@ use super::body::Body;
 use super::projects::key;
 use super::shapes::{FeatureJson, ProjectRef};
 use super::{ApiError, Gateway};
-use crate::auth::Access;
-use crate::model::Project;
-use crate::semantic::{FeatureChange, FeatureInput, SemanticMemory};
+use memmachine_core::model::Project;
+use memmachine_domain::auth::Access;
+use memmachine_domain::semantic::{FeatureChange, FeatureInput, SemanticMemory};
 
 pub fn routes() -> OpenApiRouter<Gateway> {
     OpenApiRouter::new()
@@ -623,9 +623,9 @@ async fn delete_tag(
 
 /// A delete's outcome as MemMachine's REST answers it: an id that is not there (or not
 /// the caller's project's) is already deleted (gRPC answers `NOT_FOUND`).
-fn deleted<T>(outcome: crate::error::Result<T>) -> crate::error::Result<()> {
+fn deleted<T>(outcome: memmachine_core::error::Result<T>) -> memmachine_core::error::Result<()> {
     match outcome {
-        Ok(_) | Err(crate::error::Error::NotFound(_)) => Ok(()),
+        Ok(_) | Err(memmachine_core::error::Error::NotFound(_)) => Ok(()),
         Err(err) => Err(err),
     }
 }

@@ -24,7 +24,7 @@ use crate::connections::{GatedListener, Mark, RequestGuard};
 impl Answer for axum::body::Body {
     fn refusal(message: String) -> http::Response<Self> {
         use axum::response::IntoResponse;
-        super::error::ApiError::from(crate::error::Error::ResourceExhausted {
+        super::error::ApiError::from(memmachine_core::error::Error::ResourceExhausted {
             message,
             retry_after: Some(std::time::Duration::from_secs(1)),
         })

@@ -16,11 +16,11 @@ use super::config_updates::{
     EpisodicUpdate, LongTermUpdate, MemoryUpdate, SemanticUpdate, ShortTermUpdate,
 };
 use super::{ApiError, Gateway};
-use crate::auth::{Access, Caller};
-use crate::error::Error;
-use crate::resource_status::{Kind, Status};
-use crate::retrieval::ranking::{Mode, Ranking};
-use crate::runtime_settings::{Change, Effective};
+use memmachine_core::error::Error;
+use memmachine_domain::auth::{Access, Caller};
+use memmachine_domain::resource_status::{Kind, Status};
+use memmachine_domain::retrieval::ranking::{Mode, Ranking};
+use memmachine_domain::runtime_settings::{Change, Effective};
 
 /// What the server was started with, for the configuration API.
 pub struct Settings {
@@ -253,10 +253,10 @@ async fn resources(gateway: &Gateway, caller: &Caller) -> Result<Resources, ApiE
     let database = Status::of(&gateway.domain()?.semantic.store().health().await);
     let mut notes = Vec::new();
     if default_embedder(gateway)?.is_none() {
-        notes.push(crate::resource_status::NO_EMBEDDER);
+        notes.push(memmachine_domain::resource_status::NO_EMBEDDER);
     }
     if !gateway.domain()?.semantic.has_model() {
-        notes.push(crate::resource_status::NO_LANGUAGE_MODEL);
+        notes.push(memmachine_domain::resource_status::NO_LANGUAGE_MODEL);
     }
     Ok(Resources {
         notes,

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::model::{Episode, Project, ProjectKey};
-use crate::semantic::model::Feature;
+use memmachine_core::model::{Episode, Project, ProjectKey};
+use memmachine_domain::semantic::model::Feature;
 
 /// Names a project; empty or omitted ids are `universal`.
 #[derive(Debug, Default, Deserialize, ToSchema)]

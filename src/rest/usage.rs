@@ -11,9 +11,9 @@ use utoipa_axum::routes;
 
 use super::body::Body;
 use super::{ApiError, Gateway};
-use crate::auth::Access;
-use crate::error::Error;
-use crate::usage::{Budget, Figures};
+use memmachine_core::error::Error;
+use memmachine_domain::auth::Access;
+use memmachine_domain::usage::{Budget, Figures};
 
 pub fn routes() -> OpenApiRouter<Gateway> {
     OpenApiRouter::new()

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::Store;
 use super::sqlite::{DB_FILE, SqliteStore};
-use crate::error::{Error, Result};
+use memmachine_core::error::{Error, Result};
 
 /// Where the store is.
 #[derive(Clone, PartialEq, Eq)]
@@ -30,7 +30,7 @@ impl StoreLocation {
             }
             Some(other) => Err(format!(
                 "unknown --store {:?}: use sqlite, sqlite:///DIR or postgres://USER@HOST:PORT/DB",
-                crate::urls::redact(other)
+                memmachine_core::urls::redact(other)
             )),
         }
     }
@@ -39,7 +39,9 @@ impl StoreLocation {
     pub fn describe(&self) -> String {
         match self {
             StoreLocation::Sqlite(dir) => format!("sqlite {}", dir.join(DB_FILE).display()),
-            StoreLocation::Postgres(url) => format!("postgres {}", crate::urls::redact(url)),
+            StoreLocation::Postgres(url) => {
+                format!("postgres {}", memmachine_core::urls::redact(url))
+            }
         }
     }
 
@@ -59,7 +61,7 @@ impl std::fmt::Debug for StoreLocation {
             StoreLocation::Sqlite(dir) => f.debug_tuple("Sqlite").field(dir).finish(),
             StoreLocation::Postgres(url) => f
                 .debug_tuple("Postgres")
-                .field(&crate::urls::redact(url))
+                .field(&memmachine_core::urls::redact(url))
                 .finish(),
         }
     }

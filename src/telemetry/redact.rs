@@ -69,7 +69,7 @@ impl<W: Write> Write for RedactingWriter<W> {
         }
         let mut masked = text.into_owned();
         for secret in self.secrets.iter() {
-            masked = masked.replace(secret.as_str(), crate::urls::MASK);
+            masked = masked.replace(secret.as_str(), memmachine_core::urls::MASK);
         }
         self.inner.write_all(masked.as_bytes())?;
         Ok(buf.len())

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use memmachine_domain::transfer::{Counts, ExportOptions, ImportOptions, export, import};
 
-use crate::error::{Error, Result};
 use crate::store::{Store, StoreLocation};
+use memmachine_core::error::{Error, Result};
 
 async fn closing<T>(store: std::sync::Arc<dyn Store>, result: Result<T>) -> Result<T> {
     let closed = store.close().await;

@@ -213,10 +213,10 @@ fn keys_need_a_valid_org_or_admin() {
 #[allow(clippy::needless_update)]
 async fn an_org_key_reaches_no_method_of_another_org() {
     use common::calls::{count, with_key};
-    use memmachine::pb;
-    use memmachine::pb::memory_service_client::MemoryServiceClient;
-    use memmachine::pb::project_service_client::ProjectServiceClient;
-    use memmachine::pb::semantic_service_client::SemanticServiceClient;
+    use memmachine_proto::v2 as pb;
+    use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+    use memmachine_proto::v2::project_service_client::ProjectServiceClient;
+    use memmachine_proto::v2::semantic_service_client::SemanticServiceClient;
 
     let server = InProcess::start_with(|config| config.auth = true).await;
     let dir = server.data_dir.path().to_path_buf();

@@ -34,9 +34,9 @@ use crate::common::ServerProcess;
 use crate::common::chat::{ChatCall, ChatServer, ScriptedReply};
 use crate::common::embeddings::{Script, scripted_embeddings};
 use crate::common::paging::collect_pages;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
-use memmachine::pb::{self, MemoryType};
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2::{self as pb, MemoryType};
 use tonic::transport::Channel;
 
 const ORG: &str = "crash";

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::InProcess;
 use crate::common::calls::{count, create_project, frame};
-use memmachine::pb;
+use memmachine_proto::v2 as pb;
 use sqlx::Connection;
 
 /// The episode count's query, as `pg_stat_activity` shows it.

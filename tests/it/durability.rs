@@ -8,9 +8,9 @@ use std::time::Duration;
 use crate::common;
 use crate::common::ServerProcess;
 use crate::common::paging::collect_pages;
-use memmachine::pb;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
 
 const WRITERS: usize = 4;
 const BATCH: usize = 20;

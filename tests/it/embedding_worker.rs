@@ -12,9 +12,9 @@ use std::time::Duration;
 use crate::common::embeddings::{Script, scripted_embeddings};
 use crate::common::{InProcess, free_port};
 use memmachine::config::EmbedderKind;
-use memmachine::pb;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
 use tonic::transport::Channel;
 
 /// A server embedding through the scripted endpoint: the server, the endpoint's request
@@ -24,7 +24,7 @@ async fn server(script: Script) -> (InProcess, Arc<AtomicUsize>, String) {
     let metrics = free_port();
     let server = InProcess::start_with(|config| {
         config.embedder.kind = Some(EmbedderKind::Openai);
-        config.embedder.base_url = Some(memmachine::urls::SecretUrl::new(url));
+        config.embedder.base_url = Some(memmachine_core::urls::SecretUrl::new(url));
         config.embedder.model = Some("scripted".into());
         config.metrics_listen = Some(metrics);
     })
@@ -170,14 +170,14 @@ async fn a_hanging_embedder_holds_up_only_its_own_projects() {
 /// and let go of the store.
 #[tokio::test]
 async fn workers_stop_when_their_queue_is_dropped() {
-    use memmachine::embed::registry::Embedders;
-    use memmachine::episodic::embedding::{EmbeddingQueue, spawn_workers};
+    use memmachine_domain::embed::registry::Embedders;
+    use memmachine_domain::episodic::embedding::{EmbeddingQueue, spawn_workers};
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn memmachine::store::Store> =
         Arc::new(memmachine::store::sqlite::SqliteStore::open(dir.path()).unwrap());
     let embedders = Embedders::new(None, None);
     let queue = EmbeddingQueue::default();
-    let metrics = Arc::new(memmachine::metrics::Metrics::new());
+    let metrics = Arc::new(memmachine_domain::metrics::Metrics::new());
     spawn_workers(
         store.clone(),
         &embedders,

@@ -10,9 +10,9 @@ use crate::common::calls::create_project;
 use crate::common::child::Supervised;
 use crate::common::{ServerProcess, free_port};
 use crate::external_clients::{repo_root, tool};
-use memmachine::pb;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
 use tonic::transport::Channel;
 
 /// `examples/python/follow_changes.py`, its output lines collected as they come.

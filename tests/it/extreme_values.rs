@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use crate::common::ServerProcess;
 use crate::common::mcp_http::Session;
-use memmachine::pb;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
-use memmachine::pb::semantic_service_client::SemanticServiceClient;
-use memmachine::pb_v1 as v1;
+use memmachine_proto::v1;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2::semantic_service_client::SemanticServiceClient;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{Value, json};

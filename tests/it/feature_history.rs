@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use crate::common::InProcess;
 use crate::common::chat::{ChatServer, favourites};
-use memmachine::pb::lifecycle_service_client::LifecycleServiceClient;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
-use memmachine::pb::semantic_service_client::SemanticServiceClient;
-use memmachine::pb::{self, FeatureChange, MemoryType};
+use memmachine_proto::v2::lifecycle_service_client::LifecycleServiceClient;
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2::semantic_service_client::SemanticServiceClient;
+use memmachine_proto::v2::{self as pb, FeatureChange, MemoryType};
 use prost_types::Timestamp;
 use tonic::Code;
 use tonic::transport::Channel;
@@ -334,7 +334,7 @@ async fn consolidation_keeps_its_sources_history() {
     let chat = ChatServer::start(favourites);
     let url = chat.url.clone();
     let server = InProcess::start_with(move |config| {
-        config.llm.base_url = Some(memmachine::urls::SecretUrl::new(url));
+        config.llm.base_url = Some(memmachine_core::urls::SecretUrl::new(url));
         config.llm.model = Some("scripted".into());
         config.llm.max_calls_per_minute = None;
         config.ingest.trigger_messages = 1;

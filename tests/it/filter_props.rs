@@ -5,11 +5,11 @@
 use std::sync::Arc;
 
 use crate::common;
-use memmachine::model::filter::{Expr, parse};
-use memmachine::model::{EpisodeHandle, NewEpisode, ProjectConfig, ProjectKey};
-use memmachine::retrieval::index_cache::IndexCache;
-use memmachine::retrieval::tokenize::query_terms;
 use memmachine::store::Store;
+use memmachine_core::model::filter::{Expr, parse};
+use memmachine_core::model::{EpisodeHandle, NewEpisode, ProjectConfig, ProjectKey};
+use memmachine_domain::retrieval::index_cache::IndexCache;
+use memmachine_domain::retrieval::tokenize::query_terms;
 use proptest::prelude::*;
 
 /// Fragments that make up filters, so generated strings reach deep into the grammar.
@@ -184,7 +184,7 @@ fn ranked(
     key: &ProjectKey,
     filter: Option<&Expr>,
     limit: usize,
-) -> memmachine::error::Result<Vec<i64>> {
+) -> memmachine_core::error::Result<Vec<i64>> {
     let (terms, filter) = (query_terms("talking"), filter.cloned());
     let hits = runtime.block_on(cache.read(key, None, move |index| {
         index.lexical(&terms, filter.as_ref(), limit)
@@ -196,8 +196,8 @@ fn ranked(
 /// applies agree on every filter: the same episodes pass both.
 #[test]
 fn sql_and_in_memory_filters_agree() {
-    use memmachine::model::filter_eval::matches;
-    use memmachine::retrieval::episode_fields::EpisodeFields;
+    use memmachine_core::model::filter_eval::matches;
+    use memmachine_domain::retrieval::episode_fields::EpisodeFields;
 
     let (store, key, _dir, runtime) = seeded_store("agree", varied_episodes());
     let cache = IndexCache::new(store.clone(), 64 << 20);
@@ -344,8 +344,8 @@ fn every_accepted_filter_runs_against_the_store() {
 /// `MEMMACHINE_TEST_POSTGRES`.
 #[test]
 fn postgres_and_in_memory_filters_agree() {
-    use memmachine::model::filter_eval::matches;
-    use memmachine::retrieval::episode_fields::EpisodeFields;
+    use memmachine_core::model::filter_eval::matches;
+    use memmachine_domain::retrieval::episode_fields::EpisodeFields;
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let Some(url) = runtime.block_on(common::postgres::fresh_database()) else {

@@ -4,7 +4,7 @@
 
 use crate::common::InProcess;
 use crate::common::calls::frame;
-use memmachine::pb;
+use memmachine_proto::v2 as pb;
 use prost::Message;
 
 /// Splits a gRPC-Web response body into its data frames and its trailer text.
@@ -29,7 +29,7 @@ async fn server_and_key() -> (InProcess, String) {
     let server = InProcess::start_with(|config| config.auth = true).await;
     let key = memmachine::auth::manage::create(
         &server.store,
-        memmachine::model::KeyScope::Org("acme".into()),
+        memmachine_core::model::KeyScope::Org("acme".into()),
         "browser",
     )
     .await

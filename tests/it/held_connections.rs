@@ -15,8 +15,8 @@ use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 use crate::common::ServerProcess;
 use crate::common::child::Run;
-use memmachine::pb;
-use memmachine::pb::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
 
 /// A channel to `server` whose one connection comes from `source` (a loopback
 /// address of its own: the server counts connections per address).

@@ -12,9 +12,9 @@ use crate::common::InProcess;
 use crate::common::calls::frame;
 use crate::common::child::Run;
 use crate::common::paging::collect_pages;
-use memmachine::pb;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
 use prost::Message;
 use tokio::io::AsyncReadExt;
 use tonic::Code;
@@ -354,7 +354,7 @@ async fn the_bearer_scheme_is_case_insensitive() {
     let server = InProcess::start_with(|config| config.auth = true).await;
     let token = memmachine::auth::manage::create(
         &server.store,
-        memmachine::model::KeyScope::Org("acme".into()),
+        memmachine_core::model::KeyScope::Org("acme".into()),
         "",
     )
     .await

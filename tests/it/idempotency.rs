@@ -8,10 +8,10 @@
 use std::time::Duration;
 
 use crate::common::ServerProcess;
-use memmachine::pb;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
-use memmachine::pb_v1 as v1;
+use memmachine_proto::v1;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
 use tonic::Code;
 use tonic::transport::Channel;
 use tonic_types::StatusExt;

@@ -24,7 +24,7 @@ async fn not_serving_while_starting() {
     let (endpoint, _) = scripted_embeddings(Script::Slow(Duration::from_millis(1500))).await;
     let server = InProcess::launch_with(|config| {
         config.embedder.kind = Some(EmbedderKind::Openai);
-        config.embedder.base_url = Some(memmachine::urls::SecretUrl::new(endpoint));
+        config.embedder.base_url = Some(memmachine_core::urls::SecretUrl::new(endpoint));
         config.embedder.model = Some("slow-model".into());
     })
     .await;

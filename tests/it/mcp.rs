@@ -15,8 +15,8 @@ use crate::common;
 use crate::common::ServerProcess;
 use crate::common::calls::{create_project, with_key};
 use crate::common::child::Run;
-use memmachine::pb;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
 use tonic::transport::Channel;
 
 const SETUP_HINT: &str = "run `bash scripts/setup-test-tools.sh` to install the MCP client (the \

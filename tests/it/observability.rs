@@ -8,8 +8,8 @@ use crate::common::calls::{add, create_project, get_project, search, with_key};
 use crate::common::child::Run;
 use crate::common::{InProcess, ServerProcess, free_port};
 use memmachine::config::EmbedderKind;
-use memmachine::pb;
-use memmachine::pb::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
 
 /// The value of the sample whose line starts with `series` (name and labels).
 fn sample(text: &str, series: &str) -> Option<f64> {
@@ -183,7 +183,7 @@ async fn json_logs_carry_the_request_id_and_never_contents_or_keys() {
         ))
         .await
         .unwrap();
-    memmachine::pb::memory_service_client::MemoryServiceClient::new(channel.clone())
+    memmachine_proto::v2::memory_service_client::MemoryServiceClient::new(channel.clone())
         .add_memories(with_key(
             pb::AddMemoriesRequest {
                 org_id: "acme".into(),

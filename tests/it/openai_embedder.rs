@@ -10,8 +10,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::post;
-use memmachine::embed::openai::{OpenAiConfig, OpenAiEmbedder};
-use memmachine::embed::{EmbedError, Embedder};
+use memmachine_domain::embed::openai::{OpenAiConfig, OpenAiEmbedder};
+use memmachine_domain::embed::{EmbedError, Embedder};
 use serde_json::{Value, json};
 
 /// What the server answers to one request.
@@ -154,7 +154,7 @@ fn fake(text: &str, dims: usize) -> Vec<f32> {
 }
 
 fn normalised(mut v: Vec<f32>) -> Vec<f32> {
-    memmachine::embed::normalize(&mut v);
+    memmachine_domain::embed::normalize(&mut v);
     v
 }
 

@@ -271,7 +271,7 @@ async fn status_after_use(url: String) -> Value {
     let server = InProcess::start_with(|config| {
         config.rest_listen = Some(rest);
         config.embedder.kind = Some(EmbedderKind::Openai);
-        config.embedder.base_url = Some(memmachine::urls::SecretUrl::new(url));
+        config.embedder.base_url = Some(memmachine_core::urls::SecretUrl::new(url));
         config.embedder.model = Some("embed".into());
         config.embedder.dimensions = Some(4);
     })

@@ -12,16 +12,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common;
-use memmachine::error::Error;
-use memmachine::model::filter::parse;
-use memmachine::model::{
-    ApiKeyRecord, ChangeSeq, EpisodeHandle, EpisodicConfigUpdate, FeatureId, KeyScope, NewEpisode,
-    ProjectConfig, ProjectKey, SetId,
-};
 use memmachine::store::postgres::{PoolSettings, PostgresStore};
 use memmachine::store::sqlite::SqliteStore;
 use memmachine::store::{Change, ChangeFeed, EpisodeStore, StoreLifecycle, VectorStore};
 use memmachine::store::{KeyStore, ProjectStore};
+use memmachine_core::error::Error;
+use memmachine_core::model::filter::parse;
+use memmachine_core::model::{
+    ApiKeyRecord, ChangeSeq, EpisodeHandle, EpisodicConfigUpdate, FeatureId, KeyScope, NewEpisode,
+    ProjectConfig, ProjectKey, SetId,
+};
 use sqlx::Connection;
 
 const LONG: Duration = Duration::from_secs(600);
@@ -249,8 +249,8 @@ async fn api_keys_behave_as_in_sqlite() {
 
 #[tokio::test]
 async fn filters_select_what_sqlite_and_the_in_memory_evaluation_select() {
-    use memmachine::model::filter_eval::matches;
-    use memmachine::retrieval::episode_fields::EpisodeFields;
+    use memmachine_core::model::filter_eval::matches;
+    use memmachine_domain::retrieval::episode_fields::EpisodeFields;
 
     let (pg, _) = fresh_or_skip!();
     let dir = tempfile::tempdir().unwrap();
@@ -340,7 +340,7 @@ async fn filters_select_what_sqlite_and_the_in_memory_evaluation_select() {
     ];
     for text in filters {
         let filter = parse(text).unwrap().unwrap();
-        let uids = |list: Vec<memmachine::model::Episode>| -> Vec<uuid::Uuid> {
+        let uids = |list: Vec<memmachine_core::model::Episode>| -> Vec<uuid::Uuid> {
             list.into_iter().map(|e| e.uid).collect()
         };
         let by_pg = uids(pg.list_episodes(&k, Some(&filter), 0, 1000).await.unwrap());
@@ -405,7 +405,7 @@ async fn mm_num_reads_numbers_as_the_in_memory_evaluation_does() {
             .fetch_one(&mut conn)
             .await
             .unwrap_or_else(|err| panic!("mm_num({text:?}): {err}"));
-        let want = memmachine::model::filter_eval::as_number(text);
+        let want = memmachine_core::model::filter_eval::as_number(text);
         assert_eq!(got, want, "mm_num({text:?})");
     }
 }
@@ -793,8 +793,8 @@ async fn a_lost_or_closed_connection_is_unavailable() {
 // --- Semantic claims across handles ----------------------------------------------------
 
 /// Ready at one message, batches of at most two.
-fn by_count(now: i64) -> memmachine::semantic::model::ClaimRule {
-    memmachine::semantic::model::ClaimRule {
+fn by_count(now: i64) -> memmachine_domain::semantic::model::ClaimRule {
+    memmachine_domain::semantic::model::ClaimRule {
         min_messages: 1,
         max_age_micros: i64::MAX,
         max_batch: 2,
@@ -805,8 +805,8 @@ fn by_count(now: i64) -> memmachine::semantic::model::ClaimRule {
 
 #[tokio::test]
 async fn two_workers_never_claim_the_same_set_or_message() {
-    use memmachine::semantic::sets::user_set;
-    use memmachine::semantic::store::{Routing, SemanticQueue};
+    use memmachine_domain::semantic::sets::user_set;
+    use memmachine_domain::semantic::store::{Routing, SemanticQueue};
 
     let (one, url) = fresh_or_skip!();
     let one = Arc::new(one);
@@ -871,9 +871,9 @@ async fn two_workers_never_claim_the_same_set_or_message() {
 
 #[tokio::test]
 async fn feature_vectors_are_claimed_under_leases() {
-    use memmachine::semantic::features::new_feature;
-    use memmachine::semantic::sets::project_set;
-    use memmachine::semantic::store::{SemanticFeatures, SemanticSets};
+    use memmachine_domain::semantic::features::new_feature;
+    use memmachine_domain::semantic::sets::project_set;
+    use memmachine_domain::semantic::store::{SemanticFeatures, SemanticSets};
 
     let (one, url) = fresh_or_skip!();
     let two = PostgresStore::connect(&url).await.unwrap();
@@ -951,8 +951,8 @@ async fn feature_vectors_are_claimed_under_leases() {
 /// episode commits after a later one is reported all the same.
 #[tokio::test]
 async fn the_summary_cursor_waits_for_episodes_in_flight() {
-    use memmachine::semantic::sets::project_set;
-    use memmachine::semantic::store::{Routing, SemanticQueue, Summaries};
+    use memmachine_domain::semantic::sets::project_set;
+    use memmachine_domain::semantic::store::{Routing, SemanticQueue, Summaries};
 
     let (pg, url) = fresh_or_skip!();
     let pg = Arc::new(pg);

@@ -7,10 +7,10 @@
 
 use crate::common::ServerProcess;
 use crate::common::keys::create_key;
-use memmachine::pb;
-use memmachine::pb::change_service_client::ChangeServiceClient;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::change_service_client::ChangeServiceClient;
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
 use serde_json::json;
 use tonic::Code;
 use tonic::transport::Channel;
@@ -293,9 +293,9 @@ async fn rest_and_mcp_calls_agree_with_their_routing_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[allow(deprecated)] // the v1 API is deprecated; its routing is still checked
 async fn v1_calls_agree_with_their_routing_key() {
-    use memmachine::pb_v1 as v1;
-    use memmachine::pb_v1::group_service_client::GroupServiceClient;
-    use memmachine::pb_v1::memory_service_client::MemoryServiceClient as V1Memory;
+    use memmachine_proto::v1;
+    use memmachine_proto::v1::group_service_client::GroupServiceClient;
+    use memmachine_proto::v1::memory_service_client::MemoryServiceClient as V1Memory;
     let (_server, channel) = start(&[]).await;
     // v1 groups are projects of the reserved org.
     let own = "memmachine:v1/team";

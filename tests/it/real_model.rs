@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use crate::common::child::Supervised;
 use crate::common::{self, InProcess};
 use crate::external_clients::tool;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
-use memmachine::pb::{self, MemoryType};
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2::{self as pb, MemoryType};
 use tonic::transport::Channel;
 
 const MODEL: &str = ".tools/models/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -208,7 +208,7 @@ async fn a_real_model_builds_a_cited_profile_and_a_summary_without_duplicates() 
     let metrics_at = common::free_port();
     let url = llama.url.clone();
     let server = InProcess::start_with(move |config| {
-        config.llm.base_url = Some(memmachine::urls::SecretUrl::new(url));
+        config.llm.base_url = Some(memmachine_core::urls::SecretUrl::new(url));
         config.llm.model = Some("smollm2".into());
         config.llm.max_calls_per_minute = None;
         config.llm.timeout = Duration::from_secs(120);

@@ -14,9 +14,9 @@ use crate::common;
 use crate::common::ServerProcess;
 use crate::common::calls;
 use crate::common::embeddings::{Script, recording_embeddings};
-use memmachine::pb;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -192,7 +192,7 @@ async fn keys_are_shared_and_revocation_is_seen_at_once(shared: Shared) {
     let (a, b) = (connect(&a).await, connect(&b).await);
     let issued = memmachine::auth::manage::create(
         &shared.location(),
-        memmachine::model::KeyScope::Org("acme".into()),
+        memmachine_core::model::KeyScope::Org("acme".into()),
         "replicas",
     )
     .await

@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use crate::common::rerank::{KEYWORD, keyword_score, scripted_rerank};
 use crate::common::{InProcess, ServerProcess, free_port};
-use memmachine::pb;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
-use memmachine::rerank::cross_encoder::CrossEncoder;
-use memmachine::rerank::random_model::{self, Shape};
+use memmachine_domain::rerank::cross_encoder::CrossEncoder;
+use memmachine_domain::rerank::random_model::{self, Shape};
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
 use tonic::transport::Channel;
 
 struct Clients {
@@ -209,7 +209,7 @@ async fn a_remote_reranker_reorders_retries_and_falls_back() {
     let server = InProcess::start_with(|config| {
         config.metrics_listen = Some(metrics_addr);
         config.rest_listen = Some(rest_addr);
-        config.reranker.base_url = Some(memmachine::urls::SecretUrl::new(url.clone()));
+        config.reranker.base_url = Some(memmachine_core::urls::SecretUrl::new(url.clone()));
         config.reranker.model = Some("test-reranker".into());
         // The whole budget of a rerank, retries included: room for three attempts and
         // their backoff on a busy machine, and what a hanging reranker costs a search.

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use crate::common::calls::create_project;
 use crate::common::{InProcess, ServerProcess, free_port};
-use memmachine::pb;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
-use memmachine::pb::semantic_service_client::SemanticServiceClient;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2::semantic_service_client::SemanticServiceClient;
 use serde_json::{Value, json};
 use tonic::Code;
 use tonic::transport::Channel;
@@ -499,9 +499,9 @@ async fn two_replicas_sweep_each_expired_episode_once() {
 
 #[tokio::test]
 async fn export_leaves_expired_episodes_out_and_carries_expiries_and_retention() {
-    use memmachine::model::{EpisodicConfigUpdate, ProjectConfig, ProjectKey};
     use memmachine::store::Store;
-    use memmachine::transfer::{ExportOptions, ImportOptions, export, import};
+    use memmachine_core::model::{EpisodicConfigUpdate, ProjectConfig, ProjectKey};
+    use memmachine_domain::transfer::{ExportOptions, ImportOptions, export, import};
     use std::sync::Arc;
 
     async fn open(dir: &std::path::Path) -> Arc<dyn Store> {
@@ -530,7 +530,7 @@ async fn export_leaves_expired_episodes_out_and_carries_expiries_and_retention()
         .await
         .unwrap();
     let micros = chrono::Utc::now().timestamp_micros();
-    let episode = |content: &str, expires: Option<i64>| memmachine::model::NewEpisode {
+    let episode = |content: &str, expires: Option<i64>| memmachine_core::model::NewEpisode {
         uid: uuid::Uuid::new_v4(),
         content: content.into(),
         producer_id: "ada".into(),

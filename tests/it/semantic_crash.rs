@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use crate::common::ServerProcess;
 use crate::common::chat::{ChatCall, ChatServer, ScriptedReply};
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::{self, MemoryType};
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::{self as pb, MemoryType};
 
 fn flags(chat: &ChatServer) -> Vec<String> {
     [

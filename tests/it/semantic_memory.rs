@@ -7,10 +7,10 @@ use std::time::Duration;
 use crate::common;
 use crate::common::InProcess;
 use crate::common::chat::{ChatCall, ChatServer, ScriptedReply, favourite_commands, favourites};
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
-use memmachine::pb::semantic_service_client::SemanticServiceClient;
-use memmachine::pb::{self, MemoryType};
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2::semantic_service_client::SemanticServiceClient;
+use memmachine_proto::v2::{self as pb, MemoryType};
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -35,7 +35,7 @@ async fn server_with(
 ) -> InProcess {
     let url = chat.url.clone();
     InProcess::start_with(move |config| {
-        config.llm.base_url = Some(memmachine::urls::SecretUrl::new(url));
+        config.llm.base_url = Some(memmachine_core::urls::SecretUrl::new(url));
         config.llm.model = Some("scripted".into());
         config.llm.max_calls_per_minute = None;
         config.ingest.trigger_messages = 1;

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use crate::common::InProcess;
 use crate::common::calls::frame;
 use crate::common::child::Run;
-use memmachine::pb;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
 use tonic::transport::Channel;
 
 const IDLE: usize = 150;

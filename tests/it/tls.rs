@@ -7,8 +7,8 @@ use std::time::Duration;
 use crate::common::InProcess;
 use crate::common::pki::{ca, leaf};
 use memmachine::config::TlsFiles;
-use memmachine::pb;
-use memmachine::pb::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic_health::pb::health_check_response::ServingStatus;
 

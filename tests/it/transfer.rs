@@ -10,17 +10,17 @@ use std::sync::Arc;
 
 use crate::common;
 use crate::common::child::{self, Run};
-use memmachine::embed::hash::HashEmbedder;
-use memmachine::model::{
-    EpisodeHandle, EpisodicConfigUpdate, NewEpisode, ProjectConfig, ProjectKey,
-};
-use memmachine::semantic::features::new_feature;
-use memmachine::semantic::model::{
-    CategoryOwner, NewCategory, NewSet, NewSetType, SetConfig, SetKind, Summary,
-};
 use memmachine::store::Store;
 use memmachine::store::sqlite::SqliteStore;
-use memmachine::transfer::{Counts, ExportOptions, ImportOptions, export, import};
+use memmachine_core::model::{
+    EpisodeHandle, EpisodicConfigUpdate, NewEpisode, ProjectConfig, ProjectKey,
+};
+use memmachine_domain::embed::hash::HashEmbedder;
+use memmachine_domain::semantic::features::new_feature;
+use memmachine_domain::semantic::model::{
+    CategoryOwner, NewCategory, NewSet, NewSetType, SetConfig, SetKind, Summary,
+};
+use memmachine_domain::transfer::{Counts, ExportOptions, ImportOptions, export, import};
 
 async fn sqlite(dir: &Path) -> Arc<dyn Store> {
     Arc::new(SqliteStore::open_async(dir).await.unwrap())
@@ -357,7 +357,7 @@ async fn populate(store: &Arc<dyn Store>) {
     store
         .update_feature(
             dog.internal_id,
-            memmachine::semantic::model::FeatureUpdate {
+            memmachine_domain::semantic::model::FeatureUpdate {
                 value: Some("Maximus".into()),
                 value_key: Some("maximus".into()),
                 ..Default::default()
@@ -445,7 +445,7 @@ async fn import_file(
     store: &Arc<dyn Store>,
     file: &Path,
     replace: bool,
-) -> memmachine::error::Result<Counts> {
+) -> memmachine_core::error::Result<Counts> {
     import(
         store.as_ref(),
         file,
@@ -594,7 +594,7 @@ async fn round_trip(target: Arc<dyn Store>) {
 
     let source_sets = source.list_sets(&support).await.unwrap();
     let target_sets = target.list_sets(&support).await.unwrap();
-    let ids = |sets: &[memmachine::semantic::model::SetRow]| {
+    let ids = |sets: &[memmachine_domain::semantic::model::SetRow]| {
         sets.iter().map(|s| s.set_id.clone()).collect::<Vec<_>>()
     };
     assert_eq!(ids(&target_sets), ids(&source_sets));
@@ -699,7 +699,7 @@ async fn an_import_refuses_existing_projects_unless_replacing() {
     let err = import_file(&target, &file, false).await.unwrap_err();
     let message = err.to_string();
     assert!(
-        matches!(err, memmachine::error::Error::AlreadyExists(_)),
+        matches!(err, memmachine_core::error::Error::AlreadyExists(_)),
         "{message}"
     );
     assert!(
@@ -822,7 +822,7 @@ async fn org_and_project_filters_choose_what_is_exported() {
     import_file(&target, &file, false).await.unwrap();
     assert_eq!(export_bytes(&target, &support).await, bytes);
 
-    let err = memmachine::transfer::export(
+    let err = memmachine_domain::transfer::export(
         source.as_ref(),
         &ExportOptions {
             project: Some("support".into()),

@@ -11,16 +11,16 @@ use crate::common::calls::{create_project, with_key};
 use crate::common::chat::{ChatCall, ChatServer, ScriptedReply, favourite_commands, words};
 use crate::common::child::Run;
 use crate::common::keys::create_key;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::usage_service_client::UsageServiceClient;
-use memmachine::pb::{self, MemoryType, UsagePurpose};
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::usage_service_client::UsageServiceClient;
+use memmachine_proto::v2::{self as pb, MemoryType, UsagePurpose};
 use tonic::Code;
 use tonic::transport::Channel;
 
 async fn server(chat: &ChatServer, default_budget: u64, auth: bool) -> InProcess {
     let url = chat.url.clone();
     InProcess::start_with(move |config| {
-        config.llm.base_url = Some(memmachine::urls::SecretUrl::new(url));
+        config.llm.base_url = Some(memmachine_core::urls::SecretUrl::new(url));
         config.llm.model = Some("scripted".into());
         config.llm.max_calls_per_minute = None;
         config.llm.daily_tokens_per_org = default_budget;

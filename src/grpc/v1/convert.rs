@@ -1,10 +1,10 @@
 //! Conversions between v1 protobuf messages and the legacy domain's types.
 
 use crate::grpc::convert::{json_object, json_value, proto_struct, proto_value, timestamp};
-use crate::legacy::sessions::GroupInput;
-use crate::legacy::store::{GroupRow, SessionRow};
-use crate::legacy::{Context, EpisodeInput, LegacyEpisode};
-use crate::pb_v1 as pb;
+use memmachine_domain::legacy::sessions::GroupInput;
+use memmachine_domain::legacy::store::{GroupRow, SessionRow};
+use memmachine_domain::legacy::{Context, EpisodeInput, LegacyEpisode};
+use memmachine_proto::v1 as pb;
 
 pub fn context(c: Option<pb::MemoryContext>) -> Context {
     let c = c.unwrap_or_default();

@@ -3,9 +3,9 @@
 use tonic::{Request, Response, Status};
 
 use super::{admit, convert};
-use crate::legacy::Legacy;
-use crate::pb_v1 as pb;
-use crate::pb_v1::group_service_server::GroupService;
+use memmachine_domain::legacy::Legacy;
+use memmachine_proto::v1 as pb;
+use memmachine_proto::v1::group_service_server::GroupService;
 
 pub struct GroupGrpc {
     legacy: Legacy,

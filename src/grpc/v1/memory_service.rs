@@ -3,9 +3,9 @@
 use tonic::{Request, Response, Status};
 
 use super::{admit, convert};
-use crate::legacy::Legacy;
-use crate::pb_v1 as pb;
-use crate::pb_v1::memory_service_server::MemoryService;
+use memmachine_domain::legacy::Legacy;
+use memmachine_proto::v1 as pb;
+use memmachine_proto::v1::memory_service_server::MemoryService;
 
 pub struct MemoryGrpc {
     legacy: Legacy,
@@ -93,7 +93,7 @@ impl MemoryService for MemoryGrpc {
         let deleted = if r.whole_session && r.uuids.is_empty() {
             self.legacy.delete_whole_session(&ctx).await?
         } else if r.whole_session {
-            return Err(crate::error::Error::invalid(
+            return Err(memmachine_core::error::Error::invalid(
                 "uuids",
                 "must be empty when whole_session is set",
             )

@@ -17,9 +17,9 @@ fn admit<T: Grouped>(request: tonic::Request<T>) -> Result<T, tonic::Status> {
     match message.group_id() {
         // An empty group id is the message's own error, reported where it is read.
         Some(group) if !group.is_empty() => {
-            caller.check_project(crate::legacy::RESERVED_ORG, group)?;
+            caller.check_project(memmachine_domain::legacy::RESERVED_ORG, group)?;
         }
-        _ => caller.check_org(crate::legacy::RESERVED_ORG)?,
+        _ => caller.check_org(memmachine_domain::legacy::RESERVED_ORG)?,
     }
     Ok(message)
 }
@@ -31,7 +31,7 @@ trait Grouped {
 
 macro_rules! grouped {
     ($($request:ident: |$r:ident| $group:expr;)*) => {$(
-        impl Grouped for crate::pb_v1::$request {
+        impl Grouped for memmachine_proto::v1::$request {
             fn group_id(&self) -> Option<&str> {
                 let $r = self;
                 $group

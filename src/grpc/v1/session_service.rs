@@ -3,10 +3,10 @@
 use tonic::{Request, Response, Status};
 
 use super::{admit, convert};
-use crate::legacy::Legacy;
-use crate::legacy::sessions::SessionFilter;
-use crate::pb_v1 as pb;
-use crate::pb_v1::session_service_server::SessionService;
+use memmachine_domain::legacy::Legacy;
+use memmachine_domain::legacy::sessions::SessionFilter;
+use memmachine_proto::v1 as pb;
+use memmachine_proto::v1::session_service_server::SessionService;
 
 pub struct SessionGrpc {
     legacy: Legacy,

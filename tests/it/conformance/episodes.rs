@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use memmachine::error::Error;
-use memmachine::model::filter::parse;
-use memmachine::model::{EpisodeHandle, EpisodicConfigUpdate};
 use memmachine::store::Store;
+use memmachine_core::error::Error;
+use memmachine_core::model::filter::parse;
+use memmachine_core::model::{EpisodeHandle, EpisodicConfigUpdate};
 
 use crate::conformance::support::{
     FILTER_CASES, add, contents, episode, filter_project, handles, key, largest_filters, names,
@@ -88,19 +88,20 @@ pub async fn episodes_round_trip_every_field(store: Arc<dyn Store>) {
     let plain = episode("", "bob", &[], -5);
     add(&store, &k, vec![e.clone(), plain.clone()]).await;
     let got = store.list_episodes(&k, None, 0, 10).await.unwrap();
-    let expected = |new: &memmachine::model::NewEpisode, seq| memmachine::model::Episode {
-        uid: new.uid,
-        content: new.content.clone(),
-        producer_id: new.producer_id.clone(),
-        producer_role: new.producer_role.clone(),
-        produced_for_id: new.produced_for_id.clone(),
-        sequence_num: seq,
-        episode_type: new.episode_type.clone(),
-        content_type: new.content_type.clone(),
-        created_at_micros: new.created_at_micros,
-        metadata: new.metadata.clone(),
-        expires_at_micros: new.expires_at_micros,
-    };
+    let expected =
+        |new: &memmachine_core::model::NewEpisode, seq| memmachine_core::model::Episode {
+            uid: new.uid,
+            content: new.content.clone(),
+            producer_id: new.producer_id.clone(),
+            producer_role: new.producer_role.clone(),
+            produced_for_id: new.produced_for_id.clone(),
+            sequence_num: seq,
+            episode_type: new.episode_type.clone(),
+            content_type: new.content_type.clone(),
+            created_at_micros: new.created_at_micros,
+            metadata: new.metadata.clone(),
+            expires_at_micros: new.expires_at_micros,
+        };
     assert_eq!(got, [expected(&e, 1), expected(&plain, 2)]);
 }
 

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use memmachine::error::Error;
-use memmachine::model::{ChangeSeq, EpisodeHandle, ProjectHandle};
 use memmachine::store::{Change, Changes, Store};
+use memmachine_core::error::Error;
+use memmachine_core::model::{ChangeSeq, EpisodeHandle, ProjectHandle};
 
 use crate::conformance::support::{
     TestEmbedder, add, episode, handle_of, handles, key, numbered, org, project, project_in,

@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use memmachine::model::{EpisodeHandle, NewEpisode, ProjectKey};
-use memmachine::semantic::features::new_feature;
-use memmachine::semantic::model::{NewFeature, Summary};
-use memmachine::semantic::sets::{org_set, project_set, user_set};
 use memmachine::store::{ForgetCounts, ForgetReceipt, ProjectForget, Store};
+use memmachine_core::model::{EpisodeHandle, NewEpisode, ProjectKey};
+use memmachine_domain::semantic::features::new_feature;
+use memmachine_domain::semantic::model::{NewFeature, Summary};
+use memmachine_domain::semantic::sets::{org_set, project_set, user_set};
 
 use crate::conformance::support::{episode, org, project_in as project};
 

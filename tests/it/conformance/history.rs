@@ -5,15 +5,15 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use memmachine::model::{NewEpisode, ProjectKey};
-use memmachine::semantic::features::new_feature;
-use memmachine::semantic::history::features_as_of;
-use memmachine::semantic::model::{
+use memmachine::store::{ChangedBy, FeatureVersion, Store};
+use memmachine_core::model::{NewEpisode, ProjectKey};
+use memmachine_domain::semantic::features::new_feature;
+use memmachine_domain::semantic::history::features_as_of;
+use memmachine_domain::semantic::model::{
     Batch, ClaimRule, FeatureOp, FeatureUpdate, NewFeature, NewSet, SetRow,
 };
-use memmachine::semantic::sets::{org_set, project_set};
-use memmachine::semantic::store::Routing;
-use memmachine::store::{ChangedBy, FeatureVersion, Store};
+use memmachine_domain::semantic::sets::{org_set, project_set};
+use memmachine_domain::semantic::store::Routing;
 
 use crate::conformance::support::{org, project_in as project};
 
@@ -35,7 +35,7 @@ async fn episodes(
     k: &ProjectKey,
     contents: &[&str],
     set: &NewSet,
-) -> Vec<memmachine::model::EpisodeHandle> {
+) -> Vec<memmachine_core::model::EpisodeHandle> {
     let new: Vec<NewEpisode> = contents
         .iter()
         .map(|c| NewEpisode {

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use memmachine::error::Error;
-use memmachine::model::{ApiKeyRecord, KeyScope};
 use memmachine::store::Store;
+use memmachine_core::error::Error;
+use memmachine_core::model::{ApiKeyRecord, KeyScope};
 
 use crate::conformance::support::{org, unique};
 

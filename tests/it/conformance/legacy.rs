@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use memmachine::error::Error;
-use memmachine::legacy::store::{GroupQuery, GroupRow, SessionQuery};
 use memmachine::store::Store;
+use memmachine_core::error::Error;
+use memmachine_domain::legacy::store::{GroupQuery, GroupRow, SessionQuery};
 use serde_json::json;
 
 use crate::conformance::support::{key, org, project_in};

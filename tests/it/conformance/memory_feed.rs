@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use memmachine::model::{ChangeSeq, ProjectHandle, ProjectKey};
-use memmachine::semantic::features::new_feature;
-use memmachine::semantic::model::{ClaimRule, FeatureOp, FeatureUpdate, NewFeature, SetRow};
-use memmachine::semantic::sets::{org_set, project_set, user_set};
-use memmachine::semantic::store::Routing;
 use memmachine::store::{Change, MemoryChange, MemoryChangeKind, MemoryChanges, Store, Summary};
+use memmachine_core::model::{ChangeSeq, ProjectHandle, ProjectKey};
+use memmachine_domain::semantic::features::new_feature;
+use memmachine_domain::semantic::model::{ClaimRule, FeatureOp, FeatureUpdate, NewFeature, SetRow};
+use memmachine_domain::semantic::sets::{org_set, project_set, user_set};
+use memmachine_domain::semantic::store::Routing;
 
 use crate::conformance::support::{
     TestEmbedder, add, embed_all, handle_of, handles, numbered, org, project, project_in,
@@ -492,7 +492,7 @@ pub async fn concurrent_writers_keep_the_ids_gap_free(one: Arc<dyn Store>, other
         let first = one.claim_batch(rule).await.unwrap().expect("a batch");
         let second = other.claim_batch(rule).await.unwrap().expect("another");
         assert_ne!(first.set.set_id, second.set.set_id);
-        let apply = |store: Arc<dyn Store>, batch: memmachine::semantic::model::Batch| async move {
+        let apply = |store: Arc<dyn Store>, batch: memmachine_domain::semantic::model::Batch| async move {
             let ops = vec![FeatureOp::Add {
                 feature: fact(&format!("f{}", uuid::Uuid::new_v4().simple()), "v"),
                 citations: vec![batch.messages[0].0],

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use memmachine::error::Error;
-use memmachine::model::{EpisodicConfigUpdate, ProjectConfig, ProjectKey};
 use memmachine::store::Store;
+use memmachine_core::error::Error;
+use memmachine_core::model::{EpisodicConfigUpdate, ProjectConfig, ProjectKey};
 
 use crate::conformance::support::{add, episode, key, org, project, project_in, unique};
 
@@ -51,7 +51,7 @@ pub async fn projects_list_in_key_order_and_page(store: Arc<dyn Store>) {
     for (o, p) in [(&b, "p1"), (&a, "z"), (&b, "p0"), (&b, "p2")] {
         project_in(&store, o, p).await;
     }
-    let names = |projects: Vec<memmachine::model::Project>| -> Vec<String> {
+    let names = |projects: Vec<memmachine_core::model::Project>| -> Vec<String> {
         projects.into_iter().map(|p| p.key.to_string()).collect()
     };
     let in_b = names(store.list_projects(Some(&b), None, 100).await.unwrap());

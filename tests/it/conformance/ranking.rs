@@ -3,14 +3,14 @@
 
 use std::sync::Arc;
 
-use memmachine::embed::Embedder;
-use memmachine::episodic::ranking::{Mode, RankQuery, rank};
-use memmachine::error::Error;
-use memmachine::model::filter::{Expr, parse};
-use memmachine::model::{EpisodeHandle, ProjectKey, ScoredEpisode};
-use memmachine::retrieval::index_cache::IndexCache;
-use memmachine::retrieval::tokenize::query_terms;
 use memmachine::store::Store;
+use memmachine_core::error::Error;
+use memmachine_core::model::filter::{Expr, parse};
+use memmachine_core::model::{EpisodeHandle, ProjectKey, ScoredEpisode};
+use memmachine_domain::embed::Embedder;
+use memmachine_domain::episodic::ranking::{Mode, RankQuery, rank};
+use memmachine_domain::retrieval::index_cache::IndexCache;
+use memmachine_domain::retrieval::tokenize::query_terms;
 
 use crate::conformance::support::{
     FILTER_CASES, TestEmbedder, add, contents, embed_all, episode, filter_project, handles,
@@ -262,7 +262,7 @@ async fn fruit(
     store: &Arc<dyn Store>,
     embedder: &TestEmbedder,
     bob_says: &str,
-) -> (ProjectKey, memmachine::model::NewEpisode) {
+) -> (ProjectKey, memmachine_core::model::NewEpisode) {
     let k = project(store).await;
     let other = project(store).await;
     let bobs = episode(bob_says, "bob", &[], 2);

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use memmachine::model::EpisodicConfigUpdate;
 use memmachine::store::Store;
+use memmachine_core::model::EpisodicConfigUpdate;
 
 use crate::conformance::support::{add, episode, project, unique};
 

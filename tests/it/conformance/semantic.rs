@@ -7,18 +7,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use memmachine::error::Error;
-use memmachine::model::{
+use memmachine::store::Store;
+use memmachine_core::error::Error;
+use memmachine_core::model::{
     ChangeSeq, EpisodeHandle, FeatureId, NewEpisode, ProjectHandle, ProjectKey, SetId,
 };
-use memmachine::semantic::features::{category_key, new_feature};
-use memmachine::semantic::model::{
+use memmachine_domain::semantic::features::{category_key, new_feature};
+use memmachine_domain::semantic::model::{
     Batch, CategoryOwner, ClaimRule, FeatureOp, FeatureUpdate, NewCategory, NewFeature, NewSet,
     NewSetType, PendingFeatureEmbedding, SetConfig, SetKind, SetRow, Summary,
 };
-use memmachine::semantic::sets::{org_set, project_set, user_set};
-use memmachine::semantic::store::Routing;
-use memmachine::store::Store;
+use memmachine_domain::semantic::sets::{org_set, project_set, user_set};
+use memmachine_domain::semantic::store::Routing;
 
 use crate::conformance::support::{
     LONG, PAST_SHORT, SHORT, TestEmbedder, key, org, project_in as project, unique,
@@ -115,7 +115,7 @@ fn message_ids(batch: &Batch) -> Vec<EpisodeHandle> {
     batch.messages.iter().map(|(id, _)| *id).collect()
 }
 
-fn values(features: &[memmachine::semantic::model::Feature]) -> Vec<&str> {
+fn values(features: &[memmachine_domain::semantic::model::Feature]) -> Vec<&str> {
     features.iter().map(|f| f.value.as_str()).collect()
 }
 
@@ -125,7 +125,7 @@ pub async fn keyed_duplicates_are_neither_stored_nor_queued(store: Arc<dyn Store
     let pset = project_set(&k);
     let embedder = TestEmbedder::new(8);
     let keyed = |content: &str, key: &str| NewEpisode {
-        idempotency: Some(memmachine::model::Idempotency {
+        idempotency: Some(memmachine_core::model::Idempotency {
             key: key.into(),
             at_micros: now(),
             window_micros: 60_000_000,
@@ -1138,7 +1138,7 @@ pub async fn set_types_are_unique_per_level_and_tags_and_seen_by_their_org(store
         .create_set_type(&x, new(true, &["team"]))
         .await
         .unwrap();
-    let ids = |types: Vec<memmachine::semantic::model::SetType>| -> Vec<String> {
+    let ids = |types: Vec<memmachine_domain::semantic::model::SetType>| -> Vec<String> {
         types.into_iter().map(|t| t.id).collect()
     };
     assert_eq!(
@@ -1413,7 +1413,7 @@ async fn read_per_search(
     k: &ProjectKey,
     o: &str,
 ) -> (
-    Option<memmachine::model::Project>,
+    Option<memmachine_core::model::Project>,
     Option<memmachine::store::FeedHead>,
     Option<Summary>,
     i64,
@@ -1454,7 +1454,7 @@ pub async fn rows_read_per_search_follow_every_write_at_once(
     assert!(none.is_none());
     one.update_episodic_config(
         &k,
-        memmachine::model::EpisodicConfigUpdate {
+        memmachine_core::model::EpisodicConfigUpdate {
             long_term_memory_enabled: Some(false),
             ..Default::default()
         },

@@ -4,8 +4,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use memmachine::model::EpisodeHandle;
 use memmachine::store::Store;
+use memmachine_core::model::EpisodeHandle;
 
 use crate::conformance::support::{
     LONG, PAST_SHORT, SHORT, TestEmbedder, add, handles, numbered, org, project, project_in,

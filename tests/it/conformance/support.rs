@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use memmachine::embed::hash::HashEmbedder;
-use memmachine::embed::{EmbedError, Embedder};
-use memmachine::model::filter::{MAX_IN_VALUES, MAX_PREDICATES};
-use memmachine::model::{
+use memmachine::store::Store;
+use memmachine_core::model::filter::{MAX_IN_VALUES, MAX_PREDICATES};
+use memmachine_core::model::{
     Episode, EpisodeHandle, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey,
 };
-use memmachine::store::Store;
+use memmachine_domain::embed::hash::HashEmbedder;
+use memmachine_domain::embed::{EmbedError, Embedder};
 
 /// A lease long enough never to expire during a test.
 pub const LONG: Duration = Duration::from_secs(600);

@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use memmachine::model::NewEpisode;
-use memmachine::semantic::model::ClaimRule;
-use memmachine::semantic::sets::project_set;
-use memmachine::semantic::store::Routing;
 use memmachine::store::{Store, UsageEntry, UsageTotals};
+use memmachine_core::model::NewEpisode;
+use memmachine_domain::semantic::model::ClaimRule;
+use memmachine_domain::semantic::sets::project_set;
+use memmachine_domain::semantic::store::Routing;
 
 use crate::conformance::support::{handle_of, org, project_in as project};
 

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use memmachine::model::EpisodeHandle;
 use memmachine::store::{Change, Store};
+use memmachine_core::model::EpisodeHandle;
 
 use crate::conformance::support::{
     LONG, PAST_SHORT, SHORT, TestEmbedder, add, embed_all, episode, handle_of, handles, numbered,
@@ -420,7 +420,7 @@ pub async fn vectors_are_read_by_handle_for_the_project_and_embedder(store: Arc<
     let ghost = crate::conformance::support::key(&crate::conformance::support::org(), "ghost");
     let missing = store.vectors(&ghost, embedder.id(), &[h[0]]).await;
     assert!(
-        matches!(missing, Err(memmachine::error::Error::NotFound(_))),
+        matches!(missing, Err(memmachine_core::error::Error::NotFound(_))),
         "{missing:?}"
     );
 }

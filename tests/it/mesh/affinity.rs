@@ -10,7 +10,7 @@ use super::{Mesh, add, connect, create_project, search};
 use crate::common::ServerProcess;
 use crate::common::child::Run;
 use crate::common::proxy::{Balance, Kind, Proxy};
-use memmachine::pb;
+use memmachine_proto::v2 as pb;
 use tonic::transport::Channel;
 
 const PROJECTS: usize = 300;

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use crate::common::proxy::Upstream;
 use crate::common::{self, ServerProcess};
-use memmachine::pb;
-use memmachine::pb::memory_service_client::MemoryServiceClient;
-use memmachine::pb::project_service_client::ProjectServiceClient;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
+use memmachine_proto::v2::project_service_client::ProjectServiceClient;
 use tonic::transport::Channel;
 
 /// The org of every project here.

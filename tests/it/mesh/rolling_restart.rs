@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use super::{Mesh, ORG, add, connect, contents, create_project, routed, search};
 use crate::common::proxy::{Balance, Kind, Proxy};
-use memmachine::pb;
-use memmachine::pb::change_service_client::ChangeServiceClient;
+use memmachine_proto::v2 as pb;
+use memmachine_proto::v2::change_service_client::ChangeServiceClient;
 use tokio::sync::Mutex;
 use tonic::transport::Channel;
 

@@ -148,6 +148,7 @@ mod conversations;
 mod cost;
 mod features;
 mod options;
+mod outcome;
 mod questions;
 mod report;
 mod report_json;

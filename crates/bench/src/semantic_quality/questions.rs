@@ -7,7 +7,7 @@ use tonic::transport::Channel;
 
 use super::conversations::{ORG, Project};
 use super::options::Args;
-use super::run::Run;
+use super::outcome::Run;
 use super::scoring::{
     List, cited_turns, episode_turns, interleave, recall_by_features, response_order,
 };

@@ -4,7 +4,7 @@ use super::conversations::Selection;
 use super::cost::{self, purpose_figures};
 use super::features::SetStats;
 use super::options::{Args, embedder};
-use super::run::Run;
+use super::outcome::Run;
 use super::scoring::List;
 use crate::support::locomo::CATEGORIES;
 

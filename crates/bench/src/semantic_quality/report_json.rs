@@ -6,8 +6,8 @@ use serde_json::json;
 
 use super::cost::{self, purpose_figures};
 use super::options::embedder;
+use super::outcome::Run;
 use super::report::Context;
-use super::run::Run;
 use super::scoring::{List, Scores};
 use crate::support::Result;
 use crate::support::locomo::RecallSums;

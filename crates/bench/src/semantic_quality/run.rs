@@ -1,7 +1,6 @@
 //! One run: the server started, the conversations added, the wait, the census and the
 //! questions, and what they gave.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -9,43 +8,19 @@ use std::time::{Duration, Instant};
 use tonic::transport::Endpoint;
 
 use super::conversations::{Project, add_turns, create_project};
-use super::features::{SetStats, feature_stats};
+use super::features::feature_stats;
 use super::options::{Args, embedder, redact, server_args};
+use super::outcome::Run;
 use super::questions::ask;
-use super::scoring::{List, Scores};
-use super::wait::{Drain, scrape, wait_for_drain, wait_for_feature_vectors};
+use super::wait::{scrape, wait_for_drain, wait_for_feature_vectors};
 use crate::support::Result;
 use crate::support::locomo::Conversation;
 use crate::support::metrics::{self as prometheus, Exposition};
-use crate::support::server::{EmbedWait, Server};
+use crate::support::server::Server;
 
 /// How long the server may take to report its listening address (a local embedder may
 /// load a model first).
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(300);
-
-#[derive(Default)]
-pub struct Run {
-    pub turns: usize,
-    /// Messages queued for semantic ingestion (one per set a turn lands in).
-    pub queued: usize,
-    pub ingest_wall: Duration,
-    pub drain: Drain,
-    pub embed_wait: Option<EmbedWait>,
-    pub features_settled: Option<Duration>,
-    pub scores: BTreeMap<List, Scores>,
-    pub questions: usize,
-    /// Sums over questions, for means.
-    pub features_returned: usize,
-    pub no_features: usize,
-    pub semantic_turns_at_top_k: usize,
-    pub combined_all_turns: usize,
-    pub unmapped_citations: usize,
-    pub sets: Vec<SetStats>,
-    pub metrics: Exposition,
-    /// The server's last warning, when distillation made nothing.
-    pub last_warning: Option<String>,
-    pub wall: Duration,
-}
 
 #[allow(clippy::too_many_arguments)]
 pub async fn run(

@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 
 use crate::error::Result;
+use crate::access::ProjectAccess;
 use crate::model::{FeatureId, ProjectKey, SetId};
 
 /// What one forget step removed (or, for a preview, would remove).
@@ -60,13 +61,13 @@ pub trait ForgetStore: Send + Sync {
     /// `subject`, oldest first. `NotFound` when the project does not exist.
     async fn subject_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         subject: &str,
         limit: usize,
     ) -> Result<Vec<uuid::Uuid>>;
     /// Deletes those of these episodes still in the project (the others are skipped, so
     /// a re-run after a crash completes), as `delete_episodes` does, in one transaction.
-    async fn forget_episodes(&self, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<Forgotten>;
+    async fn forget_episodes(&self, key: &ProjectAccess, uids: &[uuid::Uuid]) -> Result<Forgotten>;
     /// Deletes the set with its features (and their citations, vectors and queued
     /// work); the features deleted, empty when the set is gone.
     async fn drop_set(&self, set: SetId) -> Result<Vec<FeatureId>>;
@@ -75,7 +76,7 @@ pub trait ForgetStore: Send + Sync {
     /// citation goes), with `user_set` dropped first. Changes nothing.
     async fn forget_preview(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         subject: &str,
         before: &[ProjectKey],
         user_sets: &[SetId],

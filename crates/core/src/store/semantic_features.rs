@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 
 use crate::error::Result;
-use crate::model::{EpisodeHandle, FeatureId, ProjectKey, SetId};
+use crate::access::ProjectAccess;
+use crate::model::{EpisodeHandle, FeatureId, SetId};
 
 /// A feature to store. `match_key` and `value_key` are the domain's normalised forms
 /// (a fact said again matches on them); the store only compares them.
@@ -118,7 +119,7 @@ pub trait SemanticFeatures: Send + Sync {
     /// that are not in it.
     async fn resolve_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         uids: &[uuid::Uuid],
     ) -> Result<Vec<EpisodeHandle>>;
 

@@ -9,6 +9,7 @@ use super::error::db_error;
 use super::helpers::{REMOVED, log_changes};
 use super::projects;
 use super::semantic_features;
+use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::Result;
 use memmachine_core::model::{FeatureId, ProjectKey, SetId};
 use memmachine_core::store::{
@@ -196,7 +197,7 @@ async fn preview(
 impl ForgetStore for PostgresStore {
     async fn subject_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         subject: &str,
         limit: usize,
     ) -> Result<Vec<uuid::Uuid>> {
@@ -215,7 +216,7 @@ impl ForgetStore for PostgresStore {
         .map_err(db_error)
     }
 
-    async fn forget_episodes(&self, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<Forgotten> {
+    async fn forget_episodes(&self, key: &ProjectAccess, uids: &[uuid::Uuid]) -> Result<Forgotten> {
         let mut tx = self.pool().begin().await.map_err(db_error)?;
         let project = lock_project(&mut tx, key).await?;
         let mut rows: Vec<i64> = sqlx::query_scalar(
@@ -265,7 +266,7 @@ impl ForgetStore for PostgresStore {
 
     async fn forget_preview(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         subject: &str,
         before: &[ProjectKey],
         user_sets: &[SetId],

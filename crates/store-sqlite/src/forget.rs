@@ -9,6 +9,7 @@ use super::error::storage_error;
 use super::helpers::{REMOVED, id_array, log_changes};
 use super::projects;
 use super::semantic_features;
+use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::Result;
 use memmachine_core::model::{FeatureId, ProjectKey, SetId};
 use memmachine_core::store::{
@@ -252,7 +253,7 @@ fn receipt(conn: &Connection, org_id: &str, receipt_id: &str) -> Result<Option<F
 impl ForgetStore for SqliteStore {
     async fn subject_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         subject: &str,
         limit: usize,
     ) -> Result<Vec<uuid::Uuid>> {
@@ -262,7 +263,7 @@ impl ForgetStore for SqliteStore {
             .await
     }
 
-    async fn forget_episodes(&self, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<Forgotten> {
+    async fn forget_episodes(&self, key: &ProjectAccess, uids: &[uuid::Uuid]) -> Result<Forgotten> {
         let (key, uids) = (key.clone(), uids.to_vec());
         self.writer
             .write(move |conn| forget_episodes(conn, &key, &uids))
@@ -277,7 +278,7 @@ impl ForgetStore for SqliteStore {
 
     async fn forget_preview(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         subject: &str,
         before: &[ProjectKey],
         user_sets: &[SetId],

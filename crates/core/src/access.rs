@@ -42,8 +42,8 @@
 use std::ops::Deref;
 
 use crate::error::{Error, Result};
-use crate::model::ProjectKey;
 use crate::model::ids::or_universal;
+use crate::model::{Project, ProjectKey};
 
 /// The routing header: `ORG/PROJECT`, each part percent-encoded UTF-8 (an empty part
 /// is "universal", as in requests).
@@ -143,6 +143,22 @@ impl ProjectAccess {
     }
 }
 
+impl ProjectAccess {
+    /// The project's row, read with this access, for methods that need both.
+    pub fn open(&self, project: Project) -> Result<OpenProject> {
+        if project.key != self.key {
+            return Err(Error::Internal(format!(
+                "the row of project {} was read for {}",
+                project.key, self.key
+            )));
+        }
+        Ok(OpenProject {
+            access: self.clone(),
+            project,
+        })
+    }
+}
+
 impl Deref for ProjectAccess {
     type Target = ProjectKey;
 
@@ -154,6 +170,36 @@ impl Deref for ProjectAccess {
 impl std::fmt::Display for ProjectAccess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.key.fmt(f)
+    }
+}
+
+/// A project's row with the access it was read with: it reads as the row, and hands
+/// its access to the store methods the row's work calls.
+#[derive(Debug, Clone)]
+pub struct OpenProject {
+    access: ProjectAccess,
+    project: Project,
+}
+
+impl OpenProject {
+    pub fn access(&self) -> &ProjectAccess {
+        &self.access
+    }
+
+    pub fn project(&self) -> &Project {
+        &self.project
+    }
+
+    pub fn into_project(self) -> Project {
+        self.project
+    }
+}
+
+impl Deref for OpenProject {
+    type Target = Project;
+
+    fn deref(&self) -> &Project {
+        &self.project
     }
 }
 
@@ -177,6 +223,17 @@ impl OrgAccess {
         Ok(ProjectAccess {
             key: ProjectKey::parse(&self.org_id, project_id)?,
         })
+    }
+
+    /// As `project`, for a key read from this org's rows; `Internal` for another org's.
+    pub fn project_key(&self, key: ProjectKey) -> Result<ProjectAccess> {
+        if key.org_id != self.org_id {
+            return Err(Error::Internal(format!(
+                "project {key} was read as one of org {}",
+                self.org_id
+            )));
+        }
+        Ok(ProjectAccess { key })
     }
 }
 
@@ -256,14 +313,15 @@ impl Access {
         Ok(ProjectAccess { key })
     }
 
-    /// As `project`, leaving malformed ids to whoever reads them (an import reports
-    /// them as its first error, not as the call's).
-    pub fn check_project(&self, org_id: &str, project_id: &str) -> Result<()> {
-        self.check_org(org_id)?;
-        match ProjectKey::parse(org_id, project_id) {
-            Ok(key) => self.check_route(&key),
-            Err(_) => Ok(()),
+    /// The org of the request's project, as `project` checks it, leaving malformed
+    /// ids to whoever reads them (an import or a v1 call reports them as its own
+    /// error, not as the call's); the reader makes the project's access from it.
+    pub fn org_of_project(&self, org_id: &str, project_id: &str) -> Result<OrgAccess> {
+        let org = self.org(org_id)?;
+        if let Ok(key) = ProjectKey::parse(org_id, project_id) {
+            self.check_route(&key)?;
         }
+        Ok(org)
     }
 }
 
@@ -293,13 +351,19 @@ mod tests {
             org_id: "acme".into(),
         };
         let access = Access::unrouted(caller.clone());
-        assert_eq!(access.project("acme", "web").unwrap().key(), &key("acme", "web"));
+        assert_eq!(
+            access.project("acme", "web").unwrap().key(),
+            &key("acme", "web")
+        );
         assert_eq!(access.org("acme").unwrap().org_id(), "acme");
         assert!(matches!(
             access.project("globex", "web"),
             Err(Error::PermissionDenied(_))
         ));
-        assert!(matches!(access.org("globex"), Err(Error::PermissionDenied(_))));
+        assert!(matches!(
+            access.org("globex"),
+            Err(Error::PermissionDenied(_))
+        ));
         assert_eq!(caller.list_scope(None).unwrap(), Some("acme"));
         assert!(caller.list_scope(Some("globex")).is_err());
         let admin = Access::unrouted(Caller::Admin { key_id: "a".into() });
@@ -349,6 +413,9 @@ mod tests {
             open.project("acme", "no spaces"),
             Err(Error::InvalidArgument(_))
         ));
-        assert!(open.check_project("acme", "no spaces").is_ok());
+        assert!(open.org_of_project("acme", "no spaces").is_ok());
+        let routed = Access::new(Caller::Anyone, Some(key("acme", "web")));
+        assert!(routed.org_of_project("acme", "mobile").is_err());
+        assert!(routed.org_of_project("acme", "web").is_ok());
     }
 }

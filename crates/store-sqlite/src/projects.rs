@@ -171,8 +171,10 @@ impl ProjectStore for SqliteStore {
 
     async fn get_project(&self, key: &ProjectAccess) -> Result<Option<Project>> {
         let read = key.clone();
-        self.memoised(&self.memo.projects, key.key().clone(), move |tx| find(tx, &read))
-            .await
+        self.memoised(&self.memo.projects, key.key().clone(), move |tx| {
+            find(tx, &read)
+        })
+        .await
     }
 
     async fn list_projects(

@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 
-use crate::error::Result;
 use crate::access::ProjectAccess;
+use crate::error::Result;
 use crate::model::{ChangeSeq, Episode, EpisodeHandle, ProjectHandle};
 
 /// A project as the change feed sees it: the store's handle of it (never reused, so a

@@ -3,8 +3,8 @@
 
 use async_trait::async_trait;
 
-use crate::error::Result;
 use crate::access::ProjectAccess;
+use crate::error::Result;
 use crate::model::ProjectKey;
 
 /// A v1 session of project `key`.

@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 
-use crate::error::Result;
 use crate::access::ProjectAccess;
+use crate::error::Result;
 use crate::model::{EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig, ProjectKey};
 
 #[async_trait]

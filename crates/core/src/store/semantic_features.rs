@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
-use crate::error::Result;
 use crate::access::ProjectAccess;
+use crate::error::Result;
 use crate::model::{EpisodeHandle, FeatureId, SetId};
 
 /// A feature to store. `match_key` and `value_key` are the domain's normalised forms

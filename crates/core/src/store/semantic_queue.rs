@@ -5,11 +5,9 @@ use async_trait::async_trait;
 
 use super::semantic_features::NewFeature;
 use super::semantic_sets::{NewSet, SetRow};
-use crate::error::Result;
 use crate::access::ProjectAccess;
-use crate::model::{
-    AddedEpisode, Episode, EpisodeHandle, FeatureId, NewEpisode, SetId,
-};
+use crate::error::Result;
+use crate::model::{AddedEpisode, Episode, EpisodeHandle, FeatureId, NewEpisode, SetId};
 
 /// One change the model asked for, applied in the batch's transaction.
 #[derive(Debug, Clone, PartialEq)]

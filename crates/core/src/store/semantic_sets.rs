@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
-use crate::error::Result;
 use crate::access::ProjectAccess;
+use crate::error::Result;
 use crate::model::{CategoryId, ProjectConfig, ProjectHandle, SetId, SetTypeId, TagId};
 
 /// What a feature set gathers: the whole org, one project, one producer (a "user set")

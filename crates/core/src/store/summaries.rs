@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 
-use crate::error::Result;
 use crate::access::ProjectAccess;
+use crate::error::Result;
 use crate::model::{Episode, ProjectKey};
 
 /// A project's rolling summary of the episodes that left its short-term window.

@@ -8,8 +8,8 @@ use async_trait::async_trait;
 
 use super::semantic_features::NewFeature;
 use super::semantic_sets::{SetRow, SetType};
-use crate::error::Result;
 use crate::access::ProjectAccess;
+use crate::error::Result;
 use crate::model::{Episode, EpisodeHandle, FeatureId, Project, SetId};
 
 /// An episode's vector as stored, with the id of the embedder that made it.

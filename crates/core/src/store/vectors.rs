@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::error::Result;
 use crate::access::ProjectAccess;
+use crate::error::Result;
 use crate::model::{EpisodeHandle, ProjectHandle, ProjectKey};
 
 /// An episode waiting for its vector (claimed under a lease).

@@ -3,11 +3,11 @@
 use tonic::{Request, Response, Status};
 
 use super::convert;
-use crate::model::Project;
 use crate::pb;
 use crate::pb::semantic_service_server::SemanticService;
 use crate::projects::Projects;
 use crate::semantic::{FeatureChange, FeatureInput, FeatureSearch, SemanticMemory};
+use memmachine_core::access::OpenProject;
 
 pub struct SemanticGrpc {
     projects: Projects,
@@ -24,7 +24,7 @@ impl SemanticGrpc {
         &self,
         request: Request<T>,
         ids: impl Fn(&T) -> (&str, &str),
-    ) -> Result<(Project, T), Status> {
+    ) -> Result<(OpenProject, T), Status> {
         let (caller, r) = super::split(request)?;
         let (org, project) = ids(&r);
         let key = caller.project(org, project)?;

@@ -16,8 +16,8 @@ use super::projects::key;
 use super::shapes::{FeatureJson, ProjectRef};
 use super::{ApiError, Gateway};
 use crate::auth::Access;
-use crate::model::Project;
 use crate::semantic::{FeatureChange, FeatureInput, SemanticMemory};
+use memmachine_core::access::OpenProject;
 
 pub fn routes() -> OpenApiRouter<Gateway> {
     OpenApiRouter::new()
@@ -49,7 +49,7 @@ async fn project<'g>(
     caller: &Access,
     org_id: &str,
     project_id: &str,
-) -> Result<(Project, &'g SemanticMemory), ApiError> {
+) -> Result<(OpenProject, &'g SemanticMemory), ApiError> {
     let key = key(
         caller,
         &ProjectRef {

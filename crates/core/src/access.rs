@@ -141,6 +141,14 @@ impl ProjectAccess {
     pub fn key(&self) -> &ProjectKey {
         &self.key
     }
+
+    /// The project's org: the caller's rights are per org, so reaching a project
+    /// reaches its org.
+    pub fn org(&self) -> OrgAccess {
+        OrgAccess {
+            org_id: self.key.org_id.clone(),
+        }
+    }
 }
 
 impl ProjectAccess {

@@ -5,7 +5,7 @@ mod access;
 pub mod keys;
 
 pub use access::route;
-pub use memmachine_core::access::{Access, Caller, OrgAccess, ProjectAccess, ROUTE_HEADER};
+pub use memmachine_core::access::{Access, Caller, ROUTE_HEADER};
 
 use std::sync::Arc;
 

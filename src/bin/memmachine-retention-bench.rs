@@ -18,6 +18,7 @@ use clap::Parser;
 use memmachine::episodic::retention;
 use memmachine::model::{EpisodicConfigUpdate, NewEpisode, ProjectConfig, ProjectKey};
 use memmachine::store::{Store, StoreLocation};
+use memmachine_core::access::{Access, ProjectAccess};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -73,12 +74,14 @@ async fn run(args: Args) -> Result<()> {
     let store = memmachine::store::open(&location, true).await?;
     let now = chrono::Utc::now().timestamp_micros();
     let per_project = args.episodes / args.projects;
-    let keys: Vec<ProjectKey> = (0..args.projects)
+    // The bench writes its own projects as background work would.
+    let keys: Vec<ProjectAccess> = (0..args.projects)
         .map(|p| {
             ProjectKey::parse(
                 "retention-bench",
                 &format!("p{p}-{}", uuid::Uuid::new_v4().simple()),
             )
+            .map(Access::system)
         })
         .collect::<std::result::Result<_, _>>()?;
     let started = Instant::now();
@@ -174,7 +177,7 @@ async fn sweep_all(store: &dyn Store) -> Result<(u64, Duration)> {
     }
 }
 
-async fn count(store: &dyn Store, keys: &[ProjectKey]) -> Result<i64> {
+async fn count(store: &dyn Store, keys: &[ProjectAccess]) -> Result<i64> {
     let mut total = 0;
     for key in keys {
         total += store.count_episodes(key).await?;

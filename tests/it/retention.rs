@@ -502,6 +502,7 @@ async fn export_leaves_expired_episodes_out_and_carries_expiries_and_retention()
     use memmachine::model::{EpisodicConfigUpdate, ProjectConfig, ProjectKey};
     use memmachine::store::Store;
     use memmachine::transfer::{ExportOptions, ImportOptions, export, import};
+    use memmachine_core::access::Access;
     use std::sync::Arc;
 
     async fn open(dir: &std::path::Path) -> Arc<dyn Store> {
@@ -513,7 +514,7 @@ async fn export_leaves_expired_episodes_out_and_carries_expiries_and_retention()
     }
     let (from, to) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let source = open(from.path()).await;
-    let key = ProjectKey::parse(ORG, PROJECT).unwrap();
+    let key = Access::system(ProjectKey::parse(ORG, PROJECT).unwrap());
     source
         .create_project(&key, "", &ProjectConfig::default())
         .await

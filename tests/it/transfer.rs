@@ -1,6 +1,7 @@
 //! Moving data between stores: `memmachine export` and `import`, on real SQLite files
 //! (through `memmachine::transfer` and through the real binary).
 
+use memmachine_core::access::{Access, ProjectAccess};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
@@ -24,8 +25,8 @@ async fn sqlite(dir: &Path) -> Arc<dyn Store> {
     Arc::new(SqliteStore::open_async(dir).await.unwrap())
 }
 
-fn key(org: &str, project: &str) -> ProjectKey {
-    ProjectKey::parse(org, project).unwrap()
+fn key(org: &str, project: &str) -> ProjectAccess {
+    Access::system(ProjectKey::parse(org, project).unwrap())
 }
 
 fn episode(content: &str, producer: &str, meta: &[(&str, &str)], at: i64) -> NewEpisode {
@@ -59,7 +60,7 @@ fn id() -> String {
 /// Adds episodes with vectors from the hash embedder; returns their handles.
 async fn add_embedded(
     store: &Arc<dyn Store>,
-    key: &ProjectKey,
+    key: &ProjectAccess,
     new: Vec<NewEpisode>,
 ) -> Vec<EpisodeHandle> {
     let embedder = HashEmbedder::new(16);
@@ -719,7 +720,7 @@ async fn an_import_refuses_existing_projects_unless_replacing() {
     let other = sqlite(&dir.path().join("other")).await;
     other
         .add_episodes(
-            &ProjectKey::universal(),
+            &Access::system(ProjectKey::universal()),
             vec![episode("u", "x", &[], 1)],
             None,
         )
@@ -734,7 +735,7 @@ async fn an_import_refuses_existing_projects_unless_replacing() {
     import_file(&other, &file, true).await.unwrap();
     assert_eq!(
         other
-            .count_episodes(&ProjectKey::universal())
+            .count_episodes(&Access::system(ProjectKey::universal()))
             .await
             .unwrap(),
         0

@@ -175,6 +175,18 @@ impl Deref for ProjectAccess {
     }
 }
 
+impl PartialEq<ProjectKey> for ProjectAccess {
+    fn eq(&self, other: &ProjectKey) -> bool {
+        self.key == *other
+    }
+}
+
+impl PartialEq<ProjectAccess> for ProjectKey {
+    fn eq(&self, other: &ProjectAccess) -> bool {
+        *self == other.key
+    }
+}
+
 impl std::fmt::Display for ProjectAccess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.key.fmt(f)

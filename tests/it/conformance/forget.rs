@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
-use memmachine::model::{EpisodeHandle, NewEpisode, ProjectKey};
+use memmachine::model::{EpisodeHandle, NewEpisode};
 use memmachine::semantic::features::new_feature;
 use memmachine::semantic::model::{NewFeature, Summary};
 use memmachine::semantic::sets::{org_set, project_set, user_set};
 use memmachine::store::{ForgetCounts, ForgetReceipt, ProjectForget, Store};
+use memmachine_core::access::ProjectAccess;
 
 use crate::conformance::support::{episode, org, project_in as project};
 
@@ -25,7 +26,7 @@ fn said(content: &str, producer: &str, produced_for: &str) -> NewEpisode {
 
 async fn stored(
     store: &Arc<dyn Store>,
-    k: &ProjectKey,
+    k: &ProjectAccess,
     episodes: &[NewEpisode],
 ) -> Vec<EpisodeHandle> {
     store

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use memmachine::model::{NewEpisode, ProjectKey};
+use memmachine::model::NewEpisode;
 use memmachine::semantic::features::new_feature;
 use memmachine::semantic::model::{
     Batch, ClaimRule, FeatureOp, FeatureUpdate, NewFeature, NewSet, SetRow,
@@ -13,6 +13,7 @@ use memmachine::semantic::model::{
 use memmachine::semantic::sets::{org_set, project_set};
 use memmachine::semantic::store::Routing;
 use memmachine::store::{ChangedBy, FeatureVersion, Store};
+use memmachine_core::access::ProjectAccess;
 
 use crate::conformance::support::{org, project_in as project};
 
@@ -31,7 +32,7 @@ fn set_value(value: &str) -> FeatureUpdate {
 /// Adds episodes routed to `set`; returns their handles.
 async fn episodes(
     store: &Arc<dyn Store>,
-    k: &ProjectKey,
+    k: &ProjectAccess,
     contents: &[&str],
     set: &NewSet,
 ) -> Vec<memmachine::model::EpisodeHandle> {

@@ -4,12 +4,13 @@
 
 use std::sync::Arc;
 
-use memmachine::model::{ChangeSeq, ProjectHandle, ProjectKey};
+use memmachine::model::{ChangeSeq, ProjectHandle};
 use memmachine::semantic::features::new_feature;
 use memmachine::semantic::model::{ClaimRule, FeatureOp, FeatureUpdate, NewFeature, SetRow};
 use memmachine::semantic::sets::{org_set, project_set, user_set};
 use memmachine::semantic::store::Routing;
 use memmachine::store::{Change, MemoryChange, MemoryChangeKind, MemoryChanges, Store, Summary};
+use memmachine_core::access::ProjectAccess;
 
 use crate::conformance::support::{
     TestEmbedder, add, embed_all, handle_of, handles, numbered, org, project, project_in,
@@ -45,7 +46,7 @@ fn set_value(value: &str) -> FeatureUpdate {
     }
 }
 
-async fn project_row(store: &Arc<dyn Store>, k: &ProjectKey) -> SetRow {
+async fn project_row(store: &Arc<dyn Store>, k: &ProjectAccess) -> SetRow {
     store.ensure_sets(k, vec![project_set(k)]).await.unwrap()[0].clone()
 }
 

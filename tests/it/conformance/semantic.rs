@@ -8,9 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use memmachine::error::Error;
-use memmachine::model::{
-    ChangeSeq, EpisodeHandle, FeatureId, NewEpisode, ProjectHandle, ProjectKey, SetId,
-};
+use memmachine::model::{ChangeSeq, EpisodeHandle, FeatureId, NewEpisode, ProjectHandle, SetId};
 use memmachine::semantic::features::{category_key, new_feature};
 use memmachine::semantic::model::{
     Batch, CategoryOwner, ClaimRule, FeatureOp, FeatureUpdate, NewCategory, NewFeature, NewSet,
@@ -19,6 +17,7 @@ use memmachine::semantic::model::{
 use memmachine::semantic::sets::{org_set, project_set, user_set};
 use memmachine::semantic::store::Routing;
 use memmachine::store::Store;
+use memmachine_core::access::ProjectAccess;
 
 use crate::conformance::support::{
     LONG, PAST_SHORT, SHORT, TestEmbedder, key, org, project_in as project, unique,
@@ -72,7 +71,7 @@ fn fact(tag: &str, name: &str, value: &str) -> NewFeature {
 /// the episodes' uids.
 async fn add_routed(
     store: &Arc<dyn Store>,
-    k: &ProjectKey,
+    k: &ProjectAccess,
     contents: &[&str],
     sets: &[&NewSet],
 ) -> Vec<uuid::Uuid> {
@@ -1410,7 +1409,7 @@ pub async fn feature_vector_leases_hold_until_released_or_expired(store: Arc<dyn
 /// backend keeping these rows between reads has them kept.
 async fn read_per_search(
     store: &Arc<dyn Store>,
-    k: &ProjectKey,
+    k: &ProjectAccess,
     o: &str,
 ) -> (
     Option<memmachine::model::Project>,

@@ -104,7 +104,10 @@ pub async fn budgets_and_pauses_are_kept_per_org(store: Arc<dyn Store>) {
     assert_eq!(store.pause(&o).await.unwrap(), None);
     let k = project(&store, &o, "p").await;
     let handle = handle_of(&store, &k).await;
-    assert_eq!(store.project_key(handle).await.unwrap(), Some(k.clone()));
+    assert_eq!(
+        store.project_key(handle).await.unwrap(),
+        Some(k.key().clone())
+    );
     store.delete_project(&k).await.unwrap();
     assert_eq!(store.project_key(handle).await.unwrap(), None);
 }

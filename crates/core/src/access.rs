@@ -19,7 +19,7 @@
 //!
 //! Its fields are private and it has no other constructor:
 //!
-//! ```compile_fail
+//! ```compile_fail,E0451
 //! use memmachine_core::access::ProjectAccess;
 //! use memmachine_core::model::ProjectKey;
 //!
@@ -29,12 +29,26 @@
 //!
 //! and a store method for a project does not take a bare key:
 //!
-//! ```compile_fail
+//! ```compile_fail,E0308
 //! use memmachine_core::model::ProjectKey;
 //! use memmachine_core::store::EpisodeStore;
 //!
 //! async fn leak(store: &dyn EpisodeStore) {
 //!     let key = ProjectKey::parse("globex", "web").unwrap();
+//!     let _ = store.count_episodes(&key).await;
+//! }
+//! ```
+//!
+//! while the same call with an access value compiles (here through the door for work
+//! no caller asked for, which `grep Access::system` lists):
+//!
+//! ```
+//! use memmachine_core::access::Access;
+//! use memmachine_core::model::ProjectKey;
+//! use memmachine_core::store::EpisodeStore;
+//!
+//! async fn sweep(store: &dyn EpisodeStore) {
+//!     let key = Access::system(ProjectKey::parse("globex", "web").unwrap());
 //!     let _ = store.count_episodes(&key).await;
 //! }
 //! ```

@@ -79,7 +79,7 @@ impl Legacy {
         let description = format!("MemMachine v1 group {}", key.project_id);
         match self
             .projects
-            .create(&key, &description, Default::default())
+            .create(key, &description, Default::default())
             .await
         {
             Ok(_) | Err(Error::AlreadyExists(_)) => Ok(()),

@@ -184,7 +184,7 @@ impl Forget {
         }
         violations.into_result()?;
         self.store
-            .forget_receipt(org_id, receipt_id)
+            .forget_receipt(org, receipt_id)
             .await?
             .ok_or_else(|| {
                 Error::NotFound(format!("no forget receipt {receipt_id} in org {org_id}"))

@@ -9,6 +9,7 @@ use super::error::db_error;
 use super::helpers::{REMOVED, log_changes};
 use super::projects;
 use super::semantic_features;
+use memmachine_core::access::OrgAccess;
 use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::Result;
 use memmachine_core::model::{FeatureId, ProjectKey, SetId};
@@ -294,9 +295,10 @@ impl ForgetStore for PostgresStore {
 
     async fn forget_receipt(
         &self,
-        org_id: &str,
+        org: &OrgAccess,
         receipt_id: &str,
     ) -> Result<Option<ForgetReceipt>> {
+        let org_id = org.org_id();
         let row = sqlx::query(
             "SELECT subject, completed_at, projects FROM forget_receipts
              WHERE org_id = $1 AND receipt_id = $2",

@@ -9,6 +9,7 @@ use super::error::storage_error;
 use super::helpers::{REMOVED, id_array, log_changes};
 use super::projects;
 use super::semantic_features;
+use memmachine_core::access::OrgAccess;
 use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::Result;
 use memmachine_core::model::{FeatureId, ProjectKey, SetId};
@@ -299,9 +300,10 @@ impl ForgetStore for SqliteStore {
 
     async fn forget_receipt(
         &self,
-        org_id: &str,
+        org: &OrgAccess,
         receipt_id: &str,
     ) -> Result<Option<ForgetReceipt>> {
+        let org_id = org.org_id();
         let (org_id, receipt_id) = (org_id.to_string(), receipt_id.to_string());
         self.readers
             .read(move |tx| receipt(tx, &org_id, &receipt_id))

@@ -9,7 +9,7 @@ use memmachine::semantic::features::new_feature;
 use memmachine::semantic::model::{NewFeature, Summary};
 use memmachine::semantic::sets::{org_set, project_set, user_set};
 use memmachine::store::{ForgetCounts, ForgetReceipt, ProjectForget, Store};
-use memmachine_core::access::ProjectAccess;
+use memmachine_core::access::{Access, ProjectAccess};
 
 use crate::conformance::support::{episode, org, project_in as project};
 
@@ -196,12 +196,15 @@ pub async fn forgetting_counts_what_it_removes_in_batches_as_previewed(store: Ar
     };
     store.save_forget_receipt(&receipt).await.unwrap();
     assert_eq!(
-        store.forget_receipt(&o, &receipt.receipt_id).await.unwrap(),
+        store
+            .forget_receipt(&Access::system_org(&o), &receipt.receipt_id)
+            .await
+            .unwrap(),
         Some(receipt.clone())
     );
     assert_eq!(
         store
-            .forget_receipt(&org(), &receipt.receipt_id)
+            .forget_receipt(&Access::system_org(&org()), &receipt.receipt_id)
             .await
             .unwrap(),
         None,

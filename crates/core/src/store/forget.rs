@@ -3,6 +3,7 @@
 
 use async_trait::async_trait;
 
+use crate::access::OrgAccess;
 use crate::access::ProjectAccess;
 use crate::error::Result;
 use crate::model::{FeatureId, ProjectKey, SetId};
@@ -83,8 +84,11 @@ pub trait ForgetStore: Send + Sync {
     ) -> Result<ForgetCounts>;
     async fn save_forget_receipt(&self, receipt: &ForgetReceipt) -> Result<()>;
     /// The receipt with this id in this org; `None` when there is none.
-    async fn forget_receipt(&self, org_id: &str, receipt_id: &str)
-    -> Result<Option<ForgetReceipt>>;
+    async fn forget_receipt(
+        &self,
+        org: &OrgAccess,
+        receipt_id: &str,
+    ) -> Result<Option<ForgetReceipt>>;
 }
 
 /// A receipt's project lines as the JSON text both backends store.

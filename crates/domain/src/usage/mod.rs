@@ -244,7 +244,7 @@ impl Usage {
         let since = since_micros.unwrap_or_else(|| day_start(now));
         let since = since.div_euclid(HOUR_MICROS) * HOUR_MICROS;
         let project_id = project_id.filter(|p| !p.is_empty());
-        let totals = self.store.usage_since(org_id, project_id, since).await?;
+        let totals = self.store.usage_since(access, project_id, since).await?;
         let usage = PURPOSES
             .iter()
             .map(|purpose| {

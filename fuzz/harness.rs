@@ -114,9 +114,12 @@ fn start() -> Server {
             .await
             .expect("the domain");
         // Seeds name `fuzz`; empty ids name `universal`, which the server creates.
+        let fuzz = memmachine_domain::auth::Access::unrouted(Caller::Anyone)
+            .project("fuzz", "fuzz")
+            .expect("a valid project");
         domain
             .projects
-            .create("fuzz", "fuzz", "", Default::default())
+            .create(&fuzz, "", Default::default())
             .await
             .expect("a project");
         store.close().await.expect("the store closes");

@@ -207,7 +207,10 @@ fn time(micros: i64) -> String {
 }
 
 fn mcp(args: memmachine::mcp::stdio::McpArgs) -> ExitCode {
-    let scope = match memmachine::mcp::Scope::new(&args.org, &args.project, &args.user) {
+    // Over stdio the operator runs the server: no key, as without --auth.
+    let operator =
+        memmachine_domain::auth::Access::unrouted(memmachine_domain::auth::Caller::Anyone);
+    let scope = match memmachine::mcp::Scope::new(&operator, &args.org, &args.project, &args.user) {
         Ok(scope) => scope,
         Err(err) => {
             eprintln!("memmachine: {err}");

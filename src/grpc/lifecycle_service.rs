@@ -48,11 +48,11 @@ impl LifecycleService for LifecycleGrpc {
         request: Request<pb::ForgetSubjectRequest>,
     ) -> Reply<pb::ForgetSubjectResponse> {
         let (caller, r) = super::split(request)?;
-        caller.check_org(&r.org_id)?;
+        let org = caller.org(&r.org_id)?;
         let receipt = self
             .domain
             .forget
-            .forget_subject(&r.org_id, &r.subject, &r.project_ids, r.dry_run)
+            .forget_subject(&org, &r.subject, &r.project_ids, r.dry_run)
             .await?;
         Ok(Response::new(pb::ForgetSubjectResponse {
             receipt: Some(forget_receipt(receipt)),
@@ -64,8 +64,8 @@ impl LifecycleService for LifecycleGrpc {
         request: Request<pb::GetForgetReceiptRequest>,
     ) -> Reply<pb::GetForgetReceiptResponse> {
         let (caller, r) = super::split(request)?;
-        caller.check_org(&r.org_id)?;
-        let receipt = self.domain.forget.receipt(&r.org_id, &r.receipt_id).await?;
+        let org = caller.org(&r.org_id)?;
+        let receipt = self.domain.forget.receipt(&org, &r.receipt_id).await?;
         Ok(Response::new(pb::GetForgetReceiptResponse {
             receipt: Some(forget_receipt(receipt)),
         }))

@@ -37,7 +37,7 @@ impl MemoryService for MemoryGrpc {
             .memories
             .import(
                 &mut requests,
-                |org, project| caller.check_project(org, project),
+                |org, project| caller.org_of_project(org, project),
                 &Drain(&self.imports.lifecycle),
             )
             .await?;

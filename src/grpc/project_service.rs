@@ -27,16 +27,13 @@ impl ProjectService for ProjectGrpc {
         request: Request<pb::CreateProjectRequest>,
     ) -> Reply<pb::CreateProjectResponse> {
         let (caller, r) = super::split(request)?;
-        caller.project(&r.org_id, &r.project_id)?;
+        let key = caller.project(&r.org_id, &r.project_id)?;
         let config = r.config.unwrap_or_default();
         let config = ProjectConfig {
             embedder: config.embedder,
             reranker: config.reranker,
         };
-        let project = self
-            .projects
-            .create(&r.org_id, &r.project_id, &r.description, config)
-            .await?;
+        let project = self.projects.create(&key, &r.description, config).await?;
         Ok(Response::new(pb::CreateProjectResponse {
             project: Some(convert::project(project)),
         }))
@@ -52,7 +49,7 @@ impl ProjectService for ProjectGrpc {
             .get(&caller.project(&r.org_id, &r.project_id)?)
             .await?;
         Ok(Response::new(pb::GetProjectResponse {
-            project: Some(convert::project(project)),
+            project: Some(convert::project(project.into_project())),
         }))
     }
 

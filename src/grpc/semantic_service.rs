@@ -3,7 +3,7 @@
 use tonic::{Request, Response, Status};
 
 use super::convert;
-use memmachine_core::model::Project;
+use memmachine_core::access::OpenProject;
 use memmachine_domain::projects::Projects;
 use memmachine_domain::semantic::{FeatureChange, FeatureInput, FeatureSearch, SemanticMemory};
 use memmachine_proto::v2 as pb;
@@ -24,7 +24,7 @@ impl SemanticGrpc {
         &self,
         request: Request<T>,
         ids: impl Fn(&T) -> (&str, &str),
-    ) -> Result<(Project, T), Status> {
+    ) -> Result<(OpenProject, T), Status> {
         let (caller, r) = super::split(request)?;
         let (org, project) = ids(&r);
         let key = caller.project(org, project)?;

@@ -65,12 +65,12 @@ impl UsageService for UsageGrpc {
         request: Request<pb::GetUsageRequest>,
     ) -> Reply<pb::GetUsageResponse> {
         let (caller, r) = super::split(request)?;
-        caller.check_org(&r.org_id)?;
+        let org = caller.org(&r.org_id)?;
         let since = r.since.as_ref().map(|ts| micros("since", ts)).transpose()?;
         let report = self
             .domain
             .usage
-            .report(&r.org_id, r.project_id.as_deref(), since)
+            .report(&org, r.project_id.as_deref(), since)
             .await?;
         Ok(Response::new(pb::GetUsageResponse {
             usage: report.usage.into_iter().map(figures).collect(),

@@ -20,7 +20,7 @@ use super::Scope;
 use super::tools::MemoryTools;
 use crate::domain::Domain;
 use memmachine_core::error::Error;
-use memmachine_domain::auth::Caller;
+use memmachine_domain::auth::{Access, Caller};
 
 /// The tower service to nest at `/mcp`: tools answer once `domain` is set.
 pub fn service(
@@ -96,19 +96,16 @@ impl Owners {
 /// session's request) opened the session, and hands the scope to the tools in the
 /// request's extensions.
 async fn admit(State(owners): State<Owners>, mut request: Request, next: Next) -> Response {
-    let scope = match scope_of(request.uri().query().unwrap_or("")) {
-        Ok(scope) => scope,
-        Err(err) => return refusal(StatusCode::BAD_REQUEST, &err),
-    };
     // The gateway's admission authenticated the request and recorded its caller.
     let caller = match memmachine_domain::auth::caller_of(request.extensions()) {
         Ok(caller) => caller,
         Err(err) => return refusal(StatusCode::FORBIDDEN, &err),
     };
-    if let Err(err) = caller.project(&scope.project.org_id, &scope.project.project_id) {
-        let status = memmachine_core::error::http_status(err.grpc_code());
-        return refusal(status, &err);
-    }
+    // A malformed URL is 400; a project the caller may not reach, 403.
+    let scope = match scope_of(caller, request.uri().query().unwrap_or("")) {
+        Ok(scope) => scope,
+        Err(err) => return refusal(memmachine_core::error::http_status(err.grpc_code()), &err),
+    };
     let caller = caller.caller().clone();
     // Another caller's session is answered as one that does not exist: nothing says
     // whether it does.
@@ -146,7 +143,7 @@ async fn admit(State(owners): State<Owners>, mut request: Request, next: Next) -
     response
 }
 
-fn scope_of(query: &str) -> Result<Scope, Error> {
+fn scope_of(caller: &Access, query: &str) -> Result<Scope, Error> {
     let (mut org, mut project, mut user) = (String::new(), String::new(), String::new());
     for (key, value) in form_urlencoded::parse(query.as_bytes()) {
         match key.as_ref() {
@@ -161,7 +158,7 @@ fn scope_of(query: &str) -> Result<Scope, Error> {
             }
         }
     }
-    Scope::new(&org, &project, &user)
+    Scope::new(caller, &org, &project, &user)
 }
 
 /// A JSON-RPC error body (no id: the request was not read) with the HTTP status.
@@ -183,6 +180,8 @@ mod tests {
 
     #[test]
     fn the_url_names_the_scope() {
+        let open = Access::unrouted(Caller::Anyone);
+        let scope_of = |query| super::scope_of(&open, query);
         let scope = scope_of("org=acme&project=p%2D1&user=alice+smith").unwrap();
         assert_eq!(scope.project.org_id, "acme");
         assert_eq!(scope.project.project_id, "p-1");
@@ -192,5 +191,14 @@ mod tests {
         assert_eq!(default.user, "user");
         assert!(scope_of("org=a/b").is_err());
         assert!(scope_of("tenant=x").is_err());
+        let org_key = Access::unrouted(Caller::Org {
+            key_id: "k".into(),
+            org_id: "acme".into(),
+        });
+        assert!(super::scope_of(&org_key, "org=acme").is_ok());
+        assert!(matches!(
+            super::scope_of(&org_key, "org=globex"),
+            Err(Error::PermissionDenied(_))
+        ));
     }
 }

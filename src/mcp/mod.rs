@@ -7,8 +7,8 @@ pub mod http;
 pub mod stdio;
 pub mod tools;
 
+use memmachine_core::access::{Access, ProjectAccess};
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::ProjectKey;
 
 /// The user a scope names when none is given.
 pub const DEFAULT_USER: &str = "user";
@@ -19,15 +19,15 @@ const MAX_USER_CHARS: usize = 256;
 /// What every tool call of a session reaches: one project and, within it, one user.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scope {
-    pub project: ProjectKey,
+    pub project: ProjectAccess,
     pub user: String,
 }
 
 impl Scope {
-    /// A validated scope; empty org or project mean `universal`, an empty user the
-    /// default user.
-    pub fn new(org: &str, project: &str, user: &str) -> Result<Scope> {
-        let project = ProjectKey::parse(org, project)?;
+    /// A validated scope that `access` may reach; empty org or project mean
+    /// `universal`, an empty user the default user.
+    pub fn new(access: &Access, org: &str, project: &str, user: &str) -> Result<Scope> {
+        let project = access.project(org, project)?;
         let user = if user.is_empty() { DEFAULT_USER } else { user };
         if user.chars().count() > MAX_USER_CHARS || user.chars().any(char::is_control) {
             return Err(Error::invalid(

@@ -532,23 +532,25 @@ impl MemoryTools {
             },
         };
         let org_id = &scope.project.org_id;
-        Ok(match domain.usage.report(org_id, None, since).await {
-            Ok(report) => answer(serde_json::json!({
-                "org_id": org_id,
-                "usage": report.usage.iter().map(|f| serde_json::json!({
-                    "purpose": f.purpose,
-                    "calls": f.calls,
-                    "prompt_tokens": f.prompt_tokens,
-                    "completion_tokens": f.completion_tokens,
-                })).collect::<Vec<_>>(),
-                "budget": {
-                    "daily_tokens": report.budget.daily_tokens,
-                    "used_today": report.budget.used_today,
-                    "paused_until": report.budget.paused_until.map(time),
-                },
-            })),
-            Err(err) => failed(err),
-        })
+        Ok(
+            match domain.usage.report(&scope.project.org(), None, since).await {
+                Ok(report) => answer(serde_json::json!({
+                    "org_id": org_id,
+                    "usage": report.usage.iter().map(|f| serde_json::json!({
+                        "purpose": f.purpose,
+                        "calls": f.calls,
+                        "prompt_tokens": f.prompt_tokens,
+                        "completion_tokens": f.completion_tokens,
+                    })).collect::<Vec<_>>(),
+                    "budget": {
+                        "daily_tokens": report.budget.daily_tokens,
+                        "used_today": report.budget.used_today,
+                        "paused_until": report.budget.paused_until.map(time),
+                    },
+                })),
+                Err(err) => failed(err),
+            },
+        )
     }
 
     #[tool(
@@ -569,7 +571,7 @@ impl MemoryTools {
         let forgotten = domain
             .forget
             .forget_subject(
-                &scope.project.org_id,
+                &scope.project.org(),
                 &scope.user,
                 std::slice::from_ref(&scope.project.project_id),
                 input.dry_run,

@@ -94,11 +94,11 @@ async fn forget(
     Extension(caller): Extension<Access>,
     Body(r): Body<Forget>,
 ) -> Result<Json<Receipt>, ApiError> {
-    caller.check_org(&r.org_id)?;
+    let org = caller.org(&r.org_id)?;
     let receipt = gateway
         .domain()?
         .forget
-        .forget_subject(&r.org_id, &r.subject, &r.project_ids, r.dry_run)
+        .forget_subject(&org, &r.subject, &r.project_ids, r.dry_run)
         .await?;
     Ok(Json(Receipt::new(receipt)))
 }
@@ -111,11 +111,11 @@ async fn receipt(
     Extension(caller): Extension<Access>,
     Body(r): Body<GetReceipt>,
 ) -> Result<Json<Receipt>, ApiError> {
-    caller.check_org(&r.org_id)?;
+    let org = caller.org(&r.org_id)?;
     let receipt = gateway
         .domain()?
         .forget
-        .receipt(&r.org_id, &r.receipt_id)
+        .receipt(&org, &r.receipt_id)
         .await?;
     Ok(Json(Receipt::new(receipt)))
 }

@@ -12,8 +12,9 @@ use utoipa_axum::routes;
 use super::body::Body;
 use super::shapes::{ProjectConfigJson, ProjectJson, ProjectRef};
 use super::{ApiError, Gateway};
+use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::{Error, Violations};
-use memmachine_core::model::{EpisodicConfigUpdate, ProjectConfig, ProjectKey};
+use memmachine_core::model::{EpisodicConfigUpdate, ProjectConfig};
 use memmachine_domain::auth::Access;
 
 pub fn routes() -> OpenApiRouter<Gateway> {
@@ -34,7 +35,7 @@ pub fn routes() -> OpenApiRouter<Gateway> {
 type Reply<T> = Result<T, ApiError>;
 
 /// The project named by `r`, once the caller is checked against its org.
-pub fn key(caller: &Access, r: &ProjectRef) -> Result<ProjectKey, ApiError> {
+pub fn key(caller: &Access, r: &ProjectRef) -> Result<ProjectAccess, ApiError> {
     Ok(caller.project(&r.org_id, &r.project_id)?)
 }
 
@@ -47,7 +48,7 @@ pub struct NamedProject {
 }
 
 impl NamedProject {
-    fn key(&self, caller: &Access) -> Result<ProjectKey, ApiError> {
+    fn key(&self, caller: &Access) -> Result<ProjectAccess, ApiError> {
         named(&self.org_id, &self.project_id)?;
         key(
             caller,
@@ -96,11 +97,8 @@ async fn create_project(
         reranker: r.config.reranker,
     };
     let projects = &gateway.domain()?.projects;
-    let project = match projects
-        .create(&r.org_id, &r.project_id, &r.description, config)
-        .await
-    {
-        Err(Error::AlreadyExists(_)) => projects.get(&key).await?,
+    let project = match projects.create(&key, &r.description, config).await {
+        Err(Error::AlreadyExists(_)) => projects.get(&key).await?.into_project(),
         created => created?,
     };
     Ok((StatusCode::CREATED, Json(project.into())))
@@ -115,7 +113,7 @@ async fn get_project(
 ) -> Reply<Json<ProjectJson>> {
     let key = r.key(&caller)?;
     let project = gateway.domain()?.projects.get(&key).await?;
-    Ok(Json(project.into()))
+    Ok(Json(project.into_project().into()))
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -285,7 +283,7 @@ fn retention_micros(seconds: f64) -> Option<i64> {
 
 async fn update_episodic(
     gateway: &Gateway,
-    key: &ProjectKey,
+    key: &ProjectAccess,
     update: EpisodicConfigUpdate,
 ) -> Reply<StatusCode> {
     gateway

@@ -15,7 +15,7 @@ use super::body::Body;
 use super::projects::key;
 use super::shapes::{FeatureJson, ProjectRef};
 use super::{ApiError, Gateway};
-use memmachine_core::model::Project;
+use memmachine_core::access::OpenProject;
 use memmachine_domain::auth::Access;
 use memmachine_domain::semantic::{FeatureChange, FeatureInput, SemanticMemory};
 
@@ -49,7 +49,7 @@ async fn project<'g>(
     caller: &Access,
     org_id: &str,
     project_id: &str,
-) -> Result<(Project, &'g SemanticMemory), ApiError> {
+) -> Result<(OpenProject, &'g SemanticMemory), ApiError> {
     let key = key(
         caller,
         &ProjectRef {

@@ -101,7 +101,7 @@ async fn get_usage(
     Extension(caller): Extension<Access>,
     Body(query): Body<UsageQuery>,
 ) -> Reply<UsageReport> {
-    caller.check_org(&query.org_id)?;
+    let org = caller.org(&query.org_id)?;
     let since = match query.since.as_deref().filter(|s| !s.is_empty()) {
         None => None,
         Some(text) => Some(
@@ -113,7 +113,7 @@ async fn get_usage(
     let report = gateway
         .domain()?
         .usage
-        .report(&query.org_id, query.project_id.as_deref(), since)
+        .report(&org, query.project_id.as_deref(), since)
         .await?;
     Ok(Json(UsageReport {
         usage: report.usage.into_iter().map(figures).collect(),

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::common;
 use memmachine::store::Store;
+use memmachine_core::access::{Access, ProjectAccess};
 use memmachine_core::model::filter::{Expr, parse};
 use memmachine_core::model::{EpisodeHandle, NewEpisode, ProjectConfig, ProjectKey};
 use memmachine_domain::retrieval::index_cache::IndexCache;
@@ -181,7 +182,7 @@ fn varied_episodes() -> Vec<NewEpisode> {
 fn ranked(
     runtime: &tokio::runtime::Runtime,
     cache: &IndexCache,
-    key: &ProjectKey,
+    key: &ProjectAccess,
     filter: Option<&Expr>,
     limit: usize,
 ) -> memmachine_core::error::Result<Vec<i64>> {
@@ -269,7 +270,7 @@ fn seeded_store(
     episodes: Vec<NewEpisode>,
 ) -> (
     Arc<dyn Store>,
-    ProjectKey,
+    ProjectAccess,
     tempfile::TempDir,
     tokio::runtime::Runtime,
 ) {
@@ -277,7 +278,7 @@ fn seeded_store(
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let store: Arc<dyn Store> =
         Arc::new(memmachine::store::sqlite::SqliteStore::open(dir.path()).unwrap());
-    let key = ProjectKey::parse("props", name).unwrap();
+    let key = Access::system(ProjectKey::parse("props", name).unwrap());
     runtime.block_on(async {
         store
             .create_project(&key, "", &ProjectConfig::default())
@@ -356,7 +357,7 @@ fn postgres_and_in_memory_filters_agree() {
             .block_on(memmachine::store::postgres::PostgresStore::connect(&url))
             .unwrap(),
     );
-    let key = ProjectKey::parse("props", "agree").unwrap();
+    let key = Access::system(ProjectKey::parse("props", "agree").unwrap());
     let all = runtime.block_on(async {
         store
             .create_project(&key, "", &ProjectConfig::default())
@@ -411,7 +412,7 @@ fn every_accepted_filter_runs_against_postgres() {
             .block_on(memmachine::store::postgres::PostgresStore::connect(&url))
             .unwrap(),
     );
-    let key = ProjectKey::parse("props", "filters").unwrap();
+    let key = Access::system(ProjectKey::parse("props", "filters").unwrap());
     runtime.block_on(async {
         store
             .create_project(&key, "", &ProjectConfig::default())

@@ -7,6 +7,7 @@
 //! the same, its vector index, concurrent writers and semantic claimers on one
 //! database, migrations racing, and errors mapped to what a caller can do.
 
+use memmachine_core::access::{Access, ProjectAccess};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,8 +27,8 @@ use sqlx::Connection;
 
 const LONG: Duration = Duration::from_secs(600);
 
-fn key(org: &str, project: &str) -> ProjectKey {
-    ProjectKey::parse(org, project).unwrap()
+fn key(org: &str, project: &str) -> ProjectAccess {
+    Access::system(ProjectKey::parse(org, project).unwrap())
 }
 
 fn episode(content: &str, metadata: &[(&str, &str)]) -> NewEpisode {
@@ -65,7 +66,7 @@ macro_rules! fresh_or_skip {
     };
 }
 
-async fn project(store: &PostgresStore, org: &str, name: &str) -> ProjectKey {
+async fn project(store: &PostgresStore, org: &str, name: &str) -> ProjectAccess {
     let k = key(org, name);
     store
         .create_project(&k, "", &ProjectConfig::default())
@@ -80,7 +81,10 @@ async fn project(store: &PostgresStore, org: &str, name: &str) -> ProjectKey {
 /// backend).
 async fn project_script(store: &dyn ProjectStore) -> Vec<String> {
     let mut seen = Vec::new();
-    let universal = store.get_project(&ProjectKey::universal()).await.unwrap();
+    let universal = store
+        .get_project(&Access::system(ProjectKey::universal()))
+        .await
+        .unwrap();
     seen.push(format!("universal: {:?}", universal.map(|p| p.episodic)));
     for (org, name) in [("b", "x"), ("a", "z"), ("a", "y"), ("a", "Y"), ("c", "w")] {
         let config = ProjectConfig {
@@ -575,7 +579,7 @@ async fn migrations_run_concurrently_from_two_handles() {
     for store in [&a, &b, &c] {
         assert!(
             store
-                .get_project(&ProjectKey::universal())
+                .get_project(&Access::system(ProjectKey::universal()))
                 .await
                 .unwrap()
                 .is_some()
@@ -786,7 +790,10 @@ async fn a_lost_or_closed_connection_is_unavailable() {
     pg.close().await.unwrap();
     let err = pg.health().await.unwrap_err();
     assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
-    let err = pg.get_project(&ProjectKey::universal()).await.unwrap_err();
+    let err = pg
+        .get_project(&Access::system(ProjectKey::universal()))
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
 }
 

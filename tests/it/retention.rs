@@ -500,6 +500,7 @@ async fn two_replicas_sweep_each_expired_episode_once() {
 #[tokio::test]
 async fn export_leaves_expired_episodes_out_and_carries_expiries_and_retention() {
     use memmachine::store::Store;
+    use memmachine_core::access::Access;
     use memmachine_core::model::{EpisodicConfigUpdate, ProjectConfig, ProjectKey};
     use memmachine_domain::transfer::{ExportOptions, ImportOptions, export, import};
     use std::sync::Arc;
@@ -513,7 +514,7 @@ async fn export_leaves_expired_episodes_out_and_carries_expiries_and_retention()
     }
     let (from, to) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let source = open(from.path()).await;
-    let key = ProjectKey::parse(ORG, PROJECT).unwrap();
+    let key = Access::system(ProjectKey::parse(ORG, PROJECT).unwrap());
     source
         .create_project(&key, "", &ProjectConfig::default())
         .await

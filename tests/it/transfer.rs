@@ -3,6 +3,7 @@
 //!
 //! sqlite-only: moves data between stores it opens itself.
 
+use memmachine_core::access::{Access, ProjectAccess};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
@@ -26,8 +27,8 @@ async fn sqlite(dir: &Path) -> Arc<dyn Store> {
     Arc::new(SqliteStore::open_async(dir).await.unwrap())
 }
 
-fn key(org: &str, project: &str) -> ProjectKey {
-    ProjectKey::parse(org, project).unwrap()
+fn key(org: &str, project: &str) -> ProjectAccess {
+    Access::system(ProjectKey::parse(org, project).unwrap())
 }
 
 fn episode(content: &str, producer: &str, meta: &[(&str, &str)], at: i64) -> NewEpisode {
@@ -61,7 +62,7 @@ fn id() -> String {
 /// Adds episodes with vectors from the hash embedder; returns their handles.
 async fn add_embedded(
     store: &Arc<dyn Store>,
-    key: &ProjectKey,
+    key: &ProjectAccess,
     new: Vec<NewEpisode>,
 ) -> Vec<EpisodeHandle> {
     let embedder = HashEmbedder::new(16);
@@ -721,7 +722,7 @@ async fn an_import_refuses_existing_projects_unless_replacing() {
     let other = sqlite(&dir.path().join("other")).await;
     other
         .add_episodes(
-            &ProjectKey::universal(),
+            &Access::system(ProjectKey::universal()),
             vec![episode("u", "x", &[], 1)],
             None,
         )
@@ -736,7 +737,7 @@ async fn an_import_refuses_existing_projects_unless_replacing() {
     import_file(&other, &file, true).await.unwrap();
     assert_eq!(
         other
-            .count_episodes(&ProjectKey::universal())
+            .count_episodes(&Access::system(ProjectKey::universal()))
             .await
             .unwrap(),
         0

@@ -15,6 +15,7 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use memmachine_core::access::{Access, ProjectAccess};
 use memmachine_core::model::{EpisodicConfigUpdate, NewEpisode, ProjectConfig, ProjectKey};
 use memmachine_core::store::Store;
 use memmachine_domain::episodic::retention;
@@ -76,12 +77,14 @@ async fn run(args: Args) -> Result<()> {
     };
     let now = chrono::Utc::now().timestamp_micros();
     let per_project = args.episodes / args.projects;
-    let keys: Vec<ProjectKey> = (0..args.projects)
+    // The bench writes its own projects as background work would.
+    let keys: Vec<ProjectAccess> = (0..args.projects)
         .map(|p| {
             ProjectKey::parse(
                 "retention-bench",
                 &format!("p{p}-{}", uuid::Uuid::new_v4().simple()),
             )
+            .map(Access::system)
         })
         .collect::<std::result::Result<_, _>>()?;
     let started = Instant::now();
@@ -177,7 +180,7 @@ async fn sweep_all(store: &dyn Store) -> Result<(u64, Duration)> {
     }
 }
 
-async fn count(store: &dyn Store, keys: &[ProjectKey]) -> Result<i64> {
+async fn count(store: &dyn Store, keys: &[ProjectAccess]) -> Result<i64> {
     let mut total = 0;
     for key in keys {
         total += store.count_episodes(key).await?;

@@ -8,6 +8,7 @@ use std::future::Future;
 use crate::episodic::MessageInput;
 use crate::error::{Error, Result};
 use crate::memory::{Memories, MemoryKind};
+use memmachine_core::access::OrgAccess;
 use tokio::sync::mpsc;
 
 use crate::model::{AddedEpisode, NewEpisode, ProjectKey};
@@ -69,12 +70,13 @@ impl Memories {
     pub async fn import<S: BatchSource>(
         &self,
         source: &mut S,
-        authorize: impl FnOnce(&str, &str) -> Result<()>,
+        authorize: impl FnOnce(&str, &str) -> Result<OrgAccess>,
         stop: &dyn ImportStop,
     ) -> Result<Imported> {
         let first = source.next_batch().await;
+        let mut org = None;
         if let Some(Ok(first)) = &first {
-            authorize(&first.org_id, &first.project_id)?;
+            org = Some(authorize(&first.org_id, &first.project_id)?);
         }
         let (tx, rx) = mpsc::channel(WAITING);
         let receive = async move {
@@ -91,7 +93,7 @@ impl Memories {
                 };
             }
         };
-        let (imported, ()) = tokio::join!(self.store_batches(rx, stop), receive);
+        let (imported, ()) = tokio::join!(self.store_batches(org, rx, stop), receive);
         if let Some((batch, err)) = &imported.first_error {
             tracing::info!(batch, error = %err, stored = imported.batches, "import stopped");
         }
@@ -102,6 +104,7 @@ impl Memories {
     /// together, until the stream ends or a batch fails.
     async fn store_batches(
         &self,
+        org: Option<OrgAccess>,
         mut rx: mpsc::Receiver<Result<ImportBatch>>,
         stop: &dyn ImportStop,
     ) -> Imported {
@@ -160,14 +163,27 @@ impl Memories {
                     imported.first_error = Some((first.index, err));
                     return imported;
                 }
+                // The first batch named the project and was authorised.
                 let key = key.clone().expect("a batch was checked");
+                let access = match org.as_ref().map(|org| org.project_key(key)) {
+                    Some(Ok(access)) => access,
+                    Some(Err(err)) => {
+                        imported.first_error = Some((first.index, err));
+                        return imported;
+                    }
+                    None => {
+                        let err = Error::Internal("an import batch was not authorised".into());
+                        imported.first_error = Some((first.index, err));
+                        return imported;
+                    }
+                };
                 let first_index = first.index;
                 let types = first.types.clone();
                 let batches = group.len() as u64;
                 let episodes: Vec<NewEpisode> =
                     group.into_iter().flat_map(|r| r.episodes).collect();
                 let count = episodes.len() as u64;
-                match self.add_prepared(&key, &types, episodes).await {
+                match self.add_prepared(&access, &types, episodes).await {
                     Ok(added) => {
                         imported.batches += batches;
                         imported.messages += count;

@@ -8,10 +8,11 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result, Violations};
 use crate::model::ProjectKey;
-use crate::model::ids::{or_universal, validate_id};
+use crate::model::ids::validate_id;
 use crate::projects::Projects;
 use crate::semantic::sets::user_set;
 use crate::store::{ForgetCounts, ForgetReceipt, ProjectForget, Store};
+use memmachine_core::access::{OrgAccess, ProjectAccess};
 
 /// Most projects one forget may name (empty names every project of the org).
 pub const MAX_FORGET_PROJECTS: usize = 100;
@@ -39,12 +40,12 @@ impl Forget {
     /// named that does not exist is `NotFound`, before anything is removed.
     pub async fn forget_subject(
         &self,
-        org_id: &str,
+        org: &OrgAccess,
         subject: &str,
         project_ids: &[String],
         dry_run: bool,
     ) -> Result<ForgetReceipt> {
-        let org_id = or_universal(org_id);
+        let org_id = org.org_id();
         let mut violations = Violations::default();
         violations.check(validate_id("org_id", org_id));
         if subject.is_empty() {
@@ -63,7 +64,7 @@ impl Forget {
         }
         let mut keys = Vec::with_capacity(project_ids.len());
         for (i, project) in project_ids.iter().enumerate() {
-            if let Some(key) = violations.check(ProjectKey::parse(org_id, project)) {
+            if let Some(key) = violations.check(org.project(project)) {
                 keys.push(key);
             } else {
                 violations.add(format!("project_ids[{i}]"), "is not a valid project id");
@@ -78,8 +79,8 @@ impl Forget {
                 .list_all(Some(org_id))
                 .await?
                 .into_iter()
-                .map(|p| p.key)
-                .collect();
+                .map(|p| org.project_key(p.key))
+                .collect::<Result<_>>()?;
         } else {
             for key in &keys {
                 self.projects.get(key).await?;
@@ -92,7 +93,7 @@ impl Forget {
             let counts = if dry_run {
                 dropped_sets.extend(set.map(|s| s.internal_id));
                 self.store
-                    .forget_preview(key, subject, &keys[..i], &dropped_sets)
+                    .forget_preview(key, subject, &before(&keys[..i]), &dropped_sets)
                     .await?
             } else {
                 self.forget_in(key, subject, set.map(|s| s.internal_id))
@@ -131,7 +132,7 @@ impl Forget {
     /// by batch (each batch one transaction; a re-run finds what a crash left).
     async fn forget_in(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         subject: &str,
         set: Option<crate::model::SetId>,
     ) -> Result<ForgetCounts> {
@@ -174,8 +175,8 @@ impl Forget {
     }
 
     /// The receipt of a past forget in this org; `NotFound` for another org's.
-    pub async fn receipt(&self, org_id: &str, receipt_id: &str) -> Result<ForgetReceipt> {
-        let org_id = or_universal(org_id);
+    pub async fn receipt(&self, org: &OrgAccess, receipt_id: &str) -> Result<ForgetReceipt> {
+        let org_id = org.org_id();
         let mut violations = Violations::default();
         violations.check(validate_id("org_id", org_id));
         if receipt_id.is_empty() || receipt_id.len() > 64 {
@@ -183,10 +184,15 @@ impl Forget {
         }
         violations.into_result()?;
         self.store
-            .forget_receipt(org_id, receipt_id)
+            .forget_receipt(org, receipt_id)
             .await?
             .ok_or_else(|| {
                 Error::NotFound(format!("no forget receipt {receipt_id} in org {org_id}"))
             })
     }
+}
+
+/// The keys of the projects forgotten before one, for its preview.
+fn before(keys: &[ProjectAccess]) -> Vec<ProjectKey> {
+    keys.iter().map(|k| k.key().clone()).collect()
 }

@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 
 use crate::episodic::{EpisodicMemory, EpisodicSearch, MessageInput, SearchInput};
 use crate::error::{Error, Result};
-use crate::model::{AddedEpisode, Episode, NewEpisode, Project, ProjectKey};
+use crate::model::{AddedEpisode, Episode, NewEpisode};
 use crate::projects::Projects;
 use crate::semantic::model::Feature;
 use crate::semantic::{FeatureSearch, ScoredFeature, SemanticMemory};
+use memmachine_core::access::{OpenProject, ProjectAccess};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MemoryKind {
@@ -108,7 +109,7 @@ impl Memories {
     /// ingestion in the same transaction.
     pub async fn add(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         types: &[MemoryKind],
         messages: Vec<MessageInput>,
     ) -> Result<Vec<AddedEpisode>> {
@@ -124,7 +125,7 @@ impl Memories {
     /// Stores prepared episodes (of one call or several) atomically, as `add`.
     pub async fn add_prepared(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         types: &[MemoryKind],
         episodes: Vec<NewEpisode>,
     ) -> Result<Vec<AddedEpisode>> {
@@ -137,9 +138,9 @@ impl Memories {
     /// The project an add stores into, and the semantic memory that ingests it.
     async fn add_target(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         types: &[MemoryKind],
-    ) -> Result<(Project, Option<&SemanticMemory>)> {
+    ) -> Result<(OpenProject, Option<&SemanticMemory>)> {
         let settings = self.episodic.settings().current();
         if types.contains(&MemoryKind::Semantic) {
             self.semantic.require_model()?;
@@ -156,7 +157,7 @@ impl Memories {
 
     pub async fn search(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         types: &[MemoryKind],
         input: SearchInput,
         set_metadata: &BTreeMap<String, String>,
@@ -166,7 +167,7 @@ impl Memories {
 
     async fn search_untimed(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         types: &[MemoryKind],
         input: SearchInput,
         set_metadata: &BTreeMap<String, String>,
@@ -247,7 +248,7 @@ impl Memories {
     }
 
     /// One page; with `page_num`, the pages before it are walked (as an offset would be).
-    pub async fn list(&self, key: &ProjectKey, mut input: ListInput) -> Result<Listed> {
+    pub async fn list(&self, key: &ProjectAccess, mut input: ListInput) -> Result<Listed> {
         // Each page walked is a read of the store: a deep one is a page token's job.
         if input.page_num > MAX_PAGE_NUM {
             return Err(Error::invalid(
@@ -275,7 +276,7 @@ impl Memories {
         self.list_page(key, input).await
     }
 
-    async fn list_page(&self, key: &ProjectKey, input: ListInput) -> Result<Listed> {
+    async fn list_page(&self, key: &ProjectAccess, input: ListInput) -> Result<Listed> {
         if input.kind == Some(MemoryKind::Semantic) {
             let project = self.projects.get(key).await?;
             let (features, next) = self
@@ -308,7 +309,7 @@ impl Memories {
         Ok(Listed::Episodes(episodes, next))
     }
 
-    pub async fn delete_episodes(&self, key: &ProjectKey, ids: &[String]) -> Result<u64> {
+    pub async fn delete_episodes(&self, key: &ProjectAccess, ids: &[String]) -> Result<u64> {
         self.episodic.delete(key, ids).await
     }
 
@@ -316,7 +317,7 @@ impl Memories {
     /// uid not in it).
     pub async fn get_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         uids: &[uuid::Uuid],
     ) -> Result<Vec<Option<Episode>>> {
         let project = self.projects.get(key).await?;
@@ -327,7 +328,7 @@ impl Memories {
     /// order asked, `None` for an id not in it; `field` names the ids in errors.
     pub async fn get_episodes_by_id(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         field: &str,
         ids: &[String],
     ) -> Result<Vec<Option<Episode>>> {
@@ -348,7 +349,7 @@ impl Memories {
     /// another user or project, is `NotFound` and nothing is deleted.
     pub async fn delete_episodes_of(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         producer: &str,
         ids: &[String],
     ) -> Result<u64> {
@@ -371,7 +372,7 @@ impl Memories {
     /// `NotFound` and nothing is deleted.
     pub async fn delete_features_in_set(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         set_id: &str,
         ids: &[String],
     ) -> Result<u64> {
@@ -392,14 +393,18 @@ impl Memories {
         self.semantic.delete_features(&project, ids).await
     }
 
-    pub async fn delete_features(&self, key: &ProjectKey, ids: &[String]) -> Result<u64> {
+    pub async fn delete_features(&self, key: &ProjectAccess, ids: &[String]) -> Result<u64> {
         let project = self.projects.get(key).await?;
         self.semantic.delete_features(&project, ids).await
     }
 
     /// Deletes those of `ids` that are episodes of the project and skips the others, as
     /// MemMachine's REST delete does (gRPC's all-or-none delete answers `NotFound`).
-    pub async fn delete_episodes_present(&self, key: &ProjectKey, ids: &[String]) -> Result<u64> {
+    pub async fn delete_episodes_present(
+        &self,
+        key: &ProjectAccess,
+        ids: &[String],
+    ) -> Result<u64> {
         self.episodic.limits().ids("episodic_ids", ids.len())?;
         let uids = episode_uids("episodic_ids", ids)?;
         // A concurrent delete can take one away between the read and the delete: then
@@ -420,7 +425,11 @@ impl Memories {
 
     /// Deletes those of `ids` that are features the project sees and skips the others
     /// (see [`Memories::delete_episodes_present`]).
-    pub async fn delete_features_present(&self, key: &ProjectKey, ids: &[String]) -> Result<u64> {
+    pub async fn delete_features_present(
+        &self,
+        key: &ProjectAccess,
+        ids: &[String],
+    ) -> Result<u64> {
         self.episodic.limits().ids("semantic_ids", ids.len())?;
         let project = self.projects.get(key).await?;
         for _ in 0..2 {

@@ -10,6 +10,7 @@ use crate::model::ids::validate_id;
 use crate::model::{EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig, ProjectKey};
 use crate::rerank::Rerankers;
 use crate::store::Store;
+use memmachine_core::access::{OpenProject, ProjectAccess};
 
 /// Longest project description, in bytes.
 const MAX_DESCRIPTION_BYTES: usize = 4096;
@@ -44,13 +45,11 @@ impl Projects {
 
     pub async fn create(
         &self,
-        org_id: &str,
-        project_id: &str,
+        key: &ProjectAccess,
         description: &str,
         config: ProjectConfig,
     ) -> Result<Project> {
         let mut violations = Violations::default();
-        let key = violations.check(ProjectKey::parse(org_id, project_id));
         if description.len() > MAX_DESCRIPTION_BYTES {
             violations.add(
                 "description",
@@ -75,16 +74,13 @@ impl Projects {
             violations.add("config.embedder", message);
         }
         violations.into_result()?;
-        let key = key.expect("validated");
-        self.store.create_project(&key, description, &config).await
+        self.store.create_project(key, description, &config).await
     }
 
     /// The project, or `NotFound`.
-    pub async fn get(&self, key: &ProjectKey) -> Result<Project> {
-        self.store
-            .get_project(key)
-            .await?
-            .ok_or_else(|| not_found(key))
+    pub async fn get(&self, key: &ProjectAccess) -> Result<OpenProject> {
+        let project = self.store.get_project(key).await?;
+        key.open(project.ok_or_else(|| not_found(key))?)
     }
 
     /// One page of projects (of one org when `org_id` is given) and the next page's token.
@@ -128,7 +124,7 @@ impl Projects {
     }
 
     /// Removes the project and all its memories before answering.
-    pub async fn delete(&self, key: &ProjectKey) -> Result<()> {
+    pub async fn delete(&self, key: &ProjectAccess) -> Result<()> {
         if key.is_universal() {
             return Err(Error::FailedPrecondition(
                 "the project universal/universal always exists and cannot be deleted".into(),
@@ -142,17 +138,17 @@ impl Projects {
         }
     }
 
-    pub async fn episode_count(&self, key: &ProjectKey) -> Result<i64> {
+    pub async fn episode_count(&self, key: &ProjectAccess) -> Result<i64> {
         self.store.count_episodes(key).await
     }
 
-    pub async fn episodic_config(&self, key: &ProjectKey) -> Result<EpisodicConfig> {
+    pub async fn episodic_config(&self, key: &ProjectAccess) -> Result<EpisodicConfig> {
         Ok(self.get(key).await?.episodic)
     }
 
     pub async fn update_episodic_config(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         update: EpisodicConfigUpdate,
     ) -> Result<EpisodicConfig> {
         if let Some(Some(micros)) = update.episode_retention_micros

@@ -19,6 +19,7 @@ use super::forget;
 use super::helpers::{ADDED, log_changes};
 use super::idempotency::{self, Resolution};
 use super::projects;
+use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::filter::Expr;
 use memmachine_core::model::{AddedEpisode, Episode, EpisodeHandle, NewEpisode, ProjectKey};
@@ -330,7 +331,7 @@ async fn scan(
 impl EpisodeStore for PostgresStore {
     async fn add_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         episodes: Vec<NewEpisode>,
         embedder: Option<&str>,
     ) -> Result<Vec<AddedEpisode>> {
@@ -340,7 +341,7 @@ impl EpisodeStore for PostgresStore {
         Ok(added.answers)
     }
 
-    async fn count_episodes(&self, key: &ProjectKey) -> Result<i64> {
+    async fn count_episodes(&self, key: &ProjectAccess) -> Result<i64> {
         let mut conn = self.pool().acquire().await.map_err(db_error)?;
         let project = projects::require(&mut conn, key).await?;
         sqlx::query_scalar("SELECT COUNT(*) FROM episodes WHERE org_id = $1 AND project = $2")
@@ -353,7 +354,7 @@ impl EpisodeStore for PostgresStore {
 
     async fn list_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         filter: Option<&Expr>,
         after_seq: i64,
         limit: usize,
@@ -364,7 +365,7 @@ impl EpisodeStore for PostgresStore {
 
     async fn recent_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         filter: Option<&Expr>,
         limit: usize,
     ) -> Result<Vec<Episode>> {
@@ -374,7 +375,7 @@ impl EpisodeStore for PostgresStore {
         Ok(recent)
     }
 
-    async fn delete_episodes(&self, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<u64> {
+    async fn delete_episodes(&self, key: &ProjectAccess, uids: &[uuid::Uuid]) -> Result<u64> {
         let mut tx = self.pool().begin().await.map_err(db_error)?;
         let project = forget::lock_project(&mut tx, key).await?;
         let mut rows = rows_of(
@@ -398,7 +399,7 @@ impl EpisodeStore for PostgresStore {
 
     async fn episodes_by_handle(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         handles: &[EpisodeHandle],
     ) -> Result<Vec<(EpisodeHandle, Episode)>> {
         let raw: Vec<i64> = handles.iter().map(|h| h.raw()).collect();
@@ -431,7 +432,7 @@ impl EpisodeStore for PostgresStore {
 
     async fn episode_handles(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         uids: &[uuid::Uuid],
     ) -> Result<Vec<Option<EpisodeHandle>>> {
         let mut conn = self.pool().acquire().await.map_err(db_error)?;

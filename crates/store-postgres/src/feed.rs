@@ -14,8 +14,9 @@ use super::episodes::{COLUMNS, from_row};
 use super::error::db_error;
 use super::helpers::{ADDED, REMOVED, VECTOR};
 use super::projects;
+use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::Result;
-use memmachine_core::model::{ChangeSeq, EpisodeHandle, ProjectHandle, ProjectKey};
+use memmachine_core::model::{ChangeSeq, EpisodeHandle, ProjectHandle};
 use memmachine_core::store::{Change, ChangeFeed, Changes, FeedHead, IndexedEpisode};
 
 fn vector_of(row: &sqlx::postgres::PgRow, at: usize) -> sqlx::Result<Option<Vec<f32>>> {
@@ -25,7 +26,7 @@ fn vector_of(row: &sqlx::postgres::PgRow, at: usize) -> sqlx::Result<Option<Vec<
 
 #[async_trait]
 impl ChangeFeed for PostgresStore {
-    async fn feed_head(&self, key: &ProjectKey) -> Result<FeedHead> {
+    async fn feed_head(&self, key: &ProjectAccess) -> Result<FeedHead> {
         let row = sqlx::query(
             "SELECT id, last_change FROM projects WHERE org_id = $1 AND project_id = $2",
         )

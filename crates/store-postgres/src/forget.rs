@@ -9,6 +9,8 @@ use super::error::db_error;
 use super::helpers::{REMOVED, log_changes};
 use super::projects;
 use super::semantic_features;
+use memmachine_core::access::OrgAccess;
+use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::Result;
 use memmachine_core::model::{FeatureId, ProjectKey, SetId};
 use memmachine_core::store::{
@@ -196,7 +198,7 @@ async fn preview(
 impl ForgetStore for PostgresStore {
     async fn subject_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         subject: &str,
         limit: usize,
     ) -> Result<Vec<uuid::Uuid>> {
@@ -215,7 +217,7 @@ impl ForgetStore for PostgresStore {
         .map_err(db_error)
     }
 
-    async fn forget_episodes(&self, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<Forgotten> {
+    async fn forget_episodes(&self, key: &ProjectAccess, uids: &[uuid::Uuid]) -> Result<Forgotten> {
         let mut tx = self.pool().begin().await.map_err(db_error)?;
         let project = lock_project(&mut tx, key).await?;
         let mut rows: Vec<i64> = sqlx::query_scalar(
@@ -265,7 +267,7 @@ impl ForgetStore for PostgresStore {
 
     async fn forget_preview(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         subject: &str,
         before: &[ProjectKey],
         user_sets: &[SetId],
@@ -293,9 +295,10 @@ impl ForgetStore for PostgresStore {
 
     async fn forget_receipt(
         &self,
-        org_id: &str,
+        org: &OrgAccess,
         receipt_id: &str,
     ) -> Result<Option<ForgetReceipt>> {
+        let org_id = org.org_id();
         let row = sqlx::query(
             "SELECT subject, completed_at, projects FROM forget_receipts
              WHERE org_id = $1 AND receipt_id = $2",

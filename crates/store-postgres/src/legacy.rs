@@ -10,6 +10,7 @@ use sqlx::{PgConnection, Row};
 use super::PostgresStore;
 use super::error::db_error;
 use super::helpers::now_micros;
+use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::Result;
 use memmachine_core::model::ProjectKey;
 use memmachine_core::store::legacy::{
@@ -130,7 +131,7 @@ async fn write_group(conn: &mut PgConnection, project: i64, group: &GroupRow) ->
 impl LegacyStore for PostgresStore {
     async fn open_legacy_session(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         session_id: &str,
         agents: &[String],
         users: &[String],
@@ -197,7 +198,7 @@ impl LegacyStore for PostgresStore {
 
     async fn get_legacy_session(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         session_id: &str,
     ) -> Result<Option<SessionRow>> {
         let mut conn = self.pool().acquire().await.map_err(db_error)?;
@@ -237,7 +238,7 @@ impl LegacyStore for PostgresStore {
             .map_err(db_error)
     }
 
-    async fn delete_legacy_session(&self, key: &ProjectKey, session_id: &str) -> Result<bool> {
+    async fn delete_legacy_session(&self, key: &ProjectAccess, session_id: &str) -> Result<bool> {
         let deleted = sqlx::query(
             "DELETE FROM legacy_sessions s USING projects p
              WHERE p.org_id = $1 AND p.project_id = $2 AND s.org_id = p.org_id
@@ -259,7 +260,7 @@ impl LegacyStore for PostgresStore {
         tx.commit().await.map_err(db_error)
     }
 
-    async fn get_legacy_group(&self, key: &ProjectKey) -> Result<Option<GroupRow>> {
+    async fn get_legacy_group(&self, key: &ProjectAccess) -> Result<Option<GroupRow>> {
         let mut conn = self.pool().acquire().await.map_err(db_error)?;
         find_group(&mut conn, key, false).await
     }

@@ -8,6 +8,7 @@ use sqlx::{PgConnection, Row};
 use super::PostgresStore;
 use super::error::db_error;
 use super::helpers::now_micros;
+use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::{
     EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig, ProjectHandle, ProjectKey,
@@ -80,7 +81,7 @@ pub(super) async fn org_of(conn: &mut PgConnection, project: i64) -> Result<Opti
 impl ProjectStore for PostgresStore {
     async fn create_project(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         description: &str,
         config: &ProjectConfig,
     ) -> Result<Project> {
@@ -106,7 +107,7 @@ impl ProjectStore for PostgresStore {
         }
     }
 
-    async fn get_project(&self, key: &ProjectKey) -> Result<Option<Project>> {
+    async fn get_project(&self, key: &ProjectAccess) -> Result<Option<Project>> {
         let mut conn = self.pool().acquire().await.map_err(db_error)?;
         find(&mut conn, key).await
     }
@@ -140,7 +141,7 @@ impl ProjectStore for PostgresStore {
             .map_err(db_error)
     }
 
-    async fn delete_project(&self, key: &ProjectKey) -> Result<bool> {
+    async fn delete_project(&self, key: &ProjectAccess) -> Result<bool> {
         let mut tx = self.pool().begin().await.map_err(db_error)?;
         let Some(id) = sqlx::query_scalar::<_, i64>(
             "SELECT id FROM projects WHERE org_id = $1 AND project_id = $2 FOR UPDATE",
@@ -173,7 +174,7 @@ impl ProjectStore for PostgresStore {
 
     async fn update_episodic_config(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         update: EpisodicConfigUpdate,
     ) -> Result<Option<EpisodicConfig>> {
         let row = sqlx::query(

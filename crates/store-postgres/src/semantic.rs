@@ -20,6 +20,7 @@ use super::{
     episodes, feature_history, semantic_features as features, semantic_queue as queue,
     semantic_sets as sets, semantic_summaries as summaries,
 };
+use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::Result;
 use memmachine_core::model::{
     AddedEpisode, CategoryId, Episode, EpisodeHandle, FeatureId, NewEpisode, ProjectConfig,
@@ -58,11 +59,11 @@ macro_rules! on_conn {
 
 #[async_trait]
 impl SemanticSets for PostgresStore {
-    async fn create_set_type(&self, key: &ProjectKey, set_type: NewSetType) -> Result<SetType> {
+    async fn create_set_type(&self, key: &ProjectAccess, set_type: NewSetType) -> Result<SetType> {
         in_tx!(self, |tx| sets::create_set_type(tx, key, &set_type))
     }
 
-    async fn list_set_types(&self, key: &ProjectKey) -> Result<Vec<SetType>> {
+    async fn list_set_types(&self, key: &ProjectAccess) -> Result<Vec<SetType>> {
         on_conn!(self, |conn| sets::list_set_types(conn, key))
     }
 
@@ -70,7 +71,7 @@ impl SemanticSets for PostgresStore {
         in_tx!(self, |tx| sets::delete_set_type(tx, internal_id.raw()))
     }
 
-    async fn ensure_sets(&self, key: &ProjectKey, new: Vec<NewSet>) -> Result<Vec<SetRow>> {
+    async fn ensure_sets(&self, key: &ProjectAccess, new: Vec<NewSet>) -> Result<Vec<SetRow>> {
         in_tx!(self, |tx| sets::ensure_sets_of(tx, key, &new))
     }
 
@@ -82,7 +83,7 @@ impl SemanticSets for PostgresStore {
         on_conn!(self, |conn| sets::project_config(conn, project.raw()))
     }
 
-    async fn list_sets(&self, key: &ProjectKey) -> Result<Vec<SetRow>> {
+    async fn list_sets(&self, key: &ProjectAccess) -> Result<Vec<SetRow>> {
         on_conn!(self, |conn| sets::list_sets(conn, key))
     }
 
@@ -152,7 +153,7 @@ impl SemanticSets for PostgresStore {
 impl SemanticFeatures for PostgresStore {
     async fn resolve_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         uids: &[uuid::Uuid],
     ) -> Result<Vec<EpisodeHandle>> {
         on_conn!(self, |conn| async {
@@ -287,7 +288,7 @@ impl SemanticFeatures for PostgresStore {
 impl SemanticQueue for PostgresStore {
     async fn add_episodes_routed(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         new: Vec<NewEpisode>,
         routing: Vec<Routing>,
         embedder: Option<&str>,
@@ -360,13 +361,13 @@ impl SemanticQueue for PostgresStore {
 
 #[async_trait]
 impl Summaries for PostgresStore {
-    async fn summary(&self, key: &ProjectKey) -> Result<Option<Summary>> {
+    async fn summary(&self, key: &ProjectAccess) -> Result<Option<Summary>> {
         on_conn!(self, |conn| summaries::summary(conn, key))
     }
 
     async fn put_summary(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         summary: Summary,
         previous_last_seq: Option<i64>,
     ) -> Result<bool> {
@@ -384,7 +385,7 @@ impl Summaries for PostgresStore {
 
     async fn episodes_between(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         after_seq: i64,
         through_seq: i64,
         limit: usize,

@@ -9,6 +9,7 @@ use super::error::db_error;
 use super::helpers::{ADDED, bump_sets, is_unique_violation, lock_org, log_changes};
 use super::semantic_sets::{SET_TYPE_COLUMNS, find_set, require_set, set_type_from_row};
 use super::{projects, semantic_features};
+use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::{
     Episode, EpisodeHandle, FeatureId, Project, ProjectKey, SetId, SetTypeId,
@@ -175,7 +176,7 @@ impl TransferStore for PostgresStore {
 
     async fn restore_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         new: Vec<Episode>,
     ) -> Result<Vec<EpisodeHandle>> {
         let mut tx = self.pool().begin().await.map_err(db_error)?;
@@ -186,7 +187,7 @@ impl TransferStore for PostgresStore {
 
     async fn episode_vectors(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         after_seq: i64,
         limit: usize,
     ) -> Result<Vec<EpisodeVector>> {
@@ -234,11 +235,11 @@ impl TransferStore for PostgresStore {
 
     async fn restore_set_type(
         &self,
-        project: Option<&ProjectKey>,
+        project: Option<&ProjectAccess>,
         set_type: &SetType,
     ) -> Result<SetType> {
         let mut tx = self.pool().begin().await.map_err(db_error)?;
-        let project = project_of(&mut tx, project).await?;
+        let project = project_of(&mut tx, project.map(|p| p.key())).await?;
         let tags = serde_json::to_string(&set_type.tags)
             .map_err(|err| Error::Internal(format!("encoding tags: {err}")))?;
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -262,10 +263,10 @@ impl TransferStore for PostgresStore {
         Ok(restored)
     }
 
-    async fn restore_set(&self, project: Option<&ProjectKey>, set: &SetRow) -> Result<SetRow> {
+    async fn restore_set(&self, project: Option<&ProjectAccess>, set: &SetRow) -> Result<SetRow> {
         let mut tx = self.pool().begin().await.map_err(db_error)?;
         lock_org(&mut tx, &set.org_id).await?;
-        let project = project_of(&mut tx, project).await?;
+        let project = project_of(&mut tx, project.map(|p| p.key())).await?;
         let tags = serde_json::to_string(&set.tags)
             .map_err(|err| Error::Internal(format!("encoding set tags: {err}")))?;
         sqlx::query(

@@ -5,6 +5,7 @@ use sqlx::Row;
 
 use super::PostgresStore;
 use super::error::db_error;
+use memmachine_core::access::OrgAccess;
 use memmachine_core::error::Result;
 use memmachine_core::model::{ProjectHandle, ProjectKey};
 use memmachine_core::store::{UsageEntry, UsageStore, UsageTotals};
@@ -36,10 +37,11 @@ impl UsageStore for PostgresStore {
 
     async fn usage_since(
         &self,
-        org_id: &str,
+        org: &OrgAccess,
         project_id: Option<&str>,
         since_micros: i64,
     ) -> Result<Vec<UsageTotals>> {
+        let org_id = org.org_id();
         let rows = sqlx::query(
             "SELECT purpose, SUM(calls)::BIGINT, SUM(prompt_tokens)::BIGINT,
                     SUM(completion_tokens)::BIGINT

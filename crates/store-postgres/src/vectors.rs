@@ -15,6 +15,7 @@ use super::PostgresStore;
 use super::error::db_error;
 use super::helpers::{DB_NOW, VECTOR, log_changes};
 use super::projects;
+use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::Result;
 use memmachine_core::model::{EpisodeHandle, ProjectHandle, ProjectKey};
 use memmachine_core::store::{PendingEmbedding, VectorStore};
@@ -290,7 +291,7 @@ impl VectorStore for PostgresStore {
 
     async fn vectors(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         embedder: &str,
         handles: &[EpisodeHandle],
     ) -> Result<Vec<(EpisodeHandle, Vec<f32>)>> {

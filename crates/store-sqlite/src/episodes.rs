@@ -15,6 +15,7 @@ use super::helpers::{ADDED, log_changes};
 use super::idempotency::{self, Resolution};
 use super::projects;
 use super::vectors;
+use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::filter::Expr;
 use memmachine_core::model::{AddedEpisode, Episode, EpisodeHandle, NewEpisode, ProjectKey};
@@ -284,7 +285,7 @@ pub(super) fn handles(
 impl EpisodeStore for SqliteStore {
     async fn add_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         new: Vec<NewEpisode>,
         embedder: Option<&str>,
     ) -> Result<Vec<AddedEpisode>> {
@@ -292,14 +293,14 @@ impl EpisodeStore for SqliteStore {
             .await
     }
 
-    async fn count_episodes(&self, key: &ProjectKey) -> Result<i64> {
+    async fn count_episodes(&self, key: &ProjectAccess) -> Result<i64> {
         let key = key.clone();
         self.readers.read(move |tx| count(tx, &key)).await
     }
 
     async fn list_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         filter: Option<&Expr>,
         after_seq: i64,
         limit: usize,
@@ -312,7 +313,7 @@ impl EpisodeStore for SqliteStore {
 
     async fn recent_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         filter: Option<&Expr>,
         limit: usize,
     ) -> Result<Vec<Episode>> {
@@ -325,7 +326,7 @@ impl EpisodeStore for SqliteStore {
         Ok(recent)
     }
 
-    async fn delete_episodes(&self, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<u64> {
+    async fn delete_episodes(&self, key: &ProjectAccess, uids: &[uuid::Uuid]) -> Result<u64> {
         let (key, uids) = (key.clone(), uids.to_vec());
         let (_, rows) = self
             .writer
@@ -336,7 +337,7 @@ impl EpisodeStore for SqliteStore {
 
     async fn episodes_by_handle(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         handles: &[EpisodeHandle],
     ) -> Result<Vec<(EpisodeHandle, Episode)>> {
         let (key, handles) = (key.clone(), handles.to_vec());
@@ -347,7 +348,7 @@ impl EpisodeStore for SqliteStore {
 
     async fn episode_handles(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         uids: &[uuid::Uuid],
     ) -> Result<Vec<Option<EpisodeHandle>>> {
         let (key, uids) = (key.clone(), uids.to_vec());

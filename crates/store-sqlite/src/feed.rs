@@ -10,6 +10,7 @@ use super::error::storage_error;
 use super::helpers::{ADDED, REMOVED, VECTOR};
 use super::projects;
 use super::vectors;
+use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::Result;
 use memmachine_core::model::{ChangeSeq, EpisodeHandle, ProjectHandle, ProjectKey};
 use memmachine_core::store::{Change, ChangeFeed, Changes, FeedHead, IndexedEpisode};
@@ -143,10 +144,12 @@ pub(super) fn prune(conn: &Connection, before_micros: i64) -> Result<u64> {
 
 #[async_trait]
 impl ChangeFeed for SqliteStore {
-    async fn feed_head(&self, key: &ProjectKey) -> Result<FeedHead> {
+    async fn feed_head(&self, key: &ProjectAccess) -> Result<FeedHead> {
         let read = key.clone();
-        self.memoised(&self.memo.heads, key.clone(), move |tx| head(tx, &read))
-            .await
+        self.memoised(&self.memo.heads, key.key().clone(), move |tx| {
+            head(tx, &read)
+        })
+        .await
     }
 
     async fn index_page(

@@ -9,6 +9,8 @@ use super::error::storage_error;
 use super::helpers::{REMOVED, id_array, log_changes};
 use super::projects;
 use super::semantic_features;
+use memmachine_core::access::OrgAccess;
+use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::Result;
 use memmachine_core::model::{FeatureId, ProjectKey, SetId};
 use memmachine_core::store::{
@@ -252,7 +254,7 @@ fn receipt(conn: &Connection, org_id: &str, receipt_id: &str) -> Result<Option<F
 impl ForgetStore for SqliteStore {
     async fn subject_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         subject: &str,
         limit: usize,
     ) -> Result<Vec<uuid::Uuid>> {
@@ -262,7 +264,7 @@ impl ForgetStore for SqliteStore {
             .await
     }
 
-    async fn forget_episodes(&self, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<Forgotten> {
+    async fn forget_episodes(&self, key: &ProjectAccess, uids: &[uuid::Uuid]) -> Result<Forgotten> {
         let (key, uids) = (key.clone(), uids.to_vec());
         self.writer
             .write(move |conn| forget_episodes(conn, &key, &uids))
@@ -277,7 +279,7 @@ impl ForgetStore for SqliteStore {
 
     async fn forget_preview(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         subject: &str,
         before: &[ProjectKey],
         user_sets: &[SetId],
@@ -298,9 +300,10 @@ impl ForgetStore for SqliteStore {
 
     async fn forget_receipt(
         &self,
-        org_id: &str,
+        org: &OrgAccess,
         receipt_id: &str,
     ) -> Result<Option<ForgetReceipt>> {
+        let org_id = org.org_id();
         let (org_id, receipt_id) = (org_id.to_string(), receipt_id.to_string());
         self.readers
             .read(move |tx| receipt(tx, &org_id, &receipt_id))

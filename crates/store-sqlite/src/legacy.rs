@@ -6,6 +6,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use super::SqliteStore;
 use super::error::storage_error;
 use super::helpers::{bad_column, now_micros};
+use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::Result;
 use memmachine_core::model::ProjectKey;
 use memmachine_core::store::legacy::{
@@ -174,7 +175,7 @@ fn holds(column: &str, param: &str) -> String {
 impl LegacyStore for SqliteStore {
     async fn open_legacy_session(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         session_id: &str,
         agents: &[String],
         users: &[String],
@@ -199,7 +200,7 @@ impl LegacyStore for SqliteStore {
 
     async fn get_legacy_session(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         session_id: &str,
     ) -> Result<Option<SessionRow>> {
         let (key, session_id) = (key.clone(), session_id.to_string());
@@ -246,7 +247,7 @@ impl LegacyStore for SqliteStore {
             .await
     }
 
-    async fn delete_legacy_session(&self, key: &ProjectKey, session_id: &str) -> Result<bool> {
+    async fn delete_legacy_session(&self, key: &ProjectAccess, session_id: &str) -> Result<bool> {
         let (key, session_id) = (key.clone(), session_id.to_string());
         self.writer
             .write(move |conn| {
@@ -272,7 +273,7 @@ impl LegacyStore for SqliteStore {
             .await
     }
 
-    async fn get_legacy_group(&self, key: &ProjectKey) -> Result<Option<GroupRow>> {
+    async fn get_legacy_group(&self, key: &ProjectAccess) -> Result<Option<GroupRow>> {
         let key = key.clone();
         self.readers.read(move |tx| find_group(tx, &key)).await
     }

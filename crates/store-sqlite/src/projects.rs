@@ -5,6 +5,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::SqliteStore;
 use super::error::storage_error;
+use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::{
     EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig, ProjectHandle, ProjectKey,
@@ -158,7 +159,7 @@ pub(super) fn update_episodic_config(
 impl ProjectStore for SqliteStore {
     async fn create_project(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         description: &str,
         config: &ProjectConfig,
     ) -> Result<Project> {
@@ -168,10 +169,12 @@ impl ProjectStore for SqliteStore {
             .await
     }
 
-    async fn get_project(&self, key: &ProjectKey) -> Result<Option<Project>> {
+    async fn get_project(&self, key: &ProjectAccess) -> Result<Option<Project>> {
         let read = key.clone();
-        self.memoised(&self.memo.projects, key.clone(), move |tx| find(tx, &read))
-            .await
+        self.memoised(&self.memo.projects, key.key().clone(), move |tx| {
+            find(tx, &read)
+        })
+        .await
     }
 
     async fn list_projects(
@@ -186,7 +189,7 @@ impl ProjectStore for SqliteStore {
             .await
     }
 
-    async fn delete_project(&self, key: &ProjectKey) -> Result<bool> {
+    async fn delete_project(&self, key: &ProjectAccess) -> Result<bool> {
         let key = key.clone();
         let deleted = self.writer.write(move |conn| delete(conn, &key)).await?;
         Ok(deleted.is_some())
@@ -194,7 +197,7 @@ impl ProjectStore for SqliteStore {
 
     async fn update_episodic_config(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         update: EpisodicConfigUpdate,
     ) -> Result<Option<EpisodicConfig>> {
         let key = key.clone();

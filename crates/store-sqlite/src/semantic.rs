@@ -13,6 +13,7 @@ use super::{
     SqliteStore, feature_history, semantic_features as features, semantic_queue as queue,
     semantic_sets as sets, semantic_summaries as summaries,
 };
+use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::Result;
 use memmachine_core::model::{
     AddedEpisode, CategoryId, Episode, EpisodeHandle, FeatureId, NewEpisode, ProjectConfig,
@@ -49,14 +50,14 @@ fn semantic_version(conn: &Connection, org_id: &str) -> Result<i64> {
 
 #[async_trait]
 impl SemanticSets for SqliteStore {
-    async fn create_set_type(&self, key: &ProjectKey, set_type: NewSetType) -> Result<SetType> {
+    async fn create_set_type(&self, key: &ProjectAccess, set_type: NewSetType) -> Result<SetType> {
         let key = key.clone();
         self.writer
             .write(move |conn| sets::create_set_type(conn, &key, &set_type))
             .await
     }
 
-    async fn list_set_types(&self, key: &ProjectKey) -> Result<Vec<SetType>> {
+    async fn list_set_types(&self, key: &ProjectAccess) -> Result<Vec<SetType>> {
         let key = key.clone();
         self.readers
             .read(move |tx| sets::list_set_types(tx, &key))
@@ -69,7 +70,7 @@ impl SemanticSets for SqliteStore {
             .await
     }
 
-    async fn ensure_sets(&self, key: &ProjectKey, new: Vec<NewSet>) -> Result<Vec<SetRow>> {
+    async fn ensure_sets(&self, key: &ProjectAccess, new: Vec<NewSet>) -> Result<Vec<SetRow>> {
         let key = key.clone();
         self.writer
             .write(move |conn| sets::ensure_sets_of(conn, &key, &new))
@@ -89,7 +90,7 @@ impl SemanticSets for SqliteStore {
             .await
     }
 
-    async fn list_sets(&self, key: &ProjectKey) -> Result<Vec<SetRow>> {
+    async fn list_sets(&self, key: &ProjectAccess) -> Result<Vec<SetRow>> {
         let key = key.clone();
         self.readers.read(move |tx| sets::list_sets(tx, &key)).await
     }
@@ -175,7 +176,7 @@ impl SemanticSets for SqliteStore {
 impl SemanticFeatures for SqliteStore {
     async fn resolve_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         uids: &[uuid::Uuid],
     ) -> Result<Vec<EpisodeHandle>> {
         let key = key.clone();
@@ -312,7 +313,7 @@ impl SemanticFeatures for SqliteStore {
 impl SemanticQueue for SqliteStore {
     async fn add_episodes_routed(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         episodes: Vec<NewEpisode>,
         routing: Vec<Routing>,
         embedder: Option<&str>,
@@ -401,9 +402,9 @@ impl SemanticQueue for SqliteStore {
 
 #[async_trait]
 impl Summaries for SqliteStore {
-    async fn summary(&self, key: &ProjectKey) -> Result<Option<Summary>> {
+    async fn summary(&self, key: &ProjectAccess) -> Result<Option<Summary>> {
         let read = key.clone();
-        self.memoised(&self.memo.summaries, key.clone(), move |tx| {
+        self.memoised(&self.memo.summaries, key.key().clone(), move |tx| {
             summaries::summary(tx, &read)
         })
         .await
@@ -411,7 +412,7 @@ impl Summaries for SqliteStore {
 
     async fn put_summary(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         summary: Summary,
         previous_last_seq: Option<i64>,
     ) -> Result<bool> {
@@ -429,7 +430,7 @@ impl Summaries for SqliteStore {
 
     async fn episodes_between(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         after_seq: i64,
         through_seq: i64,
         limit: usize,

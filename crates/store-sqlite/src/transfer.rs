@@ -10,6 +10,7 @@ use super::error::storage_error;
 use super::helpers::{ADDED, bump_sets, is_constraint, log_changes};
 use super::semantic_sets::{SET_TYPE_COLUMNS, set_type_from_row};
 use super::{SqliteStore, projects, semantic_features, semantic_sets, vectors};
+use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::{Error, Result};
 use memmachine_core::model::{
     Episode, EpisodeHandle, FeatureId, Project, ProjectKey, SetId, SetTypeId,
@@ -282,7 +283,7 @@ impl TransferStore for SqliteStore {
 
     async fn restore_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         new: Vec<Episode>,
     ) -> Result<Vec<EpisodeHandle>> {
         let key = key.clone();
@@ -295,7 +296,7 @@ impl TransferStore for SqliteStore {
 
     async fn episode_vectors(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         after_seq: i64,
         limit: usize,
     ) -> Result<Vec<EpisodeVector>> {
@@ -312,19 +313,19 @@ impl TransferStore for SqliteStore {
 
     async fn restore_set_type(
         &self,
-        project: Option<&ProjectKey>,
+        project: Option<&ProjectAccess>,
         set_type: &SetType,
     ) -> Result<SetType> {
         let (project, set_type) = (project.cloned(), set_type.clone());
         self.writer
-            .write(move |conn| restore_set_type(conn, project.as_ref(), &set_type))
+            .write(move |conn| restore_set_type(conn, project.as_deref(), &set_type))
             .await
     }
 
-    async fn restore_set(&self, project: Option<&ProjectKey>, set: &SetRow) -> Result<SetRow> {
+    async fn restore_set(&self, project: Option<&ProjectAccess>, set: &SetRow) -> Result<SetRow> {
         let (project, set) = (project.cloned(), set.clone());
         self.writer
-            .write(move |conn| restore_set(conn, project.as_ref(), &set))
+            .write(move |conn| restore_set(conn, project.as_deref(), &set))
             .await
     }
 

@@ -5,6 +5,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::SqliteStore;
 use super::error::storage_error;
+use memmachine_core::access::OrgAccess;
 use memmachine_core::error::Result;
 use memmachine_core::model::{ProjectHandle, ProjectKey};
 use memmachine_core::store::{UsageEntry, UsageStore, UsageTotals};
@@ -75,10 +76,11 @@ impl UsageStore for SqliteStore {
 
     async fn usage_since(
         &self,
-        org_id: &str,
+        org: &OrgAccess,
         project_id: Option<&str>,
         since_micros: i64,
     ) -> Result<Vec<UsageTotals>> {
+        let org_id = org.org_id();
         let (org_id, project_id) = (org_id.to_string(), project_id.map(str::to_string));
         self.readers
             .read(move |tx| since(tx, &org_id, project_id.as_deref(), since_micros))

@@ -8,6 +8,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::SqliteStore;
 use super::error::storage_error;
 use super::helpers::{VECTOR, log_changes};
+use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::Result;
 use memmachine_core::model::{EpisodeHandle, ProjectHandle, ProjectKey};
 use memmachine_core::store::{PendingEmbedding, VectorStore};
@@ -276,7 +277,7 @@ impl VectorStore for SqliteStore {
 
     async fn vectors(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         embedder: &str,
         handles: &[EpisodeHandle],
     ) -> Result<Vec<(EpisodeHandle, Vec<f32>)>> {

@@ -25,10 +25,10 @@ impl GroupService for GroupGrpc {
         &self,
         request: Request<pb::CreateGroupRequest>,
     ) -> Reply<pb::CreateGroupResponse> {
-        let r = admit(request)?;
+        let (org, r) = admit(request)?;
         let group = self
             .legacy
-            .create_group(convert::group_input(r.group))
+            .create_group(&org, convert::group_input(r.group))
             .await?;
         Ok(Response::new(pb::CreateGroupResponse {
             group: Some(convert::group(group)),
@@ -39,10 +39,10 @@ impl GroupService for GroupGrpc {
         &self,
         request: Request<pb::UpdateGroupRequest>,
     ) -> Reply<pb::UpdateGroupResponse> {
-        let r = admit(request)?;
+        let (org, r) = admit(request)?;
         let group = self
             .legacy
-            .update_group(convert::group_input(r.group))
+            .update_group(&org, convert::group_input(r.group))
             .await?;
         Ok(Response::new(pb::UpdateGroupResponse {
             group: Some(convert::group(group)),
@@ -53,8 +53,8 @@ impl GroupService for GroupGrpc {
         &self,
         request: Request<pb::GetGroupRequest>,
     ) -> Reply<pb::GetGroupResponse> {
-        let r = admit(request)?;
-        let group = self.legacy.get_group(&r.group_id).await?;
+        let (org, r) = admit(request)?;
+        let group = self.legacy.get_group(&org, &r.group_id).await?;
         Ok(Response::new(pb::GetGroupResponse {
             group: Some(convert::group(group)),
         }))
@@ -64,10 +64,10 @@ impl GroupService for GroupGrpc {
         &self,
         request: Request<pb::ListGroupsRequest>,
     ) -> Reply<pb::ListGroupsResponse> {
-        let r = admit(request)?;
+        let (org, r) = admit(request)?;
         let (groups, next_page_token) = self
             .legacy
-            .list_groups(&r.user_id, &r.agent_id, r.page_size, &r.page_token)
+            .list_groups(&org, &r.user_id, &r.agent_id, r.page_size, &r.page_token)
             .await?;
         Ok(Response::new(pb::ListGroupsResponse {
             groups: groups.into_iter().map(convert::group).collect(),
@@ -79,8 +79,8 @@ impl GroupService for GroupGrpc {
         &self,
         request: Request<pb::DeleteGroupRequest>,
     ) -> Reply<pb::DeleteGroupResponse> {
-        let r = admit(request)?;
-        self.legacy.delete_group(&r.group_id).await?;
+        let (org, r) = admit(request)?;
+        self.legacy.delete_group(&org, &r.group_id).await?;
         Ok(Response::new(pb::DeleteGroupResponse {}))
     }
 }

@@ -25,10 +25,10 @@ impl MemoryService for MemoryGrpc {
         &self,
         request: Request<pb::AddEpisodeRequest>,
     ) -> Reply<pb::AddEpisodeResponse> {
-        let r = admit(request)?;
+        let (org, r) = admit(request)?;
         let ctx = convert::context(r.context);
         let episode = convert::episode_input(r.episode.unwrap_or_default());
-        let uids = self.legacy.add_episodes(&ctx, vec![episode]).await?;
+        let uids = self.legacy.add_episodes(&org, &ctx, vec![episode]).await?;
         Ok(Response::new(pb::AddEpisodeResponse {
             uuid: uids.first().map(|u| u.to_string()).unwrap_or_default(),
         }))
@@ -38,10 +38,10 @@ impl MemoryService for MemoryGrpc {
         &self,
         request: Request<pb::AddEpisodesRequest>,
     ) -> Reply<pb::AddEpisodesResponse> {
-        let r = admit(request)?;
+        let (org, r) = admit(request)?;
         let ctx = convert::context(r.context);
         let episodes = r.episodes.into_iter().map(convert::episode_input).collect();
-        let uids = self.legacy.add_episodes(&ctx, episodes).await?;
+        let uids = self.legacy.add_episodes(&org, &ctx, episodes).await?;
         Ok(Response::new(pb::AddEpisodesResponse {
             uuids: uids.iter().map(|u| u.to_string()).collect(),
         }))
@@ -51,11 +51,11 @@ impl MemoryService for MemoryGrpc {
         &self,
         request: Request<pb::SearchEpisodesRequest>,
     ) -> Reply<pb::SearchEpisodesResponse> {
-        let r = admit(request)?;
+        let (org, r) = admit(request)?;
         let ctx = convert::context(r.context);
         let found = self
             .legacy
-            .search_episodes(&ctx, &r.query, r.limit, &r.filter)
+            .search_episodes(&org, &ctx, &r.query, r.limit, &r.filter)
             .await?;
         Ok(Response::new(pb::SearchEpisodesResponse {
             episodes: found
@@ -72,11 +72,11 @@ impl MemoryService for MemoryGrpc {
         &self,
         request: Request<pb::ListEpisodesRequest>,
     ) -> Reply<pb::ListEpisodesResponse> {
-        let r = admit(request)?;
+        let (org, r) = admit(request)?;
         let ctx = convert::context(r.context);
         let (episodes, next_page_token) = self
             .legacy
-            .list_episodes(&ctx, r.page_size, &r.page_token, &r.filter)
+            .list_episodes(&org, &ctx, r.page_size, &r.page_token, &r.filter)
             .await?;
         Ok(Response::new(pb::ListEpisodesResponse {
             episodes: episodes.into_iter().map(convert::episode).collect(),
@@ -88,10 +88,10 @@ impl MemoryService for MemoryGrpc {
         &self,
         request: Request<pb::DeleteEpisodesRequest>,
     ) -> Reply<pb::DeleteEpisodesResponse> {
-        let r = admit(request)?;
+        let (org, r) = admit(request)?;
         let ctx = convert::context(r.context);
         let deleted = if r.whole_session && r.uuids.is_empty() {
-            self.legacy.delete_whole_session(&ctx).await?
+            self.legacy.delete_whole_session(&org, &ctx).await?
         } else if r.whole_session {
             return Err(memmachine_core::error::Error::invalid(
                 "uuids",
@@ -99,7 +99,7 @@ impl MemoryService for MemoryGrpc {
             )
             .into());
         } else {
-            self.legacy.delete_episodes(&ctx, &r.uuids).await?
+            self.legacy.delete_episodes(&org, &ctx, &r.uuids).await?
         };
         Ok(Response::new(pb::DeleteEpisodesResponse {
             deleted_count: deleted as i64,

@@ -1,6 +1,8 @@
 //! Adapters of the deprecated legacy v1 API (`memmachine.v1`): decode, check that the
 //! caller reaches the reserved org, call one `legacy::Legacy` function, encode.
 
+use memmachine_core::access::OrgAccess;
+
 mod convert;
 mod group_service;
 mod memory_service;
@@ -12,16 +14,16 @@ pub use session_service::SessionGrpc;
 
 /// The message, if the caller may reach the v1 groups (all in `legacy::RESERVED_ORG`)
 /// and its routing key (if any) names the group the message is for.
-fn admit<T: Grouped>(request: tonic::Request<T>) -> Result<T, tonic::Status> {
+fn admit<T: Grouped>(request: tonic::Request<T>) -> Result<(OrgAccess, T), tonic::Status> {
     let (caller, message) = super::split(request)?;
-    match message.group_id() {
+    let org = match message.group_id() {
         // An empty group id is the message's own error, reported where it is read.
         Some(group) if !group.is_empty() => {
-            caller.check_project(memmachine_domain::legacy::RESERVED_ORG, group)?;
+            caller.org_of_project(memmachine_domain::legacy::RESERVED_ORG, group)?
         }
-        _ => caller.check_org(memmachine_domain::legacy::RESERVED_ORG)?,
-    }
-    Ok(message)
+        _ => caller.org(memmachine_domain::legacy::RESERVED_ORG)?,
+    };
+    Ok((org, message))
 }
 
 /// The group a v1 request is for (`None`: it names none, as listing groups).

@@ -26,11 +26,11 @@ impl SessionService for SessionGrpc {
         &self,
         request: Request<pb::OpenSessionRequest>,
     ) -> Reply<pb::OpenSessionResponse> {
-        let r = admit(request)?;
+        let (org, r) = admit(request)?;
         let ctx = convert::context(r.context);
         let session = self
             .legacy
-            .open_session(&ctx, convert::configuration(r.configuration))
+            .open_session(&org, &ctx, convert::configuration(r.configuration))
             .await?;
         Ok(Response::new(pb::OpenSessionResponse {
             session: Some(convert::session(session)),
@@ -41,8 +41,11 @@ impl SessionService for SessionGrpc {
         &self,
         request: Request<pb::GetSessionRequest>,
     ) -> Reply<pb::GetSessionResponse> {
-        let r = admit(request)?;
-        let session = self.legacy.get_session(&r.group_id, &r.session_id).await?;
+        let (org, r) = admit(request)?;
+        let session = self
+            .legacy
+            .get_session(&org, &r.group_id, &r.session_id)
+            .await?;
         Ok(Response::new(pb::GetSessionResponse {
             session: Some(convert::session(session)),
         }))
@@ -52,7 +55,7 @@ impl SessionService for SessionGrpc {
         &self,
         request: Request<pb::ListSessionsRequest>,
     ) -> Reply<pb::ListSessionsResponse> {
-        let r = admit(request)?;
+        let (org, r) = admit(request)?;
         let filter = SessionFilter {
             group_id: r.group_id,
             user_id: r.user_id,
@@ -60,7 +63,7 @@ impl SessionService for SessionGrpc {
         };
         let (sessions, next_page_token) = self
             .legacy
-            .list_sessions(&filter, r.page_size, &r.page_token)
+            .list_sessions(&org, &filter, r.page_size, &r.page_token)
             .await?;
         Ok(Response::new(pb::ListSessionsResponse {
             sessions: sessions.into_iter().map(convert::session).collect(),
@@ -72,10 +75,10 @@ impl SessionService for SessionGrpc {
         &self,
         request: Request<pb::DeleteSessionRequest>,
     ) -> Reply<pb::DeleteSessionResponse> {
-        let r = admit(request)?;
+        let (org, r) = admit(request)?;
         let deleted = self
             .legacy
-            .delete_session(&r.group_id, &r.session_id)
+            .delete_session(&org, &r.group_id, &r.session_id)
             .await?;
         Ok(Response::new(pb::DeleteSessionResponse {
             deleted_count: deleted as i64,

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use memmachine::store::{ForgetCounts, ForgetReceipt, ProjectForget, Store};
-use memmachine_core::model::{EpisodeHandle, NewEpisode, ProjectKey};
+use memmachine_core::access::{Access, ProjectAccess};
+use memmachine_core::model::{EpisodeHandle, NewEpisode};
 use memmachine_domain::semantic::features::new_feature;
 use memmachine_domain::semantic::model::{NewFeature, Summary};
 use memmachine_domain::semantic::sets::{org_set, project_set, user_set};
@@ -25,7 +26,7 @@ fn said(content: &str, producer: &str, produced_for: &str) -> NewEpisode {
 
 async fn stored(
     store: &Arc<dyn Store>,
-    k: &ProjectKey,
+    k: &ProjectAccess,
     episodes: &[NewEpisode],
 ) -> Vec<EpisodeHandle> {
     store
@@ -195,12 +196,15 @@ pub async fn forgetting_counts_what_it_removes_in_batches_as_previewed(store: Ar
     };
     store.save_forget_receipt(&receipt).await.unwrap();
     assert_eq!(
-        store.forget_receipt(&o, &receipt.receipt_id).await.unwrap(),
+        store
+            .forget_receipt(&Access::system_org(&o), &receipt.receipt_id)
+            .await
+            .unwrap(),
         Some(receipt.clone())
     );
     assert_eq!(
         store
-            .forget_receipt(&org(), &receipt.receipt_id)
+            .forget_receipt(&Access::system_org(&org()), &receipt.receipt_id)
             .await
             .unwrap(),
         None,

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use memmachine::store::{ChangedBy, FeatureVersion, Store};
-use memmachine_core::model::{NewEpisode, ProjectKey};
+use memmachine_core::access::ProjectAccess;
+use memmachine_core::model::NewEpisode;
 use memmachine_domain::semantic::features::new_feature;
 use memmachine_domain::semantic::history::features_as_of;
 use memmachine_domain::semantic::model::{
@@ -32,7 +33,7 @@ fn set_value(value: &str) -> FeatureUpdate {
 /// Adds episodes routed to `set`; returns their handles.
 async fn episodes(
     store: &Arc<dyn Store>,
-    k: &ProjectKey,
+    k: &ProjectAccess,
     contents: &[&str],
     set: &NewSet,
 ) -> Vec<memmachine_core::model::EpisodeHandle> {

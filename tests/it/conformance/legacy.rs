@@ -136,7 +136,7 @@ pub async fn groups_are_the_orgs_projects_with_their_configuration(store: Arc<dy
         None
     );
     let missing = GroupRow {
-        key: key(&org, "none"),
+        key: key(&org, "none").key().clone(),
         agent_list: vec![],
         user_list: vec![],
         configuration: json!({}),
@@ -151,13 +151,13 @@ pub async fn groups_are_the_orgs_projects_with_their_configuration(store: Arc<dy
     assert_eq!(
         defaults,
         GroupRow {
-            key: plain.clone(),
+            key: plain.key().clone(),
             ..missing.clone()
         },
         "a project without a stored configuration"
     );
     let row = GroupRow {
-        key: configured.clone(),
+        key: configured.key().clone(),
         agent_list: names(&["bot"]),
         user_list: names(&["ann", "bob"]),
         configuration: json!({"model": {"name": "x"}}),

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use memmachine::store::{Change, MemoryChange, MemoryChangeKind, MemoryChanges, Store, Summary};
-use memmachine_core::model::{ChangeSeq, ProjectHandle, ProjectKey};
+use memmachine_core::access::ProjectAccess;
+use memmachine_core::model::{ChangeSeq, ProjectHandle};
 use memmachine_domain::semantic::features::new_feature;
 use memmachine_domain::semantic::model::{ClaimRule, FeatureOp, FeatureUpdate, NewFeature, SetRow};
 use memmachine_domain::semantic::sets::{org_set, project_set, user_set};
@@ -45,7 +46,7 @@ fn set_value(value: &str) -> FeatureUpdate {
     }
 }
 
-async fn project_row(store: &Arc<dyn Store>, k: &ProjectKey) -> SetRow {
+async fn project_row(store: &Arc<dyn Store>, k: &ProjectAccess) -> SetRow {
     store.ensure_sets(k, vec![project_set(k)]).await.unwrap()[0].clone()
 }
 

@@ -10,7 +10,9 @@ use crate::conformance::support::{add, episode, key, org, project, project_in, u
 
 pub async fn the_universal_project_exists(store: Arc<dyn Store>) {
     let p = store
-        .get_project(&ProjectKey::universal())
+        .get_project(&memmachine_core::access::Access::system(
+            ProjectKey::universal(),
+        ))
         .await
         .unwrap()
         .unwrap();

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use memmachine::store::Store;
+use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::Error;
 use memmachine_core::model::filter::{Expr, parse};
-use memmachine_core::model::{EpisodeHandle, ProjectKey, ScoredEpisode};
+use memmachine_core::model::{EpisodeHandle, ScoredEpisode};
 use memmachine_domain::embed::Embedder;
 use memmachine_domain::episodic::ranking::{Mode, RankQuery, rank};
 use memmachine_domain::retrieval::index_cache::IndexCache;
@@ -54,7 +55,7 @@ impl<'a> Ranker<'a> {
     async fn try_rank(
         &self,
         mode: Mode,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         query: &str,
         filter: Option<&Expr>,
         top_k: usize,
@@ -73,7 +74,7 @@ impl<'a> Ranker<'a> {
     async fn rank(
         &self,
         mode: Mode,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         query: &str,
         filter: Option<&Expr>,
         top_k: usize,
@@ -90,14 +91,14 @@ impl<'a> Ranker<'a> {
         hits
     }
 
-    async fn lexical(&self, key: &ProjectKey, query: &str, top_k: usize) -> Vec<String> {
+    async fn lexical(&self, key: &ProjectAccess, query: &str, top_k: usize) -> Vec<String> {
         texts(&self.rank(Mode::Lexical, key, query, None, top_k).await)
     }
 }
 
 /// How many episodes the project's index holds (a deleted one it still held would
 /// take a place in every cut before the store's rows left it out).
-async fn indexed(cache: &IndexCache, key: &ProjectKey) -> usize {
+async fn indexed(cache: &IndexCache, key: &ProjectAccess) -> usize {
     cache.read(key, None, |index| index.len()).await.unwrap()
 }
 
@@ -262,7 +263,7 @@ async fn fruit(
     store: &Arc<dyn Store>,
     embedder: &TestEmbedder,
     bob_says: &str,
-) -> (ProjectKey, memmachine_core::model::NewEpisode) {
+) -> (ProjectAccess, memmachine_core::model::NewEpisode) {
     let k = project(store).await;
     let other = project(store).await;
     let bobs = episode(bob_says, "bob", &[], 2);
@@ -370,7 +371,7 @@ pub async fn another_embedders_vectors_are_not_ranked(store: Arc<dyn Store>) {
         5
     );
     store
-        .queue_missing(vec![(k.clone(), Some(second.id().to_string()))])
+        .queue_missing(vec![(k.key().clone(), Some(second.id().to_string()))])
         .await
         .unwrap();
     // Until re-embedded, the old vectors are not ranked (another embedder's space)...

@@ -76,7 +76,7 @@ pub async fn expired_episodes_are_past_their_expiry_or_their_projects_retention(
     // Without a retention, only the own expiry counts.
     let mut found = store.expired_episodes(now, 100).await.unwrap();
     found.sort();
-    assert_eq!(found, [(own.clone(), past.uid)]);
+    assert_eq!(found, [(own.key().clone(), past.uid)]);
     store
         .update_episodic_config(
             &retained,
@@ -97,9 +97,9 @@ pub async fn expired_episodes_are_past_their_expiry_or_their_projects_retention(
     let mut found = store.expired_episodes(now, 100).await.unwrap();
     found.sort();
     let mut expected = vec![
-        (own.clone(), past.uid),
-        (retained.clone(), old.uid),
-        (retained.clone(), both.uid),
+        (own.key().clone(), past.uid),
+        (retained.key().clone(), old.uid),
+        (retained.key().clone(), both.uid),
     ];
     expected.sort();
     assert_eq!(found, expected);

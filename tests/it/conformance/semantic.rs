@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use memmachine::store::Store;
+use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::Error;
 use memmachine_core::model::{
-    ChangeSeq, EpisodeHandle, FeatureId, NewEpisode, ProjectHandle, ProjectKey, SetId,
+    ChangeSeq, EpisodeHandle, FeatureId, NewEpisode, ProjectHandle, SetId,
 };
 use memmachine_domain::semantic::features::{category_key, new_feature};
 use memmachine_domain::semantic::model::{
@@ -72,7 +73,7 @@ fn fact(tag: &str, name: &str, value: &str) -> NewFeature {
 /// the episodes' uids.
 async fn add_routed(
     store: &Arc<dyn Store>,
-    k: &ProjectKey,
+    k: &ProjectAccess,
     contents: &[&str],
     sets: &[&NewSet],
 ) -> Vec<uuid::Uuid> {
@@ -1410,7 +1411,7 @@ pub async fn feature_vector_leases_hold_until_released_or_expired(store: Arc<dyn
 /// backend keeping these rows between reads has them kept.
 async fn read_per_search(
     store: &Arc<dyn Store>,
-    k: &ProjectKey,
+    k: &ProjectAccess,
     o: &str,
 ) -> (
     Option<memmachine_core::model::Project>,

@@ -40,7 +40,7 @@ pub async fn stats_count_episodes_and_the_embedding_queue(store: Arc<dyn Store>)
     assert_eq!(store.stats().await.unwrap().embedding_queue, 3);
     // queue_missing counts too.
     store
-        .queue_missing(vec![(k.clone(), Some(embedder.id().to_string()))])
+        .queue_missing(vec![(k.key().clone(), Some(embedder.id().to_string()))])
         .await
         .unwrap();
     assert_eq!(store.stats().await.unwrap().embedding_queue, 5);
@@ -49,7 +49,10 @@ pub async fn stats_count_episodes_and_the_embedding_queue(store: Arc<dyn Store>)
     assert_eq!(leased.embedding_queue, 1);
     let h = crate::conformance::support::queued_for(&store, embedder.id()).await;
     assert!(h.is_empty(), "the leased one is not claimable");
-    store.queue_missing(vec![(k.clone(), None)]).await.unwrap();
+    store
+        .queue_missing(vec![(k.key().clone(), None)])
+        .await
+        .unwrap();
     let stats = store.stats().await.unwrap();
     assert_eq!((stats.episodes, stats.embedding_queue), (5, 0));
     assert_eq!(stats.embedding_lag_secs, 0.0);

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use memmachine::store::Store;
+use memmachine_core::access::{Access, ProjectAccess};
 use memmachine_core::model::filter::{MAX_IN_VALUES, MAX_PREDICATES};
 use memmachine_core::model::{
     Episode, EpisodeHandle, NewEpisode, ProjectConfig, ProjectHandle, ProjectKey,
@@ -32,12 +33,13 @@ pub fn org() -> String {
     format!("o-{}", unique())
 }
 
-pub fn key(org: &str, project: &str) -> ProjectKey {
-    ProjectKey::parse(org, project).unwrap()
+/// The suite calls the stores as background work does: through the system door.
+pub fn key(org: &str, project: &str) -> ProjectAccess {
+    Access::system(ProjectKey::parse(org, project).unwrap())
 }
 
 /// Creates `org/name` with the default configuration.
-pub async fn project_in(store: &Arc<dyn Store>, org: &str, name: &str) -> ProjectKey {
+pub async fn project_in(store: &Arc<dyn Store>, org: &str, name: &str) -> ProjectAccess {
     let k = key(org, name);
     store
         .create_project(&k, "", &ProjectConfig::default())
@@ -47,12 +49,12 @@ pub async fn project_in(store: &Arc<dyn Store>, org: &str, name: &str) -> Projec
 }
 
 /// Creates a project in an org of its own.
-pub async fn project(store: &Arc<dyn Store>) -> ProjectKey {
+pub async fn project(store: &Arc<dyn Store>) -> ProjectAccess {
     project_in(store, &org(), "p").await
 }
 
 /// The store's handle of the project (what the change feed is read by).
-pub async fn handle_of(store: &Arc<dyn Store>, key: &ProjectKey) -> ProjectHandle {
+pub async fn handle_of(store: &Arc<dyn Store>, key: &ProjectAccess) -> ProjectHandle {
     store.feed_head(key).await.unwrap().project
 }
 
@@ -88,7 +90,11 @@ pub fn numbered(prefix: &str, n: usize) -> Vec<NewEpisode> {
 }
 
 /// Adds episodes queued for no embedder; returns their sequence numbers.
-pub async fn add(store: &Arc<dyn Store>, key: &ProjectKey, episodes: Vec<NewEpisode>) -> Vec<i64> {
+pub async fn add(
+    store: &Arc<dyn Store>,
+    key: &ProjectAccess,
+    episodes: Vec<NewEpisode>,
+) -> Vec<i64> {
     let added = store.add_episodes(key, episodes, None).await.unwrap();
     added.iter().map(|a| a.sequence_num).collect()
 }
@@ -96,7 +102,7 @@ pub async fn add(store: &Arc<dyn Store>, key: &ProjectKey, episodes: Vec<NewEpis
 /// The handles of these episodes, all of them in the project.
 pub async fn handles(
     store: &Arc<dyn Store>,
-    key: &ProjectKey,
+    key: &ProjectAccess,
     episodes: &[NewEpisode],
 ) -> Vec<EpisodeHandle> {
     let uids: Vec<uuid::Uuid> = episodes.iter().map(|e| e.uid).collect();
@@ -234,7 +240,7 @@ pub const FILTER_CASES: &[(&str, &[&str])] = &[
 
 /// A project holding the episodes `e1`, `e2`, `e3` of `FILTER_CASES` (each also says
 /// "episode", for lexical reads).
-pub async fn filter_project(store: &Arc<dyn Store>) -> ProjectKey {
+pub async fn filter_project(store: &Arc<dyn Store>) -> ProjectAccess {
     let k = project(store).await;
     let mut e1 = episode(
         "e1",

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use memmachine::store::{Store, UsageEntry, UsageTotals};
+use memmachine_core::access::Access;
 use memmachine_core::model::NewEpisode;
 use memmachine_domain::semantic::model::ClaimRule;
 use memmachine_domain::semantic::sets::project_set;
@@ -49,7 +50,10 @@ pub async fn usage_adds_up_per_bucket_and_is_read_since_an_hour(store: Arc<dyn S
         store.record_usage(&e).await.unwrap();
     }
     assert_eq!(
-        store.usage_since(&o, None, h - HOUR).await.unwrap(),
+        store
+            .usage_since(&Access::system_org(&o), None, h - HOUR)
+            .await
+            .unwrap(),
         vec![
             totals("consolidation", 1, 1, 1),
             totals("extraction", 3, 115, 13),
@@ -57,15 +61,27 @@ pub async fn usage_adds_up_per_bucket_and_is_read_since_an_hour(store: Arc<dyn S
         ]
     );
     assert_eq!(
-        store.usage_since(&o, Some("p"), h).await.unwrap(),
+        store
+            .usage_since(&Access::system_org(&o), Some("p"), h)
+            .await
+            .unwrap(),
         vec![totals("extraction", 2, 15, 3)],
         "one project, from the later hour"
     );
     assert_eq!(
-        store.usage_since(&o, Some("absent"), 0).await.unwrap(),
+        store
+            .usage_since(&Access::system_org(&o), Some("absent"), 0)
+            .await
+            .unwrap(),
         vec![]
     );
-    assert_eq!(store.usage_since(&o, None, h + HOUR).await.unwrap(), vec![]);
+    assert_eq!(
+        store
+            .usage_since(&Access::system_org(&o), None, h + HOUR)
+            .await
+            .unwrap(),
+        vec![]
+    );
 }
 
 pub async fn usage_recorded_by_two_replicas_at_once_adds_up(
@@ -83,7 +99,9 @@ pub async fn usage_recorded_by_two_replicas_at_once_adds_up(
     };
     tokio::join!(record(one.clone(), o.clone()), record(other, o.clone()));
     assert_eq!(
-        one.usage_since(&o, None, 0).await.unwrap(),
+        one.usage_since(&Access::system_org(&o), None, 0)
+            .await
+            .unwrap(),
         vec![totals("extraction", 40, 120, 40)]
     );
 }
@@ -104,7 +122,10 @@ pub async fn budgets_and_pauses_are_kept_per_org(store: Arc<dyn Store>) {
     assert_eq!(store.pause(&o).await.unwrap(), None);
     let k = project(&store, &o, "p").await;
     let handle = handle_of(&store, &k).await;
-    assert_eq!(store.project_key(handle).await.unwrap(), Some(k.clone()));
+    assert_eq!(
+        store.project_key(handle).await.unwrap(),
+        Some(k.key().clone())
+    );
     store.delete_project(&k).await.unwrap();
     assert_eq!(store.project_key(handle).await.unwrap(), None);
 }

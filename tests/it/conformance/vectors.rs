@@ -33,9 +33,9 @@ pub async fn queue_missing_queues_and_dequeues_per_project(store: Arc<dyn Store>
     // Each project is queued for the embedder it names; `None` queues nothing.
     let waiting = store
         .queue_missing(vec![
-            (a.clone(), Some(e1.id().to_string())),
-            (b.clone(), Some(e2.id().to_string())),
-            (c.clone(), None),
+            (a.key().clone(), Some(e1.id().to_string())),
+            (b.key().clone(), Some(e2.id().to_string())),
+            (c.key().clone(), None),
         ])
         .await
         .unwrap();
@@ -55,14 +55,17 @@ pub async fn queue_missing_queues_and_dequeues_per_project(store: Arc<dyn Store>
     // Queueing again adds nothing; an embedded episode is not queued again.
     embed_all(&store, &e1).await;
     let again = store
-        .queue_missing(vec![(a.clone(), Some(e1.id().to_string()))])
+        .queue_missing(vec![(a.key().clone(), Some(e1.id().to_string()))])
         .await
         .unwrap();
     assert_eq!(again, 2, "b's two still wait");
     assert!(queued_for(&store, e1.id()).await.is_empty());
     // `None`: the project keeps no vectors and leaves the queue; others are untouched.
     assert_eq!(
-        store.queue_missing(vec![(b.clone(), None)]).await.unwrap(),
+        store
+            .queue_missing(vec![(b.key().clone(), None)])
+            .await
+            .unwrap(),
         0
     );
     assert!(queued_for(&store, e2.id()).await.is_empty());
@@ -70,8 +73,8 @@ pub async fn queue_missing_queues_and_dequeues_per_project(store: Arc<dyn Store>
     let ghost = crate::conformance::support::key(&crate::conformance::support::org(), "ghost");
     store
         .queue_missing(vec![
-            (c.clone(), Some(e2.id().to_string())),
-            (ghost, Some(e2.id().into())),
+            (c.key().clone(), Some(e2.id().to_string())),
+            (ghost.key().clone(), Some(e2.id().into())),
         ])
         .await
         .unwrap();
@@ -95,7 +98,7 @@ pub async fn a_new_embedder_requeues_everything(store: Arc<dyn Store>) {
         .unwrap();
     assert_eq!(embed_all(&store, &first).await, 5);
     let waiting = store
-        .queue_missing(vec![(k.clone(), Some(second.id().to_string()))])
+        .queue_missing(vec![(k.key().clone(), Some(second.id().to_string()))])
         .await
         .unwrap();
     assert_eq!(waiting, 5, "another embedder's vectors do not count");
@@ -111,7 +114,7 @@ pub async fn a_new_embedder_requeues_everything(store: Arc<dyn Store>) {
     );
     // Switching back queues every episode again: each keeps one vector.
     let waiting = store
-        .queue_missing(vec![(k.clone(), Some(first.id().to_string()))])
+        .queue_missing(vec![(k.key().clone(), Some(first.id().to_string()))])
         .await
         .unwrap();
     assert_eq!(waiting, 5);
@@ -343,14 +346,14 @@ pub async fn a_vector_for_the_old_embedder_leaves_the_new_queue_alone(store: Arc
     let episodes = numbered("switch", 2);
     add(&store, &a, episodes.clone()).await;
     store
-        .queue_missing(vec![(a.clone(), Some(old.id().to_string()))])
+        .queue_missing(vec![(a.key().clone(), Some(old.id().to_string()))])
         .await
         .unwrap();
     let claimed = store.claim_embeddings(old.id(), 10, LONG).await.unwrap();
     assert_eq!(claimed.len(), 2);
     // The project moves to another embedder while the old one's worker is embedding.
     store
-        .queue_missing(vec![(a.clone(), Some(new.id().to_string()))])
+        .queue_missing(vec![(a.key().clone(), Some(new.id().to_string()))])
         .await
         .unwrap();
     let late = claimed

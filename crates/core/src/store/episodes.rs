@@ -2,9 +2,10 @@
 
 use async_trait::async_trait;
 
+use crate::access::ProjectAccess;
 use crate::error::Result;
 use crate::model::filter::{Expr, SystemField};
-use crate::model::{AddedEpisode, Episode, EpisodeHandle, NewEpisode, ProjectKey};
+use crate::model::{AddedEpisode, Episode, EpisodeHandle, NewEpisode};
 
 /// The episode column (over the alias `e`) a filter's system field compares, in every
 /// SQL dialect; `None` for the fields of features, which episode filters never parse.
@@ -33,15 +34,15 @@ pub trait EpisodeStore: Send + Sync {
     /// one answer per episode, in order. `NotFound` when the project does not exist.
     async fn add_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         episodes: Vec<NewEpisode>,
         embedder: Option<&str>,
     ) -> Result<Vec<AddedEpisode>>;
-    async fn count_episodes(&self, key: &ProjectKey) -> Result<i64>;
+    async fn count_episodes(&self, key: &ProjectAccess) -> Result<i64>;
     /// Episodes with `sequence_num > after_seq` matching `filter` (translated to SQL), in sequence order.
     async fn list_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         filter: Option<&Expr>,
         after_seq: i64,
         limit: usize,
@@ -49,24 +50,24 @@ pub trait EpisodeStore: Send + Sync {
     /// The `limit` most recent episodes matching `filter`, oldest first.
     async fn recent_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         filter: Option<&Expr>,
         limit: usize,
     ) -> Result<Vec<Episode>>;
     /// Deletes the episodes with these uids, all or none (`NotFound` naming the uids not
     /// in this project), appending one `Removed` change each. Returns how many.
-    async fn delete_episodes(&self, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<u64>;
+    async fn delete_episodes(&self, key: &ProjectAccess, uids: &[uuid::Uuid]) -> Result<u64>;
     /// The episodes of this project with these handles, in the order asked; handles
     /// not in the project (or deleted) are left out.
     async fn episodes_by_handle(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         handles: &[EpisodeHandle],
     ) -> Result<Vec<(EpisodeHandle, Episode)>>;
     /// The handle of each uid, `None` for a uid not in this project.
     async fn episode_handles(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         uids: &[uuid::Uuid],
     ) -> Result<Vec<Option<EpisodeHandle>>>;
 }

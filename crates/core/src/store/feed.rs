@@ -2,8 +2,9 @@
 
 use async_trait::async_trait;
 
+use crate::access::ProjectAccess;
 use crate::error::Result;
-use crate::model::{ChangeSeq, Episode, EpisodeHandle, ProjectHandle, ProjectKey};
+use crate::model::{ChangeSeq, Episode, EpisodeHandle, ProjectHandle};
 
 /// A project as the change feed sees it: the store's handle of it (never reused, so a
 /// project deleted and created again has another) and the id of its latest change
@@ -56,7 +57,7 @@ pub struct Changes {
 #[async_trait]
 pub trait ChangeFeed: Send + Sync {
     /// `NotFound` when the project does not exist. One cheap query.
-    async fn feed_head(&self, key: &ProjectKey) -> Result<FeedHead>;
+    async fn feed_head(&self, key: &ProjectAccess) -> Result<FeedHead>;
     /// Episodes of project `project` (a handle) with `seq > after_seq`, in sequence
     /// order, at most `limit`, each with its vector from `embedder` if any.
     async fn index_page(

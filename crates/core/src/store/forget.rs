@@ -3,6 +3,8 @@
 
 use async_trait::async_trait;
 
+use crate::access::OrgAccess;
+use crate::access::ProjectAccess;
 use crate::error::Result;
 use crate::model::{FeatureId, ProjectKey, SetId};
 
@@ -60,13 +62,13 @@ pub trait ForgetStore: Send + Sync {
     /// `subject`, oldest first. `NotFound` when the project does not exist.
     async fn subject_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         subject: &str,
         limit: usize,
     ) -> Result<Vec<uuid::Uuid>>;
     /// Deletes those of these episodes still in the project (the others are skipped, so
     /// a re-run after a crash completes), as `delete_episodes` does, in one transaction.
-    async fn forget_episodes(&self, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<Forgotten>;
+    async fn forget_episodes(&self, key: &ProjectAccess, uids: &[uuid::Uuid]) -> Result<Forgotten>;
     /// Deletes the set with its features (and their citations, vectors and queued
     /// work); the features deleted, empty when the set is gone.
     async fn drop_set(&self, set: SetId) -> Result<Vec<FeatureId>>;
@@ -75,15 +77,18 @@ pub trait ForgetStore: Send + Sync {
     /// citation goes), with `user_set` dropped first. Changes nothing.
     async fn forget_preview(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         subject: &str,
         before: &[ProjectKey],
         user_sets: &[SetId],
     ) -> Result<ForgetCounts>;
     async fn save_forget_receipt(&self, receipt: &ForgetReceipt) -> Result<()>;
     /// The receipt with this id in this org; `None` when there is none.
-    async fn forget_receipt(&self, org_id: &str, receipt_id: &str)
-    -> Result<Option<ForgetReceipt>>;
+    async fn forget_receipt(
+        &self,
+        org: &OrgAccess,
+        receipt_id: &str,
+    ) -> Result<Option<ForgetReceipt>>;
 }
 
 /// A receipt's project lines as the JSON text both backends store.

@@ -3,6 +3,7 @@
 
 use async_trait::async_trait;
 
+use crate::access::ProjectAccess;
 use crate::error::Result;
 use crate::model::ProjectKey;
 
@@ -58,7 +59,7 @@ pub trait LegacyStore: Send + Sync {
     /// the project does not exist.
     async fn open_legacy_session(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         session_id: &str,
         agents: &[String],
         users: &[String],
@@ -67,7 +68,7 @@ pub trait LegacyStore: Send + Sync {
 
     async fn get_legacy_session(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         session_id: &str,
     ) -> Result<Option<SessionRow>>;
 
@@ -81,14 +82,14 @@ pub trait LegacyStore: Send + Sync {
     ) -> Result<Vec<SessionRow>>;
 
     /// False when there was no such session.
-    async fn delete_legacy_session(&self, key: &ProjectKey, session_id: &str) -> Result<bool>;
+    async fn delete_legacy_session(&self, key: &ProjectAccess, session_id: &str) -> Result<bool>;
 
     /// Replaces the group configuration of project `key`. `NotFound` when the project
     /// does not exist.
     async fn put_legacy_group(&self, group: &GroupRow) -> Result<()>;
 
     /// The group configuration of project `key`; `None` when the project does not exist.
-    async fn get_legacy_group(&self, key: &ProjectKey) -> Result<Option<GroupRow>>;
+    async fn get_legacy_group(&self, key: &ProjectAccess) -> Result<Option<GroupRow>>;
 
     /// The projects of org `org_id` as groups matching `query` (a user or agent filter
     /// matches the stored lists), ordered bytewise by project id, at most `limit`.

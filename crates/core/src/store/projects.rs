@@ -2,6 +2,7 @@
 
 use async_trait::async_trait;
 
+use crate::access::ProjectAccess;
 use crate::error::Result;
 use crate::model::{EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig, ProjectKey};
 
@@ -10,12 +11,12 @@ pub trait ProjectStore: Send + Sync {
     /// `AlreadyExists` when the project exists.
     async fn create_project(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         description: &str,
         config: &ProjectConfig,
     ) -> Result<Project>;
 
-    async fn get_project(&self, key: &ProjectKey) -> Result<Option<Project>>;
+    async fn get_project(&self, key: &ProjectAccess) -> Result<Option<Project>>;
 
     /// Projects ordered by `(org_id, project_id)`, after `after`, optionally in one org.
     async fn list_projects(
@@ -26,12 +27,12 @@ pub trait ProjectStore: Send + Sync {
     ) -> Result<Vec<Project>>;
 
     /// Removes the project and all its memories in one transaction; false when absent.
-    async fn delete_project(&self, key: &ProjectKey) -> Result<bool>;
+    async fn delete_project(&self, key: &ProjectAccess) -> Result<bool>;
 
     /// `None` when the project does not exist.
     async fn update_episodic_config(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         update: EpisodicConfigUpdate,
     ) -> Result<Option<EpisodicConfig>>;
 }

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
+use crate::access::ProjectAccess;
 use crate::error::Result;
-use crate::model::{EpisodeHandle, FeatureId, ProjectKey, SetId};
+use crate::model::{EpisodeHandle, FeatureId, SetId};
 
 /// What made a version of a feature, or ended its last one (the wire's `FeatureChange`;
 /// the numbers are stored).
@@ -153,7 +154,7 @@ pub trait SemanticFeatures: Send + Sync {
     /// that are not in it.
     async fn resolve_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         uids: &[uuid::Uuid],
     ) -> Result<Vec<EpisodeHandle>>;
 

@@ -5,10 +5,9 @@ use async_trait::async_trait;
 
 use super::semantic_features::NewFeature;
 use super::semantic_sets::{NewSet, SetRow};
+use crate::access::ProjectAccess;
 use crate::error::Result;
-use crate::model::{
-    AddedEpisode, Episode, EpisodeHandle, FeatureId, NewEpisode, ProjectKey, SetId,
-};
+use crate::model::{AddedEpisode, Episode, EpisodeHandle, FeatureId, NewEpisode, SetId};
 
 /// One change the model asked for, applied in the batch's transaction.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,7 +99,7 @@ pub trait SemanticQueue: Send + Sync {
     /// duplicate, not stored, is not queued). Answers as `add_episodes`.
     async fn add_episodes_routed(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         episodes: Vec<NewEpisode>,
         routing: Vec<Routing>,
         embedder: Option<&str>,

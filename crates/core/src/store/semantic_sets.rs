@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
+use crate::access::ProjectAccess;
 use crate::error::Result;
-use crate::model::{CategoryId, ProjectConfig, ProjectHandle, ProjectKey, SetId, SetTypeId, TagId};
+use crate::model::{CategoryId, ProjectConfig, ProjectHandle, SetId, SetTypeId, TagId};
 
 /// What a feature set gathers: the whole org, one project, one producer (a "user set")
 /// or the messages carrying a set type's metadata tags.
@@ -144,16 +145,16 @@ pub struct Tag {
 pub trait SemanticSets: Send + Sync {
     /// `AlreadyExists` naming the existing one when a visible set type has the same
     /// level and tags.
-    async fn create_set_type(&self, key: &ProjectKey, set_type: NewSetType) -> Result<SetType>;
+    async fn create_set_type(&self, key: &ProjectAccess, set_type: NewSetType) -> Result<SetType>;
 
     /// The project's own set types and its org's org-level ones.
-    async fn list_set_types(&self, key: &ProjectKey) -> Result<Vec<SetType>>;
+    async fn list_set_types(&self, key: &ProjectAccess) -> Result<Vec<SetType>>;
 
     /// Deletes it with its templates; its sets stay (as sets of no type).
     async fn delete_set_type(&self, internal_id: SetTypeId) -> Result<bool>;
 
     /// Creates the sets that do not exist (by `set_id`) and returns all of them.
-    async fn ensure_sets(&self, key: &ProjectKey, sets: Vec<NewSet>) -> Result<Vec<SetRow>>;
+    async fn ensure_sets(&self, key: &ProjectAccess, sets: Vec<NewSet>) -> Result<Vec<SetRow>>;
 
     async fn find_set(&self, set_id: &str) -> Result<Option<SetRow>>;
 
@@ -161,7 +162,7 @@ pub trait SemanticSets: Send + Sync {
     async fn project_config(&self, project: ProjectHandle) -> Result<Option<ProjectConfig>>;
 
     /// The project's sets and its org's org-level sets, by set id.
-    async fn list_sets(&self, key: &ProjectKey) -> Result<Vec<SetRow>>;
+    async fn list_sets(&self, key: &ProjectAccess) -> Result<Vec<SetRow>>;
 
     async fn configure_set(&self, set: SetId, config: SetConfig) -> Result<()>;
 

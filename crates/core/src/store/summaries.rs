@@ -2,6 +2,7 @@
 
 use async_trait::async_trait;
 
+use crate::access::ProjectAccess;
 use crate::error::Result;
 use crate::model::{Episode, ProjectKey};
 
@@ -18,14 +19,14 @@ pub struct Summary {
 /// Short-term summaries and what the summariser reads.
 #[async_trait]
 pub trait Summaries: Send + Sync {
-    async fn summary(&self, key: &ProjectKey) -> Result<Option<Summary>>;
+    async fn summary(&self, key: &ProjectAccess) -> Result<Option<Summary>>;
 
     /// Stores the project's summary if its current one still ends at `previous_last_seq`
     /// (`None`: there is none) and no episode it covers was deleted meanwhile; false
     /// when it changed.
     async fn put_summary(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         summary: Summary,
         previous_last_seq: Option<i64>,
     ) -> Result<bool>;
@@ -37,7 +38,7 @@ pub trait Summaries: Send + Sync {
     /// Episodes with `after_seq < seq <= through_seq`, oldest first, at most `limit`.
     async fn episodes_between(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         after_seq: i64,
         through_seq: i64,
         limit: usize,

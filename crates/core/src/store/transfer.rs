@@ -8,8 +8,9 @@ use async_trait::async_trait;
 
 use super::semantic_features::NewFeature;
 use super::semantic_sets::{SetRow, SetType};
+use crate::access::ProjectAccess;
 use crate::error::Result;
-use crate::model::{Episode, EpisodeHandle, FeatureId, Project, ProjectKey, SetId};
+use crate::model::{Episode, EpisodeHandle, FeatureId, Project, SetId};
 
 /// An episode's vector as stored, with the id of the embedder that made it.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,7 +46,7 @@ pub trait TransferStore: Send + Sync {
     /// Returns their handles, in input order. `NotFound` when the project does not exist.
     async fn restore_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         episodes: Vec<Episode>,
     ) -> Result<Vec<EpisodeHandle>>;
 
@@ -53,7 +54,7 @@ pub trait TransferStore: Send + Sync {
     /// `sequence_num > after_seq`, in sequence order, at most `limit`.
     async fn episode_vectors(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         after_seq: i64,
         limit: usize,
     ) -> Result<Vec<EpisodeVector>>;
@@ -66,7 +67,7 @@ pub trait TransferStore: Send + Sync {
     /// `project` of `set_type` are ignored. `AlreadyExists` when the id is taken.
     async fn restore_set_type(
         &self,
-        project: Option<&ProjectKey>,
+        project: Option<&ProjectAccess>,
         set_type: &SetType,
     ) -> Result<SetType>;
 
@@ -74,7 +75,7 @@ pub trait TransferStore: Send + Sync {
     /// and creation time, in `project` or, for `None`, at the level of its org;
     /// `internal_id` and `project` of `set` are ignored. `AlreadyExists` when the set id
     /// is taken.
-    async fn restore_set(&self, project: Option<&ProjectKey>, set: &SetRow) -> Result<SetRow>;
+    async fn restore_set(&self, project: Option<&ProjectAccess>, set: &SetRow) -> Result<SetRow>;
 
     /// Deletes the set with everything in it (its categories and their tags, disabled
     /// names, features with their citations and vectors, queued messages), moving its

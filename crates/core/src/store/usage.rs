@@ -3,6 +3,7 @@
 
 use async_trait::async_trait;
 
+use crate::access::OrgAccess;
 use crate::error::Result;
 use crate::model::{ProjectHandle, ProjectKey};
 
@@ -40,7 +41,7 @@ pub trait UsageStore: Send + Sync {
     /// (of one project when given), in purpose order; purposes without calls are absent.
     async fn usage_since(
         &self,
-        org_id: &str,
+        org: &OrgAccess,
         project_id: Option<&str>,
         since_micros: i64,
     ) -> Result<Vec<UsageTotals>>;

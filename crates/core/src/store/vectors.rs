@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::access::ProjectAccess;
 use crate::error::Result;
 use crate::model::{EpisodeHandle, ProjectHandle, ProjectKey};
 
@@ -49,7 +50,7 @@ pub trait VectorStore: Send + Sync {
     /// `embedder` are left out. `NotFound` when the project does not exist.
     async fn vectors(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         embedder: &str,
         handles: &[EpisodeHandle],
     ) -> Result<Vec<(EpisodeHandle, Vec<f32>)>>;

@@ -17,8 +17,8 @@ pub use stream::{ChangeStream, WatchKind, Watched};
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::model::ProjectKey;
 use crate::store::Store;
+use memmachine_core::access::ProjectAccess;
 
 /// Watching projects' changes: cheap to clone.
 #[derive(Clone)]
@@ -75,7 +75,7 @@ impl Changes {
     /// head). `NotFound` for a project that does not exist, `InvalidArgument` for a
     /// cursor that is garbage or of another project (or of an earlier project of this
     /// id), `OutOfRange` for one older than the kept feed.
-    pub async fn watch(&self, key: &ProjectKey, after: &str) -> Result<ChangeStream> {
+    pub async fn watch(&self, key: &ProjectAccess, after: &str) -> Result<ChangeStream> {
         let head = self.store.feed_head(key).await?;
         let start = if after.is_empty() {
             head.change

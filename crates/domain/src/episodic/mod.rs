@@ -21,15 +21,14 @@ use crate::embed::Embedders;
 use crate::error::{Error, Result, Violations};
 use crate::limits::Limits;
 use crate::model::filter::{self, Expr};
-use crate::model::{
-    AddedEpisode, Episode, EpisodeHandle, NewEpisode, Project, ProjectKey, ScoredEpisode,
-};
+use crate::model::{AddedEpisode, Episode, EpisodeHandle, NewEpisode, ScoredEpisode};
 use crate::rerank::Rerankers;
 use crate::retrieval::index_cache::IndexCache;
 use crate::retrieval::ranking::Ranking;
 use crate::runtime_settings::{Effective, RuntimeSettings};
 use crate::semantic::SemanticMemory;
 use crate::store::Store;
+use memmachine_core::access::{OpenProject, ProjectAccess};
 
 /// Largest `expand_context` accepted.
 pub const MAX_EXPAND_CONTEXT: i32 = 100;
@@ -163,7 +162,7 @@ impl EpisodicMemory {
     /// the same transaction.
     pub async fn add(
         &self,
-        project: &Project,
+        project: &OpenProject,
         messages: Vec<MessageInput>,
         semantic: Option<&SemanticMemory>,
     ) -> Result<Vec<AddedEpisode>> {
@@ -182,7 +181,7 @@ impl EpisodicMemory {
     /// Stores episodes `prepare` made (of one call or several) atomically, as `add`.
     pub async fn add_prepared(
         &self,
-        project: &Project,
+        project: &OpenProject,
         episodes: Vec<NewEpisode>,
         semantic: Option<&SemanticMemory>,
     ) -> Result<Vec<AddedEpisode>> {
@@ -194,14 +193,14 @@ impl EpisodicMemory {
         let added = match semantic {
             None => {
                 self.store
-                    .add_episodes(&project.key, episodes, vectors)
+                    .add_episodes(project.access(), episodes, vectors)
                     .await?
             }
             Some(semantic) => {
                 let routing = semantic.routing(project, &episodes).await?;
                 let added = self
                     .store
-                    .add_episodes_routed(&project.key, episodes, routing, vectors)
+                    .add_episodes_routed(project.access(), episodes, routing, vectors)
                     .await?;
                 semantic.notify_queued();
                 added
@@ -242,7 +241,11 @@ impl EpisodicMemory {
         ))
     }
 
-    pub async fn search(&self, project: &Project, input: SearchInput) -> Result<EpisodicSearch> {
+    pub async fn search(
+        &self,
+        project: &OpenProject,
+        input: SearchInput,
+    ) -> Result<EpisodicSearch> {
         let (top_k, filter) = self.check_search(&input)?;
         let embedder = self.embedders.for_project(&project.config.embedder);
         let settings = self.settings.current();
@@ -278,7 +281,7 @@ impl EpisodicMemory {
             let mut hits = loop {
                 let asked = ranking::RankQuery {
                     mode,
-                    key: &project.key,
+                    key: project.access(),
                     query: &input.query,
                     participant_aware: config.participant_aware,
                     filter: filter.as_ref(),
@@ -337,13 +340,13 @@ impl EpisodicMemory {
     /// `after` neighbours passing `filter`, oldest first; an unknown uid gets none.
     async fn contexts(
         &self,
-        project: &Project,
+        project: &OpenProject,
         uids: &[uuid::Uuid],
         before: usize,
         after: usize,
         filter: Option<&Expr>,
     ) -> Result<Vec<Vec<Episode>>> {
-        let key = &project.key;
+        let key = project.access();
         let handles = self.store.episode_handles(key, uids).await?;
         let filter = filter.cloned();
         let windows: Vec<Vec<EpisodeHandle>> = self
@@ -377,23 +380,26 @@ impl EpisodicMemory {
     /// episodes' fields in memory instead.
     async fn recent(
         &self,
-        project: &Project,
+        project: &OpenProject,
         filter: Option<&Expr>,
         limit: usize,
     ) -> Result<Vec<Episode>> {
         let Some(filter) = filter.cloned() else {
-            return self.store.recent_episodes(&project.key, None, limit).await;
+            return self
+                .store
+                .recent_episodes(project.access(), None, limit)
+                .await;
         };
         let ids = self
             .index
-            .read(&project.key, self.vectors_of(project), move |index| {
+            .read(project.access(), self.vectors_of(project), move |index| {
                 let newest = index.newest(&filter, limit).into_iter();
                 newest.map(EpisodeHandle::from_raw).collect::<Vec<_>>()
             })
             .await?;
         let mut rows: std::collections::HashMap<EpisodeHandle, Episode> = self
             .store
-            .episodes_by_handle(&project.key, &ids)
+            .episodes_by_handle(project.access(), &ids)
             .await?
             .into_iter()
             .collect();
@@ -401,7 +407,7 @@ impl EpisodicMemory {
     }
 
     /// The id of the embedder whose vectors the project's index holds.
-    fn vectors_of(&self, project: &Project) -> Option<&str> {
+    fn vectors_of(&self, project: &OpenProject) -> Option<&str> {
         self.embedders
             .for_project(&project.config.embedder)
             .map(|e| e.id())
@@ -411,7 +417,7 @@ impl EpisodicMemory {
     /// next page's token (a position, so it holds whatever the scope).
     pub async fn list(
         &self,
-        project: &Project,
+        project: &OpenProject,
         page_size: Option<i32>,
         page_token: &str,
         filter: &str,
@@ -422,7 +428,7 @@ impl EpisodicMemory {
         let filter = violations.check(parse_filter("filter", filter));
         let after = violations.check(decode_sequence_token(page_token));
         violations.into_result()?;
-        let key = &project.key;
+        let key = project.access();
         let expiry = Expiry::of(&project.episodic);
         let (limit, filter, after) = (
             limit.expect("validated"),
@@ -469,10 +475,10 @@ impl EpisodicMemory {
     /// uid not in it).
     pub async fn get(
         &self,
-        project: &Project,
+        project: &OpenProject,
         uids: &[uuid::Uuid],
     ) -> Result<Vec<Option<Episode>>> {
-        let (key, expiry) = (&project.key, Expiry::of(&project.episodic));
+        let (key, expiry) = (project.access(), Expiry::of(&project.episodic));
         let handles = self.store.episode_handles(key, uids).await?;
         let known: Vec<EpisodeHandle> = handles.iter().flatten().copied().collect();
         let mut rows: std::collections::HashMap<EpisodeHandle, Episode> = self
@@ -489,7 +495,7 @@ impl EpisodicMemory {
     }
 
     /// Deletes episodes of this project only; all or none.
-    pub async fn delete(&self, key: &ProjectKey, ids: &[String]) -> Result<u64> {
+    pub async fn delete(&self, key: &ProjectAccess, ids: &[String]) -> Result<u64> {
         let mut violations = Violations::default();
         if ids.is_empty() {
             violations.add("episode_ids", "must name at least one episode");
@@ -517,7 +523,7 @@ impl EpisodicMemory {
     }
 }
 
-fn ensure_enabled(project: &Project, settings: &Effective) -> Result<()> {
+fn ensure_enabled(project: &OpenProject, settings: &Effective) -> Result<()> {
     if !settings.episodic_enabled {
         return Err(Error::FailedPrecondition(
             "episodic memory is disabled on this server (PUT /api/v2/config/memory/episodic)"

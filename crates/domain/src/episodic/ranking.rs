@@ -7,8 +7,9 @@ use std::sync::Arc;
 use crate::embed::Embedder;
 use crate::error::{Error, Result};
 use crate::model::filter::Expr;
-use crate::model::{EpisodeHandle, ProjectKey, ScoredEpisode};
+use crate::model::{EpisodeHandle, ScoredEpisode};
 use crate::retrieval::index_cache::IndexCache;
+use memmachine_core::access::ProjectAccess;
 // The mode is part of `rank`'s signature.
 pub use crate::retrieval::ranking::Mode;
 use crate::store::Store;
@@ -16,7 +17,7 @@ use crate::store::Store;
 /// What one search asks of the ranking: the project, its question and how to rank.
 pub struct RankQuery<'a> {
     pub mode: Mode,
-    pub key: &'a ProjectKey,
+    pub key: &'a ProjectAccess,
     pub query: &'a str,
     pub participant_aware: bool,
     pub filter: Option<&'a Expr>,

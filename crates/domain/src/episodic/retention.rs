@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::model::ProjectKey;
 use crate::store::Store;
+use memmachine_core::access::{Access, ProjectAccess};
 
 /// The lease's name in the store.
 pub const LEASE: &str = "retention-sweeper";
@@ -105,7 +106,8 @@ pub async fn sweep(store: &dyn Store, holder: &str, interval: Duration) -> Resul
             by_project.entry(key).or_default().push(uid);
         }
         for (key, uids) in by_project {
-            let deleted = delete(store, &key, &uids).await?;
+            // A sweep: no caller asked.
+            let deleted = delete(store, &Access::system(key.clone()), &uids).await?;
             *swept.entry(key).or_default() += deleted;
         }
     }
@@ -113,7 +115,7 @@ pub async fn sweep(store: &dyn Store, holder: &str, interval: Duration) -> Resul
 }
 
 /// Deletes the episodes; one deleted meanwhile (by a client) is skipped, not an error.
-async fn delete(store: &dyn Store, key: &ProjectKey, uids: &[uuid::Uuid]) -> Result<u64> {
+async fn delete(store: &dyn Store, key: &ProjectAccess, uids: &[uuid::Uuid]) -> Result<u64> {
     match store.delete_episodes(key, uids).await {
         Err(Error::NotFound(_)) => {
             let mut deleted = 0;

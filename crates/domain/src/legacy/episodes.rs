@@ -11,8 +11,9 @@ use super::{Context, Legacy, check_context, keys, session_scope};
 use crate::episodic::{MessageInput, SearchInput};
 use crate::error::{Error, FieldViolation, Result, Violations};
 use crate::memory::{ListInput, Listed, MemoryKind};
+use crate::model::Episode;
 use crate::model::episode::{CONTENT_TYPE_STRING, EPISODE_TYPE_MESSAGE};
-use crate::model::{Episode, ProjectKey};
+use memmachine_core::access::{OrgAccess, ProjectAccess};
 
 /// Longest episode or content type, in bytes.
 const MAX_TYPE_BYTES: usize = 128;
@@ -167,6 +168,7 @@ impl Legacy {
     /// Uids in input order.
     pub async fn add_episodes(
         &self,
+        org: &OrgAccess,
         ctx: &Context,
         episodes: Vec<EpisodeInput>,
     ) -> Result<Vec<uuid::Uuid>> {
@@ -181,7 +183,7 @@ impl Legacy {
                 ),
             ));
         }
-        let key = check_context(&mut violations, ctx, true);
+        let key = check_context(org, &mut violations, ctx, true);
         let mut seen = std::collections::HashMap::new();
         let mut uids = Vec::with_capacity(episodes.len());
         for (i, e) in episodes.iter().enumerate() {
@@ -226,7 +228,7 @@ impl Legacy {
         }
         violations.into_result()?;
         let key = key.expect("validated");
-        let session = self.open_session(ctx, None).await?;
+        let session = self.open_session(org, ctx, None).await?;
         let messages = episodes
             .into_iter()
             .zip(uids)
@@ -246,13 +248,14 @@ impl Legacy {
     /// for `query`, best first.
     pub async fn search_episodes(
         &self,
+        org: &OrgAccess,
         ctx: &Context,
         query: &str,
         limit: Option<i32>,
         filter: &str,
     ) -> Result<Vec<(LegacyEpisode, f64)>> {
         let mut violations = Violations::default();
-        let key = check_context(&mut violations, ctx, false);
+        let key = check_context(org, &mut violations, ctx, false);
         // Checked with the context, so that one answer names every mistake.
         violations.check(crate::episodic::parse_filter("filter", filter));
         violations.into_result()?;
@@ -293,13 +296,14 @@ impl Legacy {
     /// One page of the session's (or group's) episodes in the order they were added.
     pub async fn list_episodes(
         &self,
+        org: &OrgAccess,
         ctx: &Context,
         page_size: Option<i32>,
         page_token: &str,
         filter: &str,
     ) -> Result<(Vec<LegacyEpisode>, String)> {
         let mut violations = Violations::default();
-        let key = check_context(&mut violations, ctx, false);
+        let key = check_context(org, &mut violations, ctx, false);
         violations.check(crate::episodic::parse_filter("filter", filter));
         violations.into_result()?;
         let key = key.expect("validated");
@@ -334,9 +338,14 @@ impl Legacy {
 
     /// Deletes these episodes of the session (of the group when the context names
     /// none), all or none: one not there is `NotFound`.
-    pub async fn delete_episodes(&self, ctx: &Context, uuids: &[String]) -> Result<u64> {
+    pub async fn delete_episodes(
+        &self,
+        org: &OrgAccess,
+        ctx: &Context,
+        uuids: &[String],
+    ) -> Result<u64> {
         let mut violations = Violations::default();
-        let key = check_context(&mut violations, ctx, false);
+        let key = check_context(org, &mut violations, ctx, false);
         if uuids.is_empty() {
             violations.add(
                 "uuids",
@@ -399,9 +408,9 @@ impl Legacy {
     }
 
     /// Deletes every episode of the context's session.
-    pub async fn delete_whole_session(&self, ctx: &Context) -> Result<u64> {
+    pub async fn delete_whole_session(&self, org: &OrgAccess, ctx: &Context) -> Result<u64> {
         let mut violations = Violations::default();
-        let key = check_context(&mut violations, ctx, true);
+        let key = check_context(org, &mut violations, ctx, true);
         violations.into_result()?;
         let key = key.expect("validated");
         self.projects
@@ -415,7 +424,7 @@ impl Legacy {
     /// be larger than one transaction should be).
     pub(crate) async fn delete_session_episodes(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         session_id: &str,
     ) -> Result<u64> {
         let mut deleted = 0;

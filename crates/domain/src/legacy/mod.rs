@@ -20,6 +20,7 @@ use crate::model::ProjectKey;
 use crate::model::ids::validate_id;
 use crate::projects::Projects;
 use crate::store::Store;
+use memmachine_core::access::{OrgAccess, ProjectAccess};
 
 pub use episodes::{EpisodeInput, LegacyEpisode};
 
@@ -77,9 +78,9 @@ impl Legacy {
 }
 
 /// The project of group `group_id`; `field` names it in the error.
-pub fn group_key(field: &str, group_id: &str) -> Result<ProjectKey> {
+pub fn group_key(org: &OrgAccess, field: &str, group_id: &str) -> Result<ProjectAccess> {
     validate_id(field, group_id)?;
-    Ok(ProjectKey {
+    org.project_key(ProjectKey {
         org_id: RESERVED_ORG.into(),
         project_id: group_id.into(),
     })
@@ -97,11 +98,12 @@ pub fn check_name(violations: &mut Violations, field: &str, name: &str) {
 /// Validates a context (fields under `context.`): the group always, the session when
 /// `session_required`, or else when given.
 pub(crate) fn check_context(
+    org: &OrgAccess,
     violations: &mut Violations,
     ctx: &Context,
     session_required: bool,
-) -> Option<ProjectKey> {
-    let key = violations.check(group_key("context.group_id", &ctx.group_id));
+) -> Option<ProjectAccess> {
+    let key = violations.check(group_key(org, "context.group_id", &ctx.group_id));
     if session_required || !ctx.session_id.is_empty() {
         check_name(violations, "context.session_id", &ctx.session_id);
     }

@@ -7,6 +7,7 @@ use super::store::{GroupQuery, GroupRow, SessionQuery, SessionRow};
 use super::{Context, Legacy, RESERVED_ORG, check_context, check_members, check_name, group_key};
 use crate::error::{Error, Result, Violations};
 use crate::model::ProjectKey;
+use memmachine_core::access::{OrgAccess, ProjectAccess};
 
 /// A group configuration as a client sends it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -69,7 +70,7 @@ fn member(violations: &mut Violations, field: &str, value: &str) -> Option<Strin
 
 impl Legacy {
     /// The group's project, created when it does not exist yet.
-    pub(crate) async fn ensure_group(&self, key: &ProjectKey) -> Result<()> {
+    pub(crate) async fn ensure_group(&self, key: &ProjectAccess) -> Result<()> {
         match self.projects.get(key).await {
             Ok(_) => return Ok(()),
             Err(Error::NotFound(_)) => {}
@@ -78,12 +79,7 @@ impl Legacy {
         let description = format!("MemMachine v1 group {}", key.project_id);
         match self
             .projects
-            .create(
-                &key.org_id,
-                &key.project_id,
-                &description,
-                Default::default(),
-            )
+            .create(key, &description, Default::default())
             .await
         {
             Ok(_) | Err(Error::AlreadyExists(_)) => Ok(()),
@@ -95,11 +91,12 @@ impl Legacy {
     /// and session id, with their agents and users merged.
     pub async fn open_session(
         &self,
+        org: &OrgAccess,
         ctx: &Context,
         configuration: Option<serde_json::Value>,
     ) -> Result<SessionRow> {
         let mut violations = Violations::default();
-        let key = check_context(&mut violations, ctx, true);
+        let key = check_context(org, &mut violations, ctx, true);
         if let Some(config) = &configuration {
             check_object(&mut violations, "configuration", config);
         }
@@ -120,9 +117,14 @@ impl Legacy {
             .map_err(as_group_error(&ctx.group_id))
     }
 
-    pub async fn get_session(&self, group_id: &str, session_id: &str) -> Result<SessionRow> {
+    pub async fn get_session(
+        &self,
+        org: &OrgAccess,
+        group_id: &str,
+        session_id: &str,
+    ) -> Result<SessionRow> {
         let mut violations = Violations::default();
-        let key = violations.check(group_key("group_id", group_id));
+        let key = violations.check(group_key(org, "group_id", group_id));
         check_name(&mut violations, "session_id", session_id);
         violations.into_result()?;
         self.store
@@ -135,6 +137,7 @@ impl Legacy {
     /// (`group_id/session_id` of the page's last session: group ids hold no '/').
     pub async fn list_sessions(
         &self,
+        org: &OrgAccess,
         filter: &SessionFilter,
         page_size: Option<i32>,
         page_token: &str,
@@ -142,7 +145,7 @@ impl Legacy {
         let mut violations = Violations::default();
         let project_id = (!filter.group_id.is_empty()).then(|| filter.group_id.clone());
         if let Some(group) = &project_id {
-            violations.check(group_key("group_id", group));
+            violations.check(group_key(org, "group_id", group));
         }
         let user_id = member(&mut violations, "user_id", &filter.user_id);
         let agent_id = member(&mut violations, "agent_id", &filter.agent_id);
@@ -178,9 +181,14 @@ impl Legacy {
     }
 
     /// Deletes the session and its episodes; returns how many episodes went.
-    pub async fn delete_session(&self, group_id: &str, session_id: &str) -> Result<u64> {
+    pub async fn delete_session(
+        &self,
+        org: &OrgAccess,
+        group_id: &str,
+        session_id: &str,
+    ) -> Result<u64> {
         let mut violations = Violations::default();
-        let key = violations.check(group_key("group_id", group_id));
+        let key = violations.check(group_key(org, "group_id", group_id));
         check_name(&mut violations, "session_id", session_id);
         violations.into_result()?;
         let key = key.expect("validated");
@@ -196,9 +204,9 @@ impl Legacy {
         Ok(deleted)
     }
 
-    fn check_group(&self, group: &GroupInput) -> Result<ProjectKey> {
+    fn check_group(&self, org: &OrgAccess, group: &GroupInput) -> Result<ProjectAccess> {
         let mut violations = Violations::default();
-        let key = violations.check(group_key("group.group_id", &group.group_id));
+        let key = violations.check(group_key(org, "group.group_id", &group.group_id));
         check_members(&mut violations, "group.agent_list", &group.agent_list);
         check_members(&mut violations, "group.user_list", &group.user_list);
         check_object(&mut violations, "group.configuration", &group.configuration);
@@ -216,16 +224,11 @@ impl Legacy {
     }
 
     /// Creates the group (its project) with this configuration.
-    pub async fn create_group(&self, group: GroupInput) -> Result<GroupRow> {
-        let key = self.check_group(&group)?;
+    pub async fn create_group(&self, org: &OrgAccess, group: GroupInput) -> Result<GroupRow> {
+        let key = self.check_group(org, &group)?;
         let description = format!("MemMachine v1 group {}", key.project_id);
         self.projects
-            .create(
-                &key.org_id,
-                &key.project_id,
-                &description,
-                Default::default(),
-            )
+            .create(&key, &description, Default::default())
             .await
             .map_err(|err| match err {
                 Error::AlreadyExists(_) => {
@@ -233,16 +236,16 @@ impl Legacy {
                 }
                 other => other,
             })?;
-        let row = Self::group_row(key, group);
+        let row = Self::group_row(key.key().clone(), group);
         self.store.put_legacy_group(&row).await?;
         Ok(row)
     }
 
     /// Replaces the configuration of an existing group.
-    pub async fn update_group(&self, group: GroupInput) -> Result<GroupRow> {
-        let key = self.check_group(&group)?;
+    pub async fn update_group(&self, org: &OrgAccess, group: GroupInput) -> Result<GroupRow> {
+        let key = self.check_group(org, &group)?;
         let group_id = group.group_id.clone();
-        let row = Self::group_row(key, group);
+        let row = Self::group_row(key.key().clone(), group);
         self.store
             .put_legacy_group(&row)
             .await
@@ -250,8 +253,8 @@ impl Legacy {
         Ok(row)
     }
 
-    pub async fn get_group(&self, group_id: &str) -> Result<GroupRow> {
-        let key = group_key("group_id", group_id)?;
+    pub async fn get_group(&self, org: &OrgAccess, group_id: &str) -> Result<GroupRow> {
+        let key = group_key(org, "group_id", group_id)?;
         self.store
             .get_legacy_group(&key)
             .await?
@@ -262,6 +265,7 @@ impl Legacy {
     /// group id).
     pub async fn list_groups(
         &self,
+        org: &OrgAccess,
         user_id: &str,
         agent_id: &str,
         page_size: Option<i32>,
@@ -272,7 +276,7 @@ impl Legacy {
         let agent_id = member(&mut violations, "agent_id", agent_id);
         let limit = violations.check(self.limits.page_size("page_size", page_size, 100));
         let after = (!page_token.is_empty()).then(|| page_token.to_string());
-        if after.is_some() && group_key("page_token", page_token).is_err() {
+        if after.is_some() && group_key(org, "page_token", page_token).is_err() {
             violations.add("page_token", "is not a token this server issued");
         }
         violations.into_result()?;
@@ -292,8 +296,8 @@ impl Legacy {
 
     /// Deletes the group's project, and with it every session, configuration and
     /// memory of the group.
-    pub async fn delete_group(&self, group_id: &str) -> Result<()> {
-        let key = group_key("group_id", group_id)?;
+    pub async fn delete_group(&self, org: &OrgAccess, group_id: &str) -> Result<()> {
+        let key = group_key(org, "group_id", group_id)?;
         self.projects
             .delete(&key)
             .await

@@ -16,6 +16,7 @@ use super::project_index::ProjectIndex;
 use crate::error::{Error, Result};
 use crate::model::{ChangeSeq, ProjectKey};
 use crate::store::{Change, FeedHead, Store};
+use memmachine_core::access::{Access, ProjectAccess};
 
 /// Episodes read per page when loading a project, and log entries per catch-up read.
 const PAGE: usize = 2048;
@@ -78,7 +79,7 @@ impl IndexCache {
 
     /// Runs `f` on the project's index, current as of the store's latest change, with
     /// the vectors of `embedder` (an id). `NotFound` when the project does not exist.
-    pub async fn read<T, F>(&self, key: &ProjectKey, embedder: Option<&str>, f: F) -> Result<T>
+    pub async fn read<T, F>(&self, key: &ProjectAccess, embedder: Option<&str>, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&ProjectIndex) -> T + Send + 'static,
@@ -126,7 +127,9 @@ impl IndexCache {
                     return Ok(loaded);
                 }
                 let embedder = embedder_of(project);
-                match self.read(&project.key, embedder.as_deref(), |_| ()).await {
+                // Startup warm-up: no caller asked.
+                let access = Access::system(project.key.clone());
+                match self.read(&access, embedder.as_deref(), |_| ()).await {
                     Ok(()) => loaded += 1,
                     // Deleted meanwhile.
                     Err(Error::NotFound(_)) => {}
@@ -142,7 +145,7 @@ impl IndexCache {
 
     async fn current(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         head: FeedHead,
         embedder: Option<&str>,
     ) -> Result<Arc<RwLock<ProjectIndex>>> {
@@ -229,7 +232,7 @@ impl IndexCache {
     /// was written while it read (applying a change twice is harmless).
     async fn load(
         &self,
-        key: &ProjectKey,
+        key: &ProjectAccess,
         head: FeedHead,
         embedder: Option<&str>,
     ) -> Result<Loaded> {

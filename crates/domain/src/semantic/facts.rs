@@ -11,7 +11,8 @@ use super::{
     parse_filter, parse_uids, search, sets, visible_set,
 };
 use crate::error::{Error, Result, Violations};
-use crate::model::{FeatureId, Project, SetId};
+use crate::model::{FeatureId, SetId};
+use memmachine_core::access::OpenProject;
 
 /// How many features a ranking answers, above which score, as of when (micros; `None`:
 /// now).
@@ -32,7 +33,7 @@ impl SemanticMemory {
     // Features.
 
     /// The embedder id a set's features are embedded with (`None`: no vectors).
-    pub fn embedder_for(&self, project: &Project, set: &SetRow) -> Option<String> {
+    pub fn embedder_for(&self, project: &OpenProject, set: &SetRow) -> Option<String> {
         let name = if set.config.embedder.is_empty() {
             &project.config.embedder
         } else {
@@ -54,7 +55,7 @@ impl SemanticMemory {
             })
     }
 
-    pub async fn add_feature(&self, project: &Project, input: FeatureInput) -> Result<String> {
+    pub async fn add_feature(&self, project: &OpenProject, input: FeatureInput) -> Result<String> {
         let mut violations = Violations::default();
         check_id(&mut violations, "set_id", &input.set_id);
         check_name(&mut violations, "category_name", &input.category_name);
@@ -79,7 +80,7 @@ impl SemanticMemory {
             }
             found => found?,
         };
-        let citations = self.store.resolve_episodes(&project.key, &uids).await?;
+        let citations = self.store.resolve_episodes(project.access(), &uids).await?;
         let feature = features::new_feature(
             &category.name,
             &category.id,
@@ -97,7 +98,7 @@ impl SemanticMemory {
     }
 
     /// The feature, if the project sees its set; else `NotFound`.
-    pub async fn get_feature(&self, project: &Project, id: &str) -> Result<Feature> {
+    pub async fn get_feature(&self, project: &OpenProject, id: &str) -> Result<Feature> {
         if uuid::Uuid::parse_str(id).is_err() {
             return Err(not_found("feature", id));
         }
@@ -112,7 +113,7 @@ impl SemanticMemory {
 
     pub async fn update_feature(
         &self,
-        project: &Project,
+        project: &OpenProject,
         id: &str,
         change: FeatureChange,
     ) -> Result<()> {
@@ -164,7 +165,7 @@ impl SemanticMemory {
     }
 
     /// Deletes features of the sets the project sees, all or none.
-    pub async fn delete_features(&self, project: &Project, ids: &[String]) -> Result<u64> {
+    pub async fn delete_features(&self, project: &OpenProject, ids: &[String]) -> Result<u64> {
         let mut violations = Violations::default();
         if ids.is_empty() {
             violations.add("feature_ids", "must name at least one feature");
@@ -199,7 +200,7 @@ impl SemanticMemory {
     /// Features ranked by the query across the selected sets, with one score.
     pub async fn search(
         &self,
-        project: &Project,
+        project: &OpenProject,
         input: FeatureSearch,
     ) -> Result<Vec<ScoredFeature>> {
         let mut violations = Violations::default();
@@ -229,7 +230,7 @@ impl SemanticMemory {
     /// `search` after validation: also the semantic half of `SearchMemories`.
     pub async fn rank(
         &self,
-        project: &Project,
+        project: &OpenProject,
         query: &str,
         set_metadata: &BTreeMap<String, String>,
         filter: Option<&crate::model::filter::Expr>,
@@ -244,9 +245,9 @@ impl SemanticMemory {
         let selected: Option<HashSet<String>> = if set_metadata.is_empty() {
             None
         } else {
-            let set_types = self.store.list_set_types(&project.key).await?;
+            let set_types = self.store.list_set_types(project.access()).await?;
             Some(
-                sets::selected_ids(&project.key, set_metadata, &set_types)
+                sets::selected_ids(project.access(), set_metadata, &set_types)
                     .into_iter()
                     .collect(),
             )
@@ -318,7 +319,7 @@ impl SemanticMemory {
     /// `scope` (a narrowing the transport built), and the next page's token.
     pub async fn list(
         &self,
-        project: &Project,
+        project: &OpenProject,
         page: Page<'_>,
         filter: &str,
         scope: Option<&crate::model::filter::Expr>,
@@ -412,10 +413,10 @@ impl SemanticMemory {
     }
 
     /// The project's rolling summary, if there is one.
-    pub async fn summaries(&self, project: &Project) -> Result<Vec<String>> {
+    pub async fn summaries(&self, project: &OpenProject) -> Result<Vec<String>> {
         Ok(self
             .store
-            .summary(&project.key)
+            .summary(project.access())
             .await?
             .map(|s| vec![s.text])
             .unwrap_or_default())

@@ -9,8 +9,9 @@ use super::model::Feature;
 use super::search::ProjectFeatures;
 use super::{SemanticMemory, indexed_of, not_found};
 use crate::error::Result;
-use crate::model::{FeatureId, Project, SetId};
+use crate::model::{FeatureId, SetId};
 use crate::store::{FeatureRowsAt, FeatureVersion, KeptVersion};
+use memmachine_core::access::OpenProject;
 
 /// Fact history's flags, environment variables and config file keys.
 #[derive(Debug, Clone, clap::Args, serde::Serialize, serde::Deserialize)]
@@ -80,7 +81,7 @@ impl SemanticMemory {
     /// `NotFound` unless the project sees (or saw) its set.
     pub async fn feature_history(
         &self,
-        project: &Project,
+        project: &OpenProject,
         id: &str,
     ) -> Result<Vec<FeatureVersion>> {
         if uuid::Uuid::parse_str(id).is_err() {
@@ -113,10 +114,10 @@ impl SemanticMemory {
     }
 
     /// The sets the project sees, as the feature index holds them.
-    pub(super) async fn visible_set_ids(&self, project: &Project) -> Result<Vec<SetId>> {
+    pub(super) async fn visible_set_ids(&self, project: &OpenProject) -> Result<Vec<SetId>> {
         Ok(self
             .store
-            .list_sets(&project.key)
+            .list_sets(project.access())
             .await?
             .iter()
             .map(|s| s.internal_id)

@@ -42,8 +42,9 @@ use crate::error::{Error, Result, Violations};
 use crate::limits::Limits;
 use crate::llm::LanguageModel;
 use crate::model::ids::validate_id;
-use crate::model::{NewEpisode, Project, SetTypeId};
+use crate::model::{NewEpisode, SetTypeId};
 use crate::store::Store;
+use memmachine_core::access::OpenProject;
 
 /// Longest prompt or description, in bytes.
 const MAX_TEXT_BYTES: usize = 16 * 1024;
@@ -243,10 +244,10 @@ impl SemanticMemory {
     /// The sets each episode of a batch is queued for.
     pub async fn routing(
         &self,
-        project: &Project,
+        project: &OpenProject,
         episodes: &[NewEpisode],
     ) -> Result<Vec<Routing>> {
-        let set_types = self.store.list_set_types(&project.key).await?;
+        let set_types = self.store.list_set_types(project.access()).await?;
         let distilled = self.distilled_sets(project, &set_types).await?;
         let mut routing: Vec<Routing> = Vec::new();
         let mut at: BTreeMap<String, usize> = BTreeMap::new();
@@ -268,8 +269,12 @@ impl SemanticMemory {
 
     /// Which sets have categories now (a set without any is not queued for: nothing
     /// would be extracted).
-    async fn distilled_sets(&self, project: &Project, set_types: &[SetType]) -> Result<Distilled> {
-        let sets = self.store.list_sets(&project.key).await?;
+    async fn distilled_sets(
+        &self,
+        project: &OpenProject,
+        set_types: &[SetType],
+    ) -> Result<Distilled> {
+        let sets = self.store.list_sets(project.access()).await?;
         let mut owners: Vec<CategoryOwner> = sets
             .iter()
             .map(|s| CategoryOwner::Set(s.internal_id))
@@ -298,7 +303,7 @@ impl SemanticMemory {
 
     fn sets_of_message(
         &self,
-        project: &Project,
+        project: &OpenProject,
         episode: &NewEpisode,
         set_types: &[SetType],
     ) -> Vec<model::NewSet> {
@@ -309,7 +314,7 @@ impl SemanticMemory {
             .cloned()
             .collect();
         let mut sets = sets::sets_of_message(
-            &project.key,
+            project.access(),
             &episode.producer_id,
             &episode.producer_role,
             &episode.metadata,
@@ -355,7 +360,7 @@ fn user_set_type(set_types: &[SetType]) -> Option<SetTypeId> {
         .map(|t| t.internal_id)
 }
 
-fn visible_set(project: &Project, set: &SetRow) -> bool {
+fn visible_set(project: &OpenProject, set: &SetRow) -> bool {
     set.org_id == project.key.org_id && set.project.is_none_or(|p| p == project.internal_id)
 }
 

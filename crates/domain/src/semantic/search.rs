@@ -3,6 +3,7 @@
 //! embedder. Each project's features live in an in-memory index, a cache of the store
 //! rebuilt when the org's semantic version moves (one cheap read when nothing changed).
 
+use memmachine_core::access::OpenProject;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
@@ -175,7 +176,7 @@ impl FeatureIndexes {
     pub async fn current(
         &self,
         store: &Arc<dyn Store>,
-        project: &crate::model::Project,
+        project: &OpenProject,
     ) -> Result<Arc<ProjectFeatures>> {
         let version = store.semantic_version(&project.key.org_id).await?;
         let tick = self
@@ -191,7 +192,7 @@ impl FeatureIndexes {
             }
         }
         // The sets the project sees: its own and its org's org-level ones.
-        let sets = store.list_sets(&project.key).await?;
+        let sets = store.list_sets(project.access()).await?;
         let features = store
             .indexed_features(&sets.iter().map(|s| s.internal_id).collect::<Vec<_>>())
             .await?;

@@ -11,40 +11,43 @@ use super::{
     new_category, not_found, sets, user_set_type, visible_set,
 };
 use crate::error::{Error, Result, Violations};
-use crate::model::Project;
+use memmachine_core::access::OpenProject;
 
 impl SemanticMemory {
     // Sets and set types.
 
-    pub(super) async fn visible_sets(&self, project: &Project) -> Result<Vec<SetRow>> {
-        self.store.list_sets(&project.key).await
+    pub(super) async fn visible_sets(&self, project: &OpenProject) -> Result<Vec<SetRow>> {
+        self.store.list_sets(project.access()).await
     }
 
     /// The set with this id, if the project sees it. A set the caller names itself (by
     /// MemMachine's convention, or one of the project's own not made yet) is made on first
     /// use, inside the caller's project; any other id is `NotFound`.
-    pub(super) async fn set(&self, project: &Project, set_id: &str) -> Result<SetRow> {
+    pub(super) async fn set(&self, project: &OpenProject, set_id: &str) -> Result<SetRow> {
         if let Some(set) = self.store.find_set(set_id).await?
             && visible_set(project, &set)
         {
             return Ok(set);
         }
-        let Some(mut named) = sets::named_set(&project.key, set_id) else {
+        let Some(mut named) = sets::named_set(project.access(), set_id) else {
             return Err(not_found("set", set_id));
         };
         if named.kind == SetKind::User {
-            named.set_type = user_set_type(&self.store.list_set_types(&project.key).await?);
+            named.set_type = user_set_type(&self.store.list_set_types(project.access()).await?);
         }
-        let made = self.store.ensure_sets(&project.key, vec![named]).await?;
+        let made = self
+            .store
+            .ensure_sets(project.access(), vec![named])
+            .await?;
         made.into_iter()
             .next()
             .filter(|set| visible_set(project, set))
             .ok_or_else(|| not_found("set", set_id))
     }
 
-    pub(super) async fn set_type(&self, project: &Project, id: &str) -> Result<SetType> {
+    pub(super) async fn set_type(&self, project: &OpenProject, id: &str) -> Result<SetType> {
         self.store
-            .list_set_types(&project.key)
+            .list_set_types(project.access())
             .await?
             .into_iter()
             .find(|t| t.id == id)
@@ -53,7 +56,7 @@ impl SemanticMemory {
 
     pub async fn create_set_type(
         &self,
-        project: &Project,
+        project: &OpenProject,
         is_org_level: bool,
         tags: &[String],
         name: &str,
@@ -76,7 +79,7 @@ impl SemanticMemory {
         let created = self
             .store
             .create_set_type(
-                &project.key,
+                project.access(),
                 NewSetType {
                     id: uuid::Uuid::new_v4().to_string(),
                     is_org_level,
@@ -89,11 +92,11 @@ impl SemanticMemory {
         Ok(created.id)
     }
 
-    pub async fn list_set_types(&self, project: &Project) -> Result<Vec<SetType>> {
-        self.store.list_set_types(&project.key).await
+    pub async fn list_set_types(&self, project: &OpenProject) -> Result<Vec<SetType>> {
+        self.store.list_set_types(project.access()).await
     }
 
-    pub async fn delete_set_type(&self, project: &Project, id: &str) -> Result<()> {
+    pub async fn delete_set_type(&self, project: &OpenProject, id: &str) -> Result<()> {
         let set_type = self.set_type(project, id).await?;
         self.store.delete_set_type(set_type.internal_id).await?;
         Ok(())
@@ -103,7 +106,7 @@ impl SemanticMemory {
     /// created if it does not exist.
     pub async fn get_set_id(
         &self,
-        project: &Project,
+        project: &OpenProject,
         is_org_level: bool,
         metadata_tags: &[String],
         set_metadata: &BTreeMap<String, String>,
@@ -122,24 +125,24 @@ impl SemanticMemory {
             }
         }
         violations.into_result()?;
-        let set_types = self.store.list_set_types(&project.key).await?;
-        let mut set = sets::requested_set(&project.key, is_org_level, &tags, &set_types);
+        let set_types = self.store.list_set_types(project.access()).await?;
+        let mut set = sets::requested_set(project.access(), is_org_level, &tags, &set_types);
         if set.kind == SetKind::User {
             set.set_type = user_set_type(&set_types);
         }
         let id = set.set_id.clone();
-        self.store.ensure_sets(&project.key, vec![set]).await?;
+        self.store.ensure_sets(project.access(), vec![set]).await?;
         Ok(id)
     }
 
     /// The sets the project sees (all, or those `set_metadata` selects).
     pub async fn list_sets(
         &self,
-        project: &Project,
+        project: &OpenProject,
         set_metadata: &BTreeMap<String, String>,
     ) -> Result<Vec<SetEntry>> {
         let sets = self.selected_sets(project, set_metadata).await?;
-        let set_types = self.store.list_set_types(&project.key).await?;
+        let set_types = self.store.list_set_types(project.access()).await?;
         Ok(sets
             .into_iter()
             .map(|set| {
@@ -158,15 +161,15 @@ impl SemanticMemory {
     /// The visible sets `set_metadata` selects (empty: all of them).
     pub(super) async fn selected_sets(
         &self,
-        project: &Project,
+        project: &OpenProject,
         set_metadata: &BTreeMap<String, String>,
     ) -> Result<Vec<SetRow>> {
         let sets = self.visible_sets(project).await?;
         if set_metadata.is_empty() {
             return Ok(sets);
         }
-        let set_types = self.store.list_set_types(&project.key).await?;
-        let ids = sets::selected_ids(&project.key, set_metadata, &set_types);
+        let set_types = self.store.list_set_types(project.access()).await?;
+        let ids = sets::selected_ids(project.access(), set_metadata, &set_types);
         Ok(sets
             .into_iter()
             .filter(|s| ids.contains(&s.set_id))
@@ -175,7 +178,7 @@ impl SemanticMemory {
 
     pub async fn configure_set(
         &self,
-        project: &Project,
+        project: &OpenProject,
         set_id: &str,
         embedder: Option<&str>,
         llm: Option<&str>,
@@ -241,7 +244,7 @@ impl SemanticMemory {
 
     pub async fn add_category(
         &self,
-        project: &Project,
+        project: &OpenProject,
         set_id: &str,
         name: &str,
         prompt: &str,
@@ -261,7 +264,7 @@ impl SemanticMemory {
 
     pub async fn add_category_template(
         &self,
-        project: &Project,
+        project: &OpenProject,
         set_type_id: &str,
         name: &str,
         prompt: &str,
@@ -281,7 +284,7 @@ impl SemanticMemory {
 
     pub async fn list_category_templates(
         &self,
-        project: &Project,
+        project: &OpenProject,
         set_type_id: &str,
     ) -> Result<Vec<Category>> {
         let set_type = self.set_type(project, set_type_id).await?;
@@ -291,7 +294,7 @@ impl SemanticMemory {
     }
 
     /// The category, if the project sees its owner; else `NotFound`.
-    pub async fn get_category(&self, project: &Project, id: &str) -> Result<Category> {
+    pub async fn get_category(&self, project: &OpenProject, id: &str) -> Result<Category> {
         let Some(category) = self.store.find_category(id).await? else {
             return Err(not_found("category", id));
         };
@@ -303,7 +306,7 @@ impl SemanticMemory {
                 .any(|s| s.internal_id == set),
             CategoryOwner::SetType(t) => self
                 .store
-                .list_set_types(&project.key)
+                .list_set_types(project.access())
                 .await?
                 .iter()
                 .any(|s| s.internal_id == t),
@@ -317,7 +320,7 @@ impl SemanticMemory {
 
     pub async fn disable_category(
         &self,
-        project: &Project,
+        project: &OpenProject,
         set_id: &str,
         name: &str,
     ) -> Result<()> {
@@ -332,7 +335,7 @@ impl SemanticMemory {
 
     /// The sets that use the category: its own set, or the sets of its set type that do
     /// not override it.
-    pub async fn category_set_ids(&self, project: &Project, id: &str) -> Result<Vec<String>> {
+    pub async fn category_set_ids(&self, project: &OpenProject, id: &str) -> Result<Vec<String>> {
         let category = self.get_category(project, id).await?;
         Ok(self
             .sets_using(project, &category)
@@ -344,7 +347,7 @@ impl SemanticMemory {
 
     pub(super) async fn sets_using(
         &self,
-        project: &Project,
+        project: &OpenProject,
         category: &Category,
     ) -> Result<Vec<SetRow>> {
         match category.owner {
@@ -374,7 +377,7 @@ impl SemanticMemory {
     }
 
     /// Deletes the category, its tags and the features the sets using it hold in it.
-    pub async fn delete_category(&self, project: &Project, id: &str) -> Result<()> {
+    pub async fn delete_category(&self, project: &OpenProject, id: &str) -> Result<()> {
         let category = self.get_category(project, id).await?;
         let sets = self.sets_using(project, &category).await?;
         self.store
@@ -387,7 +390,7 @@ impl SemanticMemory {
 
     pub async fn add_tag(
         &self,
-        project: &Project,
+        project: &OpenProject,
         category_id: &str,
         name: &str,
         description: &str,
@@ -414,7 +417,7 @@ impl SemanticMemory {
         Ok(tag.id)
     }
 
-    pub async fn delete_tag(&self, project: &Project, id: &str) -> Result<()> {
+    pub async fn delete_tag(&self, project: &OpenProject, id: &str) -> Result<()> {
         let Some(tag) = self.store.find_tag(id).await? else {
             return Err(not_found("tag", id));
         };
@@ -426,7 +429,7 @@ impl SemanticMemory {
             .collect();
         owners.extend(
             self.store
-                .list_set_types(&project.key)
+                .list_set_types(project.access())
                 .await?
                 .iter()
                 .map(|t| CategoryOwner::SetType(t.internal_id)),

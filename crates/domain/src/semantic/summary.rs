@@ -10,8 +10,9 @@ use std::time::Duration;
 use super::SemanticMemory;
 use super::prompts;
 use crate::llm::{ChatRequest, LanguageModel, Purpose};
-use crate::model::{Episode, ProjectKey};
+use crate::model::Episode;
 use crate::runtime_settings::RuntimeSettings;
+use memmachine_core::access::{Access, ProjectAccess};
 
 /// Episodes folded in per model call.
 const FOLD_BATCH: usize = 50;
@@ -75,7 +76,9 @@ pub fn spawn(memory: SemanticMemory, messages: usize, runtime: RuntimeSettings) 
                         if memory.is_paused(&key.org_id).await {
                             continue;
                         }
-                        if let Err(err) = fold(&memory, &model, window, &key).await {
+                        // A background fold: no caller asked.
+                        let access = Access::system(key.clone());
+                        if let Err(err) = fold(&memory, &model, window, &access).await {
                             tracing::warn!(project = %key, error = %err, "summarising failed; retrying later");
                             failed = true;
                         }
@@ -101,7 +104,7 @@ async fn fold(
     memory: &SemanticMemory,
     model: &Arc<dyn LanguageModel>,
     window: Window,
-    key: &ProjectKey,
+    key: &ProjectAccess,
 ) -> crate::error::Result<()> {
     let store = memory.store();
     loop {

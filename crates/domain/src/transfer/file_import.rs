@@ -24,6 +24,7 @@ use crate::semantic::model::{
     CategoryOwner, NewCategory, NewFeature, SetConfig, SetKind, SetRow, SetType, Summary,
 };
 use crate::store::{ChangedBy, RestoredFeature, RestoredVersion, Store};
+use memmachine_core::access::{Access, ProjectAccess};
 
 /// What may have made a feature version, as the file names it.
 const KNOWN_CHANGES: &[&str] = &[
@@ -75,6 +76,12 @@ fn key(line: usize, org_id: &str, project_id: &str) -> Result<ProjectKey> {
         Ok(_) => Err(bad(line, "org_id and project_id must not be empty")),
         Err(err) => Err(bad(line, err.to_string())),
     }
+}
+
+/// An import writes the file's projects for the operator who runs it: no caller to
+/// check, so every access it uses comes through the system door.
+fn system(key: &ProjectKey) -> ProjectAccess {
+    Access::system(key.clone())
 }
 
 fn first_of(line: usize, kind: &str, id: &str, seen: bool) -> Result<()> {
@@ -317,10 +324,11 @@ async fn survey(store: &dyn Store, plan: &Plan, replace: bool) -> Result<Target>
     let mut target = Target::default();
     let mut refused = Vec::new();
     for (key, _) in &plan.projects {
-        let Some(project) = store.get_project(key).await? else {
+        let access = system(key);
+        let Some(project) = store.get_project(&access).await? else {
             continue;
         };
-        let holds_episodes = store.count_episodes(key).await? > 0;
+        let holds_episodes = store.count_episodes(&access).await? > 0;
         if key.is_universal() && !holds_episodes && !replace {
             continue; // always there: imported into as it is
         }
@@ -328,12 +336,12 @@ async fn survey(store: &dyn Store, plan: &Plan, replace: bool) -> Result<Target>
             refused.push(key.to_string());
             continue;
         }
-        for t in store.list_set_types(key).await? {
+        for t in store.list_set_types(&access).await? {
             if t.project == Some(project.internal_id) {
                 target.doomed_set_types.insert(t.internal_id);
             }
         }
-        for s in store.list_sets(key).await? {
+        for s in store.list_sets(&access).await? {
             if s.project == Some(project.internal_id) {
                 target.doomed_sets.insert(s.internal_id);
             }
@@ -492,7 +500,7 @@ async fn cited_in_target(
                 if plan.project_index.contains_key(&project.key) {
                     continue;
                 }
-                let handles = store.episode_handles(&project.key, &uids).await?;
+                let handles = store.episode_handles(&system(&project.key), &uids).await?;
                 for (uid, handle) in uids.iter().zip(handles) {
                     if let Some(handle) = handle {
                         found.insert(*uid, handle);
@@ -544,7 +552,7 @@ impl Writer<'_> {
             Pending::None => {}
             Pending::Episodes(key, episodes) => {
                 let uids: Vec<uuid::Uuid> = episodes.iter().map(|e| e.uid).collect();
-                let handles = self.store.restore_episodes(&key, episodes).await?;
+                let handles = self.store.restore_episodes(&system(&key), episodes).await?;
                 self.handles.extend(uids.into_iter().zip(handles));
             }
             Pending::Vectors(embedder, vectors) => {
@@ -737,10 +745,10 @@ impl Writer<'_> {
                 }
             }
             Line::Summary(s) => {
-                let key = ProjectKey {
+                let key = Access::system(ProjectKey {
                     org_id: s.org_id,
                     project_id: s.project_id,
-                };
+                });
                 let summary = Summary {
                     text: s.text,
                     first_seq: s.first_seq,
@@ -786,7 +794,7 @@ impl Writer<'_> {
                 };
                 let stored = self
                     .store
-                    .restore_set_type(project.as_ref(), &set_type)
+                    .restore_set_type(project.map(Access::system).as_ref(), &set_type)
                     .await?;
                 self.set_types.insert(stored.id, stored.internal_id);
             }
@@ -816,7 +824,10 @@ impl Writer<'_> {
                     },
                     created_at_micros: s.created_at_micros,
                 };
-                let stored = self.store.restore_set(project.as_ref(), &set).await?;
+                let stored = self
+                    .store
+                    .restore_set(project.map(Access::system).as_ref(), &set)
+                    .await?;
                 self.sets.insert(stored.set_id, stored.internal_id);
             }
             Line::Category(c) => {
@@ -930,7 +941,7 @@ pub async fn import(
 
     // Nothing was written so far. What is replaced goes first.
     for key in &target.replaced {
-        store.delete_project(key).await?;
+        store.delete_project(&system(key)).await?;
     }
     for set in &target.replaced_sets {
         store.delete_set(*set).await?;

@@ -5,6 +5,7 @@
 
 use super::{DAY_MICROS, EMBEDDING, Usage, day_start, now_micros, org};
 use crate::error::{Error, Result};
+use memmachine_core::access::Access;
 
 /// An org's budget as reported.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -28,7 +29,9 @@ impl Usage {
     }
 
     async fn used_today(&self, org_id: &str, now: i64) -> Result<i64> {
-        let totals = self.store.usage_since(org_id, None, day_start(now)).await?;
+        // Budget enforcement on the org's own calls, or a worker's: no caller to check.
+        let org = Access::system_org(org_id);
+        let totals = self.store.usage_since(&org, None, day_start(now)).await?;
         Ok(totals
             .iter()
             .filter(|t| t.purpose != EMBEDDING)

@@ -16,6 +16,7 @@ use crate::error::{Result, Violations};
 use crate::model::ids::{or_universal, validate_id};
 use crate::model::{ProjectHandle, ProjectKey};
 use crate::store::{Store, UsageEntry};
+use memmachine_core::access::OrgAccess;
 
 /// The purpose of embedder calls (the language model's are `llm::Purpose::as_str`).
 pub const EMBEDDING: &str = "embedding";
@@ -226,12 +227,12 @@ impl Usage {
     /// project when given, and its budget.
     pub async fn report(
         &self,
-        org_id: &str,
+        access: &OrgAccess,
         project_id: Option<&str>,
         since_micros: Option<i64>,
     ) -> Result<Report> {
         let mut violations = Violations::default();
-        let org_id = violations.check(org(org_id)).unwrap_or_default();
+        let org_id = violations.check(org(access.org_id())).unwrap_or_default();
         if let Some(project_id) = project_id.filter(|p| !p.is_empty()) {
             violations.check(validate_id("project_id", project_id));
         }
@@ -243,7 +244,7 @@ impl Usage {
         let since = since_micros.unwrap_or_else(|| day_start(now));
         let since = since.div_euclid(HOUR_MICROS) * HOUR_MICROS;
         let project_id = project_id.filter(|p| !p.is_empty());
-        let totals = self.store.usage_since(org_id, project_id, since).await?;
+        let totals = self.store.usage_since(access, project_id, since).await?;
         let usage = PURPOSES
             .iter()
             .map(|purpose| {

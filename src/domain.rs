@@ -126,7 +126,8 @@ pub async fn start(
             Err(err) => tracing::warn!(error = %err, "loading project indexes failed"),
         }
     });
-    let memories = Memories::new(projects.clone(), episodic, semantic.clone());
+    let memories =
+        Memories::new(projects.clone(), episodic, semantic.clone()).with_metrics(metrics.clone());
     let forget = crate::forget::Forget::new(store.clone(), projects.clone());
     let legacy =
         crate::legacy::Legacy::new(projects.clone(), memories.clone(), store, config.limits);

@@ -81,8 +81,7 @@ impl Projects {
 
     /// The project, or `NotFound`.
     pub async fn get(&self, key: &ProjectKey) -> Result<Project> {
-        self.store
-            .get_project(key)
+        crate::round_trips::call(self.store.get_project(key))
             .await?
             .ok_or_else(|| not_found(key))
     }

@@ -3,6 +3,7 @@
 //! affect the others), and a pool of read connections used from blocking threads.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 
 use rusqlite::Connection;
@@ -16,7 +17,6 @@ use memmachine_core::error::{Error, Result};
 const MAX_GROUP: usize = 512;
 
 use super::error::storage_error;
-use super::row_memo::Watch;
 
 /// Opens a connection with the durability settings every connection shares.
 pub(super) fn open_connection(path: &Path) -> Result<Connection> {
@@ -75,12 +75,12 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    /// `watch` learns of each commit, so memoised rows are read again after it.
-    pub(super) fn start(conn: Connection, watch: Arc<Watch>) -> Writer {
+    /// `commits` counts each commit, so rows kept for reads are read again after it.
+    pub(super) fn start(conn: Connection, commits: Arc<AtomicU64>) -> Writer {
         let (sender, receiver) = mpsc::channel::<Job>();
         let thread = std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || writer_loop(conn, receiver, &watch))
+            .spawn(move || writer_loop(conn, receiver, &commits))
             .expect("spawn the sqlite writer thread");
         Writer {
             sender: Mutex::new(Some(sender)),
@@ -146,7 +146,7 @@ impl Drop for Writer {
     }
 }
 
-fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Job>, watch: &Watch) {
+fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Job>, commits: &AtomicU64) {
     while let Ok(first) = receiver.recv() {
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
@@ -155,12 +155,12 @@ fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Job>, watch: &Watch) {
                 Err(_) => break,
             }
         }
-        run_group(&conn, group, watch);
+        run_group(&conn, group, commits);
     }
 }
 
 /// Runs a group of writes in one transaction: one fsync for all of them.
-fn run_group(conn: &Connection, group: Vec<Job>, watch: &Watch) {
+fn run_group(conn: &Connection, group: Vec<Job>, commits: &AtomicU64) {
     if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
         tracing::error!(error = %err, "cannot begin a write transaction");
         for job in group {
@@ -202,7 +202,7 @@ fn run_group(conn: &Connection, group: Vec<Job>, watch: &Watch) {
         err
     });
     // Before any writer learns it is done: a read it starts next must not be memoised.
-    watch.wrote();
+    commits.fetch_add(1, Ordering::Release);
     for finish in finishes {
         finish(commit.clone());
     }

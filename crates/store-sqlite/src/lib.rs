@@ -75,7 +75,7 @@ impl SqliteStore {
         let watch = Arc::new(Watch::open(&path).map_err(named)?);
         Ok(SqliteStore {
             readers: ReadPool::new(path.clone(), readers),
-            writer: Writer::start(conn, watch.clone()),
+            writer: Writer::start(conn, watch.commits()),
             watch,
             memo: RowMemo::default(),
             path,

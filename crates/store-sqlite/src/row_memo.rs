@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::path::Path;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rusqlite::Connection;
 
@@ -30,22 +30,23 @@ pub(super) struct Generation {
 
 /// Tells the database's generation.
 pub(super) struct Watch {
-    /// Commits of this process's writer, counted after each commit.
-    writes: AtomicU64,
+    /// Commits of this process's writer, counted by it after each commit.
+    writes: Arc<AtomicU64>,
     conn: Mutex<Connection>,
 }
 
 impl Watch {
     pub(super) fn open(path: &Path) -> Result<Watch> {
         Ok(Watch {
-            writes: AtomicU64::new(0),
+            writes: Arc::default(),
             conn: Mutex::new(open_connection(path)?),
         })
     }
 
-    /// Called by the writer once a group is committed (or rolled back: harmless).
-    pub(super) fn wrote(&self) {
-        self.writes.fetch_add(1, Ordering::Release);
+    /// The counter the writer bumps once a group is committed (or rolled back:
+    /// harmless).
+    pub(super) fn commits(&self) -> Arc<AtomicU64> {
+        self.writes.clone()
     }
 
     /// Now's generation. Taken before the rows it stamps are read, so a row read later
@@ -130,7 +131,7 @@ mod tests {
         assert_ne!(second, first, "another connection committed");
         assert_eq!(memo.get(second, &1), None);
         memo.put(second, 1, "again");
-        watch.wrote();
+        watch.commits().fetch_add(1, Ordering::Release);
         assert_ne!(
             watch.now().unwrap(),
             second,

@@ -25,9 +25,10 @@ use crate::model::{
     AddedEpisode, Episode, EpisodeHandle, NewEpisode, Project, ProjectKey, ScoredEpisode,
 };
 use crate::rerank::Rerankers;
-use crate::retrieval::index_cache::IndexCache;
+use crate::retrieval::index_cache::{IndexCache, IndexView};
 use crate::retrieval::ranking::Ranking;
 use crate::runtime_settings::{Effective, RuntimeSettings};
+use crate::search_plan::SearchPlan;
 use crate::semantic::SemanticMemory;
 use crate::store::Store;
 
@@ -216,34 +217,10 @@ impl EpisodicMemory {
         Ok(added)
     }
 
-    /// Checks a search request before anything is allocated from it: its `top_k` and
-    /// parsed filter. `Memories::search` calls it before either memory type ranks.
-    pub fn check_search(&self, input: &SearchInput) -> Result<(usize, Option<Expr>)> {
-        let mut violations = Violations::default();
-        if !input.blank_allowed() {
-            violations.check(self.limits.query("query", &input.query));
-        }
-        let top_k = violations.check(self.limits.page_size("top_k", input.top_k, 10));
-        let filter = violations.check(parse_filter("filter", &input.filter));
-        if !(0..=MAX_EXPAND_CONTEXT).contains(&input.expand_context) {
-            violations.add(
-                "expand_context",
-                format!("must be between 0 and {MAX_EXPAND_CONTEXT}"),
-            );
-        }
-        if input.score_threshold.is_some_and(f64::is_nan) {
-            violations.add("score_threshold", "must be a number");
-        }
-        violations.into_result()?;
-        // The transport's scope is ANDed onto the parsed filter, never pasted into it.
-        Ok((
-            top_k.expect("validated"),
-            filter::confine(filter.expect("validated"), input.scope.clone()),
-        ))
-    }
-
-    pub async fn search(&self, project: &Project, input: SearchInput) -> Result<EpisodicSearch> {
-        let (top_k, filter) = self.check_search(&input)?;
+    /// Runs the episodic half of a search `plan` (checked once, by `SearchPlan::new`):
+    /// every step reads one view of the project's index, taken when first needed.
+    pub async fn search(&self, project: &Project, plan: &SearchPlan) -> Result<EpisodicSearch> {
+        let top_k = plan.top_k;
         let embedder = self.embedders.for_project(&project.config.embedder);
         let settings = self.settings.current();
         // A project that names no ranking gets the server's (settable at run time).
@@ -265,28 +242,33 @@ impl EpisodicMemory {
         // Expired episodes are never answered: retention narrows every read, own
         // expiries are dropped after it.
         let expiry = Expiry::of(&project.episodic);
-        let filter = filter::confine(filter, expiry.scope());
+        let filter = filter::confine(plan.filter.clone(), expiry.scope());
+        // One view of the index for the whole request: one read of the feed head.
+        let view = tokio::sync::OnceCell::new();
+        let view =
+            || view.get_or_try_init(|| self.index.view(&project.key, self.vectors_of(project)));
         // The two reads are independent: run them side by side.
         let long_term = async {
             // A blank query asks for nothing to rank by: the recent window still answers
             // (MemMachine answers such a search normally).
-            if !config.long_term_memory_enabled || input.query.trim().is_empty() {
+            if !config.long_term_memory_enabled || plan.query.trim().is_empty() {
                 return Ok::<_, Error>(Vec::new());
             }
+            let view = view().await?;
             // Asks for more while expired hits left the ranking short (bounded).
             let mut asked_for = candidates;
             let mut hits = loop {
                 let asked = ranking::RankQuery {
                     mode,
                     key: &project.key,
-                    query: &input.query,
+                    query: &plan.query,
                     participant_aware: config.participant_aware,
                     filter: filter.as_ref(),
                     top_k: asked_for,
                 };
-                let mut hits = ranking::rank(&self.store, &self.index, embedder, asked).await?;
+                let mut hits = ranking::rank(&self.store, view, embedder, asked).await?;
                 let ranked = hits.len();
-                hits.retain_mut(|hit| expiry.keep(&mut hit.episode));
+                hits.retain_mut(|hit| expiry.keep(&mut hit.scored.episode));
                 let most = candidates.saturating_mul(MAX_OVERFETCH);
                 if hits.len() >= candidates || ranked < asked_for || asked_for >= most {
                     hits.truncate(candidates);
@@ -295,30 +277,44 @@ impl EpisodicMemory {
                 asked_for = asked_for.saturating_mul(2).min(most);
             };
             if let Some(name) = reranker {
-                hits = rerank::rerank(&self.rerankers, name, &input.query, hits, top_k).await;
+                hits = rerank::rerank(&self.rerankers, name, &plan.query, hits, top_k).await;
             }
-            if let Some(threshold) = input.score_threshold {
-                hits.retain(|hit| hit.score >= threshold);
+            if let Some(threshold) = plan.score_threshold {
+                hits.retain(|hit| hit.scored.score >= threshold);
             }
-            if input.expand_context == 0 || hits.is_empty() {
-                return Ok(hits);
+            if plan.expand_context == 0 || hits.is_empty() {
+                return Ok(hits.into_iter().map(|h| h.scored).collect());
             }
-            let (before, after) = expand::split(input.expand_context as usize);
-            let uids: Vec<uuid::Uuid> = hits.iter().map(|h| h.episode.uid).collect();
+            let (before, after) = expand::split(plan.expand_context);
+            let handles: Vec<EpisodeHandle> = hits.iter().map(|h| h.handle).collect();
             let contexts = self
-                .contexts(project, &uids, before, after, filter.as_ref())
+                .contexts(view, &project.key, handles, before, after, filter.as_ref())
                 .await?
                 .into_iter()
                 .map(|window| expiry.retain(window))
                 .collect();
-            Ok(expand::expand(hits, contexts, top_k))
+            Ok(expand::expand(
+                hits.into_iter().map(|h| h.scored).collect(),
+                contexts,
+                top_k,
+            ))
         };
         let short_term = async {
             let capacity = self.limits.short_term_window;
             if !config.short_term_memory_enabled || capacity == 0 {
                 return Ok(Vec::new());
             }
-            let recent = expiry.retain(self.recent(project, filter.as_ref(), capacity).await?);
+            let recent = match filter.as_ref() {
+                None => {
+                    let recent = self.store.recent_episodes(&project.key, None, capacity);
+                    crate::round_trips::call(recent).await?
+                }
+                Some(filter) => {
+                    self.recent(view().await?, &project.key, filter, capacity)
+                        .await?
+                }
+            };
+            let recent = expiry.retain(recent);
             let window = crate::semantic::summary::Window {
                 messages: capacity,
                 chars: settings.short_term_chars,
@@ -333,70 +329,61 @@ impl EpisodicMemory {
         })
     }
 
-    /// For each uid (an episode of this project), the episode with up to `before` and
-    /// `after` neighbours passing `filter`, oldest first; an unknown uid gets none.
+    /// For each hit (its handle), the episode with up to `before` and `after`
+    /// neighbours passing `filter`, oldest first; one no longer indexed gets none.
     async fn contexts(
         &self,
-        project: &Project,
-        uids: &[uuid::Uuid],
+        view: &IndexView,
+        key: &ProjectKey,
+        handles: Vec<EpisodeHandle>,
         before: usize,
         after: usize,
         filter: Option<&Expr>,
     ) -> Result<Vec<Vec<Episode>>> {
-        let key = &project.key;
-        let handles = self.store.episode_handles(key, uids).await?;
         let filter = filter.cloned();
-        let windows: Vec<Vec<EpisodeHandle>> = self
-            .index
-            .read(key, self.vectors_of(project), move |index| {
-                let neighbours = |h: EpisodeHandle| {
+        let windows: Vec<Vec<EpisodeHandle>> = view
+            .read(move |index| {
+                let neighbours = |h: &EpisodeHandle| {
                     let window = index.neighbours(h.raw(), before, after, filter.as_ref());
                     window.into_iter().map(EpisodeHandle::from_raw).collect()
                 };
-                handles
-                    .iter()
-                    .map(|h| h.map_or_else(Vec::new, neighbours))
-                    .collect()
+                handles.iter().map(neighbours).collect()
             })
             .await?;
         let all: Vec<EpisodeHandle> = windows.iter().flatten().copied().collect();
-        let rows: std::collections::HashMap<EpisodeHandle, Episode> = self
-            .store
-            .episodes_by_handle(key, &all)
-            .await?
-            .into_iter()
-            .collect();
+        let rows: std::collections::HashMap<EpisodeHandle, Episode> =
+            crate::round_trips::call(self.store.episodes_by_handle(key, &all))
+                .await?
+                .into_iter()
+                .collect();
         Ok(windows
             .iter()
             .map(|ids| ids.iter().filter_map(|id| rows.get(id).cloned()).collect())
             .collect())
     }
 
-    /// The `limit` most recent episodes passing `filter`, oldest first. With a filter,
-    /// SQL may walk far back through rows that fail it; the index walks back through
-    /// episodes' fields in memory instead.
+    /// The `limit` most recent episodes passing `filter`, oldest first. SQL may walk
+    /// far back through rows that fail it; the index walks back through episodes'
+    /// fields in memory instead.
     async fn recent(
         &self,
-        project: &Project,
-        filter: Option<&Expr>,
+        view: &IndexView,
+        key: &ProjectKey,
+        filter: &Expr,
         limit: usize,
     ) -> Result<Vec<Episode>> {
-        let Some(filter) = filter.cloned() else {
-            return self.store.recent_episodes(&project.key, None, limit).await;
-        };
-        let ids = self
-            .index
-            .read(&project.key, self.vectors_of(project), move |index| {
+        let filter = filter.clone();
+        let ids = view
+            .read(move |index| {
                 let newest = index.newest(&filter, limit).into_iter();
                 newest.map(EpisodeHandle::from_raw).collect::<Vec<_>>()
             })
             .await?;
-        let mut rows: std::collections::HashMap<EpisodeHandle, Episode> = self
-            .store
-            .episodes_by_handle(&project.key, &ids)
-            .await?
-            .into_iter()
-            .collect();
+        let mut rows: std::collections::HashMap<EpisodeHandle, Episode> =
+            crate::round_trips::call(self.store.episodes_by_handle(key, &ids))
+                .await?
+                .into_iter()
+                .collect();
         Ok(ids.iter().filter_map(|id| rows.remove(id)).collect())
     }
 

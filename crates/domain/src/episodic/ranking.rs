@@ -8,10 +8,18 @@ use crate::embed::Embedder;
 use crate::error::{Error, Result};
 use crate::model::filter::Expr;
 use crate::model::{EpisodeHandle, ProjectKey, ScoredEpisode};
-use crate::retrieval::index_cache::IndexCache;
+use crate::retrieval::index_cache::IndexView;
 // The mode is part of `rank`'s signature.
 pub use crate::retrieval::ranking::Mode;
 use crate::store::Store;
+
+/// A ranked episode with its handle in the index (kept for later steps, never looked
+/// up again).
+#[derive(Debug, Clone)]
+pub struct Hit {
+    pub handle: EpisodeHandle,
+    pub scored: ScoredEpisode,
+}
 
 /// What one search asks of the ranking: the project, its question and how to rank.
 pub struct RankQuery<'a> {
@@ -24,14 +32,14 @@ pub struct RankQuery<'a> {
 }
 
 /// Ranks the project's episodes for the query, best first, at most `top_k`: the
-/// project's index (in `index`, with the vectors of `embedder`) ranks, the store gives
-/// the rows.
+/// project's index (the request's `view`, with the vectors of `embedder`) ranks, the
+/// store gives the rows.
 pub async fn rank(
     store: &Arc<dyn Store>,
-    index: &IndexCache,
+    view: &IndexView,
     embedder: Option<&Arc<dyn Embedder>>,
     asked: RankQuery<'_>,
-) -> Result<Vec<ScoredEpisode>> {
+) -> Result<Vec<Hit>> {
     let RankQuery {
         mode,
         key,
@@ -48,10 +56,7 @@ pub async fn rank(
     let named = match (mode, embedder) {
         (Mode::Dense | Mode::Hybrid, Some(_)) if participant_aware => {
             let question = query.to_string();
-            index
-                .read(key, vectors.as_deref(), move |index| {
-                    index.named_participants(&question)
-                })
+            view.read(move |index| index.named_participants(&question))
                 .await?
         }
         _ => None,
@@ -98,8 +103,8 @@ pub async fn rank(
         Some(_) => crate::retrieval::rescore::candidates(top_k),
         None => top_k,
     };
-    let hits = index
-        .read(key, vectors.as_deref(), move |index| {
+    let hits = view
+        .read(move |index| {
             let filter = filter.as_ref();
             match (mode, vector) {
                 (Mode::Dense, Some(vector)) => index.dense(&vector, filter, wanted),
@@ -119,8 +124,7 @@ pub async fn rank(
             let exact: std::collections::HashMap<i64, Vec<f32>> = if wanted.is_empty() {
                 Default::default()
             } else {
-                store
-                    .vectors(key, embedder, &wanted)
+                crate::round_trips::call(store.vectors(key, embedder, &wanted))
                     .await?
                     .into_iter()
                     .map(|(handle, vector)| (handle.raw(), vector))
@@ -134,18 +138,22 @@ pub async fn rank(
         .iter()
         .map(|hit| EpisodeHandle::from_raw(hit.handle))
         .collect();
-    let mut rows: std::collections::HashMap<EpisodeHandle, _> = store
-        .episodes_by_handle(key, &handles)
-        .await?
-        .into_iter()
-        .collect();
+    let mut rows: std::collections::HashMap<EpisodeHandle, _> =
+        crate::round_trips::call(store.episodes_by_handle(key, &handles))
+            .await?
+            .into_iter()
+            .collect();
     // A hit deleted since it was ranked is simply left out.
     Ok(hits
         .into_iter()
         .filter_map(|hit| {
-            Some(ScoredEpisode {
-                episode: rows.remove(&EpisodeHandle::from_raw(hit.handle))?,
-                score: f64::from(hit.score),
+            let handle = EpisodeHandle::from_raw(hit.handle);
+            Some(Hit {
+                handle,
+                scored: ScoredEpisode {
+                    episode: rows.remove(&handle)?,
+                    score: f64::from(hit.score),
+                },
             })
         })
         .collect())

@@ -28,6 +28,34 @@ const RANK_HERE: usize = 20_000;
 /// not sort its projects again on every load.
 const EVICT_TO: (usize, usize) = (15, 16);
 
+/// One request's view of a project's index: at least as new as the feed head read when
+/// it was taken (a concurrent catch-up only moves it forward).
+#[derive(Clone)]
+pub struct IndexView {
+    index: Arc<RwLock<ProjectIndex>>,
+}
+
+impl IndexView {
+    /// Runs `f` on the index.
+    pub async fn read<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&ProjectIndex) -> T + Send + 'static,
+    {
+        // A small project ranks in less time than a hop to a blocking thread takes.
+        {
+            let held = self.index.read().expect("index lock");
+            if held.len() <= RANK_HERE {
+                return Ok(f(&held));
+            }
+        }
+        let index = self.index.clone();
+        tokio::task::spawn_blocking(move || f(&index.read().expect("index lock")))
+            .await
+            .map_err(|err| Error::Internal(format!("index read failed: {err}")))
+    }
+}
+
 pub struct IndexCache {
     store: Arc<dyn Store>,
     budget: usize,
@@ -83,7 +111,13 @@ impl IndexCache {
         T: Send + 'static,
         F: FnOnce(&ProjectIndex) -> T + Send + 'static,
     {
-        let head = match self.store.feed_head(key).await {
+        self.view(key, embedder).await?.read(f).await
+    }
+
+    /// The project's index as of the store's latest change (one read of its feed head),
+    /// for every step of one request. `NotFound` when the project does not exist.
+    pub async fn view(&self, key: &ProjectKey, embedder: Option<&str>) -> Result<IndexView> {
+        let head = match crate::round_trips::call(self.store.feed_head(key)).await {
             Ok(head) => head,
             Err(err) => {
                 if matches!(err, Error::NotFound(_)) {
@@ -94,16 +128,7 @@ impl IndexCache {
             }
         };
         let index = self.current(key, head, embedder).await?;
-        // A small project ranks in less time than a hop to a blocking thread takes.
-        {
-            let held = index.read().expect("index lock");
-            if held.len() <= RANK_HERE {
-                return Ok(f(&held));
-            }
-        }
-        tokio::task::spawn_blocking(move || f(&index.read().expect("index lock")))
-            .await
-            .map_err(|err| Error::Internal(format!("index read failed: {err}")))
+        Ok(IndexView { index })
     }
 
     /// Bytes held, and projects loaded.
@@ -190,15 +215,13 @@ impl IndexCache {
     /// reaches back to what the index holds (it must be loaded afresh).
     async fn catch_up(&self, loaded: &mut Loaded, target: ChangeSeq) -> Result<bool> {
         while loaded.head.change < target {
-            let Some(read) = self
-                .store
-                .changes_since(
-                    loaded.head.project,
-                    loaded.head.change,
-                    loaded.embedder.as_deref(),
-                    PAGE,
-                )
-                .await?
+            let Some(read) = crate::round_trips::call(self.store.changes_since(
+                loaded.head.project,
+                loaded.head.change,
+                loaded.embedder.as_deref(),
+                PAGE,
+            ))
+            .await?
             else {
                 return Ok(false);
             };
@@ -240,10 +263,13 @@ impl IndexCache {
         let mut indexing: Option<tokio::task::JoinHandle<()>> = None;
         let failed = |err| Error::Internal(format!("index load failed: {err}"));
         loop {
-            let page = self
-                .store
-                .index_page(head.project, embedder, after_seq, PAGE)
-                .await;
+            let page = crate::round_trips::call(self.store.index_page(
+                head.project,
+                embedder,
+                after_seq,
+                PAGE,
+            ))
+            .await;
             if let Some(task) = indexing.take() {
                 task.await.map_err(failed)?;
             }
@@ -270,7 +296,7 @@ impl IndexCache {
             embedder: embedder.map(str::to_string),
             index,
         };
-        let latest = self.store.feed_head(key).await?;
+        let latest = crate::round_trips::call(self.store.feed_head(key)).await?;
         if latest.project == head.project {
             self.catch_up(&mut loaded, latest.change).await?;
         }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::episodic::{EpisodicMemory, EpisodicSearch, MessageInput, SearchInput};
+use crate::episodic::{EpisodicMemory, EpisodicSearch, MessageInput, SearchInput, Start};
 use crate::error::{Error, Result};
 use crate::model::{AddedEpisode, Episode, NewEpisode, Project, ProjectKey};
 use crate::projects::Projects;
@@ -210,47 +210,52 @@ impl Memories {
         }
         // Checked once, before either half runs (the episodic rules, whose errors win):
         // both halves read the plan.
-        let semantic_runs = want.semantic && settings.semantic_enabled;
+        let semantic_runs = want.semantic && settings.semantic_enabled && !input.blank_allowed();
         let plan = SearchPlan::new(self.episodic.limits(), input, semantic_runs)?;
-        let project = self.projects.get(key).await?;
-        let semantic = async {
-            if !semantic_runs || plan.blank_allowed {
-                return Ok(Vec::new());
+        // A warm project is not read here: the episodic half's one read checks it.
+        let (project, start) = match self.episodic.warm(key).await {
+            Some(warm) => (warm.project.clone(), Start::Warm(warm)),
+            None => {
+                let project = self.projects.get(key).await?;
+                (project.clone(), Start::Cold(project))
             }
-            self.semantic
-                .rank(
-                    &project,
-                    &plan.query,
-                    set_metadata,
-                    plan.feature_filter.as_ref(),
-                    crate::semantic::Cut {
-                        top_k: plan.top_k,
-                        score_threshold: plan.score_threshold,
-                        as_of: plan.as_of,
-                    },
-                )
-                .await
         };
-        let episodic = async {
-            let episodic = settings.episodic_for(project.episodic);
-            // The summary is read beside the ranking, not after it.
-            let summaries = async {
-                if episodic.enabled && episodic.short_term_memory_enabled {
-                    self.semantic.summaries(&project).await
-                } else {
-                    Ok(Vec::new())
+        let semantic = |project: Project| {
+            let plan = &plan;
+            async move {
+                if !semantic_runs {
+                    return Ok(Vec::new());
                 }
-            };
-            let (found, summaries) = tokio::join!(self.episodic.search(&project, &plan), summaries);
-            let mut found = found?;
-            found.summaries = summaries?;
-            Ok::<_, Error>(found)
+                self.semantic
+                    .rank(
+                        &project,
+                        &plan.query,
+                        set_metadata,
+                        plan.feature_filter.as_ref(),
+                        crate::semantic::Cut {
+                            top_k: plan.top_k,
+                            score_threshold: plan.score_threshold,
+                            as_of: plan.as_of,
+                        },
+                    )
+                    .await
+            }
         };
+        let (episodic, features) = tokio::join!(
+            self.episodic.search(start, &plan, true),
+            semantic(project.clone())
+        );
         // Errors of the episodic half come first.
-        let (episodic, semantic) = tokio::join!(episodic, semantic);
+        let episodic = episodic?;
+        let semantic = if episodic.project == project {
+            features?
+        } else {
+            // The project changed since this server last saw it: features again with it.
+            semantic(episodic.project).await?
+        };
         Ok(SearchResult {
-            episodic: episodic?,
-            semantic: semantic?,
+            episodic: episodic.found,
+            semantic,
         })
     }
 

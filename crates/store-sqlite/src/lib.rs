@@ -29,6 +29,7 @@ mod retention;
 mod row_memo;
 mod runtime_settings;
 mod schema;
+mod search_reads;
 mod semantic;
 mod semantic_features;
 mod semantic_queue;

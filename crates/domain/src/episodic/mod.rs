@@ -25,12 +25,14 @@ use crate::model::{
     AddedEpisode, Episode, EpisodeHandle, NewEpisode, Project, ProjectKey, ScoredEpisode,
 };
 use crate::rerank::Rerankers;
-use crate::retrieval::index_cache::{IndexCache, IndexView};
+use std::collections::HashMap;
+
+use crate::retrieval::index_cache::{IndexCache, IndexView, Warm};
 use crate::retrieval::ranking::Ranking;
 use crate::runtime_settings::{Effective, RuntimeSettings};
 use crate::search_plan::SearchPlan;
 use crate::semantic::SemanticMemory;
-use crate::store::Store;
+use crate::store::{FeedHead, SearchRead, Store};
 
 /// Largest `expand_context` accepted.
 pub const MAX_EXPAND_CONTEXT: i32 = 100;
@@ -68,6 +70,19 @@ pub struct EpisodicSearch {
     pub long_term: Vec<ScoredEpisode>,
     pub short_term: Vec<Episode>,
     pub summaries: Vec<String>,
+}
+
+/// Where a search starts: the project and its index as last seen (no read yet), or
+/// the project just read.
+pub enum Start {
+    Warm(Warm),
+    Cold(Project),
+}
+
+/// What the episodic half found, and the project's row as its read saw it.
+pub struct Searched {
+    pub found: EpisodicSearch,
+    pub project: Project,
 }
 
 #[derive(Clone)]
@@ -217,9 +232,65 @@ impl EpisodicMemory {
         Ok(added)
     }
 
-    /// Runs the episodic half of a search `plan` (checked once, by `SearchPlan::new`):
-    /// every step reads one view of the project's index, taken when first needed.
-    pub async fn search(&self, project: &Project, plan: &SearchPlan) -> Result<EpisodicSearch> {
+    /// The project and its index as this server last saw them, when they are for the
+    /// embedder the project names now. No read of the store.
+    pub async fn warm(&self, key: &ProjectKey) -> Option<Warm> {
+        let warm = self.index.warm(key).await?;
+        (warm.embedder.as_deref() == self.vectors_of(&warm.project)).then_some(warm)
+    }
+
+    /// Runs the episodic half of a search `plan` (checked once, by `SearchPlan::new`),
+    /// with the project's summary when `summary`. From a warm start it ranks on the
+    /// index as last seen and reads the store once: rows, vectors, the recent window
+    /// and the summary, with the project's row and feed head, which tell whether that
+    /// index was current; if not, it runs once more on the index brought up to them.
+    pub async fn search(&self, start: Start, plan: &SearchPlan, summary: bool) -> Result<Searched> {
+        let (mut project, mut view, mut seen) = match start {
+            Start::Warm(warm) => (warm.project, warm.view, Some(warm.head)),
+            Start::Cold(project) => {
+                let view = self
+                    .index
+                    .view(&project.key, self.vectors_of(&project))
+                    .await?;
+                (project, view, None)
+            }
+        };
+        loop {
+            let (found, read) = match self.search_on(&project, &view, plan, summary).await {
+                Err(Error::NotFound(m)) => {
+                    // Deleted (here or by another replica): its index goes too.
+                    self.index.forget(&project.key);
+                    return Err(Error::NotFound(m));
+                }
+                other => other?,
+            };
+            let (read_project, head) = read;
+            match seen {
+                Some(known) if known != head || read_project != project => {
+                    let embedder = self.vectors_of(&read_project);
+                    view = self.index.view_at(&read_project, head, embedder).await?;
+                    (project, seen) = (read_project, None);
+                }
+                _ => {
+                    self.index.remember(&read_project, head).await;
+                    return Ok(Searched {
+                        found,
+                        project: read_project,
+                    });
+                }
+            }
+        }
+    }
+
+    /// One pass of `search` on `view`: the index proposes, one read of the store
+    /// answers. Returns what it found and the project's row and head the read saw.
+    async fn search_on(
+        &self,
+        project: &Project,
+        view: &IndexView,
+        plan: &SearchPlan,
+        summary: bool,
+    ) -> Result<(EpisodicSearch, (Project, FeedHead))> {
         let top_k = plan.top_k;
         let embedder = self.embedders.for_project(&project.config.embedder);
         let settings = self.settings.current();
@@ -236,55 +307,112 @@ impl EpisodicMemory {
             None => top_k,
         };
         let config = settings.episodic_for(project.episodic);
-        if !config.enabled {
-            return Ok(EpisodicSearch::default());
-        }
+        let capacity = self.limits.short_term_window;
+        // A blank query asks for nothing to rank by: the recent window still answers
+        // (MemMachine answers such a search normally).
+        let long_term =
+            config.enabled && config.long_term_memory_enabled && !plan.query.trim().is_empty();
+        let short_term = config.enabled && config.short_term_memory_enabled && capacity > 0;
         // Expired episodes are never answered: retention narrows every read, own
         // expiries are dropped after it.
         let expiry = Expiry::of(&project.episodic);
         let filter = filter::confine(plan.filter.clone(), expiry.scope());
-        // One view of the index for the whole request: one read of the feed head.
-        let view = tokio::sync::OnceCell::new();
-        let view =
-            || view.get_or_try_init(|| self.index.view(&project.key, self.vectors_of(project)));
-        // The two reads are independent: run them side by side.
-        let long_term = async {
-            // A blank query asks for nothing to rank by: the recent window still answers
-            // (MemMachine answers such a search normally).
-            if !config.long_term_memory_enabled || plan.query.trim().is_empty() {
-                return Ok::<_, Error>(Vec::new());
-            }
-            let view = view().await?;
-            // Asks for more while expired hits left the ranking short (bounded).
-            let mut asked_for = candidates;
-            let mut hits = loop {
-                let asked = ranking::RankQuery {
-                    mode,
-                    key: &project.key,
-                    query: &plan.query,
-                    participant_aware: config.participant_aware,
-                    filter: filter.as_ref(),
-                    top_k: asked_for,
+        let asked = |top_k| ranking::RankQuery {
+            mode,
+            key: &project.key,
+            query: &plan.query,
+            participant_aware: config.participant_aware,
+            filter: filter.as_ref(),
+            top_k,
+        };
+        // Before the read: what the index proposes, and the newest episodes passing the
+        // filter (SQL may walk far back through rows that fail it; the index walks
+        // back through episodes' fields in memory instead).
+        let proposal = match long_term {
+            true => Some(ranking::propose(view, embedder, asked(candidates)).await?),
+            false => None,
+        };
+        let newest = match (short_term, filter.clone()) {
+            (true, Some(filter)) => Some(
+                view.read(move |index| {
+                    let newest = index.newest(&filter, capacity).into_iter();
+                    newest.map(EpisodeHandle::from_raw).collect::<Vec<_>>()
+                })
+                .await?,
+            ),
+            _ => None,
+        };
+        let mut episodes = proposal.as_ref().map_or_else(Vec::new, |p| p.rows_wanted());
+        episodes.extend(newest.iter().flatten().copied());
+        let vectors = proposal.as_ref().and_then(|p| p.vectors_wanted());
+        let read = SearchRead {
+            episodes: &episodes,
+            vectors: vectors.as_ref().map(|(e, h)| (*e, h.as_slice())),
+            recent: if short_term && newest.is_none() {
+                capacity
+            } else {
+                0
+            },
+            summary: summary && config.enabled && config.short_term_memory_enabled,
+        };
+        let rows = crate::round_trips::call(self.store.search_rows(&project.key, read)).await?;
+        let seen = (rows.project, rows.head);
+        let mut by_handle: HashMap<EpisodeHandle, Episode> = rows.episodes.into_iter().collect();
+        let summaries = rows.summary.map(|s| vec![s.text]).unwrap_or_default();
+        let short_term = match (short_term, newest) {
+            (false, _) => Vec::new(),
+            (true, newest) => {
+                let recent = match newest {
+                    Some(ids) => ids
+                        .iter()
+                        .filter_map(|id| by_handle.get(id).cloned())
+                        .collect(),
+                    None => rows.recent,
                 };
-                let mut hits = ranking::rank(&self.store, view, embedder, asked).await?;
-                let ranked = hits.len();
-                hits.retain_mut(|hit| expiry.keep(&mut hit.scored.episode));
-                let most = candidates.saturating_mul(MAX_OVERFETCH);
-                if hits.len() >= candidates || ranked < asked_for || asked_for >= most {
-                    hits.truncate(candidates);
-                    break hits;
-                }
-                asked_for = asked_for.saturating_mul(2).min(most);
+                let window = crate::semantic::summary::Window {
+                    messages: capacity,
+                    chars: settings.short_term_chars,
+                };
+                crate::semantic::summary::kept(window, expiry.retain(recent))
+            }
+        };
+        let Some(proposal) = proposal else {
+            let found = EpisodicSearch {
+                long_term: Vec::new(),
+                short_term,
+                summaries,
             };
-            if let Some(name) = reranker {
-                hits = rerank::rerank(&self.rerankers, name, &plan.query, hits, top_k).await;
+            return Ok((found, seen));
+        };
+        let exact: HashMap<i64, Vec<f32>> = rows
+            .vectors
+            .into_iter()
+            .map(|(handle, vector)| (handle.raw(), vector))
+            .collect();
+        let mut hits = proposal.finish(&mut by_handle, &exact);
+        // Asks for more while expired hits left the ranking short (bounded; each round
+        // reads the store again).
+        let most = candidates.saturating_mul(MAX_OVERFETCH);
+        let mut asked_for = candidates;
+        loop {
+            let ranked = hits.len();
+            hits.retain_mut(|hit| expiry.keep(&mut hit.scored.episode));
+            if hits.len() >= candidates || ranked < asked_for || asked_for >= most {
+                hits.truncate(candidates);
+                break;
             }
-            if let Some(threshold) = plan.score_threshold {
-                hits.retain(|hit| hit.scored.score >= threshold);
-            }
-            if plan.expand_context == 0 || hits.is_empty() {
-                return Ok(hits.into_iter().map(|h| h.scored).collect());
-            }
+            asked_for = asked_for.saturating_mul(2).min(most);
+            hits = ranking::rank(&self.store, view, embedder, asked(asked_for)).await?;
+        }
+        if let Some(name) = reranker {
+            hits = rerank::rerank(&self.rerankers, name, &plan.query, hits, top_k).await;
+        }
+        if let Some(threshold) = plan.score_threshold {
+            hits.retain(|hit| hit.scored.score >= threshold);
+        }
+        let long_term = if plan.expand_context == 0 || hits.is_empty() {
+            hits.into_iter().map(|h| h.scored).collect()
+        } else {
             let (before, after) = expand::split(plan.expand_context);
             let handles: Vec<EpisodeHandle> = hits.iter().map(|h| h.handle).collect();
             let contexts = self
@@ -293,40 +421,15 @@ impl EpisodicMemory {
                 .into_iter()
                 .map(|window| expiry.retain(window))
                 .collect();
-            Ok(expand::expand(
-                hits.into_iter().map(|h| h.scored).collect(),
-                contexts,
-                top_k,
-            ))
+            let hits = hits.into_iter().map(|h| h.scored).collect();
+            expand::expand(hits, contexts, top_k)
         };
-        let short_term = async {
-            let capacity = self.limits.short_term_window;
-            if !config.short_term_memory_enabled || capacity == 0 {
-                return Ok(Vec::new());
-            }
-            let recent = match filter.as_ref() {
-                None => {
-                    let recent = self.store.recent_episodes(&project.key, None, capacity);
-                    crate::round_trips::call(recent).await?
-                }
-                Some(filter) => {
-                    self.recent(view().await?, &project.key, filter, capacity)
-                        .await?
-                }
-            };
-            let recent = expiry.retain(recent);
-            let window = crate::semantic::summary::Window {
-                messages: capacity,
-                chars: settings.short_term_chars,
-            };
-            Ok(crate::semantic::summary::kept(window, recent))
-        };
-        let (long_term, short_term) = tokio::try_join!(long_term, short_term)?;
-        Ok(EpisodicSearch {
+        let found = EpisodicSearch {
             long_term,
             short_term,
-            summaries: Vec::new(),
-        })
+            summaries,
+        };
+        Ok((found, seen))
     }
 
     /// For each hit (its handle), the episode with up to `before` and `after`
@@ -360,31 +463,6 @@ impl EpisodicMemory {
             .iter()
             .map(|ids| ids.iter().filter_map(|id| rows.get(id).cloned()).collect())
             .collect())
-    }
-
-    /// The `limit` most recent episodes passing `filter`, oldest first. SQL may walk
-    /// far back through rows that fail it; the index walks back through episodes'
-    /// fields in memory instead.
-    async fn recent(
-        &self,
-        view: &IndexView,
-        key: &ProjectKey,
-        filter: &Expr,
-        limit: usize,
-    ) -> Result<Vec<Episode>> {
-        let filter = filter.clone();
-        let ids = view
-            .read(move |index| {
-                let newest = index.newest(&filter, limit).into_iter();
-                newest.map(EpisodeHandle::from_raw).collect::<Vec<_>>()
-            })
-            .await?;
-        let mut rows: std::collections::HashMap<EpisodeHandle, Episode> =
-            crate::round_trips::call(self.store.episodes_by_handle(key, &ids))
-                .await?
-                .into_iter()
-                .collect();
-        Ok(ids.iter().filter_map(|id| rows.remove(id)).collect())
     }
 
     /// The id of the embedder whose vectors the project's index holds.

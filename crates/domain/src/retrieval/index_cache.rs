@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::project_index::ProjectIndex;
 use crate::error::{Error, Result};
-use crate::model::{ChangeSeq, ProjectKey};
+use crate::model::{ChangeSeq, Project, ProjectKey};
 use crate::store::{Change, FeedHead, Store};
 
 /// Episodes read per page when loading a project, and log entries per catch-up read.
@@ -92,6 +92,17 @@ struct Loaded {
     head: FeedHead,
     embedder: Option<String>,
     index: Arc<RwLock<ProjectIndex>>,
+    /// The project's row as the last search read it beside `head`.
+    project: Option<Project>,
+}
+
+/// A project's index and row as this server last saw them, with no read of the store:
+/// a search ranks on it and its one read tells whether it was still current.
+pub struct Warm {
+    pub project: Project,
+    pub head: FeedHead,
+    pub embedder: Option<String>,
+    pub view: IndexView,
 }
 
 impl IndexCache {
@@ -129,6 +140,62 @@ impl IndexCache {
         };
         let index = self.current(key, head, embedder).await?;
         Ok(IndexView { index })
+    }
+
+    /// The project's index and row as last seen (`None` when not loaded, or no search
+    /// has read its row yet). No read of the store.
+    pub async fn warm(&self, key: &ProjectKey) -> Option<Warm> {
+        let slot = self
+            .slots
+            .lock()
+            .expect("index slots")
+            .by_key
+            .get(key)?
+            .clone();
+        let state = slot.state.lock().await;
+        let loaded = state.as_ref()?;
+        Some(Warm {
+            project: loaded.project.clone()?,
+            head: loaded.head,
+            embedder: loaded.embedder.clone(),
+            view: IndexView {
+                index: loaded.index.clone(),
+            },
+        })
+    }
+
+    /// The project's index brought to `head` (read by the caller), and `project` kept
+    /// as the row read with it.
+    pub async fn view_at(
+        &self,
+        project: &Project,
+        head: FeedHead,
+        embedder: Option<&str>,
+    ) -> Result<IndexView> {
+        let index = self.current(&project.key, head, embedder).await?;
+        self.remember(project, head).await;
+        Ok(IndexView { index })
+    }
+
+    /// Keeps `project`, read at `head`, beside its index when the index is at `head`.
+    pub async fn remember(&self, project: &Project, head: FeedHead) {
+        let slot = self
+            .slots
+            .lock()
+            .expect("index slots")
+            .by_key
+            .get(&project.key)
+            .cloned();
+        let Some(slot) = slot else { return };
+        let mut state = slot.state.lock().await;
+        if let Some(loaded) = state.as_mut().filter(|l| l.head == head) {
+            loaded.project = Some(project.clone());
+        }
+    }
+
+    /// Drops the project's index (the project is gone).
+    pub fn forget(&self, key: &ProjectKey) {
+        self.slots.lock().expect("index slots").remove(key);
     }
 
     /// Bytes held, and projects loaded.
@@ -295,6 +362,7 @@ impl IndexCache {
             head,
             embedder: embedder.map(str::to_string),
             index,
+            project: None,
         };
         let latest = crate::round_trips::call(self.store.feed_head(key)).await?;
         if latest.project == head.project {

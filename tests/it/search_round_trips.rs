@@ -82,7 +82,6 @@ async fn add(channel: &Channel, project: &str, texts: &[&str]) {
             project_id: project.into(),
             messages,
             types: vec![pb::MemoryType::Episodic as i32],
-            ..Default::default()
         })
         .await
         .unwrap();

@@ -82,7 +82,7 @@ fn latency_histogram() -> Histogram {
 
 fn round_trips_histogram() -> Histogram {
     // 0, 1, 2, 4, ... 64 calls.
-    Histogram::new([0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0].into_iter())
+    Histogram::new([0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0])
 }
 
 fn llm_histogram() -> Histogram {

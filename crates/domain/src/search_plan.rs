@@ -2,10 +2,37 @@
 //! (both memory types, the ranking, the recent window) reads the plan and never the
 //! request's text again.
 
-use crate::episodic::{MAX_EXPAND_CONTEXT, SearchInput};
 use crate::error::{Result, Violations};
 use crate::limits::Limits;
 use crate::model::filter::{self, Expr};
+
+/// Largest `expand_context` accepted.
+pub const MAX_EXPAND_CONTEXT: i32 = 100;
+
+/// A search as a transport received it.
+#[derive(Debug, Clone, Default)]
+pub struct SearchInput {
+    pub query: String,
+    pub top_k: Option<i32>,
+    pub filter: String,
+    pub expand_context: i32,
+    pub score_threshold: Option<f64>,
+    /// A narrowing the transport built (MCP's user, a v1 session), ANDed onto the
+    /// parsed `filter`; it applies to episodes only.
+    pub scope: Option<Expr>,
+    /// A blank query ranks nothing (the recent window still answers) instead of being
+    /// refused: MemMachine's REST answers it so; gRPC, MCP and v1 refuse it.
+    pub blank_query_ranks_nothing: bool,
+    /// Micros: the semantic half ranks the features as they were then.
+    pub as_of: Option<i64>,
+}
+
+impl SearchInput {
+    /// Whether this query is blank and allowed to be.
+    pub fn blank_allowed(&self) -> bool {
+        self.blank_query_ranks_nothing && self.query.trim().is_empty()
+    }
+}
 
 /// A validated search.
 #[derive(Debug, Clone)]
@@ -35,7 +62,8 @@ impl SearchPlan {
             violations.check(limits.query("query", &input.query));
         }
         let top_k = violations.check(limits.page_size("top_k", input.top_k, 10));
-        let filter = violations.check(crate::episodic::parse_filter("filter", &input.filter));
+        let filter =
+            violations.check(filter::parse(&input.filter).map_err(|err| err.into_error("filter")));
         if !(0..=MAX_EXPAND_CONTEXT).contains(&input.expand_context) {
             violations.add(
                 "expand_context",

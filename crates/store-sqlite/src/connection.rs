@@ -3,7 +3,6 @@
 //! affect the others), and a pool of read connections used from blocking threads.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 
 use rusqlite::Connection;
@@ -75,12 +74,11 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    /// `commits` counts each commit, so rows kept for reads are read again after it.
-    pub(super) fn start(conn: Connection, commits: Arc<AtomicU64>) -> Writer {
+    pub(super) fn start(conn: Connection) -> Writer {
         let (sender, receiver) = mpsc::channel::<Job>();
         let thread = std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || writer_loop(conn, receiver, &commits))
+            .spawn(move || writer_loop(conn, receiver))
             .expect("spawn the sqlite writer thread");
         Writer {
             sender: Mutex::new(Some(sender)),
@@ -146,7 +144,7 @@ impl Drop for Writer {
     }
 }
 
-fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Job>, commits: &AtomicU64) {
+fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Job>) {
     while let Ok(first) = receiver.recv() {
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
@@ -155,12 +153,12 @@ fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Job>, commits: &Atomic
                 Err(_) => break,
             }
         }
-        run_group(&conn, group, commits);
+        run_group(&conn, group);
     }
 }
 
 /// Runs a group of writes in one transaction: one fsync for all of them.
-fn run_group(conn: &Connection, group: Vec<Job>, commits: &AtomicU64) {
+fn run_group(conn: &Connection, group: Vec<Job>) {
     if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
         tracing::error!(error = %err, "cannot begin a write transaction");
         for job in group {
@@ -201,8 +199,6 @@ fn run_group(conn: &Connection, group: Vec<Job>, commits: &AtomicU64) {
         let _ = conn.execute_batch("ROLLBACK");
         err
     });
-    // Before any writer learns it is done: a read it starts next must not be memoised.
-    commits.fetch_add(1, Ordering::Release);
     for finish in finishes {
         finish(commit.clone());
     }

@@ -13,6 +13,8 @@ pub mod retention;
 use std::sync::Arc;
 
 pub use messages::MessageInput;
+// Where the transports have always found them.
+pub use crate::search_plan::{MAX_EXPAND_CONTEXT, SearchInput};
 
 use self::expiry::Expiry;
 
@@ -34,36 +36,10 @@ use crate::search_plan::SearchPlan;
 use crate::semantic::SemanticMemory;
 use crate::store::{FeedHead, SearchRead, Store};
 
-/// Largest `expand_context` accepted.
-pub const MAX_EXPAND_CONTEXT: i32 = 100;
 /// How many times `top_k` a ranking may ask for while expired hits leave it short.
 const MAX_OVERFETCH: usize = 8;
 /// Episodes read from the store at a time while a page fills up to its byte budget.
 const LIST_CHUNK: usize = 64;
-
-#[derive(Debug, Clone, Default)]
-pub struct SearchInput {
-    pub query: String,
-    pub top_k: Option<i32>,
-    pub filter: String,
-    pub expand_context: i32,
-    pub score_threshold: Option<f64>,
-    /// A narrowing the transport built (MCP's user, a v1 session), ANDed onto the
-    /// parsed `filter`; it applies to episodes only.
-    pub scope: Option<Expr>,
-    /// A blank query ranks nothing (the recent window still answers) instead of being
-    /// refused: MemMachine's REST answers it so; gRPC, MCP and v1 refuse it.
-    pub blank_query_ranks_nothing: bool,
-    /// Micros: the semantic half ranks the features as they were then.
-    pub as_of: Option<i64>,
-}
-
-impl SearchInput {
-    /// Whether this query is blank and allowed to be.
-    pub fn blank_allowed(&self) -> bool {
-        self.blank_query_ranks_nothing && self.query.trim().is_empty()
-    }
-}
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EpisodicSearch {

@@ -152,6 +152,9 @@ impl IndexCache {
             .by_key
             .get(key)?
             .clone();
+        // Used: eviction keeps it as it keeps the ones read through `view`.
+        let tick = self.clock.fetch_add(1, Ordering::Relaxed);
+        slot.last_used.store(tick, Ordering::Relaxed);
         let state = slot.state.lock().await;
         let loaded = state.as_ref()?;
         Some(Warm {

@@ -129,7 +129,8 @@ pub async fn start(
             Err(err) => tracing::warn!(error = %err, "loading project indexes failed"),
         }
     });
-    let memories = Memories::new(projects.clone(), episodic, semantic.clone());
+    let memories =
+        Memories::new(projects.clone(), episodic, semantic.clone()).with_metrics(metrics.clone());
     let forget = memmachine_domain::forget::Forget::new(store.clone(), projects.clone());
     let legacy = memmachine_domain::legacy::Legacy::new(
         projects.clone(),

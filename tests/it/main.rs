@@ -54,6 +54,7 @@ mod replicas;
 mod rerank;
 mod rest_api;
 mod retention;
+mod search_round_trips;
 mod semantic_crash;
 mod semantic_isolation;
 mod semantic_memory;

@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::episodic::{EpisodicMemory, EpisodicSearch, MessageInput, SearchInput};
+use crate::episodic::{EpisodicMemory, EpisodicSearch, MessageInput, SearchInput, Start};
 use crate::error::{Error, Result};
 use crate::model::{AddedEpisode, Episode, NewEpisode};
 use crate::projects::Projects;
+use crate::search_plan::SearchPlan;
 use crate::semantic::model::Feature;
 use crate::semantic::{FeatureSearch, ScoredFeature, SemanticMemory};
 use memmachine_core::access::{OpenProject, ProjectAccess};
@@ -89,6 +90,8 @@ pub struct Memories {
     projects: Projects,
     episodic: EpisodicMemory,
     semantic: SemanticMemory,
+    /// Where each search's store round trips are recorded (none: not recorded).
+    metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
 }
 
 impl Memories {
@@ -97,7 +100,14 @@ impl Memories {
             projects,
             episodic,
             semantic,
+            metrics: None,
         }
+    }
+
+    /// Records each search's store round trips in `metrics`.
+    pub fn with_metrics(mut self, metrics: std::sync::Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     pub fn semantic(&self) -> &SemanticMemory {
@@ -162,7 +172,12 @@ impl Memories {
         input: SearchInput,
         set_metadata: &BTreeMap<String, String>,
     ) -> Result<SearchResult> {
-        crate::search_time::logged(self.search_untimed(key, types, input, set_metadata)).await
+        let search = self.search_untimed(key, types, input, set_metadata);
+        let (found, trips) = crate::round_trips::counted(crate::search_time::logged(search)).await;
+        if let Some(metrics) = &self.metrics {
+            metrics.record_round_trips("search", trips);
+        }
+        found
     }
 
     async fn search_untimed(
@@ -173,77 +188,75 @@ impl Memories {
         set_metadata: &BTreeMap<String, String>,
     ) -> Result<SearchResult> {
         let want = wanted(types);
-        // Both halves rank with `top_k`: it is checked before either runs (the episodic
-        // rules, whose errors win), never in one half only.
-        let top_k = if want.episodic {
-            Some(self.episodic.check_search(&input)?.0)
-        } else {
-            None
-        };
-        let project = self.projects.get(key).await?;
         let settings = self.episodic.settings().current();
-        let semantic = async {
-            if !want.semantic || !settings.semantic_enabled {
-                return Ok(Vec::new());
+        if !want.episodic {
+            // Semantic memory alone: the request is validated as a feature search.
+            let project = self.projects.get(key).await?;
+            if !want.semantic || !settings.semantic_enabled || input.blank_allowed() {
+                return Ok(SearchResult::default());
             }
-            if input.blank_allowed() {
-                return Ok(Vec::new());
-            }
-            if !want.episodic {
-                // Semantic memory alone: the request is validated as a feature search.
-                let search = FeatureSearch {
-                    query: input.query.clone(),
-                    top_k: input.top_k,
-                    filter: input.filter.clone(),
-                    score_threshold: input.score_threshold,
-                    set_metadata: set_metadata.clone(),
-                    as_of: input.as_of,
-                };
-                return self.semantic.search(&project, search).await;
-            }
-            let top_k = top_k.expect("checked when episodic memory is searched");
-            // The filter applies to features when it names only their fields.
-            let filter = crate::semantic::parse_filter("filter", &input.filter)
-                .ok()
-                .flatten();
-            self.semantic
-                .rank(
-                    &project,
-                    &input.query,
-                    set_metadata,
-                    filter.as_ref(),
-                    crate::semantic::Cut {
-                        top_k,
-                        score_threshold: input.score_threshold,
-                        as_of: input.as_of,
-                    },
-                )
-                .await
-        };
-        let episodic = async {
-            if !want.episodic {
-                return Ok(EpisodicSearch::default());
-            }
-            let episodic = settings.episodic_for(project.episodic);
-            // The summary is read beside the ranking, not after it.
-            let summaries = async {
-                if episodic.enabled && episodic.short_term_memory_enabled {
-                    self.semantic.summaries(&project).await
-                } else {
-                    Ok(Vec::new())
-                }
+            let search = FeatureSearch {
+                query: input.query,
+                top_k: input.top_k,
+                filter: input.filter,
+                score_threshold: input.score_threshold,
+                set_metadata: set_metadata.clone(),
+                as_of: input.as_of,
             };
-            let (found, summaries) =
-                tokio::join!(self.episodic.search(&project, input.clone()), summaries);
-            let mut found = found?;
-            found.summaries = summaries?;
-            Ok::<_, Error>(found)
+            let semantic = self.semantic.search(&project, search).await?;
+            return Ok(SearchResult {
+                episodic: EpisodicSearch::default(),
+                semantic,
+            });
+        }
+        // Checked once, before either half runs (the episodic rules, whose errors win):
+        // both halves read the plan.
+        let semantic_runs = want.semantic && settings.semantic_enabled && !input.blank_allowed();
+        let plan = SearchPlan::new(self.episodic.limits(), input, semantic_runs)?;
+        // A warm project is not read here: the episodic half's one read checks it.
+        let (project, start) = match self.episodic.warm(key).await {
+            Some(warm) => (warm.project.clone(), Start::Warm(warm)),
+            None => {
+                let project = self.projects.get(key).await?;
+                (project.clone(), Start::Cold(project))
+            }
         };
-        // Validation errors of the episodic half come first.
-        let (episodic, semantic) = tokio::join!(episodic, semantic);
+        let semantic = |project: OpenProject| {
+            let plan = &plan;
+            async move {
+                if !semantic_runs {
+                    return Ok(Vec::new());
+                }
+                self.semantic
+                    .rank(
+                        &project,
+                        &plan.query,
+                        set_metadata,
+                        plan.feature_filter.as_ref(),
+                        crate::semantic::Cut {
+                            top_k: plan.top_k,
+                            score_threshold: plan.score_threshold,
+                            as_of: plan.as_of,
+                        },
+                    )
+                    .await
+            }
+        };
+        let (episodic, features) = tokio::join!(
+            self.episodic.search(start, &plan, true),
+            semantic(project.clone())
+        );
+        // Errors of the episodic half come first.
+        let episodic = episodic?;
+        let semantic = if episodic.project.project() == project.project() {
+            features?
+        } else {
+            // The project changed since this server last saw it: features again with it.
+            semantic(episodic.project).await?
+        };
         Ok(SearchResult {
-            episodic: episodic?,
-            semantic: semantic?,
+            episodic: episodic.found,
+            semantic,
         })
     }
 

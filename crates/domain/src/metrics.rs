@@ -64,6 +64,11 @@ struct PurposeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationLabels {
+    operation: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EventLabels {
     event: String,
 }
@@ -73,6 +78,11 @@ type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 fn latency_histogram() -> Histogram {
     // 100 µs to ~13 s.
     Histogram::new(exponential_buckets(0.0001, 2.0, 18))
+}
+
+fn round_trips_histogram() -> Histogram {
+    // 0, 1, 2, 4, ... 64 calls.
+    Histogram::new([0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0])
 }
 
 fn llm_histogram() -> Histogram {
@@ -118,6 +128,7 @@ pub struct Metrics {
     semantic_events: Family<EventLabels, Counter>,
     rerank_seconds: Histograms<RerankerLabels>,
     rerank_failures: Family<RerankerLabels, Counter>,
+    store_round_trips: Histograms<OperationLabels>,
     /// How the last call to each model ended, for `/config/resources`.
     last_calls: crate::resource_status::LastCalls,
 }
@@ -283,6 +294,12 @@ impl Metrics {
                 "Searches answered in the fused order because the reranker failed or timed out, by reranker",
                 Family::default(),
             ),
+            store_round_trips: registered(
+                &mut registry,
+                "store_round_trips",
+                "Calls to the store one request made, by operation (search)",
+                Family::new_with_constructor(round_trips_histogram),
+            ),
             last_calls: Default::default(),
             // Last: the fields above borrow it to register themselves.
             registry,
@@ -412,6 +429,15 @@ impl Metrics {
                 reranker: reranker.to_string(),
             })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// The store calls one request of `operation` made.
+    pub fn record_round_trips(&self, operation: &str, trips: u32) {
+        self.store_round_trips
+            .get_or_create(&OperationLabels {
+                operation: operation.to_string(),
+            })
+            .observe(f64::from(trips));
     }
 
     /// A rerank that failed or timed out (the search was answered in the fused order).

@@ -79,7 +79,7 @@ impl Projects {
 
     /// The project, or `NotFound`.
     pub async fn get(&self, key: &ProjectAccess) -> Result<OpenProject> {
-        let project = self.store.get_project(key).await?;
+        let project = crate::round_trips::call(self.store.get_project(key)).await?;
         key.open(project.ok_or_else(|| not_found(key))?)
     }
 

@@ -287,7 +287,7 @@ async fn handles(
 
 /// Episodes of the project matching `filter`, in sequence order (`descending` for the
 /// most recent first), after `after_seq`.
-async fn scan(
+pub(super) async fn scan(
     conn: &mut PgConnection,
     key: &ProjectKey,
     filter: Option<&Expr>,
@@ -402,32 +402,8 @@ impl EpisodeStore for PostgresStore {
         key: &ProjectAccess,
         handles: &[EpisodeHandle],
     ) -> Result<Vec<(EpisodeHandle, Episode)>> {
-        let raw: Vec<i64> = handles.iter().map(|h| h.raw()).collect();
         let mut conn = self.pool().acquire().await.map_err(db_error)?;
-        // One round trip on the hot path, as `scan`.
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT e.id, {COLUMNS} FROM episodes e
-             WHERE e.org_id = $1 AND e.id = ANY($3) AND e.project =
-                 (SELECT id FROM projects WHERE org_id = $1 AND project_id = $2)"
-        )))
-        .bind(&key.org_id)
-        .bind(&key.project_id)
-        .bind(&raw)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db_error)?;
-        if rows.is_empty() {
-            projects::require(&mut conn, key).await?;
-        }
-        let mut found = HashMap::with_capacity(rows.len());
-        for row in &rows {
-            let id = EpisodeHandle::from_raw(row.try_get(0).map_err(db_error)?);
-            found.insert(id, from_row(row, 1).map_err(db_error)?);
-        }
-        Ok(handles
-            .iter()
-            .filter_map(|h| found.remove(h).map(|e| (*h, e)))
-            .collect())
+        by_handle(&mut conn, key, handles).await
     }
 
     async fn episode_handles(
@@ -443,4 +419,37 @@ impl EpisodeStore for PostgresStore {
             .map(|row| row.map(EpisodeHandle::from_raw))
             .collect())
     }
+}
+
+/// The episodes of this project with these handles, in the order asked.
+pub(super) async fn by_handle(
+    conn: &mut PgConnection,
+    key: &ProjectKey,
+    handles: &[EpisodeHandle],
+) -> Result<Vec<(EpisodeHandle, Episode)>> {
+    let raw: Vec<i64> = handles.iter().map(|h| h.raw()).collect();
+    // One round trip on the hot path, as `scan`.
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT e.id, {COLUMNS} FROM episodes e
+             WHERE e.org_id = $1 AND e.id = ANY($3) AND e.project =
+                 (SELECT id FROM projects WHERE org_id = $1 AND project_id = $2)"
+    )))
+    .bind(&key.org_id)
+    .bind(&key.project_id)
+    .bind(&raw)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(db_error)?;
+    if rows.is_empty() {
+        projects::require(&mut *conn, key).await?;
+    }
+    let mut found = HashMap::with_capacity(rows.len());
+    for row in &rows {
+        let id = EpisodeHandle::from_raw(row.try_get(0).map_err(db_error)?);
+        found.insert(id, from_row(row, 1).map_err(db_error)?);
+    }
+    Ok(handles
+        .iter()
+        .filter_map(|h| found.remove(h).map(|e| (*h, e)))
+        .collect())
 }

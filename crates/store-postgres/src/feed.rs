@@ -16,7 +16,7 @@ use super::helpers::{ADDED, REMOVED, VECTOR};
 use super::projects;
 use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::Result;
-use memmachine_core::model::{ChangeSeq, EpisodeHandle, ProjectHandle};
+use memmachine_core::model::{ChangeSeq, EpisodeHandle, ProjectHandle, ProjectKey};
 use memmachine_core::store::{Change, ChangeFeed, Changes, FeedHead, IndexedEpisode};
 
 fn vector_of(row: &sqlx::postgres::PgRow, at: usize) -> sqlx::Result<Option<Vec<f32>>> {
@@ -27,19 +27,8 @@ fn vector_of(row: &sqlx::postgres::PgRow, at: usize) -> sqlx::Result<Option<Vec<
 #[async_trait]
 impl ChangeFeed for PostgresStore {
     async fn feed_head(&self, key: &ProjectAccess) -> Result<FeedHead> {
-        let row = sqlx::query(
-            "SELECT id, last_change FROM projects WHERE org_id = $1 AND project_id = $2",
-        )
-        .bind(&key.org_id)
-        .bind(&key.project_id)
-        .fetch_optional(self.pool())
-        .await
-        .map_err(db_error)?
-        .ok_or_else(|| projects::not_found(key))?;
-        Ok(FeedHead {
-            project: ProjectHandle::from_raw(row.try_get(0).map_err(db_error)?),
-            change: ChangeSeq::from_raw(row.try_get(1).map_err(db_error)?),
-        })
+        let mut conn = self.pool().acquire().await.map_err(db_error)?;
+        head(&mut conn, key).await
     }
 
     async fn index_page(
@@ -206,4 +195,20 @@ impl ChangeFeed for PostgresStore {
         .map_err(db_error)?;
         Ok(pruned as u64)
     }
+}
+
+/// The project's feed head; `NotFound` when it does not exist.
+pub(super) async fn head(conn: &mut sqlx::PgConnection, key: &ProjectKey) -> Result<FeedHead> {
+    let row =
+        sqlx::query("SELECT id, last_change FROM projects WHERE org_id = $1 AND project_id = $2")
+            .bind(&key.org_id)
+            .bind(&key.project_id)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| projects::not_found(key))?;
+    Ok(FeedHead {
+        project: ProjectHandle::from_raw(row.try_get(0).map_err(db_error)?),
+        change: ChangeSeq::from_raw(row.try_get(1).map_err(db_error)?),
+    })
 }

@@ -27,6 +27,7 @@ mod projects;
 mod retention;
 mod runtime_settings;
 mod schema;
+mod search_reads;
 mod semantic;
 mod semantic_features;
 mod semantic_queue;

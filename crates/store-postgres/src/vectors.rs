@@ -296,36 +296,46 @@ impl VectorStore for PostgresStore {
         handles: &[EpisodeHandle],
     ) -> Result<Vec<(EpisodeHandle, Vec<f32>)>> {
         let mut conn = self.pool().acquire().await.map_err(db_error)?;
-        if handles.is_empty() {
-            projects::require(&mut conn, key).await?;
-            return Ok(Vec::new());
-        }
-        // One round trip on the hot path, as `episodes_by_handle`.
-        let rows = sqlx::query(
-            "SELECT v.episode, v.vector FROM embeddings v
+        by_handle(&mut conn, key, embedder, handles).await
+    }
+}
+
+/// The vectors from `embedder` of this project's episodes with these handles.
+pub(super) async fn by_handle(
+    conn: &mut PgConnection,
+    key: &ProjectKey,
+    embedder: &str,
+    handles: &[EpisodeHandle],
+) -> Result<Vec<(EpisodeHandle, Vec<f32>)>> {
+    if handles.is_empty() {
+        projects::require(&mut *conn, key).await?;
+        return Ok(Vec::new());
+    }
+    // One round trip on the hot path, as `episodes_by_handle`.
+    let rows = sqlx::query(
+        "SELECT v.episode, v.vector FROM embeddings v
              JOIN episodes e ON e.org_id = v.org_id AND e.id = v.episode
              WHERE v.org_id = $1 AND v.episode = ANY($3) AND v.embedder = $4 AND e.project =
                  (SELECT id FROM projects WHERE org_id = $1 AND project_id = $2)",
-        )
-        .bind(&key.org_id)
-        .bind(&key.project_id)
-        .bind(handles.iter().map(|h| h.raw()).collect::<Vec<i64>>())
-        .bind(embedder)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db_error)?;
-        if rows.is_empty() {
-            projects::require(&mut conn, key).await?;
-        }
-        let mut found = std::collections::HashMap::with_capacity(rows.len());
-        for row in &rows {
-            let handle = EpisodeHandle::from_raw(row.try_get(0).map_err(db_error)?);
-            let vector: pgvector::Vector = row.try_get(1).map_err(db_error)?;
-            found.insert(handle, vector.to_vec());
-        }
-        Ok(handles
-            .iter()
-            .filter_map(|h| found.remove(h).map(|v| (*h, v)))
-            .collect())
+    )
+    .bind(&key.org_id)
+    .bind(&key.project_id)
+    .bind(handles.iter().map(|h| h.raw()).collect::<Vec<i64>>())
+    .bind(embedder)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(db_error)?;
+    if rows.is_empty() {
+        projects::require(&mut *conn, key).await?;
     }
+    let mut found = std::collections::HashMap::with_capacity(rows.len());
+    for row in &rows {
+        let handle = EpisodeHandle::from_raw(row.try_get(0).map_err(db_error)?);
+        let vector: pgvector::Vector = row.try_get(1).map_err(db_error)?;
+        found.insert(handle, vector.to_vec());
+    }
+    Ok(handles
+        .iter()
+        .filter_map(|h| found.remove(h).map(|v| (*h, v)))
+        .collect())
 }

@@ -16,7 +16,6 @@ use memmachine_core::error::{Error, Result};
 const MAX_GROUP: usize = 512;
 
 use super::error::storage_error;
-use super::row_memo::Watch;
 
 /// Opens a connection with the durability settings every connection shares.
 pub(super) fn open_connection(path: &Path) -> Result<Connection> {
@@ -75,12 +74,11 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    /// `watch` learns of each commit, so memoised rows are read again after it.
-    pub(super) fn start(conn: Connection, watch: Arc<Watch>) -> Writer {
+    pub(super) fn start(conn: Connection) -> Writer {
         let (sender, receiver) = mpsc::channel::<Job>();
         let thread = std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || writer_loop(conn, receiver, &watch))
+            .spawn(move || writer_loop(conn, receiver))
             .expect("spawn the sqlite writer thread");
         Writer {
             sender: Mutex::new(Some(sender)),
@@ -146,7 +144,7 @@ impl Drop for Writer {
     }
 }
 
-fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Job>, watch: &Watch) {
+fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Job>) {
     while let Ok(first) = receiver.recv() {
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
@@ -155,12 +153,12 @@ fn writer_loop(conn: Connection, receiver: mpsc::Receiver<Job>, watch: &Watch) {
                 Err(_) => break,
             }
         }
-        run_group(&conn, group, watch);
+        run_group(&conn, group);
     }
 }
 
 /// Runs a group of writes in one transaction: one fsync for all of them.
-fn run_group(conn: &Connection, group: Vec<Job>, watch: &Watch) {
+fn run_group(conn: &Connection, group: Vec<Job>) {
     if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
         tracing::error!(error = %err, "cannot begin a write transaction");
         for job in group {
@@ -201,8 +199,6 @@ fn run_group(conn: &Connection, group: Vec<Job>, watch: &Watch) {
         let _ = conn.execute_batch("ROLLBACK");
         err
     });
-    // Before any writer learns it is done: a read it starts next must not be memoised.
-    watch.wrote();
     for finish in finishes {
         finish(commit.clone());
     }

@@ -146,10 +146,7 @@ pub(super) fn prune(conn: &Connection, before_micros: i64) -> Result<u64> {
 impl ChangeFeed for SqliteStore {
     async fn feed_head(&self, key: &ProjectAccess) -> Result<FeedHead> {
         let read = key.clone();
-        self.memoised(&self.memo.heads, key.key().clone(), move |tx| {
-            head(tx, &read)
-        })
-        .await
+        self.readers.read_here(move |tx| head(tx, &read)).await
     }
 
     async fn index_page(

@@ -6,10 +6,10 @@
 //! `error` (the one mapping of database errors), `schema` (migrations), `helpers`
 //! (what the SQL modules share), `filter_sql` (filters to SQL), `projects`,
 //! `episodes`, `feed` (the change log), `vectors` (the embedding queue and vectors),
-//! `keys`, `legacy` (v1 sessions and groups), `row_memo` (rows every search reads, kept
-//! until the database changes), `stats`, `runtime_settings`, `semantic*`
-//! (`SemanticStore`), `lifecycle`, `transfer`: each holds its trait's impl and its SQL,
-//! with the same file names in both backends (`row_memo` is SQLite's alone).
+//! `keys`, `legacy` (v1 sessions and groups), `search_reads` (what a search reads, in
+//! one transaction), `stats`, `runtime_settings`, `semantic*` (`SemanticStore`),
+//! `lifecycle`, `transfer`: each holds its trait's impl and its SQL, with the same file
+//! names in both backends.
 
 mod connection;
 mod episodes;
@@ -26,9 +26,9 @@ mod lifecycle;
 mod memory_feed;
 mod projects;
 mod retention;
-mod row_memo;
 mod runtime_settings;
 mod schema;
+mod search_reads;
 mod semantic;
 mod semantic_features;
 mod semantic_queue;
@@ -39,12 +39,9 @@ mod transfer;
 mod usage;
 mod vectors;
 
-use std::hash::Hash;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use self::connection::{ReadPool, Writer, open_connection};
-use self::row_memo::{Memo, RowMemo, Watch};
 use memmachine_core::error::{Error, Result};
 
 /// File name of the database inside the data directory.
@@ -54,8 +51,6 @@ pub struct SqliteStore {
     path: PathBuf,
     writer: Writer,
     readers: ReadPool,
-    watch: Arc<Watch>,
-    memo: RowMemo,
 }
 
 impl SqliteStore {
@@ -72,31 +67,11 @@ impl SqliteStore {
         let mut conn = open_connection(&path).map_err(named)?;
         schema::migrate(&mut conn).map_err(named)?;
         let readers = std::thread::available_parallelism().map_or(4, |n| n.get() * 2);
-        let watch = Arc::new(Watch::open(&path).map_err(named)?);
         Ok(SqliteStore {
             readers: ReadPool::new(path.clone(), readers),
-            writer: Writer::start(conn, watch.clone()),
-            watch,
-            memo: RowMemo::default(),
+            writer: Writer::start(conn),
             path,
         })
-    }
-
-    /// A row every search reads: from `memo` while the database has not changed since it
-    /// was read, else read (on the calling thread) and kept.
-    async fn memoised<K, V, F>(&self, memo: &Memo<K, V>, key: K, read: F) -> Result<V>
-    where
-        K: Eq + Hash,
-        V: Clone + Send + 'static,
-        F: FnOnce(&rusqlite::Transaction<'_>) -> Result<V> + Send + 'static,
-    {
-        let now = self.watch.now()?;
-        if let Some(row) = memo.get(now, &key) {
-            return Ok(row);
-        }
-        let row = self.readers.read_here(read).await?;
-        memo.put(now, key, row.clone());
-        Ok(row)
     }
 
     /// `open` on a blocking thread, for async callers.

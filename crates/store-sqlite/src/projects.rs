@@ -171,10 +171,7 @@ impl ProjectStore for SqliteStore {
 
     async fn get_project(&self, key: &ProjectAccess) -> Result<Option<Project>> {
         let read = key.clone();
-        self.memoised(&self.memo.projects, key.key().clone(), move |tx| {
-            find(tx, &read)
-        })
-        .await
+        self.readers.read_here(move |tx| find(tx, &read)).await
     }
 
     async fn list_projects(

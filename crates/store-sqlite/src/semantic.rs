@@ -264,11 +264,9 @@ impl SemanticFeatures for SqliteStore {
 
     async fn semantic_version(&self, org_id: &str) -> Result<i64> {
         let read = org_id.to_string();
-        let memo = &self.memo.semantic_versions;
-        self.memoised(memo, org_id.to_string(), move |tx| {
-            semantic_version(tx, &read)
-        })
-        .await
+        self.readers
+            .read_here(move |tx| semantic_version(tx, &read))
+            .await
     }
 
     async fn claim_feature_embeddings(
@@ -404,10 +402,9 @@ impl SemanticQueue for SqliteStore {
 impl Summaries for SqliteStore {
     async fn summary(&self, key: &ProjectAccess) -> Result<Option<Summary>> {
         let read = key.clone();
-        self.memoised(&self.memo.summaries, key.key().clone(), move |tx| {
-            summaries::summary(tx, &read)
-        })
-        .await
+        self.readers
+            .read_here(move |tx| summaries::summary(tx, &read))
+            .await
     }
 
     async fn put_summary(

@@ -68,7 +68,10 @@ impl<'a> Ranker<'a> {
             filter,
             top_k,
         };
-        rank(self.store, self.cache, self.embedder.as_ref(), asked).await
+        let vectors = self.embedder.as_ref().map(|e| e.id());
+        let view = self.cache.view(key, vectors).await?;
+        let hits = rank(self.store, &view, self.embedder.as_ref(), asked).await?;
+        Ok(hits.into_iter().map(|hit| hit.scored).collect())
     }
 
     async fn rank(

@@ -19,6 +19,7 @@ mod memory_feed;
 mod projects;
 mod retention;
 mod runtime_settings;
+mod search_reads;
 pub mod semantic;
 pub mod semantic_features;
 pub mod semantic_queue;
@@ -46,6 +47,7 @@ pub use memory_feed::{MemoryChange, MemoryChangeKind, MemoryChanges, MemoryFeed}
 pub use projects::ProjectStore;
 pub use retention::RetentionStore;
 pub use runtime_settings::{SettingsStore, StoredSettings};
+pub use search_reads::{SearchRead, SearchReads, SearchRows};
 pub use semantic::SemanticStore;
 pub use semantic_features::{
     ChangedBy, Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding,
@@ -67,6 +69,7 @@ pub trait Store:
     ProjectStore
     + EpisodeStore
     + ChangeFeed
+    + SearchReads
     + MemoryFeed
     + VectorStore
     + KeyStore
@@ -88,6 +91,7 @@ impl<T> Store for T where
     T: ProjectStore
         + EpisodeStore
         + ChangeFeed
+        + SearchReads
         + MemoryFeed
         + VectorStore
         + KeyStore

@@ -13,6 +13,8 @@ pub mod retention;
 use std::sync::Arc;
 
 pub use messages::MessageInput;
+// Where the transports have always found them.
+pub use crate::search_plan::{MAX_EXPAND_CONTEXT, SearchInput};
 
 use self::expiry::Expiry;
 
@@ -23,49 +25,40 @@ use crate::limits::Limits;
 use crate::model::filter::{self, Expr};
 use crate::model::{AddedEpisode, Episode, EpisodeHandle, NewEpisode, ScoredEpisode};
 use crate::rerank::Rerankers;
-use crate::retrieval::index_cache::IndexCache;
+use std::collections::HashMap;
+
+use crate::retrieval::index_cache::{IndexCache, IndexView, Warm};
 use crate::retrieval::ranking::Ranking;
 use crate::runtime_settings::{Effective, RuntimeSettings};
+use crate::search_plan::SearchPlan;
 use crate::semantic::SemanticMemory;
-use crate::store::Store;
+use crate::store::{FeedHead, SearchRead, Store};
 use memmachine_core::access::{OpenProject, ProjectAccess};
+use memmachine_core::model::Project;
 
-/// Largest `expand_context` accepted.
-pub const MAX_EXPAND_CONTEXT: i32 = 100;
 /// How many times `top_k` a ranking may ask for while expired hits leave it short.
 const MAX_OVERFETCH: usize = 8;
 /// Episodes read from the store at a time while a page fills up to its byte budget.
 const LIST_CHUNK: usize = 64;
-
-#[derive(Debug, Clone, Default)]
-pub struct SearchInput {
-    pub query: String,
-    pub top_k: Option<i32>,
-    pub filter: String,
-    pub expand_context: i32,
-    pub score_threshold: Option<f64>,
-    /// A narrowing the transport built (MCP's user, a v1 session), ANDed onto the
-    /// parsed `filter`; it applies to episodes only.
-    pub scope: Option<Expr>,
-    /// A blank query ranks nothing (the recent window still answers) instead of being
-    /// refused: MemMachine's REST answers it so; gRPC, MCP and v1 refuse it.
-    pub blank_query_ranks_nothing: bool,
-    /// Micros: the semantic half ranks the features as they were then.
-    pub as_of: Option<i64>,
-}
-
-impl SearchInput {
-    /// Whether this query is blank and allowed to be.
-    pub fn blank_allowed(&self) -> bool {
-        self.blank_query_ranks_nothing && self.query.trim().is_empty()
-    }
-}
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EpisodicSearch {
     pub long_term: Vec<ScoredEpisode>,
     pub short_term: Vec<Episode>,
     pub summaries: Vec<String>,
+}
+
+/// Where a search starts: the project and its index as last seen (no read yet), or
+/// the project just read.
+pub enum Start {
+    Warm(Warm),
+    Cold(OpenProject),
+}
+
+/// What the episodic half found, and the project's row as its read saw it.
+pub struct Searched {
+    pub found: EpisodicSearch,
+    pub project: OpenProject,
 }
 
 #[derive(Clone)]
@@ -215,38 +208,68 @@ impl EpisodicMemory {
         Ok(added)
     }
 
-    /// Checks a search request before anything is allocated from it: its `top_k` and
-    /// parsed filter. `Memories::search` calls it before either memory type ranks.
-    pub fn check_search(&self, input: &SearchInput) -> Result<(usize, Option<Expr>)> {
-        let mut violations = Violations::default();
-        if !input.blank_allowed() {
-            violations.check(self.limits.query("query", &input.query));
-        }
-        let top_k = violations.check(self.limits.page_size("top_k", input.top_k, 10));
-        let filter = violations.check(parse_filter("filter", &input.filter));
-        if !(0..=MAX_EXPAND_CONTEXT).contains(&input.expand_context) {
-            violations.add(
-                "expand_context",
-                format!("must be between 0 and {MAX_EXPAND_CONTEXT}"),
-            );
-        }
-        if input.score_threshold.is_some_and(f64::is_nan) {
-            violations.add("score_threshold", "must be a number");
-        }
-        violations.into_result()?;
-        // The transport's scope is ANDed onto the parsed filter, never pasted into it.
-        Ok((
-            top_k.expect("validated"),
-            filter::confine(filter.expect("validated"), input.scope.clone()),
-        ))
+    /// The project and its index as this server last saw them, when they are for the
+    /// embedder the project names now. No read of the store.
+    pub async fn warm(&self, key: &ProjectAccess) -> Option<Warm> {
+        let warm = self.index.warm(key).await?;
+        (warm.embedder.as_deref() == self.vectors_of(&warm.project)).then_some(warm)
     }
 
-    pub async fn search(
+    /// Runs the episodic half of a search `plan` (checked once, by `SearchPlan::new`),
+    /// with the project's summary when `summary`. From a warm start it ranks on the
+    /// index as last seen and reads the store once: rows, vectors, the recent window
+    /// and the summary, with the project's row and feed head, which tell whether that
+    /// index was current; if not, it runs once more on the index brought up to them.
+    pub async fn search(&self, start: Start, plan: &SearchPlan, summary: bool) -> Result<Searched> {
+        let (mut project, mut view, mut seen) = match start {
+            Start::Warm(warm) => (warm.project, warm.view, Some(warm.head)),
+            Start::Cold(project) => {
+                let view = self
+                    .index
+                    .view(project.access(), self.vectors_of(&project))
+                    .await?;
+                (project, view, None)
+            }
+        };
+        loop {
+            let (found, read) = match self.search_on(&project, &view, plan, summary).await {
+                Err(Error::NotFound(m)) => {
+                    // Deleted (here or by another replica): its index goes too.
+                    self.index.forget(&project.key);
+                    return Err(Error::NotFound(m));
+                }
+                other => other?,
+            };
+            let (read_project, head) = read;
+            match seen {
+                Some(known) if known != head || read_project != *project.project() => {
+                    let read_project = project.access().open(read_project)?;
+                    let embedder = self.vectors_of(&read_project);
+                    view = self.index.view_at(&read_project, head, embedder).await?;
+                    (project, seen) = (read_project, None);
+                }
+                _ => {
+                    let read_project = project.access().open(read_project)?;
+                    self.index.remember(&read_project, head).await;
+                    return Ok(Searched {
+                        found,
+                        project: read_project,
+                    });
+                }
+            }
+        }
+    }
+
+    /// One pass of `search` on `view`: the index proposes, one read of the store
+    /// answers. Returns what it found and the project's row and head the read saw.
+    async fn search_on(
         &self,
         project: &OpenProject,
-        input: SearchInput,
-    ) -> Result<EpisodicSearch> {
-        let (top_k, filter) = self.check_search(&input)?;
+        view: &IndexView,
+        plan: &SearchPlan,
+        summary: bool,
+    ) -> Result<(EpisodicSearch, (Project, FeedHead))> {
+        let top_k = plan.top_k;
         let embedder = self.embedders.for_project(&project.config.embedder);
         let settings = self.settings.current();
         // A project that names no ranking gets the server's (settable at run time).
@@ -262,148 +285,169 @@ impl EpisodicMemory {
             None => top_k,
         };
         let config = settings.episodic_for(project.episodic);
-        if !config.enabled {
-            return Ok(EpisodicSearch::default());
-        }
+        let capacity = self.limits.short_term_window;
+        // A blank query asks for nothing to rank by: the recent window still answers
+        // (MemMachine answers such a search normally).
+        let long_term =
+            config.enabled && config.long_term_memory_enabled && !plan.query.trim().is_empty();
+        let short_term = config.enabled && config.short_term_memory_enabled && capacity > 0;
         // Expired episodes are never answered: retention narrows every read, own
         // expiries are dropped after it.
         let expiry = Expiry::of(&project.episodic);
-        let filter = filter::confine(filter, expiry.scope());
-        // The two reads are independent: run them side by side.
-        let long_term = async {
-            // A blank query asks for nothing to rank by: the recent window still answers
-            // (MemMachine answers such a search normally).
-            if !config.long_term_memory_enabled || input.query.trim().is_empty() {
-                return Ok::<_, Error>(Vec::new());
-            }
-            // Asks for more while expired hits left the ranking short (bounded).
-            let mut asked_for = candidates;
-            let mut hits = loop {
-                let asked = ranking::RankQuery {
-                    mode,
-                    key: project.access(),
-                    query: &input.query,
-                    participant_aware: config.participant_aware,
-                    filter: filter.as_ref(),
-                    top_k: asked_for,
+        let filter = filter::confine(plan.filter.clone(), expiry.scope());
+        let asked = |top_k| ranking::RankQuery {
+            mode,
+            key: project.access(),
+            query: &plan.query,
+            participant_aware: config.participant_aware,
+            filter: filter.as_ref(),
+            top_k,
+        };
+        // Before the read: what the index proposes, and the newest episodes passing the
+        // filter (SQL may walk far back through rows that fail it; the index walks
+        // back through episodes' fields in memory instead).
+        let proposal = match long_term {
+            true => Some(ranking::propose(view, embedder, asked(candidates)).await?),
+            false => None,
+        };
+        let newest = match (short_term, filter.clone()) {
+            (true, Some(filter)) => Some(
+                view.read(move |index| {
+                    let newest = index.newest(&filter, capacity).into_iter();
+                    newest.map(EpisodeHandle::from_raw).collect::<Vec<_>>()
+                })
+                .await?,
+            ),
+            _ => None,
+        };
+        let mut episodes = proposal.as_ref().map_or_else(Vec::new, |p| p.rows_wanted());
+        episodes.extend(newest.iter().flatten().copied());
+        let vectors = proposal.as_ref().and_then(|p| p.vectors_wanted());
+        let read = SearchRead {
+            episodes: &episodes,
+            vectors: vectors.as_ref().map(|(e, h)| (*e, h.as_slice())),
+            recent: if short_term && newest.is_none() {
+                capacity
+            } else {
+                0
+            },
+            summary: summary && config.enabled && config.short_term_memory_enabled,
+        };
+        let rows = crate::round_trips::call(self.store.search_rows(project.access(), read)).await?;
+        let seen = (rows.project, rows.head);
+        let mut by_handle: HashMap<EpisodeHandle, Episode> = rows.episodes.into_iter().collect();
+        let summaries = rows.summary.map(|s| vec![s.text]).unwrap_or_default();
+        let short_term = match (short_term, newest) {
+            (false, _) => Vec::new(),
+            (true, newest) => {
+                let recent = match newest {
+                    Some(ids) => ids
+                        .iter()
+                        .filter_map(|id| by_handle.get(id).cloned())
+                        .collect(),
+                    None => rows.recent,
                 };
-                let mut hits = ranking::rank(&self.store, &self.index, embedder, asked).await?;
-                let ranked = hits.len();
-                hits.retain_mut(|hit| expiry.keep(&mut hit.episode));
-                let most = candidates.saturating_mul(MAX_OVERFETCH);
-                if hits.len() >= candidates || ranked < asked_for || asked_for >= most {
-                    hits.truncate(candidates);
-                    break hits;
-                }
-                asked_for = asked_for.saturating_mul(2).min(most);
+                let window = crate::semantic::summary::Window {
+                    messages: capacity,
+                    chars: settings.short_term_chars,
+                };
+                crate::semantic::summary::kept(window, expiry.retain(recent))
+            }
+        };
+        let Some(proposal) = proposal else {
+            let found = EpisodicSearch {
+                long_term: Vec::new(),
+                short_term,
+                summaries,
             };
-            if let Some(name) = reranker {
-                hits = rerank::rerank(&self.rerankers, name, &input.query, hits, top_k).await;
+            return Ok((found, seen));
+        };
+        let exact: HashMap<i64, Vec<f32>> = rows
+            .vectors
+            .into_iter()
+            .map(|(handle, vector)| (handle.raw(), vector))
+            .collect();
+        let mut hits = proposal.finish(&mut by_handle, &exact);
+        // Asks for more while expired hits left the ranking short (bounded; each round
+        // reads the store again).
+        let most = candidates.saturating_mul(MAX_OVERFETCH);
+        let mut asked_for = candidates;
+        loop {
+            let ranked = hits.len();
+            hits.retain_mut(|hit| expiry.keep(&mut hit.scored.episode));
+            if hits.len() >= candidates || ranked < asked_for || asked_for >= most {
+                hits.truncate(candidates);
+                break;
             }
-            if let Some(threshold) = input.score_threshold {
-                hits.retain(|hit| hit.score >= threshold);
-            }
-            if input.expand_context == 0 || hits.is_empty() {
-                return Ok(hits);
-            }
-            let (before, after) = expand::split(input.expand_context as usize);
-            let uids: Vec<uuid::Uuid> = hits.iter().map(|h| h.episode.uid).collect();
+            asked_for = asked_for.saturating_mul(2).min(most);
+            hits = ranking::rank(&self.store, view, embedder, asked(asked_for)).await?;
+        }
+        if let Some(name) = reranker {
+            hits = rerank::rerank(&self.rerankers, name, &plan.query, hits, top_k).await;
+        }
+        if let Some(threshold) = plan.score_threshold {
+            hits.retain(|hit| hit.scored.score >= threshold);
+        }
+        let long_term = if plan.expand_context == 0 || hits.is_empty() {
+            hits.into_iter().map(|h| h.scored).collect()
+        } else {
+            let (before, after) = expand::split(plan.expand_context);
+            let handles: Vec<EpisodeHandle> = hits.iter().map(|h| h.handle).collect();
             let contexts = self
-                .contexts(project, &uids, before, after, filter.as_ref())
+                .contexts(
+                    view,
+                    project.access(),
+                    handles,
+                    before,
+                    after,
+                    filter.as_ref(),
+                )
                 .await?
                 .into_iter()
                 .map(|window| expiry.retain(window))
                 .collect();
-            Ok(expand::expand(hits, contexts, top_k))
+            let hits = hits.into_iter().map(|h| h.scored).collect();
+            expand::expand(hits, contexts, top_k)
         };
-        let short_term = async {
-            let capacity = self.limits.short_term_window;
-            if !config.short_term_memory_enabled || capacity == 0 {
-                return Ok(Vec::new());
-            }
-            let recent = expiry.retain(self.recent(project, filter.as_ref(), capacity).await?);
-            let window = crate::semantic::summary::Window {
-                messages: capacity,
-                chars: settings.short_term_chars,
-            };
-            Ok(crate::semantic::summary::kept(window, recent))
-        };
-        let (long_term, short_term) = tokio::try_join!(long_term, short_term)?;
-        Ok(EpisodicSearch {
+        let found = EpisodicSearch {
             long_term,
             short_term,
-            summaries: Vec::new(),
-        })
+            summaries,
+        };
+        Ok((found, seen))
     }
 
-    /// For each uid (an episode of this project), the episode with up to `before` and
-    /// `after` neighbours passing `filter`, oldest first; an unknown uid gets none.
+    /// For each hit (its handle), the episode with up to `before` and `after`
+    /// neighbours passing `filter`, oldest first; one no longer indexed gets none.
     async fn contexts(
         &self,
-        project: &OpenProject,
-        uids: &[uuid::Uuid],
+        view: &IndexView,
+        key: &ProjectAccess,
+        handles: Vec<EpisodeHandle>,
         before: usize,
         after: usize,
         filter: Option<&Expr>,
     ) -> Result<Vec<Vec<Episode>>> {
-        let key = project.access();
-        let handles = self.store.episode_handles(key, uids).await?;
         let filter = filter.cloned();
-        let windows: Vec<Vec<EpisodeHandle>> = self
-            .index
-            .read(key, self.vectors_of(project), move |index| {
-                let neighbours = |h: EpisodeHandle| {
+        let windows: Vec<Vec<EpisodeHandle>> = view
+            .read(move |index| {
+                let neighbours = |h: &EpisodeHandle| {
                     let window = index.neighbours(h.raw(), before, after, filter.as_ref());
                     window.into_iter().map(EpisodeHandle::from_raw).collect()
                 };
-                handles
-                    .iter()
-                    .map(|h| h.map_or_else(Vec::new, neighbours))
-                    .collect()
+                handles.iter().map(neighbours).collect()
             })
             .await?;
         let all: Vec<EpisodeHandle> = windows.iter().flatten().copied().collect();
-        let rows: std::collections::HashMap<EpisodeHandle, Episode> = self
-            .store
-            .episodes_by_handle(key, &all)
-            .await?
-            .into_iter()
-            .collect();
+        let rows: std::collections::HashMap<EpisodeHandle, Episode> =
+            crate::round_trips::call(self.store.episodes_by_handle(key, &all))
+                .await?
+                .into_iter()
+                .collect();
         Ok(windows
             .iter()
             .map(|ids| ids.iter().filter_map(|id| rows.get(id).cloned()).collect())
             .collect())
-    }
-
-    /// The `limit` most recent episodes passing `filter`, oldest first. With a filter,
-    /// SQL may walk far back through rows that fail it; the index walks back through
-    /// episodes' fields in memory instead.
-    async fn recent(
-        &self,
-        project: &OpenProject,
-        filter: Option<&Expr>,
-        limit: usize,
-    ) -> Result<Vec<Episode>> {
-        let Some(filter) = filter.cloned() else {
-            return self
-                .store
-                .recent_episodes(project.access(), None, limit)
-                .await;
-        };
-        let ids = self
-            .index
-            .read(project.access(), self.vectors_of(project), move |index| {
-                let newest = index.newest(&filter, limit).into_iter();
-                newest.map(EpisodeHandle::from_raw).collect::<Vec<_>>()
-            })
-            .await?;
-        let mut rows: std::collections::HashMap<EpisodeHandle, Episode> = self
-            .store
-            .episodes_by_handle(project.access(), &ids)
-            .await?
-            .into_iter()
-            .collect();
-        Ok(ids.iter().filter_map(|id| rows.remove(id)).collect())
     }
 
     /// The id of the embedder whose vectors the project's index holds.

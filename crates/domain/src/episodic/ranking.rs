@@ -2,17 +2,26 @@
 //! (embedding similarity) or both fused (`retrieval::fusion`), as the project's
 //! `reranker` setting asks.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::embed::Embedder;
 use crate::error::{Error, Result};
 use crate::model::filter::Expr;
-use crate::model::{EpisodeHandle, ScoredEpisode};
-use crate::retrieval::index_cache::IndexCache;
+use crate::model::{Episode, EpisodeHandle, ScoredEpisode};
+use crate::retrieval::index_cache::IndexView;
 use memmachine_core::access::ProjectAccess;
 // The mode is part of `rank`'s signature.
 pub use crate::retrieval::ranking::Mode;
 use crate::store::Store;
+
+/// A ranked episode with its handle in the index (kept for later steps, never looked
+/// up again).
+#[derive(Debug, Clone)]
+pub struct Hit {
+    pub handle: EpisodeHandle,
+    pub scored: ScoredEpisode,
+}
 
 /// What one search asks of the ranking: the project, its question and how to rank.
 pub struct RankQuery<'a> {
@@ -24,15 +33,101 @@ pub struct RankQuery<'a> {
     pub top_k: usize,
 }
 
+/// The index's candidates for a query, before the store is read: what to read for
+/// them, then [`Proposal::finish`] with what was read.
+pub struct Proposal {
+    hits: Vec<crate::retrieval::rescore::Hit>,
+    /// The query's vector and the embedder (an id) whose exact vectors rescore hits.
+    rescore: Option<(Vec<f32>, String)>,
+    top_k: usize,
+}
+
+impl Proposal {
+    /// Episodes whose rows the ranking may answer.
+    pub fn rows_wanted(&self) -> Vec<EpisodeHandle> {
+        self.hits
+            .iter()
+            .map(|hit| EpisodeHandle::from_raw(hit.handle))
+            .collect()
+    }
+
+    /// The embedder and the episodes whose exact vectors rescoring reads.
+    pub fn vectors_wanted(&self) -> Option<(&str, Vec<EpisodeHandle>)> {
+        let (_, embedder) = self.rescore.as_ref()?;
+        let wanted = crate::retrieval::rescore::wanted(&self.hits);
+        Some((
+            embedder.as_str(),
+            wanted.into_iter().map(EpisodeHandle::from_raw).collect(),
+        ))
+    }
+
+    /// The best `top_k`, rescored with `exact` vectors (by handle), with their rows
+    /// from `rows`; a hit deleted since it was ranked (no row) is simply left out.
+    pub fn finish(
+        self,
+        rows: &mut HashMap<EpisodeHandle, Episode>,
+        exact: &HashMap<i64, Vec<f32>>,
+    ) -> Vec<Hit> {
+        // Hybrid: every fused candidate is rescored, as the quantisation error of its own
+        // similarity could move any of them across the cut (neighbours' share stays int8).
+        let hits = match &self.rescore {
+            Some((query, _)) => {
+                crate::retrieval::rescore::rescore(self.hits, exact, query, self.top_k)
+            }
+            None => self.hits,
+        };
+        hits.into_iter()
+            .filter_map(|hit| {
+                let handle = EpisodeHandle::from_raw(hit.handle);
+                Some(Hit {
+                    handle,
+                    scored: ScoredEpisode {
+                        episode: rows.remove(&handle)?,
+                        score: f64::from(hit.score),
+                    },
+                })
+            })
+            .collect()
+    }
+}
+
 /// Ranks the project's episodes for the query, best first, at most `top_k`: the
-/// project's index (in `index`, with the vectors of `embedder`) ranks, the store gives
-/// the rows.
+/// project's index (the request's `view`, with the vectors of `embedder`) ranks, the
+/// store gives the rows and exact vectors (two reads).
 pub async fn rank(
     store: &Arc<dyn Store>,
-    index: &IndexCache,
+    view: &IndexView,
     embedder: Option<&Arc<dyn Embedder>>,
     asked: RankQuery<'_>,
-) -> Result<Vec<ScoredEpisode>> {
+) -> Result<Vec<Hit>> {
+    let key = asked.key;
+    let proposal = propose(view, embedder, asked).await?;
+    let exact: HashMap<i64, Vec<f32>> = match proposal.vectors_wanted() {
+        Some((embedder, wanted)) if !wanted.is_empty() => {
+            crate::round_trips::call(store.vectors(key, embedder, &wanted))
+                .await?
+                .into_iter()
+                .map(|(handle, vector)| (handle.raw(), vector))
+                .collect()
+        }
+        _ => HashMap::new(),
+    };
+    let wanted = proposal.rows_wanted();
+    let mut rows: HashMap<EpisodeHandle, Episode> =
+        crate::round_trips::call(store.episodes_by_handle(key, &wanted))
+            .await?
+            .into_iter()
+            .collect();
+    Ok(proposal.finish(&mut rows, &exact))
+}
+
+/// The index's candidates for the query (the question embedded when the mode ranks by
+/// vectors): no read of the store.
+pub async fn propose(
+    view: &IndexView,
+    embedder: Option<&Arc<dyn Embedder>>,
+    asked: RankQuery<'_>,
+) -> Result<Proposal> {
     let RankQuery {
         mode,
         key,
@@ -49,10 +144,7 @@ pub async fn rank(
     let named = match (mode, embedder) {
         (Mode::Dense | Mode::Hybrid, Some(_)) if participant_aware => {
             let question = query.to_string();
-            index
-                .read(key, vectors.as_deref(), move |index| {
-                    index.named_participants(&question)
-                })
+            view.read(move |index| index.named_participants(&question))
                 .await?
         }
         _ => None,
@@ -99,8 +191,8 @@ pub async fn rank(
         Some(_) => crate::retrieval::rescore::candidates(top_k),
         None => top_k,
     };
-    let hits = index
-        .read(key, vectors.as_deref(), move |index| {
+    let hits = view
+        .read(move |index| {
             let filter = filter.as_ref();
             match (mode, vector) {
                 (Mode::Dense, Some(vector)) => index.dense(&vector, filter, wanted),
@@ -109,45 +201,9 @@ pub async fn rank(
             }
         })
         .await?;
-    // Hybrid: every fused candidate is rescored, as the quantisation error of its own
-    // similarity could move any of them across the cut (neighbours' share stays int8).
-    let hits = match (query_vector, vectors.as_deref()) {
-        (Some(query), Some(embedder)) => {
-            let wanted: Vec<EpisodeHandle> = crate::retrieval::rescore::wanted(&hits)
-                .into_iter()
-                .map(EpisodeHandle::from_raw)
-                .collect();
-            let exact: std::collections::HashMap<i64, Vec<f32>> = if wanted.is_empty() {
-                Default::default()
-            } else {
-                store
-                    .vectors(key, embedder, &wanted)
-                    .await?
-                    .into_iter()
-                    .map(|(handle, vector)| (handle.raw(), vector))
-                    .collect()
-            };
-            crate::retrieval::rescore::rescore(hits, &exact, &query, top_k)
-        }
-        _ => hits,
-    };
-    let handles: Vec<EpisodeHandle> = hits
-        .iter()
-        .map(|hit| EpisodeHandle::from_raw(hit.handle))
-        .collect();
-    let mut rows: std::collections::HashMap<EpisodeHandle, _> = store
-        .episodes_by_handle(key, &handles)
-        .await?
-        .into_iter()
-        .collect();
-    // A hit deleted since it was ranked is simply left out.
-    Ok(hits
-        .into_iter()
-        .filter_map(|hit| {
-            Some(ScoredEpisode {
-                episode: rows.remove(&EpisodeHandle::from_raw(hit.handle))?,
-                score: f64::from(hit.score),
-            })
-        })
-        .collect())
+    Ok(Proposal {
+        hits,
+        rescore: query_vector.zip(vectors),
+        top_k,
+    })
 }

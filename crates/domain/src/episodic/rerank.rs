@@ -3,7 +3,7 @@
 //! A reranker that fails never fails the search: it is logged and counted (by
 //! [`Rerankers::score`]) and the fused order answers.
 
-use crate::model::ScoredEpisode;
+use super::ranking::Hit;
 use crate::rerank::Rerankers;
 
 /// `candidates` (best first, as fused) reordered by the reranker `name`'s scores, which
@@ -13,9 +13,9 @@ pub(super) async fn rerank(
     rerankers: &Rerankers,
     name: &str,
     query: &str,
-    mut candidates: Vec<ScoredEpisode>,
+    mut candidates: Vec<Hit>,
     top_k: usize,
-) -> Vec<ScoredEpisode> {
+) -> Vec<Hit> {
     if candidates.is_empty() {
         return candidates;
     }
@@ -23,15 +23,20 @@ pub(super) async fn rerank(
     // said, since questions name people ("What did Caroline adopt?").
     let documents: Vec<String> = candidates
         .iter()
-        .map(|c| super::embedding::embedding_text(&c.episode.producer_id, &c.episode.content))
+        .map(|c| {
+            super::embedding::embedding_text(
+                &c.scored.episode.producer_id,
+                &c.scored.episode.content,
+            )
+        })
         .collect();
     match rerankers.score(name, query, &documents).await {
         Ok(scores) => {
             for (candidate, score) in candidates.iter_mut().zip(scores) {
-                candidate.score = f64::from(score);
+                candidate.scored.score = f64::from(score);
             }
             // Stable: equal scores keep the fused order.
-            candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
+            candidates.sort_by(|a, b| b.scored.score.total_cmp(&a.scored.score));
         }
         Err(err) => {
             tracing::warn!(

@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use super::project_index::ProjectIndex;
 use crate::error::{Error, Result};
-use crate::model::{ChangeSeq, ProjectKey};
+use crate::model::{ChangeSeq, Project, ProjectKey};
 use crate::store::{Change, FeedHead, Store};
-use memmachine_core::access::{Access, ProjectAccess};
+use memmachine_core::access::{Access, OpenProject, ProjectAccess};
 
 /// Episodes read per page when loading a project, and log entries per catch-up read.
 const PAGE: usize = 2048;
@@ -28,6 +28,34 @@ const RANK_HERE: usize = 20_000;
 /// Eviction frees down to this fraction of the budget (15/16), so a full cache does
 /// not sort its projects again on every load.
 const EVICT_TO: (usize, usize) = (15, 16);
+
+/// One request's view of a project's index: at least as new as the feed head read when
+/// it was taken (a concurrent catch-up only moves it forward).
+#[derive(Clone)]
+pub struct IndexView {
+    index: Arc<RwLock<ProjectIndex>>,
+}
+
+impl IndexView {
+    /// Runs `f` on the index.
+    pub async fn read<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&ProjectIndex) -> T + Send + 'static,
+    {
+        // A small project ranks in less time than a hop to a blocking thread takes.
+        {
+            let held = self.index.read().expect("index lock");
+            if held.len() <= RANK_HERE {
+                return Ok(f(&held));
+            }
+        }
+        let index = self.index.clone();
+        tokio::task::spawn_blocking(move || f(&index.read().expect("index lock")))
+            .await
+            .map_err(|err| Error::Internal(format!("index read failed: {err}")))
+    }
+}
 
 pub struct IndexCache {
     store: Arc<dyn Store>,
@@ -65,6 +93,17 @@ struct Loaded {
     head: FeedHead,
     embedder: Option<String>,
     index: Arc<RwLock<ProjectIndex>>,
+    /// The project's row as the last search read it beside `head`.
+    project: Option<Project>,
+}
+
+/// A project's index and row as this server last saw them, with no read of the store:
+/// a search ranks on it and its one read tells whether it was still current.
+pub struct Warm {
+    pub project: OpenProject,
+    pub head: FeedHead,
+    pub embedder: Option<String>,
+    pub view: IndexView,
 }
 
 impl IndexCache {
@@ -84,7 +123,13 @@ impl IndexCache {
         T: Send + 'static,
         F: FnOnce(&ProjectIndex) -> T + Send + 'static,
     {
-        let head = match self.store.feed_head(key).await {
+        self.view(key, embedder).await?.read(f).await
+    }
+
+    /// The project's index as of the store's latest change (one read of its feed head),
+    /// for every step of one request. `NotFound` when the project does not exist.
+    pub async fn view(&self, key: &ProjectAccess, embedder: Option<&str>) -> Result<IndexView> {
+        let head = match crate::round_trips::call(self.store.feed_head(key)).await {
             Ok(head) => head,
             Err(err) => {
                 if matches!(err, Error::NotFound(_)) {
@@ -95,16 +140,66 @@ impl IndexCache {
             }
         };
         let index = self.current(key, head, embedder).await?;
-        // A small project ranks in less time than a hop to a blocking thread takes.
-        {
-            let held = index.read().expect("index lock");
-            if held.len() <= RANK_HERE {
-                return Ok(f(&held));
-            }
+        Ok(IndexView { index })
+    }
+
+    /// The project's index and row as last seen (`None` when not loaded, or no search
+    /// has read its row yet). No read of the store.
+    pub async fn warm(&self, key: &ProjectAccess) -> Option<Warm> {
+        let slot = self
+            .slots
+            .lock()
+            .expect("index slots")
+            .by_key
+            .get(key)?
+            .clone();
+        // Used: eviction keeps it as it keeps the ones read through `view`.
+        let tick = self.clock.fetch_add(1, Ordering::Relaxed);
+        slot.last_used.store(tick, Ordering::Relaxed);
+        let state = slot.state.lock().await;
+        let loaded = state.as_ref()?;
+        Some(Warm {
+            project: key.open(loaded.project.clone()?).ok()?,
+            head: loaded.head,
+            embedder: loaded.embedder.clone(),
+            view: IndexView {
+                index: loaded.index.clone(),
+            },
+        })
+    }
+
+    /// The project's index brought to `head` (read by the caller), and `project` kept
+    /// as the row read with it.
+    pub async fn view_at(
+        &self,
+        project: &OpenProject,
+        head: FeedHead,
+        embedder: Option<&str>,
+    ) -> Result<IndexView> {
+        let index = self.current(project.access(), head, embedder).await?;
+        self.remember(project, head).await;
+        Ok(IndexView { index })
+    }
+
+    /// Keeps `project`, read at `head`, beside its index when the index is at `head`.
+    pub async fn remember(&self, project: &OpenProject, head: FeedHead) {
+        let slot = self
+            .slots
+            .lock()
+            .expect("index slots")
+            .by_key
+            .get(&project.key)
+            .cloned();
+        let Some(slot) = slot else { return };
+        let mut state = slot.state.lock().await;
+        if let Some(loaded) = state.as_mut().filter(|l| l.head == head) {
+            loaded.project = Some(project.project().clone());
         }
-        tokio::task::spawn_blocking(move || f(&index.read().expect("index lock")))
-            .await
-            .map_err(|err| Error::Internal(format!("index read failed: {err}")))
+    }
+
+    /// Drops the project's index (the project is gone).
+    pub fn forget(&self, key: &ProjectKey) {
+        self.slots.lock().expect("index slots").remove(key);
     }
 
     /// Bytes held, and projects loaded.
@@ -193,15 +288,13 @@ impl IndexCache {
     /// reaches back to what the index holds (it must be loaded afresh).
     async fn catch_up(&self, loaded: &mut Loaded, target: ChangeSeq) -> Result<bool> {
         while loaded.head.change < target {
-            let Some(read) = self
-                .store
-                .changes_since(
-                    loaded.head.project,
-                    loaded.head.change,
-                    loaded.embedder.as_deref(),
-                    PAGE,
-                )
-                .await?
+            let Some(read) = crate::round_trips::call(self.store.changes_since(
+                loaded.head.project,
+                loaded.head.change,
+                loaded.embedder.as_deref(),
+                PAGE,
+            ))
+            .await?
             else {
                 return Ok(false);
             };
@@ -243,10 +336,13 @@ impl IndexCache {
         let mut indexing: Option<tokio::task::JoinHandle<()>> = None;
         let failed = |err| Error::Internal(format!("index load failed: {err}"));
         loop {
-            let page = self
-                .store
-                .index_page(head.project, embedder, after_seq, PAGE)
-                .await;
+            let page = crate::round_trips::call(self.store.index_page(
+                head.project,
+                embedder,
+                after_seq,
+                PAGE,
+            ))
+            .await;
             if let Some(task) = indexing.take() {
                 task.await.map_err(failed)?;
             }
@@ -272,8 +368,9 @@ impl IndexCache {
             head,
             embedder: embedder.map(str::to_string),
             index,
+            project: None,
         };
-        let latest = self.store.feed_head(key).await?;
+        let latest = crate::round_trips::call(self.store.feed_head(key)).await?;
         if latest.project == head.project {
             self.catch_up(&mut loaded, latest.change).await?;
         }

@@ -245,7 +245,8 @@ impl SemanticMemory {
         let selected: Option<HashSet<String>> = if set_metadata.is_empty() {
             None
         } else {
-            let set_types = self.store.list_set_types(project.access()).await?;
+            let set_types =
+                crate::round_trips::call(self.store.list_set_types(project.access())).await?;
             Some(
                 sets::selected_ids(project.access(), set_metadata, &set_types)
                     .into_iter()
@@ -296,14 +297,8 @@ impl SemanticMemory {
         let features = match snapshot.as_mut() {
             Some(then) => ranked.iter().filter_map(|r| then.remove(&r.0)).collect(),
             None => {
-                self.store
-                    .features(
-                        &ranked
-                            .iter()
-                            .map(|r| FeatureId::from_raw(r.0))
-                            .collect::<Vec<_>>(),
-                    )
-                    .await?
+                let ids: Vec<FeatureId> = ranked.iter().map(|r| FeatureId::from_raw(r.0)).collect();
+                crate::round_trips::call(self.store.features(&ids)).await?
             }
         };
         Ok(features
@@ -414,11 +409,11 @@ impl SemanticMemory {
 
     /// The project's rolling summary, if there is one.
     pub async fn summaries(&self, project: &OpenProject) -> Result<Vec<String>> {
-        Ok(self
-            .store
-            .summary(project.access())
-            .await?
-            .map(|s| vec![s.text])
-            .unwrap_or_default())
+        Ok(
+            crate::round_trips::call(self.store.summary(project.access()))
+                .await?
+                .map(|s| vec![s.text])
+                .unwrap_or_default(),
+        )
     }
 }

@@ -178,7 +178,7 @@ impl FeatureIndexes {
         store: &Arc<dyn Store>,
         project: &OpenProject,
     ) -> Result<Arc<ProjectFeatures>> {
-        let version = store.semantic_version(&project.key.org_id).await?;
+        let version = crate::round_trips::call(store.semantic_version(&project.key.org_id)).await?;
         let tick = self
             .clock
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -192,10 +192,9 @@ impl FeatureIndexes {
             }
         }
         // The sets the project sees: its own and its org's org-level ones.
-        let sets = store.list_sets(project.access()).await?;
-        let features = store
-            .indexed_features(&sets.iter().map(|s| s.internal_id).collect::<Vec<_>>())
-            .await?;
+        let sets = crate::round_trips::call(store.list_sets(project.access())).await?;
+        let ids: Vec<_> = sets.iter().map(|s| s.internal_id).collect();
+        let features = crate::round_trips::call(store.indexed_features(&ids)).await?;
         let index = Arc::new(ProjectFeatures::build(version, features));
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() >= CACHED_PROJECTS

@@ -97,27 +97,40 @@ impl Supervised {
     /// Starts `command` as `name` (said in every failure), its stderr captured;
     /// `echo_var` set in the environment copies each stderr line to the test's stderr.
     pub fn spawn(name: &str, command: &mut Command, echo_var: Option<&str>) -> Supervised {
-        command.stderr(Stdio::piped());
         let shown = format!("{command:?}");
-        let mut child =
-            start(command).unwrap_or_else(|err| panic!("cannot start {name} ({shown}): {err}"));
+        let echo = echo_var.is_some_and(|var| std::env::var_os(var).is_some());
+        let prefix = format!("[{name}] ");
+        let watch: Option<Watch> =
+            echo.then(|| Box::new(move |line: &str| eprintln!("{prefix}{line}")) as Watch);
+        Self::try_spawn(name, command, watch)
+            .unwrap_or_else(|err| panic!("cannot start {name} ({shown}): {err}"))
+    }
+
+    /// As `spawn`, `Err` if it cannot start (a benchmark reports it), and `watch` given
+    /// each stderr line as it is read (a benchmark counts what the log reports).
+    pub fn try_spawn(
+        name: &str,
+        command: &mut Command,
+        watch: Option<Watch>,
+    ) -> io::Result<Supervised> {
+        command.stderr(Stdio::piped());
+        let mut child = start(command)?;
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let stderr_done = Arc::new(AtomicBool::new(false));
-        let echo = echo_var.is_some_and(|var| std::env::var_os(var).is_some());
         collect(
             child.stderr.take().expect("stderr is piped"),
             stderr.clone(),
             stderr_done.clone(),
-            echo.then(|| format!("[{name}] ")),
+            watch,
         );
-        Supervised {
+        Ok(Supervised {
             name: name.to_string(),
             child,
             stderr,
             stderr_done,
             exited: None,
             reported: false,
-        }
+        })
     }
 
     /// Every line written to stderr so far (shared; it grows while the child runs).
@@ -371,19 +384,22 @@ fn read_all(
     })
 }
 
-/// Collects `stream`'s lines into `lines`, echoing each (with `prefix`) when asked;
-/// sets `done` at its end.
+/// What is told each stderr line of a child as it is read.
+pub type Watch = Box<dyn FnMut(&str) + Send>;
+
+/// Collects `stream`'s lines into `lines`, telling each to `watch` first; sets `done`
+/// at its end.
 fn collect(
     stream: impl Read + Send + 'static,
     lines: Lines,
     done: Arc<AtomicBool>,
-    prefix: Option<String>,
+    mut watch: Option<Watch>,
 ) {
     std::thread::spawn(move || {
         for line in BufReader::new(stream).lines() {
             let Ok(line) = line else { break };
-            if let Some(prefix) = &prefix {
-                eprintln!("{prefix}{line}");
+            if let Some(watch) = &mut watch {
+                watch(&line);
             }
             lines.lock().unwrap().push(line);
         }

@@ -2,34 +2,30 @@
 //! panics, and its log is read for what the benches report (episodes embedded, index
 //! bytes, vector graphs built).
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::{READY, listen_addr};
+use crate::child::{self, Supervised};
 use crate::{BoxError, Result};
+
+/// Log lines shown in an error.
+const TAIL_LINES: usize = 20;
 
 /// A running `memmachine serve` with its own data directory; both go away on drop.
 pub struct Server {
-    child: Child,
+    child: Supervised,
     pub addr: SocketAddr,
     pub data_dir: PathBuf,
-    /// The server's last stderr lines, for error messages.
-    log_tail: Arc<Mutex<Vec<String>>>,
+    /// Every line the server has written to stderr so far.
+    log: child::Lines,
     /// The data directory is the caller's, left in place on drop.
     kept: bool,
-    /// Episodes the server has reported embedded ("embedding queue drained").
-    embedded: Arc<AtomicU64>,
-    /// Estimated bytes of the last project index it loaded ("project index loaded").
-    index_bytes: Arc<AtomicU64>,
-    /// Vector graphs it has reported built ("vector graph built").
-    graphs: Arc<AtomicU64>,
-    /// The last warning or error line it logged.
-    last_warning: Arc<Mutex<Option<String>>>,
+    counters: Arc<Counters>,
 }
 
 impl Server {
@@ -76,73 +72,46 @@ impl Server {
             .env("RUST_LOG", "info")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        // The server dies with the bench (or the test running it), however that ends:
-        // SIGKILL when the thread that started it ends, which here is the main thread or
-        // a runtime worker, both living until the bench exits.
-        // SAFETY: prctl is async-signal-safe; nothing is allocated.
-        unsafe {
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        #[allow(
-            clippy::disallowed_methods,
-            reason = "a bench's own server, dying with it"
-        )]
-        let spawned = command.spawn();
-        let mut child = match spawned {
+            .stdout(Stdio::null());
+        let counters = Arc::new(Counters::default());
+        let watch = {
+            let counters = counters.clone();
+            let mut echo = Echo::default();
+            Box::new(move |line: &str| counters.read(line, &mut echo)) as child::Watch
+        };
+        // Started and supervised as a test's server is: it dies with the bench.
+        let mut child = match Supervised::try_spawn("memmachine serve", &mut command, Some(watch)) {
             Ok(child) => child,
             Err(err) => {
-                let _ = std::fs::remove_dir_all(&data_dir);
+                if keep.is_none() {
+                    let _ = std::fs::remove_dir_all(&data_dir);
+                }
                 return Err(format!("cannot start {}: {err}", executable.display()).into());
             }
         };
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let log_tail = Arc::new(Mutex::new(Vec::new()));
-        let embedded = Arc::new(AtomicU64::new(0));
-        let index_bytes = Arc::new(AtomicU64::new(0));
-        let graphs = Arc::new(AtomicU64::new(0));
-        let last_warning = Arc::new(Mutex::new(None));
-        let (found, addr_rx) = mpsc::channel();
-        {
-            let counters = Counters {
-                embedded: embedded.clone(),
-                index_bytes: index_bytes.clone(),
-                graphs: graphs.clone(),
-                last_warning: last_warning.clone(),
-            };
-            let log_tail = log_tail.clone();
-            std::thread::Builder::new()
-                .name("server-stderr".into())
-                .spawn(move || drain_stderr(stderr, found, log_tail, counters))?;
-        }
+        let log = child.stderr_lines();
+        // The server listens before it is ready (model loading); calls wait for ready.
+        let found =
+            child.wait_for_stderr("report its address and become ready", startup, |lines| {
+                lines
+                    .iter()
+                    .any(|line| line.contains(READY))
+                    .then(|| lines.iter().find_map(|line| listen_addr(line)))
+                    .flatten()
+            });
         let mut server = Server {
             child,
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             data_dir,
             kept: keep.is_some(),
-            log_tail,
-            embedded,
-            index_bytes,
-            graphs,
-            last_warning,
+            log,
+            counters,
         };
-        match addr_rx.recv_timeout(startup) {
-            Ok(addr) => server.addr = addr,
-            Err(_) => {
-                let status = server.child.try_wait().ok().flatten();
-                return Err(format!(
-                    "the server did not report its address (exit status {status:?}); its log:\n{}",
-                    server.log_tail.lock().expect("log lock").join("\n")
-                )
-                .into());
-            }
-        }
+        server.addr = match found.map(|addr| addr.parse::<SocketAddr>()) {
+            Ok(Ok(addr)) => addr,
+            Ok(Err(err)) => return Err(server.error("the server's address", err)),
+            Err(report) => return Err(format!("the server did not start: {report}").into()),
+        };
         Ok(server)
     }
 
@@ -172,7 +141,7 @@ impl Server {
     /// `limit`; how long that took, or `None` when it did not happen.
     pub async fn wait_for_graphs(&self, count: u64, limit: Duration) -> Option<Duration> {
         let started = Instant::now();
-        while self.graphs.load(Ordering::Relaxed) < count {
+        while self.counters.graphs.load(Ordering::Relaxed) < count {
             if started.elapsed() >= limit {
                 return None;
             }
@@ -183,7 +152,7 @@ impl Server {
 
     /// The estimated size of the last project index the server reported loading.
     pub fn index_bytes(&self) -> u64 {
-        self.index_bytes.load(Ordering::Relaxed)
+        self.counters.index_bytes.load(Ordering::Relaxed)
     }
 
     /// Waits until the server has reported `expected` episodes embedded, at most
@@ -220,19 +189,25 @@ impl Server {
 
     /// The last warning or error line the server logged, if any.
     pub fn last_warning(&self) -> Option<String> {
-        self.last_warning.lock().expect("warning lock").clone()
+        self.counters
+            .last_warning
+            .lock()
+            .expect("warning lock")
+            .clone()
     }
 
     /// Episodes the server has reported embedded so far.
     pub fn embedded(&self) -> u64 {
-        self.embedded.load(Ordering::Relaxed)
+        self.counters.embedded.load(Ordering::Relaxed)
     }
 
     /// An error saying `what` failed, with the server's last log lines.
     pub fn error(&self, what: &str, err: impl std::fmt::Display) -> BoxError {
+        let log = self.log.lock().expect("log lock");
+        let tail = &log[log.len().saturating_sub(TAIL_LINES)..];
         format!(
             "{what}: {err}; the server's last log lines:\n{}",
-            self.log_tail.lock().expect("log lock").join("\n")
+            tail.join("\n")
         )
         .into()
     }
@@ -240,6 +215,7 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // Gone before its data directory is (`Supervised` kills its group when dropped).
         let _ = self.child.kill();
         let _ = self.child.wait();
         if !self.kept {
@@ -249,56 +225,42 @@ impl Drop for Server {
 }
 
 /// What the server's log tells the bench.
+#[derive(Default)]
 struct Counters {
-    embedded: Arc<AtomicU64>,
-    index_bytes: Arc<AtomicU64>,
-    graphs: Arc<AtomicU64>,
-    last_warning: Arc<Mutex<Option<String>>>,
+    /// Episodes the server has reported embedded ("embedding queue drained").
+    embedded: AtomicU64,
+    /// Estimated bytes of the last project index it loaded ("project index loaded").
+    index_bytes: AtomicU64,
+    /// Vector graphs it has reported built ("vector graph built").
+    graphs: AtomicU64,
+    /// The last warning or error line it logged.
+    last_warning: Mutex<Option<String>>,
 }
 
-/// Reads the server's stderr to the end: sends the listening address once it serves,
-/// counts embedded episodes, keeps the last lines, and echoes warnings and errors.
-fn drain_stderr(
-    stderr: std::process::ChildStderr,
-    found: mpsc::Sender<SocketAddr>,
-    tail: Arc<Mutex<Vec<String>>>,
-    counters: Counters,
-) {
-    let mut found = Some(found);
-    let mut listening = None;
-    let mut repeats: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
-    for line in BufReader::new(stderr).lines() {
-        let Ok(line) = line else { break };
-        if line.contains("gRPC server listening") {
-            listening = parse_addr(&line);
-        }
-        // The server listens before it is ready (model loading); calls wait for ready.
-        if line.contains("ready: serving calls")
-            && let Some(addr) = listening
-            && let Some(sender) = found.take()
-        {
-            let _ = sender.send(addr);
-        }
+/// How often each kind of warning has been seen (see [`Counters::read`]).
+type Echo = std::collections::HashMap<String, u64>;
+
+impl Counters {
+    /// Counts what one log line reports, and echoes warnings, errors and graphs built.
+    fn read(&self, line: &str, repeats: &mut Echo) {
         if line.contains("embedding queue drained")
-            && let Some(n) = parse_field(&line, "embedded").and_then(|n| n.parse::<u64>().ok())
+            && let Some(n) = parse_field(line, "embedded").and_then(|n| n.parse::<u64>().ok())
         {
-            counters.embedded.fetch_add(n, Ordering::Relaxed);
+            self.embedded.fetch_add(n, Ordering::Relaxed);
         }
         if line.contains("project index loaded")
-            && let Some(n) = parse_field(&line, "bytes").and_then(|n| n.parse::<u64>().ok())
+            && let Some(n) = parse_field(line, "bytes").and_then(|n| n.parse::<u64>().ok())
         {
-            counters.index_bytes.store(n, Ordering::Relaxed);
+            self.index_bytes.store(n, Ordering::Relaxed);
         }
         if line.contains("vector graph built") {
-            counters.graphs.fetch_add(1, Ordering::Relaxed);
-        }
-        if line.contains("vector graph built") {
+            self.graphs.fetch_add(1, Ordering::Relaxed);
             eprintln!("[server] {line}");
         } else if line.contains(" WARN ") || line.contains(" ERROR ") {
             // A model or endpoint that keeps failing repeats one warning for every
             // call: the first few are shown whole, then a count now and then.
-            *counters.last_warning.lock().expect("warning lock") = Some(line.clone());
-            let kind = line_kind(&line);
+            *self.last_warning.lock().expect("warning lock") = Some(line.to_string());
+            let kind = line_kind(line);
             let seen = repeats.entry(kind.to_string()).or_insert(0u64);
             *seen += 1;
             if *seen <= ECHOED_REPEATS {
@@ -310,11 +272,6 @@ fn drain_stderr(
                 eprintln!("[server] ({seen} so far) {kind}");
             }
         }
-        let mut tail = tail.lock().expect("log lock");
-        if tail.len() >= 20 {
-            tail.remove(0);
-        }
-        tail.push(line);
     }
 }
 
@@ -334,11 +291,6 @@ fn line_kind(line: &str) -> &str {
         .and_then(|eq| rest[..eq].rfind(' '))
         .unwrap_or(rest.len());
     rest[..end].trim_end()
-}
-
-/// The `addr=HOST:PORT` field of a log line.
-fn parse_addr(line: &str) -> Option<SocketAddr> {
-    parse_field(line, "addr")?.parse().ok()
 }
 
 /// The value of the `name=value` field of a text log line, unquoted.

@@ -5,6 +5,7 @@
 
 pub mod api_key;
 pub mod calls;
+pub mod chat;
 pub mod child;
 pub mod keys;
 pub mod locomo;

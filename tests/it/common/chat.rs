@@ -1,6 +1,8 @@
 //! A real local HTTP server speaking the OpenAI chat-completions protocol, scripted by
 //! test: a function of each call decides the answer (content, an error status, a body
-//! that is not a completion, or none at all), and every call is recorded.
+//! that is not a completion, or none at all), and every call is recorded. The server and
+//! the protocol's bodies are the testkit's (`memmachine_testkit::chat`), shared with the
+//! bench's scripted model, which answers from one fixed script and only counts.
 
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -8,7 +10,8 @@ use std::time::Duration;
 use axum::Json;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use memmachine_testkit::chat::{self as protocol, Loopback};
+use serde_json::Value;
 
 /// One request the server received.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,7 +67,7 @@ pub struct ChatServer {
     /// Base URL, ending in `/v1`.
     pub url: String,
     state: Arc<State>,
-    task: tokio::task::JoinHandle<()>,
+    _server: Loopback,
 }
 
 impl ChatServer {
@@ -80,23 +83,17 @@ impl ChatServer {
         });
         let shared = state.clone();
         let app = axum::Router::new().route(
-            "/v1/chat/completions",
+            protocol::COMPLETIONS_PATH,
             axum::routing::post(move |headers: HeaderMap, Json(body): Json<Value>| {
                 let state = shared.clone();
                 async move { reply(&state, &headers, &body).await }
             }),
         );
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        listener.set_nonblocking(true).expect("non-blocking");
-        let addr = listener.local_addr().unwrap();
-        let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let server = Loopback::serve(app).expect("serve the scripted chat model");
         ChatServer {
-            url: format!("http://{addr}/v1"),
+            url: server.base_url(),
             state,
-            task,
+            _server: server,
         }
     }
 
@@ -121,12 +118,6 @@ impl std::future::IntoFuture for ChatServer {
 
     fn into_future(self) -> Self::IntoFuture {
         std::future::ready(self)
-    }
-}
-
-impl Drop for ChatServer {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 
@@ -159,35 +150,19 @@ async fn reply(state: &State, headers: &HeaderMap, body: &Value) -> Response {
 /// A chat completion of `content`, with `usage` counted in words (see [`words`]).
 fn completion(call: &ChatCall, content: &str) -> Value {
     let prompt_tokens: usize = call.messages.iter().map(|(_, c)| words(c)).sum();
-    let completion_tokens = words(content);
-    json!({
-        "id": "chatcmpl-scripted",
-        "object": "chat.completion",
-        "created": std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
-        "model": call.model,
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": content},
-            "finish_reason": "stop",
-        }],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-    })
+    protocol::completion(
+        &call.model,
+        content,
+        prompt_tokens as u64,
+        words(content) as u64,
+    )
 }
 
 /// An OpenAI-style error answer.
 fn error(code: u16, message: Option<String>, retry_after: Option<u64>) -> Response {
     let status = StatusCode::from_u16(code).expect("a valid status code");
-    let body = Json(json!({"error": {
-        "message": message.unwrap_or_else(|| format!("scripted reply: {status}")),
-        "type": "scripted_error",
-        "code": code,
-    }}));
+    let message = message.unwrap_or_else(|| format!("scripted reply: {status}"));
+    let body = Json(protocol::error_body(&message, "scripted_error", Some(code)));
     match retry_after {
         Some(secs) => (status, [(header::RETRY_AFTER, secs.to_string())], body).into_response(),
         None => (status, body).into_response(),
@@ -273,14 +248,14 @@ pub fn favourites(call: &ChatCall) -> ScriptedReply {
 
 /// The extraction answer of [`favourites`] alone: add, update and delete commands.
 pub fn favourite_commands(call: &ChatCall) -> String {
-    let messages = call.user.split("## New messages\n").nth(1).unwrap_or("");
     let mut commands = Vec::new();
-    let mut number = 0;
-    for line in messages.lines() {
-        if line.starts_with('[') {
-            number = line[1..line.find(']').unwrap()].parse::<u64>().unwrap();
-            continue;
-        }
+    let lines = protocol::batch_messages(&call.user)
+        .into_iter()
+        .flat_map(|(number, text)| {
+            let lines: Vec<String> = text.lines().map(str::to_string).collect();
+            lines.into_iter().map(move |line| (number, line))
+        });
+    for (number, line) in lines {
         let text = line.trim_end_matches('.');
         let command = if let Some(rest) = text.strip_prefix("Actually my favourite ") {
             rest.split_once(" is ")

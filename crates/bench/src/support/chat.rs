@@ -12,7 +12,10 @@
 //! - **Consolidation** ("tidy a memory"): keeps every feature it is shown.
 //! - **Summary** ("running summary"): a short text.
 //!
-//! Self-contained (no `super`), so a benchmark can include it by path.
+//! The server and the protocol's bodies are the testkit's (`memmachine_testkit::chat`),
+//! shared with the tests' scripted model; the script and the counters are the bench's.
+//! The tests' model is not used here: it records every call (whole bodies, behind a
+//! lock) and cannot count request bytes or unreadable requests.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,6 +25,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
+use memmachine_testkit::chat::{self as protocol, Loopback, batch_messages};
 use serde_json::{Value, json};
 
 /// What a call was for, told from its system prompt.
@@ -110,33 +114,27 @@ impl ChatCounts {
 pub struct ScriptedChat {
     pub addr: SocketAddr,
     counters: Arc<Counters>,
-    task: tokio::task::JoinHandle<()>,
+    server: Loopback,
 }
 
 impl ScriptedChat {
     /// Starts serving on the current tokio runtime.
     pub async fn start() -> std::io::Result<ScriptedChat> {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
-        let addr = listener.local_addr()?;
         let counters = Arc::new(Counters::default());
         let app = axum::Router::new()
-            .route("/v1/chat/completions", axum::routing::post(complete))
+            .route(protocol::COMPLETIONS_PATH, axum::routing::post(complete))
             .with_state(counters.clone());
-        let task = tokio::spawn(async move {
-            if let Err(err) = axum::serve(listener, app).await {
-                eprintln!("scripted chat server stopped: {err}");
-            }
-        });
+        let server = Loopback::serve(app)?;
         Ok(ScriptedChat {
-            addr,
+            addr: server.addr,
             counters,
-            task,
+            server,
         })
     }
 
     /// The `--llm-base-url` to give the server.
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        self.server.base_url()
     }
 
     pub fn counts(&self) -> ChatCounts {
@@ -151,12 +149,6 @@ impl ScriptedChat {
             consolidation_features: load(&c.consolidation_features),
             malformed: load(&c.malformed),
         }
-    }
-}
-
-impl Drop for ScriptedChat {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 
@@ -203,61 +195,24 @@ async fn complete(State(counters): State<Arc<Counters>>, body: String) -> Respon
     };
     let prompt_tokens = (body.len() / 4) as u64;
     let completion_tokens = (content.len() / 4).max(1) as u64;
-    let answer = json!({
-        "id": "chatcmpl-scripted",
-        "object": "chat.completion",
-        "created": chrono::Utc::now().timestamp(),
-        "model": request["model"].as_str().unwrap_or("scripted"),
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": content},
-            "finish_reason": "stop"
-        }],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens
-        }
-    });
+    let answer = protocol::completion(
+        request["model"].as_str().unwrap_or("scripted"),
+        &content,
+        prompt_tokens,
+        completion_tokens,
+    );
     ([(CONTENT_TYPE, "application/json")], answer.to_string()).into_response()
 }
 
 fn malformed(counters: &Counters, message: String) -> Response {
     counters.malformed.fetch_add(1, Ordering::Relaxed);
-    let body = json!({"error": {"message": message, "type": "invalid_request_error"}});
+    let body = protocol::error_body(&message, "invalid_request_error", None);
     (
         StatusCode::BAD_REQUEST,
         [(CONTENT_TYPE, "application/json")],
         body.to_string(),
     )
         .into_response()
-}
-
-/// The message number of a header line `[3] Caroline (user):`.
-fn header_number(line: &str) -> Option<u64> {
-    let rest = line.strip_prefix('[')?;
-    let (number, rest) = rest.split_once("] ")?;
-    (rest.ends_with("):") && rest.contains(" (")).then_some(())?;
-    number.parse().ok()
-}
-
-/// The numbered messages after `## New messages`: (number, text).
-pub fn batch_messages(user: &str) -> Vec<(u64, String)> {
-    let Some((_, listed)) = user.split_once("## New messages\n") else {
-        return Vec::new();
-    };
-    let mut messages: Vec<(u64, String)> = Vec::new();
-    for line in listed.lines() {
-        if let Some(n) = header_number(line) {
-            messages.push((n, String::new()));
-        } else if let Some((_, text)) = messages.last_mut() {
-            if !text.is_empty() {
-                text.push('\n');
-            }
-            text.push_str(line);
-        }
-    }
-    messages
 }
 
 /// The tag to use: `preferences` if the category lists it (or lists none), else the

@@ -9,6 +9,7 @@ use memmachine_proto::v2::project_service_client::ProjectServiceClient;
 use memmachine_proto::v2::semantic_service_client::SemanticServiceClient;
 use tonic::transport::Channel;
 
+use super::observations::{self, Fact};
 use super::options::Args;
 use crate::support::Result;
 use crate::support::locomo::{self, Conversation};
@@ -44,6 +45,13 @@ pub struct Selection {
     pub all_questions: usize,
     /// `--turns`.
     pub turns_limit: Option<usize>,
+    /// Each conversation's annotated facts, those all of whose evidence lies within the
+    /// turns used.
+    pub facts: Vec<Vec<Fact>>,
+    /// Their facts before the cut.
+    pub all_facts: usize,
+    /// Evidence ids of their facts naming no turn (dropped).
+    pub dropped_fact_ids: Vec<String>,
 }
 
 impl Selection {
@@ -53,6 +61,10 @@ impl Selection {
 
     pub fn questions(&self) -> usize {
         self.conversations.iter().map(|c| c.questions.len()).sum()
+    }
+
+    pub fn facts(&self) -> usize {
+        self.facts.iter().map(Vec::len).sum()
     }
 
     /// The sample ids, comma-separated.
@@ -126,9 +138,36 @@ pub fn select(args: &Args) -> Result<Selection> {
         .collect();
     let all_turns = chosen.iter().map(|c| c.turns.len()).sum();
     let all_questions = chosen.iter().map(|c| c.questions.len()).sum();
+    let samples = locomo::read_samples(&args.locomo)?;
+    let (mut facts, mut dropped_fact_ids) = (Vec::new(), Vec::new());
+    for conversation in &chosen {
+        let known: HashSet<&str> = conversation
+            .turns
+            .iter()
+            .map(|t| t.dia_id.as_str())
+            .collect();
+        let sample = samples
+            .iter()
+            .find(|s| s["sample_id"].as_str() == Some(conversation.sample_id.as_str()));
+        let (list, dropped) =
+            sample.map_or_else(Default::default, |s| observations::facts(s, &known));
+        facts.push(list);
+        dropped_fact_ids.extend(
+            dropped
+                .into_iter()
+                .map(|id| format!("{}:{id:?}", conversation.sample_id)),
+        );
+    }
+    let all_facts = facts.iter().map(Vec::len).sum();
     if let Some(n) = args.turns {
-        for conversation in &mut chosen {
+        for (conversation, facts) in chosen.iter_mut().zip(&mut facts) {
             cut(conversation, n);
+            let kept: HashSet<&str> = conversation
+                .turns
+                .iter()
+                .map(|t| t.dia_id.as_str())
+                .collect();
+            observations::within(facts, &kept);
         }
     }
     Ok(Selection {
@@ -137,6 +176,9 @@ pub fn select(args: &Args) -> Result<Selection> {
         all_turns,
         all_questions,
         turns_limit: args.turns,
+        facts,
+        all_facts,
+        dropped_fact_ids,
     })
 }
 
@@ -239,4 +281,38 @@ pub async fn add_turns(
         }
     }
     Ok(dia)
+}
+
+/// The uid → `dia_id` map of a project's episodes as stored (`--reuse`): every page of
+/// `ListMemories` EPISODIC, `dia_id` from each episode's metadata.
+pub async fn stored_turns(
+    channel: &Channel,
+    project_id: &str,
+    server: &Server,
+) -> Result<HashMap<String, String>> {
+    let mut client = MemoryServiceClient::new(channel.clone());
+    let (mut dia, mut token) = (HashMap::new(), String::new());
+    loop {
+        let page = client
+            .list_memories(pb::ListMemoriesRequest {
+                org_id: ORG.into(),
+                project_id: project_id.into(),
+                r#type: pb::MemoryType::Episodic as i32,
+                page_size: Some(1000),
+                page_token: token,
+                ..Default::default()
+            })
+            .await
+            .map_err(|err| server.error("ListMemories (episodes) failed", err))?
+            .into_inner();
+        for episode in page.episodes {
+            if let Some(id) = episode.metadata.get("dia_id") {
+                dia.insert(episode.uid, id.clone());
+            }
+        }
+        if page.next_page_token.is_empty() {
+            return Ok(dia);
+        }
+        token = page.next_page_token;
+    }
 }

@@ -1,8 +1,10 @@
 //! The census of features: per set, how many, how many cite a turn, how many citations,
-//! and the duplicate rates; `--dump-features`.
+//! and the duplicate rates; the features as listed, for the facts; `--dump-features`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::Write;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
 
 use memmachine_proto::v2 as pb;
 use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
@@ -11,6 +13,8 @@ use serde_json::json;
 use tonic::transport::Channel;
 
 use super::conversations::{ORG, Project};
+use super::facts::{FeatureText, Scores};
+use super::observations::Fact;
 use crate::support::Result;
 use crate::support::locomo::Conversation;
 use crate::support::server::Server;
@@ -131,14 +135,37 @@ pub async fn list_features(
     }
 }
 
-/// Counts the project's features by set, and writes them to `dump` if given.
+/// A feature as listed, its citations as `dia_id`s ("?" for an episode that is not a
+/// turn of the conversation).
+#[derive(Debug, Clone)]
+pub struct Listed {
+    pub set_id: String,
+    pub set: String,
+    pub category: String,
+    pub tag: String,
+    pub feature: String,
+    pub value: String,
+    pub cited: Vec<String>,
+}
+
+impl Listed {
+    /// What the facts are compared with (see [`super::facts`]).
+    pub fn text(&self) -> FeatureText {
+        FeatureText {
+            set_id: self.set_id.clone(),
+            text: format!("{}: {}", self.feature, self.value),
+            cited: self.cited.iter().filter(|c| *c != "?").cloned().collect(),
+        }
+    }
+}
+
+/// Counts the project's features by set; the features as listed.
 pub async fn feature_stats(
     channel: &Channel,
     conversation: &Conversation,
     project: &Project,
     server: &Server,
-    dump: Option<&mut std::io::BufWriter<std::fs::File>>,
-) -> Result<Vec<SetStats>> {
+) -> Result<(Vec<SetStats>, Vec<Listed>)> {
     let features = list_features(channel, &project.id, server).await?;
     let sets = SemanticServiceClient::new(channel.clone())
         .list_set_ids(pb::ListSetIdsRequest {
@@ -162,27 +189,23 @@ pub async fn feature_stats(
             .or_default()
             .push(feature);
     }
-    if let Some(out) = dump {
-        for f in &features {
-            let cited: Vec<&str> = f
+    let listed = features
+        .iter()
+        .map(|f| Listed {
+            set_id: f.set_id.clone(),
+            set: label(&f.set_id),
+            category: f.category.clone(),
+            tag: f.tag.clone(),
+            feature: f.feature_name.clone(),
+            value: f.value.clone(),
+            cited: f
                 .citations
                 .iter()
-                .map(|c| project.dia.get(c).map_or("?", String::as_str))
-                .collect();
-            let line = json!({
-                "conversation": conversation.sample_id,
-                "set_id": f.set_id,
-                "set": label(&f.set_id),
-                "category": f.category,
-                "tag": f.tag,
-                "feature": f.feature_name,
-                "value": f.value,
-                "cited": cited,
-            });
-            writeln!(out, "{line}")?;
-        }
-    }
-    Ok(by_set
+                .map(|c| project.dia.get(c).map_or("?", String::as_str).to_string())
+                .collect(),
+        })
+        .collect();
+    let stats = by_set
         .iter()
         .map(|(set_id, features)| {
             SetStats::of(
@@ -193,5 +216,42 @@ pub async fn feature_stats(
                 &project.dia,
             )
         })
-        .collect())
+        .collect();
+    Ok((stats, listed))
+}
+
+/// `--dump-features`: a JSON line per feature, with the annotated fact most similar to
+/// it, that similarity, and whether it matches a fact (the strict rule).
+pub fn dump(
+    path: &Path,
+    conversations: &[Conversation],
+    listed: &[Vec<Listed>],
+    facts: &[Vec<Fact>],
+    scores: Option<&[Scores]>,
+) -> Result<()> {
+    let mut out = BufWriter::new(File::create(path)?);
+    for (c, conversation) in conversations.iter().enumerate() {
+        for (j, f) in listed[c].iter().enumerate() {
+            let best = scores.and_then(|s| s[c].best.get(j));
+            let fact = best.and_then(|b| b.fact).map(|i| &facts[c][i]);
+            let line = json!({
+                "conversation": conversation.sample_id,
+                "set_id": f.set_id,
+                "set": f.set,
+                "category": f.category,
+                "tag": f.tag,
+                "feature": f.feature,
+                "value": f.value,
+                "cited": f.cited,
+                "best_fact": fact.map(|f| &f.text),
+                "best_fact_speaker": fact.map(|f| &f.speaker),
+                "best_fact_evidence": fact.map(|f| &f.evidence),
+                "similarity": best.filter(|b| b.fact.is_some()).map(|b| b.similarity),
+                "matches_a_fact": best.map(|b| b.matches),
+            });
+            writeln!(out, "{line}")?;
+        }
+    }
+    out.flush()?;
+    Ok(())
 }

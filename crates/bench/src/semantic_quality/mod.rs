@@ -5,24 +5,25 @@
 //!
 //! # What it does
 //!
-//! 1. Starts `memmachine serve` (the executable next to this one, or `--server`) on a
-//!    fresh temporary data directory with the language model of the command line
-//!    (`--llm-base-url`, `--llm-model`, `--llm-timeout`; the key of `--llm-api-key` or
-//!    `OPENAI_API_KEY` reaches the server as `MEMMACHINE_LLM_API_KEY`, the only way it
-//!    takes one), or with `--scripted`: the scripted chat model of `support/chat.rs`,
-//!    served from this process (synthetic answers: its recall means nothing, it proves
-//!    the plumbing). The server talks to the endpoint directly and handles one that
-//!    refuses `response_format` json_schema (llama-cpp-python's server answers 500): it
-//!    tries json_object with the schema, json_object, then no format, and remembers the
-//!    first that works. The embedder is `--embedder` [default: `local` with `--model-dir`
-//!    (`.tools/models/all-MiniLM-L6-v2`) when that directory exists, else `hash`]. The
-//!    server gets `--semantic-trigger-messages 20 --semantic-trigger-age 2` (a set is
-//!    distilled in batches of 20 messages, the rest after 2 s), `--semantic-lease 3600`
-//!    (a slow model must not lose its claim), `--llm-max-calls-per-minute 0`,
-//!    `--short-term-window 0` (no short-term summaries, which call the model too; turn
-//!    them on with `--summaries`), Prometheus metrics on a free loopback port, then
-//!    `--server-args`. Every one of those has its own option here: do not repeat one in
-//!    `--server-args` (the server refuses a flag given twice).
+//! 1. Starts `memmachine serve` (the executable next to this one, or `--server`) on a fresh
+//!    temporary data directory (`--keep-data`, `--reuse`: see below) with the language
+//!    model of the command line (`--llm-base-url`, `--llm-model`, `--llm-timeout`; the key
+//!    of `--llm-api-key` or `OPENAI_API_KEY` reaches the server as
+//!    `MEMMACHINE_LLM_API_KEY`, the only way it takes one), or with `--scripted`: the
+//!    scripted chat model of `support/chat.rs`, served from this process (synthetic
+//!    answers: its recall means nothing, it proves the plumbing). The server talks to the
+//!    endpoint directly and handles one that refuses `response_format` json_schema
+//!    (llama-cpp-python's server answers 500): it tries json_object with the schema,
+//!    json_object, then no format, and remembers the first that works. The embedder is
+//!    `--embedder` [default: `local` with `--model-dir` (`.tools/models/all-MiniLM-L6-v2`)
+//!    when that directory exists, else `hash`]. The server gets
+//!    `--semantic-trigger-messages 20 --semantic-trigger-age 2` (a set is distilled in
+//!    batches of 20 messages, the rest after 2 s), `--semantic-lease 3600` (a slow model
+//!    must not lose its claim), `--llm-max-calls-per-minute 0`, `--short-term-window 0` (no
+//!    short-term summaries, which call the model too; turn them on with `--summaries`),
+//!    Prometheus metrics on a free loopback port, then `--server-args`. Every one of those
+//!    has its own option here: do not repeat one in `--server-args` (the server refuses a
+//!    flag given twice).
 //! 2. Creates one project per conversation (org `locomo`, project `<sample_id>`, ranking
 //!    `--reranker`, default `hybrid`) and adds its turns in order with `AddMemories`,
 //!    `types: [EPISODIC, SEMANTIC]`, 100 per call, exactly as `memmachine-bench locomo` adds
@@ -100,6 +101,36 @@
 //!   and digits one space, trimmed. The rate is duplicates / features (a group of three
 //!   equal ones counts two).
 //!
+//! Against the facts LoCoMo annotates (`observation` → `session_N_observation` →
+//! speaker → `[fact, evidence]`; evidence a string or a list, split on ';' and ',',
+//! trimmed, ids naming no turn dropped, facts left with none dropped; with `--turns N`
+//! only the facts all of whose evidence lies in the first N turns), every feature of the
+//! conversation's project (every set) rendered as `"<feature name>: <value>"`:
+//!
+//! - a feature **matches** a fact when it cites at least one of the fact's evidence
+//!   turns and the cosine of the two texts' all-MiniLM-L6-v2 vectors (the local
+//!   embedder's crate, loaded in this process from `--model-dir`) is at least
+//!   `--fact-threshold` (default 0.5: paraphrases a model writes of a fact score above
+//!   it, a fact beside another fact's feature mostly below; BENCHMARKS.md shows the
+//!   pairs). The tag is left out: it names a category of the prompt (`preferences`,
+//!   `hobbies`), not the fact, and would pull every feature of a tag toward each other
+//!   and toward facts that use the word;
+//! - **fact recall**: facts matched by some feature / facts counted; **fact recall, text
+//!   only**: facts with some feature as similar, whatever it cites (the gap is what
+//!   citation accuracy costs);
+//! - **precision** (the rule): features that match a fact or cite a turn that is
+//!   evidence of some fact counted / features; **precision, matching**: features that
+//!   match a fact / features;
+//! - **semantic dup**: features whose text has a cosine of at least 0.9 with an
+//!   earlier-listed feature of their set / features;
+//! - **fact recall over turns**: for each prefix of P turns (every 20, or a multiple of
+//!   20 that keeps 10 rows), the facts all of whose evidence lies within the first P
+//!   turns of their conversation, matched by the features citing only turns within
+//!   them (summed over conversations): what extraction of the first P turns would have
+//!   found, as far as citations tell.
+//!
+//! Without the model those figures are reported as not scored.
+//!
 //! What the server does that the figures show: a command that names no message cites
 //! every message of its batch (up to 20 turns), and a consolidation gives each feature
 //! it writes the citations of every feature it replaced, so a feature may cite many
@@ -108,8 +139,17 @@
 //! sent a call up to 4 times (its client retries 5xx and timeouts within a call).
 //!
 //! `--dump-features FILE` writes every feature as a JSON line (conversation, set, set
-//! label, category, tag, feature, value, cited `dia_id`s); `--json FILE` the figures;
-//! `--metrics-dump FILE` the server's last /metrics text.
+//! label, category, tag, feature, value, cited `dia_id`s, the most similar fact with its
+//! speaker, evidence and similarity, and whether the feature matches a fact); `--json
+//! FILE` the figures; `--metrics-dump FILE` the server's last /metrics text.
+//!
+//! `--keep-data DIR` runs the server on DIR (new or empty) and leaves it there;
+//! `--reuse DIR` starts the server on such a directory, adds nothing and waits for
+//! nothing, maps uids to `dia_id`s from the stored episodes' metadata (ListMemories
+//! EPISODIC), and asks the questions and computes every figure again: search and
+//! fusion can be tuned without a slow model's distillation. It wants the kept run's
+//! conversations and `--turns` (a selected turn missing from a project is an error);
+//! the model calls and events it reports are its own (none).
 //!
 //! # Usage
 //!
@@ -138,6 +178,7 @@
 //! projects and adds; [`wait`]: waiting for distillation and vectors, with progress;
 //! [`questions`]: the searches per question; [`scoring`]: the ranked lists and their
 //! recall; [`features`]: the census of features (counts, duplicates, citations);
+//! [`observations`]: LoCoMo's annotated facts; [`facts`]: the features against them;
 //! [`cost`]: model calls, tokens and events from the metrics; [`run`]: one run, start
 //! to end; [`report`] and [`report_json`]: the results as markdown and as JSON. The
 //! server, LoCoMo and the scripted model are the benches' shared `support`.
@@ -146,7 +187,9 @@ use crate::support;
 
 mod conversations;
 mod cost;
+mod facts;
 mod features;
+mod observations;
 mod options;
 mod outcome;
 mod questions;
@@ -159,6 +202,7 @@ mod wait;
 use std::time::Instant;
 
 use conversations::select;
+use facts::{DUPLICATE_THRESHOLD, Thresholds};
 pub use options::Args;
 use options::redact;
 use report::{Context, print_report};
@@ -170,9 +214,7 @@ use support::chat::ScriptedChat;
 
 pub fn main(args: Args) -> Result<()> {
     let started = Instant::now();
-    if !(1..=1000).contains(&args.top_k) {
-        return Err("--top-k must be 1 to 1000".into());
-    }
+    args.check()?;
     let ks: Vec<usize> = RECALL_KS
         .into_iter()
         .filter(|&k| k <= args.top_k as usize)
@@ -204,7 +246,7 @@ pub fn main(args: Args) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let (result, model, endpoint) = runtime.block_on(async {
+    let (mut result, model, endpoint) = runtime.block_on(async {
         // The scripted model lives as long as the run.
         let scripted = if args.scripted {
             Some(ScriptedChat::start().await?)
@@ -230,6 +272,27 @@ pub fn main(args: Args) -> Result<()> {
         .await?;
         Ok::<_, support::BoxError>((result, model, redact(&base_url)))
     })?;
+    let thresholds = Thresholds {
+        fact: args.fact_threshold,
+        duplicate: DUPLICATE_THRESHOLD,
+    };
+    result.facts = Some(facts::evaluate(
+        &args.model_dir,
+        conversations,
+        &selection.facts,
+        &result.listed,
+        thresholds,
+    ));
+    if let Some(path) = &args.dump_features {
+        let scores = result.facts.as_ref().and_then(|f| f.as_deref().ok());
+        features::dump(
+            path,
+            conversations,
+            &result.listed,
+            &selection.facts,
+            scores,
+        )?;
+    }
     let cx = Context {
         args: &args,
         selection: &selection,
@@ -243,6 +306,13 @@ pub fn main(args: Args) -> Result<()> {
         println!(
             "Evidence ids naming no turn (dropped): {}",
             selection.dropped.join(", ")
+        );
+    }
+    if !selection.dropped_fact_ids.is_empty() {
+        println!();
+        println!(
+            "Fact evidence ids naming no turn (dropped): {}",
+            selection.dropped_fact_ids.join(", ")
         );
     }
     if let Some(path) = &args.json {

@@ -95,6 +95,48 @@ pub struct Args {
     /// Write the server's last /metrics text to this file
     #[arg(long)]
     pub metrics_dump: Option<PathBuf>,
+    /// Least cosine (all-MiniLM-L6-v2) of an annotated fact and a feature's "name: value"
+    /// for the feature to match the fact
+    #[arg(long, default_value_t = 0.5)]
+    pub fact_threshold: f32,
+    /// Keep the server's data directory in DIR (new or empty) for a later --reuse
+    #[arg(long, value_name = "DIR", conflicts_with = "reuse")]
+    pub keep_data: Option<PathBuf>,
+    /// Start the server on the data directory a --keep-data run left in DIR: no adds, no
+    /// waiting; the questions and the figures again (same conversations and --turns)
+    #[arg(long, value_name = "DIR")]
+    pub reuse: Option<PathBuf>,
+}
+
+impl Args {
+    /// Refuses values out of bounds and data directories that do not fit.
+    pub fn check(&self) -> Result<(), String> {
+        if !(1..=1000).contains(&self.top_k) {
+            return Err("--top-k must be 1 to 1000".into());
+        }
+        if !(0.0..=1.0).contains(&self.fact_threshold) {
+            return Err("--fact-threshold must be 0 to 1".into());
+        }
+        let non_empty =
+            |dir: &std::path::Path| std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some());
+        if let Some(dir) = &self.keep_data
+            && (dir.is_file() || non_empty(dir))
+        {
+            return Err(format!(
+                "--keep-data {}: not an empty directory (a run keeps its data in a new one)",
+                dir.display()
+            ));
+        }
+        if let Some(dir) = &self.reuse
+            && !non_empty(dir)
+        {
+            return Err(format!(
+                "--reuse {}: no data directory there (make one with --keep-data)",
+                dir.display()
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The server's arguments.

@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::features::SetStats;
+use super::facts;
+use super::features::{Listed, SetStats};
 use super::scoring::{List, Scores};
 use super::wait::Drain;
 use crate::support::metrics::Exposition;
@@ -28,6 +29,11 @@ pub struct Run {
     pub combined_all_turns: usize,
     pub unmapped_citations: usize,
     pub sets: Vec<SetStats>,
+    /// Each conversation's features as listed.
+    pub listed: Vec<Vec<Listed>>,
+    /// The features against the annotated facts, per conversation (`Err`: why they
+    /// could not be scored, e.g. no local model).
+    pub facts: Option<std::result::Result<Vec<facts::Scores>, String>>,
     pub metrics: Exposition,
     /// The server's last warning, when distillation made nothing.
     pub last_warning: Option<String>,

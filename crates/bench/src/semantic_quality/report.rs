@@ -2,6 +2,7 @@
 
 use super::conversations::Selection;
 use super::cost::{self, purpose_figures};
+use super::facts::{self, share};
 use super::features::SetStats;
 use super::options::{Args, embedder};
 use super::outcome::Run;
@@ -92,6 +93,14 @@ pub fn print_report(cx: &Context, run: &Run) {
             )
         }
     );
+    if let Some(dir) = &args.reuse {
+        println!();
+        println!(
+            "Reused the data directory {} (--reuse): nothing was added or distilled in this run; \
+             the model calls and events below are this run's (none).",
+            dir.display()
+        );
+    }
     println!();
     let mut header = String::from("| ranked list |");
     let mut rule = String::from("|---|");
@@ -255,6 +264,7 @@ pub fn print_report(cx: &Context, run: &Run) {
             println!("The server's last warning: {line}");
         }
     }
+    print_facts(cx, run);
     if let Some(wait) = run.embed_wait {
         println!();
         println!(
@@ -266,6 +276,70 @@ pub fn print_report(cx: &Context, run: &Run) {
                 Some(d) => format!("settled {:.1} s after that", d.as_secs_f64()),
                 None => "still changing after 120 s".into(),
             }
+        );
+    }
+}
+
+/// The features against the annotated facts, and fact recall over prefixes of the turns.
+fn print_facts(cx: &Context, run: &Run) {
+    println!();
+    let scores = match &run.facts {
+        None => return,
+        Some(Err(why)) => {
+            println!("Annotated facts: not scored: {why}.");
+            return;
+        }
+        Some(Ok(scores)) => scores,
+    };
+    let total = facts::total(scores);
+    println!(
+        "Annotated facts (LoCoMo `observation`; {} of {} facts counted, those all of whose \
+         evidence lies within the turns used): a feature matches a fact when it cites one of the \
+         fact's turns and the cosine (all-MiniLM-L6-v2) of the fact and its \"name: value\" is at \
+         least {:.2} (--fact-threshold); semantic duplicates: a cosine of at least {:.2} with an \
+         earlier feature of the set.",
+        cx.selection.facts(),
+        cx.selection.all_facts,
+        cx.args.fact_threshold,
+        facts::DUPLICATE_THRESHOLD
+    );
+    println!();
+    println!(
+        "| facts | facts counted | fact recall (cited turn and text) | fact recall (text only, any \
+         turn) | features | precision (matches a fact or cites an evidence turn) | precision \
+         (matches a fact) | semantic dup |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for s in scores.iter().chain(std::iter::once(&total)) {
+        let name = if std::ptr::eq(s, &total) {
+            "all"
+        } else {
+            s.conversation.as_str()
+        };
+        println!(
+            "| {name} | {} | {} | {} | {} | {} | {} | {} |",
+            s.facts,
+            fmt3(share(s.strict, s.facts)),
+            fmt3(share(s.loose, s.facts)),
+            s.features,
+            fmt3(share(s.supporting, s.features)),
+            fmt3(share(s.matching, s.features)),
+            fmt3(share(s.semantic_dups, s.features)),
+        );
+    }
+    println!();
+    println!(
+        "| first N turns of each conversation | facts within them | matched by features citing \
+         only those turns | fact recall |"
+    );
+    println!("|---:|---:|---:|---:|");
+    for p in &total.curve {
+        println!(
+            "| {} | {} | {} | {} |",
+            p.turns,
+            p.facts,
+            p.matched,
+            fmt3(share(p.matched, p.facts))
         );
     }
 }

@@ -5,6 +5,7 @@ use std::path::Path;
 use serde_json::json;
 
 use super::cost::{self, purpose_figures};
+use super::facts::{self, share};
 use super::options::embedder;
 use super::outcome::Run;
 use super::report::Context;
@@ -87,6 +88,45 @@ pub fn write_json(path: &Path, cx: &Context, run: &Run) -> Result<()> {
             })
         })
         .collect();
+    let fact_scores = |s: &facts::Scores| {
+        json!({
+            "facts": s.facts,
+            "fact_recall": share(s.strict, s.facts),
+            "fact_recall_text_only": share(s.loose, s.facts),
+            "features": s.features,
+            "precision": share(s.supporting, s.features),
+            "precision_matching": share(s.matching, s.features),
+            "semantic_dup_rate": share(s.semantic_dups, s.features),
+            "facts_matched": s.strict,
+            "facts_matched_text_only": s.loose,
+            "features_matching": s.matching,
+            "features_matching_or_citing_evidence": s.supporting,
+            "semantic_dups": s.semantic_dups,
+        })
+    };
+    let facts = match &run.facts {
+        None => json!(null),
+        Some(Err(why)) => json!({"not_scored": why}),
+        Some(Ok(scores)) => {
+            let total = facts::total(scores);
+            json!({
+                "threshold": args.fact_threshold,
+                "duplicate_threshold": facts::DUPLICATE_THRESHOLD,
+                "facts_before_limit": cx.selection.all_facts,
+                "dropped_evidence_ids": cx.selection.dropped_fact_ids,
+                "total": fact_scores(&total),
+                "conversations": scores.iter()
+                    .map(|s| (s.conversation.clone(), fact_scores(s)))
+                    .collect::<serde_json::Map<_, _>>(),
+                "curve": total.curve.iter().map(|p| json!({
+                    "turns": p.turns,
+                    "facts": p.facts,
+                    "matched": p.matched,
+                    "fact_recall": share(p.matched, p.facts),
+                })).collect::<Vec<_>>(),
+            })
+        }
+    };
     let q = run.questions.max(1) as f64;
     let out = json!({
         "model": cx.model,
@@ -125,6 +165,8 @@ pub fn write_json(path: &Path, cx: &Context, run: &Run) -> Result<()> {
         "combined_turns_per_question": run.combined_all_turns as f64 / q,
         "unmapped_citations_in_searches": run.unmapped_citations,
         "sets": sets,
+        "facts": facts,
+        "reused_data_dir": args.reuse,
         "last_server_warning": run.last_warning,
     });
     std::fs::write(path, serde_json::to_string_pretty(&out)?)?;

@@ -196,9 +196,9 @@ pub fn score(
         features: features.len(),
         ..Default::default()
     };
-    for i in 0..facts.len() {
+    for (i, row) in similar.iter().enumerate() {
         scores.strict += usize::from((0..features.len()).any(|j| matches(i, j)));
-        scores.loose += usize::from(similar[i].iter().any(|&s| s));
+        scores.loose += usize::from(row.iter().any(|&s| s));
     }
     for (j, feature) in features.iter().enumerate() {
         let matching = (0..facts.len()).any(|i| matches(i, j));

@@ -246,7 +246,9 @@ pub fn dump(
                 "best_fact": fact.map(|f| &f.text),
                 "best_fact_speaker": fact.map(|f| &f.speaker),
                 "best_fact_evidence": fact.map(|f| &f.evidence),
-                "similarity": best.filter(|b| b.fact.is_some()).map(|b| b.similarity),
+                "similarity": best
+                    .filter(|b| b.fact.is_some())
+                    .map(|b| (f64::from(b.similarity) * 1e4).round() / 1e4),
                 "matches_a_fact": best.map(|b| b.matches),
             });
             writeln!(out, "{line}")?;

@@ -110,8 +110,8 @@ pub fn write_json(path: &Path, cx: &Context, run: &Run) -> Result<()> {
         Some(Ok(scores)) => {
             let total = facts::total(scores);
             json!({
-                "threshold": args.fact_threshold,
-                "duplicate_threshold": facts::DUPLICATE_THRESHOLD,
+                "threshold": round3(args.fact_threshold),
+                "duplicate_threshold": round3(facts::DUPLICATE_THRESHOLD),
                 "facts_before_limit": cx.selection.all_facts,
                 "dropped_evidence_ids": cx.selection.dropped_fact_ids,
                 "total": fact_scores(&total),
@@ -171,4 +171,9 @@ pub fn write_json(path: &Path, cx: &Context, run: &Run) -> Result<()> {
     });
     std::fs::write(path, serde_json::to_string_pretty(&out)?)?;
     Ok(())
+}
+
+/// An `f32` setting as the decimal it was written as (not 0.8999999761581421).
+fn round3(x: f32) -> f64 {
+    (f64::from(x) * 1000.0).round() / 1000.0
 }

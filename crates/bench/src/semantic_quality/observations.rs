@@ -16,7 +16,7 @@ pub struct Fact {
 
 /// The facts of one LoCoMo sample, sessions in numeric order. Evidence is cleaned up as
 /// the questions' is, and more: an entry is a string or a list of strings, split on ';'
-/// and on ',' (five facts write "D22:21, D22:23"), trimmed; ids naming no turn of
+/// and on ',' (a few facts write "D22:21, D22:23"), trimmed; ids naming no turn of
 /// `known` are dropped (returned), and a fact left with none too.
 pub fn facts(sample: &Value, known: &HashSet<&str>) -> (Vec<Fact>, Vec<String>) {
     let (mut facts, mut dropped) = (Vec::new(), Vec::new());

@@ -374,7 +374,14 @@ mod tests {
         let many = fuse(&episodes, &vec![vec![episodes[2]]; 10], 0.3);
         let lift = |s: &[EpisodeScore]| s.iter().find(|e| e.uid == episodes[2]).unwrap().semantic;
         assert_eq!(lift(&one), lift(&many));
-        assert_eq!(many.iter().find(|e| e.uid == episodes[2]).unwrap().citing.len(), 10);
+        assert_eq!(
+            many.iter()
+                .find(|e| e.uid == episodes[2])
+                .unwrap()
+                .citing
+                .len(),
+            10
+        );
     }
 
     #[test]
@@ -392,7 +399,9 @@ mod tests {
         let shape: Vec<String> = placed
             .iter()
             .map(|p| match p {
-                Placed::Episode(e) => format!("e{}", episodes.iter().position(|u| *u == e.uid).unwrap()),
+                Placed::Episode(e) => {
+                    format!("e{}", episodes.iter().position(|u| *u == e.uid).unwrap())
+                }
                 Placed::Feature { index, .. } => format!("f{index}"),
             })
             .collect();

@@ -42,12 +42,12 @@ impl SearchInput {
     /// they are not), checked.
     pub fn together(&self) -> Result<Option<f64>> {
         match self.semantic_weight {
-            Some(w) if !(0.0..=MAX_SEMANTIC_WEIGHT).contains(&w) => Err(
-                crate::error::Error::invalid(
+            Some(w) if !(0.0..=MAX_SEMANTIC_WEIGHT).contains(&w) => {
+                Err(crate::error::Error::invalid(
                     "semantic_weight",
                     format!("must be between 0 and {MAX_SEMANTIC_WEIGHT}"),
-                ),
-            ),
+                ))
+            }
             weight => Ok(self
                 .rank_together
                 .then(|| weight.unwrap_or(DEFAULT_SEMANTIC_WEIGHT))),

@@ -528,8 +528,8 @@ impl EpisodicMemory {
         let mut rows: std::collections::HashMap<EpisodeHandle, Episode> =
             crate::round_trips::call(self.store.episodes_by_handle(key, &known))
                 .await?
-            .into_iter()
-            .collect();
+                .into_iter()
+                .collect();
         Ok(handles
             .into_iter()
             .map(|h| h.and_then(|h| rows.remove(&h)))

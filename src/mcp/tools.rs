@@ -219,8 +219,12 @@ fn ranked(r: &Ranked) -> serde_json::Value {
         }
         Item::Feature(hit) => {
             out["feature"] = serde_json::json!(feature(&hit.feature, Some(hit.score)));
-            let citations: Vec<String> =
-                hit.feature.citations.iter().map(ToString::to_string).collect();
+            let citations: Vec<String> = hit
+                .feature
+                .citations
+                .iter()
+                .map(ToString::to_string)
+                .collect();
             out["citations"] = serde_json::json!(citations);
         }
     }

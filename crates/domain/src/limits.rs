@@ -34,6 +34,14 @@ pub struct Limits {
         default_value_t = 86_400.0
     )]
     pub idempotency_window: f64,
+    /// The features' weight against the episodes' when a search ranks them together
+    /// and names none (0 to 10; see `rank_together.rs`)
+    #[arg(
+        long,
+        env = "MEMMACHINE_RANK_SEMANTIC_WEIGHT",
+        default_value_t = crate::rank_together::DEFAULT_SEMANTIC_WEIGHT
+    )]
+    pub rank_semantic_weight: f64,
 }
 
 impl Limits {
@@ -55,6 +63,12 @@ impl Limits {
             return Err("limits must be at least 1".into());
         }
         crate::flags::seconds(self.idempotency_window, "idempotency-window")?;
+        let weight = crate::rank_together::MAX_SEMANTIC_WEIGHT;
+        if !(0.0..=weight).contains(&self.rank_semantic_weight) {
+            return Err(format!(
+                "--rank-semantic-weight must be between 0 and {weight}"
+            ));
+        }
         Ok(())
     }
 

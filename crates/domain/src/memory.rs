@@ -194,7 +194,7 @@ impl Memories {
         if !want.episodic {
             // Semantic memory alone: the request is validated as a feature search.
             let project = self.projects.get(key).await?;
-            let together = input.together()?;
+            let together = input.together(self.episodic.limits().rank_semantic_weight)?;
             if !want.semantic || !settings.semantic_enabled || input.blank_allowed() {
                 return Ok(SearchResult::default());
             }

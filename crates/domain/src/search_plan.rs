@@ -5,7 +5,7 @@
 use crate::error::{Result, Violations};
 use crate::limits::Limits;
 use crate::model::filter::{self, Expr};
-use crate::rank_together::{DEFAULT_SEMANTIC_WEIGHT, MAX_SEMANTIC_WEIGHT};
+use crate::rank_together::MAX_SEMANTIC_WEIGHT;
 
 /// Largest `expand_context` accepted.
 pub const MAX_EXPAND_CONTEXT: i32 = 100;
@@ -39,8 +39,8 @@ impl SearchInput {
     }
 
     /// The features' weight when episodes and features are ranked together (`None`:
-    /// they are not), checked.
-    pub fn together(&self) -> Result<Option<f64>> {
+    /// they are not), checked; `default` when the input names none.
+    pub fn together(&self, default: f64) -> Result<Option<f64>> {
         match self.semantic_weight {
             Some(w) if !(0.0..=MAX_SEMANTIC_WEIGHT).contains(&w) => {
                 Err(crate::error::Error::invalid(
@@ -48,9 +48,7 @@ impl SearchInput {
                     format!("must be between 0 and {MAX_SEMANTIC_WEIGHT}"),
                 ))
             }
-            weight => Ok(self
-                .rank_together
-                .then(|| weight.unwrap_or(DEFAULT_SEMANTIC_WEIGHT))),
+            weight => Ok(self.rank_together.then(|| weight.unwrap_or(default))),
         }
     }
 }
@@ -96,7 +94,7 @@ impl SearchPlan {
         if input.score_threshold.is_some_and(f64::is_nan) {
             violations.add("score_threshold", "must be a number");
         }
-        let together = violations.check(input.together());
+        let together = violations.check(input.together(limits.rank_semantic_weight));
         violations.into_result()?;
         let feature_filter = if features {
             filter::parse_features(&input.filter).ok().flatten()

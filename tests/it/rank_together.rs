@@ -220,7 +220,7 @@ async fn features_lift_the_episodes_they_cite_within_the_searchs_rules() {
         lifted.semantic > 0.0 && lifted.score == lifted.semantic,
         "{lifted:?}"
     );
-    assert_eq!(lifted.citing_feature_ids, [oslo.clone()]);
+    assert_eq!(lifted.citing_feature_ids, std::slice::from_ref(&oslo));
     // A specific feature is listed right after the episode it cites.
     let at = together
         .ranked

@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod openai_http;
 pub mod projects;
 pub mod rank_together;
+pub mod ranked_search;
 pub mod rerank;
 pub mod resource_status;
 pub mod retrieval;

@@ -264,7 +264,7 @@ impl Memories {
         let ranked = match plan.together {
             None => Vec::new(),
             Some(weight) => {
-                crate::rank_together::answer(
+                crate::ranked_search::answer(
                     &self.episodic,
                     &episodic.project,
                     &plan,

@@ -4,8 +4,8 @@
 
 use crate::error::{Result, Violations};
 use crate::limits::Limits;
+use crate::limits::MAX_SEMANTIC_WEIGHT;
 use crate::model::filter::{self, Expr};
-use crate::rank_together::MAX_SEMANTIC_WEIGHT;
 
 /// Largest `expand_context` accepted.
 pub const MAX_EXPAND_CONTEXT: i32 = 100;

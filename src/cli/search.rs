@@ -54,6 +54,14 @@ pub struct SearchArgs {
     /// Only results scoring at least this much
     #[arg(long)]
     pub score_threshold: Option<f64>,
+    /// Also rank episodes and features together (the episodes a matching feature cites
+    /// count as evidence), shown instead of the separate lists
+    #[arg(long)]
+    pub rank_together: bool,
+    /// With --rank-together: the features' weight against the episodes' (0 to 10)
+    /// [default: the server's]
+    #[arg(long, requires = "rank_together")]
+    pub semantic_weight: Option<f64>,
     #[command(flatten)]
     pub sets: SetSelection,
 }
@@ -73,6 +81,8 @@ pub async fn run(args: SearchArgs) -> Result<(), CliError> {
             expand_context: args.expand_context,
             score_threshold: args.score_threshold,
             set_metadata: args.sets.metadata(),
+            rank_together: args.rank_together,
+            semantic_weight: args.semantic_weight,
         }))
         .await?
         .into_inner();
@@ -88,7 +98,11 @@ pub async fn run(args: SearchArgs) -> Result<(), CliError> {
                 "episode_summary": episodic.episode_summary,
             },
             "semantic_memory": answer.semantic_memory.iter().map(feature_json).collect::<Vec<_>>(),
+            "ranked": answer.ranked.iter().map(ranked_json).collect::<Vec<_>>(),
         }));
+    }
+    if args.rank_together {
+        return ranked_table(&answer.ranked).print();
     }
     let mut table = Table::new(&["SCORE", "UID", "PRODUCER", "CREATED", "CONTENT"]);
     for hit in &episodic.long_term_memory {
@@ -110,4 +124,63 @@ pub async fn run(args: SearchArgs) -> Result<(), CliError> {
         out(format!("\nsummary: {summary}"))?;
     }
     Ok(())
+}
+
+fn source(r: &pb::RankedMemory) -> &'static str {
+    match pb::RankedSource::try_from(r.source) {
+        Ok(pb::RankedSource::Episodic) => "episodic",
+        Ok(pb::RankedSource::Semantic) => "semantic",
+        Ok(pb::RankedSource::Both) => "both",
+        _ => "",
+    }
+}
+
+fn ranked_json(r: &pb::RankedMemory) -> serde_json::Value {
+    use pb::ranked_memory::Item;
+    let mut out = json!({
+        "source": source(r),
+        "score": r.score,
+        "episodic": r.episodic,
+        "semantic": r.semantic,
+        "citing_feature_ids": r.citing_feature_ids,
+    });
+    match &r.item {
+        Some(Item::Episode(hit)) => {
+            out["episode"] = json!({
+                "score": hit.score,
+                "episode": hit.episode.as_ref().map(episode_json),
+            });
+        }
+        Some(Item::Feature(f)) => out["feature"] = feature_json(f),
+        None => {}
+    }
+    out
+}
+
+/// Episodes and features in one table, best first.
+fn ranked_table(ranked: &[pb::RankedMemory]) -> Table {
+    use pb::ranked_memory::Item;
+    let mut table = Table::new(&["SCORE", "SOURCE", "KIND", "ID", "CONTENT"]);
+    for r in ranked {
+        let (kind, id, content) = match &r.item {
+            Some(Item::Episode(hit)) => {
+                let e = hit.episode.clone().unwrap_or_default();
+                ("episode", e.uid, e.content)
+            }
+            Some(Item::Feature(f)) => (
+                "feature",
+                f.id.clone(),
+                format!("{}: {}", f.feature_name, f.value),
+            ),
+            None => ("", String::new(), String::new()),
+        };
+        table.row(vec![
+            format!("{:.4}", r.score),
+            source(r).into(),
+            kind.into(),
+            id,
+            content,
+        ]);
+    }
+    table
 }

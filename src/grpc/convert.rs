@@ -192,6 +192,32 @@ pub fn proto_value(v: &serde_json::Value) -> prost_types::Value {
     prost_types::Value { kind: Some(kind) }
 }
 
+/// One item of a ranking together.
+pub fn ranked(key: &ProjectKey, r: memmachine_domain::rank_together::Ranked) -> pb::RankedMemory {
+    use memmachine_domain::rank_together::{Item, Source};
+    use pb::ranked_memory::Item as PbItem;
+    let item = match r.item {
+        Item::Episode(hit) => PbItem::Episode(pb::ScoredEpisode {
+            episode: Some(episode(key, hit.episode)),
+            score: hit.score,
+        }),
+        Item::Feature(hit) => PbItem::Feature(feature(hit.feature, hit.score, true)),
+    };
+    let source = match r.source {
+        Source::Episodic => pb::RankedSource::Episodic,
+        Source::Semantic => pb::RankedSource::Semantic,
+        Source::Both => pb::RankedSource::Both,
+    };
+    pb::RankedMemory {
+        item: Some(item),
+        source: source as i32,
+        score: r.score,
+        episodic: r.episodic,
+        semantic: r.semantic,
+        citing_feature_ids: r.citing,
+    }
+}
+
 pub fn feature(
     f: memmachine_domain::semantic::model::Feature,
     score: f64,

@@ -80,6 +80,8 @@ impl MemoryService for MemoryGrpc {
             scope: None,
             blank_query_ranks_nothing: false,
             as_of: convert::as_of("as_of", r.as_of)?,
+            rank_together: r.rank_together,
+            semantic_weight: r.semantic_weight,
         };
         let set_metadata = r.set_metadata.into_iter().collect();
         let found = self
@@ -108,6 +110,11 @@ impl MemoryService for MemoryGrpc {
                 .semantic
                 .into_iter()
                 .map(|hit| convert::feature(hit.feature, hit.score, true))
+                .collect(),
+            ranked: found
+                .ranked
+                .into_iter()
+                .map(|r| convert::ranked(&key, r))
                 .collect(),
         }))
     }

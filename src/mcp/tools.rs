@@ -24,6 +24,7 @@ use memmachine_core::model::Episode;
 use memmachine_core::model::filter::{self, Expr, Field, SystemField};
 use memmachine_domain::episodic::{MessageInput, SearchInput};
 use memmachine_domain::memory::{ListInput, Listed, MemoryKind};
+use memmachine_domain::rank_together::{Item, Ranked, Source};
 use memmachine_domain::semantic::model::Feature;
 
 /// Where a handler's scope comes from.
@@ -91,6 +92,10 @@ pub struct SearchMemoryInput {
     /// A filter on episodes, e.g. `m.topic = 'food'` (see the server's filter syntax)
     #[serde(default)]
     pub filter: Option<String>,
+    /// Also answer `ranked`: episodes and features in one ranking, where the episodes a
+    /// matching feature cites count as evidence [default: false]
+    #[serde(default)]
+    pub rank_together: bool,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -191,6 +196,39 @@ fn feature(f: &Feature, score: Option<f64>) -> FeatureOut<'_> {
         updated_at: time(f.updated_at_micros),
         score,
     }
+}
+
+/// An item of a ranking together: `episode` or `feature`, with the fused score and
+/// its parts.
+fn ranked(r: &Ranked) -> serde_json::Value {
+    let source = match r.source {
+        Source::Episodic => "episodic",
+        Source::Semantic => "semantic",
+        Source::Both => "both",
+    };
+    let mut out = serde_json::json!({
+        "source": source,
+        "score": r.score,
+        "episodic": r.episodic,
+        "semantic": r.semantic,
+    });
+    match &r.item {
+        Item::Episode(hit) => {
+            out["episode"] = serde_json::json!(episode(&hit.episode, Some(hit.score)));
+            out["citing_feature_ids"] = serde_json::json!(r.citing);
+        }
+        Item::Feature(hit) => {
+            out["feature"] = serde_json::json!(feature(&hit.feature, Some(hit.score)));
+            let citations: Vec<String> = hit
+                .feature
+                .citations
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            out["citations"] = serde_json::json!(citations);
+        }
+    }
+    out
 }
 
 fn time(micros: i64) -> String {
@@ -347,6 +385,8 @@ impl MemoryTools {
             scope: Some(users_episodes(&scope.user)),
             blank_query_ranks_nothing: false,
             as_of: None,
+            rank_together: input.rank_together,
+            semantic_weight: None,
         };
         let sets = BTreeMap::from([(
             memmachine_domain::semantic::sets::PRODUCER_TAG.to_string(),
@@ -359,14 +399,20 @@ impl MemoryTools {
                 .await
             {
                 // The project's rolling summary is left out: it covers every user.
-                Ok(found) => answer(serde_json::json!({
-                    "episodes": found.episodic.long_term.iter()
-                        .map(|s| episode(&s.episode, Some(s.score))).collect::<Vec<_>>(),
-                    "recent_episodes": found.episodic.short_term.iter()
-                        .map(|e| episode(e, None)).collect::<Vec<_>>(),
-                    "features": found.semantic.iter()
-                        .map(|s| feature(&s.feature, Some(s.score))).collect::<Vec<_>>(),
-                })),
+                Ok(found) => answer({
+                    let mut out = serde_json::json!({
+                        "episodes": found.episodic.long_term.iter()
+                            .map(|s| episode(&s.episode, Some(s.score))).collect::<Vec<_>>(),
+                        "recent_episodes": found.episodic.short_term.iter()
+                            .map(|e| episode(e, None)).collect::<Vec<_>>(),
+                        "features": found.semantic.iter()
+                            .map(|s| feature(&s.feature, Some(s.score))).collect::<Vec<_>>(),
+                    });
+                    if input.rank_together {
+                        out["ranked"] = found.ranked.iter().map(ranked).collect();
+                    }
+                    out
+                }),
                 Err(err) => failed(err),
             },
         )

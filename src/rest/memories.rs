@@ -12,7 +12,7 @@ use utoipa_axum::routes;
 
 use super::body::Body;
 use super::projects::key;
-use super::shapes::{EpisodeJson, FeatureJson, ProjectRef, ScoredEpisodeJson};
+use super::shapes::{EpisodeJson, FeatureJson, ProjectRef, RankedJson, ScoredEpisodeJson};
 use super::{ApiError, Gateway};
 use memmachine_core::error::{Error, Result, Violations};
 use memmachine_domain::auth::Access;
@@ -231,6 +231,14 @@ pub struct SearchMemories {
     #[serde(default)]
     #[schema(value_type = Option<String>)]
     as_of: serde_json::Value,
+    /// This server's addition: also answer `ranked`, episodes and features ranked
+    /// together (the episodes a matching feature cites count as evidence).
+    #[serde(default)]
+    rank_together: bool,
+    /// With `rank_together`: the features' weight against the episodes' (0 to 10)
+    /// [default: the server's].
+    #[serde(default)]
+    semantic_weight: Option<f64>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -245,6 +253,9 @@ pub struct SearchContent {
     episodic_memory: Option<EpisodicResult>,
     #[serde(skip_serializing_if = "Option::is_none")]
     semantic_memory: Option<Vec<FeatureJson>>,
+    /// With `rank_together`: episodes and features in one ranking, best first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ranked: Option<Vec<RankedJson>>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -285,6 +296,8 @@ async fn search_memories(
         scope: None,
         blank_query_ranks_nothing: true,
         as_of: as_of(&r.as_of)?,
+        rank_together: r.rank_together,
+        semantic_weight: r.semantic_weight,
     };
     let found = gateway
         .domain()?
@@ -322,6 +335,9 @@ async fn search_memories(
                     .map(|hit| FeatureJson::new(hit.feature, Some(hit.score), true))
                     .collect()
             }),
+            ranked: r
+                .rank_together
+                .then(|| found.ranked.into_iter().map(RankedJson::new).collect()),
         },
     }))
 }

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use memmachine_core::model::{Episode, Project, ProjectKey};
+use memmachine_domain::rank_together::{Item, Ranked, Source};
 use memmachine_domain::semantic::model::Feature;
 
 /// Names a project; empty or omitted ids are `universal`.
@@ -183,6 +184,53 @@ impl FeatureJson {
             score,
             created_at: time(f.created_at_micros),
             updated_at: time(f.updated_at_micros),
+        }
+    }
+}
+
+/// An item of a ranking together (this server's `rank_together`): an episode or a
+/// feature, with the fused score and its parts (as gRPC's `RankedMemory`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RankedJson {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub episode: Option<ScoredEpisodeJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feature: Option<FeatureJson>,
+    /// `episodic`, `semantic` or `both`.
+    pub source: String,
+    pub score: f64,
+    pub episodic: f64,
+    pub semantic: f64,
+    /// An episode's: the ranked features citing it, best first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub citing_feature_ids: Vec<String>,
+}
+
+impl RankedJson {
+    pub fn new(r: Ranked) -> RankedJson {
+        let (episode, feature) = match r.item {
+            Item::Episode(hit) => (
+                Some(ScoredEpisodeJson::new(hit.episode, Some(hit.score))),
+                None,
+            ),
+            Item::Feature(hit) => (
+                None,
+                Some(FeatureJson::new(hit.feature, Some(hit.score), true)),
+            ),
+        };
+        let source = match r.source {
+            Source::Episodic => "episodic",
+            Source::Semantic => "semantic",
+            Source::Both => "both",
+        };
+        RankedJson {
+            episode,
+            feature,
+            source: source.into(),
+            score: r.score,
+            episodic: r.episodic,
+            semantic: r.semantic,
+            citing_feature_ids: r.citing,
         }
     }
 }

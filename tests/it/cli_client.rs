@@ -231,6 +231,25 @@ fn projects_memories_and_features_through_the_binary() {
     assert_eq!(hit["episode"]["metadata"]["n"], "3");
     assert_eq!(hit["episode"]["created_at"], "2023-05-08T13:56:00Z");
     assert!(hit["score"].as_f64().unwrap() > 0.0);
+    // Ranked together: the same episodes in `ranked`, with their source; a table of them.
+    let found = json(mm(&[
+        "search",
+        "what is Bob's cat called",
+        "--rank-together",
+        "--json",
+    ]));
+    let first = &found["ranked"][0];
+    assert_eq!(
+        first["episode"]["episode"]["content"], "Bob's cat is called Whiskers.",
+        "{found}"
+    );
+    assert_eq!(first["source"], "episodic", "{found}");
+    let table = ok(mm(&["search", "cat", "--rank-together"]));
+    assert!(
+        table.starts_with("SCORE") && table.contains("SOURCE"),
+        "{table}"
+    );
+    assert!(table.contains("Whiskers"), "{table}");
 
     // List: one page says how to go on; --all follows every page, in sequence order.
     let page = mm(&["list", "--page-size", "1000"]);

@@ -49,6 +49,7 @@ mod openai_embedder;
 mod ops_visibility;
 mod postgres_store;
 mod project_routing;
+mod rank_together;
 mod real_model;
 mod replicas;
 mod rerank;

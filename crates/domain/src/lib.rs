@@ -21,6 +21,8 @@ pub mod memory;
 pub mod metrics;
 pub mod openai_http;
 pub mod projects;
+pub mod rank_together;
+pub mod ranked_search;
 pub mod rerank;
 pub mod resource_status;
 pub mod retrieval;

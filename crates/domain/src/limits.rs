@@ -1,5 +1,11 @@
 //! Request limits of the contract (configurable).
 
+/// The features' weight against the episodes' in a search ranking both together
+/// (`rank_together.rs`) when neither the request nor `--rank-semantic-weight` names one.
+pub const DEFAULT_SEMANTIC_WEIGHT: f64 = 0.3;
+/// Largest such weight.
+pub const MAX_SEMANTIC_WEIGHT: f64 = 10.0;
+
 /// Also the flags, environment variables and config file keys that set them.
 #[derive(Debug, Clone, Copy, clap::Args, serde::Serialize, serde::Deserialize)]
 pub struct Limits {
@@ -34,6 +40,14 @@ pub struct Limits {
         default_value_t = 86_400.0
     )]
     pub idempotency_window: f64,
+    /// The features' weight against the episodes' when a search ranks them together
+    /// and names none (0 to 10; see `rank_together.rs`)
+    #[arg(
+        long,
+        env = "MEMMACHINE_RANK_SEMANTIC_WEIGHT",
+        default_value_t = DEFAULT_SEMANTIC_WEIGHT
+    )]
+    pub rank_semantic_weight: f64,
 }
 
 impl Limits {
@@ -55,6 +69,12 @@ impl Limits {
             return Err("limits must be at least 1".into());
         }
         crate::flags::seconds(self.idempotency_window, "idempotency-window")?;
+        let weight = MAX_SEMANTIC_WEIGHT;
+        if !(0.0..=weight).contains(&self.rank_semantic_weight) {
+            return Err(format!(
+                "--rank-semantic-weight must be between 0 and {weight}"
+            ));
+        }
         Ok(())
     }
 

@@ -36,6 +36,8 @@ fn wanted(types: &[MemoryKind]) -> Wanted {
 pub struct SearchResult {
     pub episodic: EpisodicSearch,
     pub semantic: Vec<ScoredFeature>,
+    /// Both ranked together, when asked (`rank_together.rs`).
+    pub ranked: Vec<crate::rank_together::Ranked>,
 }
 
 /// What to list: a memory type (unset: episodic), a page and a filter.
@@ -192,6 +194,7 @@ impl Memories {
         if !want.episodic {
             // Semantic memory alone: the request is validated as a feature search.
             let project = self.projects.get(key).await?;
+            let together = input.together(self.episodic.limits().rank_semantic_weight)?;
             if !want.semantic || !settings.semantic_enabled || input.blank_allowed() {
                 return Ok(SearchResult::default());
             }
@@ -204,9 +207,13 @@ impl Memories {
                 as_of: input.as_of,
             };
             let semantic = self.semantic.search(&project, search).await?;
+            let ranked = together.map_or_else(Vec::new, |weight| {
+                crate::rank_together::features_alone(&semantic, weight)
+            });
             return Ok(SearchResult {
                 episodic: EpisodicSearch::default(),
                 semantic,
+                ranked,
             });
         }
         // Checked once, before either half runs (the episodic rules, whose errors win):
@@ -252,11 +259,26 @@ impl Memories {
             features?
         } else {
             // The project changed since this server last saw it: features again with it.
-            semantic(episodic.project).await?
+            semantic(episodic.project.clone()).await?
+        };
+        let ranked = match plan.together {
+            None => Vec::new(),
+            Some(weight) => {
+                crate::ranked_search::answer(
+                    &self.episodic,
+                    &episodic.project,
+                    &plan,
+                    weight,
+                    &episodic.found.long_term,
+                    &semantic,
+                )
+                .await?
+            }
         };
         Ok(SearchResult {
             episodic: episodic.found,
             semantic,
+            ranked,
         })
     }
 

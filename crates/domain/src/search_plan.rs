@@ -4,6 +4,7 @@
 
 use crate::error::{Result, Violations};
 use crate::limits::Limits;
+use crate::limits::MAX_SEMANTIC_WEIGHT;
 use crate::model::filter::{self, Expr};
 
 /// Largest `expand_context` accepted.
@@ -25,12 +26,30 @@ pub struct SearchInput {
     pub blank_query_ranks_nothing: bool,
     /// Micros: the semantic half ranks the features as they were then.
     pub as_of: Option<i64>,
+    /// Also rank episodes and features together (`rank_together.rs`).
+    pub rank_together: bool,
+    /// The features' weight in that ranking (`None`: the default).
+    pub semantic_weight: Option<f64>,
 }
 
 impl SearchInput {
     /// Whether this query is blank and allowed to be.
     pub fn blank_allowed(&self) -> bool {
         self.blank_query_ranks_nothing && self.query.trim().is_empty()
+    }
+
+    /// The features' weight when episodes and features are ranked together (`None`:
+    /// they are not), checked; `default` when the input names none.
+    pub fn together(&self, default: f64) -> Result<Option<f64>> {
+        match self.semantic_weight {
+            Some(w) if !(0.0..=MAX_SEMANTIC_WEIGHT).contains(&w) => {
+                Err(crate::error::Error::invalid(
+                    "semantic_weight",
+                    format!("must be between 0 and {MAX_SEMANTIC_WEIGHT}"),
+                ))
+            }
+            weight => Ok(self.rank_together.then(|| weight.unwrap_or(default))),
+        }
     }
 }
 
@@ -50,6 +69,8 @@ pub struct SearchPlan {
     pub score_threshold: Option<f64>,
     /// Micros: the semantic half ranks the features as they were then.
     pub as_of: Option<i64>,
+    /// With a ranking together: the features' weight in it.
+    pub together: Option<f64>,
 }
 
 impl SearchPlan {
@@ -73,6 +94,7 @@ impl SearchPlan {
         if input.score_threshold.is_some_and(f64::is_nan) {
             violations.add("score_threshold", "must be a number");
         }
+        let together = violations.check(input.together(limits.rank_semantic_weight));
         violations.into_result()?;
         let feature_filter = if features {
             filter::parse_features(&input.filter).ok().flatten()
@@ -89,6 +111,7 @@ impl SearchPlan {
             expand_context: input.expand_context as usize,
             score_threshold: input.score_threshold,
             as_of: input.as_of,
+            together: together.flatten(),
         })
     }
 }

@@ -46,7 +46,7 @@
 //!    questions are asked of what was distilled by then.
 //! 4. Asks every question of categories 1-4 in its own conversation's project (with
 //!    `--turns N`, only those all of whose evidence, after the clean-up below, lies in
-//!    the first N turns: how many that leaves is printed), three ways, each with `top_k`
+//!    the first N turns: how many that leaves is printed), four ways, each with `top_k`
 //!    `--top-k` (default 20):
 //!    - `SearchFeatures` with an empty `set_metadata`: the server then ranks, with one
 //!      score, the features of every set the project sees, i.e. both speakers' user sets,
@@ -57,7 +57,9 @@
 //!    - `SearchMemories`, types `[EPISODIC, SEMANTIC]`: the server does not merge the
 //!      two: it answers `episodic_memory.long_term_memory` (top_k episodes) beside
 //!      `semantic_memory` (top_k features, the same ranking as SearchFeatures),
-//!      separately.
+//!      separately;
+//!    - the same with `rank_together`: the server's one ranking of episodes and the
+//!      episodes features cite (`ranked`).
 //!
 //! # The figures
 //!
@@ -76,6 +78,9 @@
 //!   lists them: it equals episodic whenever top_k episodes come back;
 //! - **combined, interleaved**: episode 1, feature 1's citations, episode 2, feature 2's
 //!   citations, ..., each turn once; k counts distinct turns (one k-turn budget shared);
+//! - **combined, server-ranked**: the `ranked` answer in its order, an episode its
+//!   turn, a feature its cited turns (oldest first), each turn once; k counts distinct
+//!   turns;
 //! - **combined, all returned**: every turn of the answer (top_k episodes and all
 //!   citations of top_k features), no cut; the mean count of those turns is shown.
 //!

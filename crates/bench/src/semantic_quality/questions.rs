@@ -1,4 +1,4 @@
-//! The questions, asked three ways each, and the recall of every ranked list.
+//! The questions, asked four ways each, and the recall of every ranked list.
 
 use memmachine_proto::v2 as pb;
 use memmachine_proto::v2::memory_service_client::MemoryServiceClient;
@@ -9,13 +9,13 @@ use super::conversations::{ORG, Project};
 use super::options::Args;
 use super::outcome::Run;
 use super::scoring::{
-    List, cited_turns, episode_turns, interleave, recall_by_features, response_order,
+    List, cited_turns, episode_turns, interleave, ranked_turns, recall_by_features, response_order,
 };
 use crate::support::Result;
 use crate::support::locomo::{Conversation, recall_at};
 use crate::support::server::Server;
 
-/// Asks every question of the conversation three ways and scores the lists.
+/// Asks every question of the conversation four ways and scores the lists.
 pub async fn ask(
     args: &Args,
     channel: &Channel,
@@ -68,6 +68,22 @@ pub async fn ask(
             .await
             .map_err(|err| server.error("SearchMemories (episodic+semantic) failed", err))?
             .into_inner();
+        let ranked = memories
+            .search_memories(pb::SearchMemoriesRequest {
+                org_id: ORG.into(),
+                project_id: project.id.clone(),
+                query: question.text.clone(),
+                top_k: Some(args.top_k),
+                types: vec![
+                    pb::MemoryType::Episodic as i32,
+                    pb::MemoryType::Semantic as i32,
+                ],
+                rank_together: true,
+                ..Default::default()
+            })
+            .await
+            .map_err(|err| server.error("SearchMemories (rank_together) failed", err))?
+            .into_inner();
 
         let evidence = &question.evidence;
         let category = question.category;
@@ -76,7 +92,7 @@ pub async fn ask(
         let both_episodes = episode_turns(&both);
         let both_features = &both.semantic_memory;
         let mut ignored = 0;
-        let lists: [(List, Vec<f64>); 6] = [
+        let lists: [(List, Vec<f64>); 7] = [
             (
                 List::Episodic,
                 recall_at(evidence, &episode_turns(&episodic), ks),
@@ -104,6 +120,10 @@ pub async fn ask(
                     &interleave(&both_episodes, both_features, dia, &mut ignored),
                     ks,
                 ),
+            ),
+            (
+                List::CombinedRanked,
+                recall_at(evidence, &ranked_turns(&ranked, dia, &mut ignored), ks),
             ),
             (List::CombinedAll, {
                 let all = response_order(&both_episodes, both_features, dia, &mut ignored);

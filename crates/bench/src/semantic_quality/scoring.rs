@@ -98,6 +98,32 @@ pub fn response_order(
     out
 }
 
+/// The turns of a ranking together (`rank_together`), in its order: an episode its
+/// `dia_id`, a feature its citations (oldest first), each turn once.
+pub fn ranked_turns(
+    response: &pb::SearchMemoriesResponse,
+    dia: &HashMap<String, String>,
+    unmapped: &mut usize,
+) -> Vec<String> {
+    use pb::ranked_memory::Item;
+    let (mut out, mut seen) = (Vec::new(), HashSet::new());
+    for ranked in &response.ranked {
+        match &ranked.item {
+            Some(Item::Episode(hit)) => {
+                let id = hit.episode.as_ref().and_then(|e| e.metadata.get("dia_id"));
+                if let Some(id) = id
+                    && seen.insert(id.clone())
+                {
+                    out.push(id.clone());
+                }
+            }
+            Some(Item::Feature(f)) => push_cited(&mut out, &mut seen, &f.citations, dia, unmapped),
+            None => {}
+        }
+    }
+    out
+}
+
 /// Recall of `evidence` among every turn cited by the top k features, for each k.
 pub fn recall_by_features(
     evidence: &[String],
@@ -137,16 +163,18 @@ pub enum List {
     SemanticFeatures,
     CombinedResponse,
     CombinedInterleaved,
+    CombinedRanked,
     CombinedAll,
 }
 
 impl List {
-    pub const ALL: [List; 6] = [
+    pub const ALL: [List; 7] = [
         List::Episodic,
         List::SemanticTurns,
         List::SemanticFeatures,
         List::CombinedResponse,
         List::CombinedInterleaved,
+        List::CombinedRanked,
         List::CombinedAll,
     ];
 
@@ -157,6 +185,7 @@ impl List {
             List::SemanticFeatures => "semantic_k_features",
             List::CombinedResponse => "combined_response_order",
             List::CombinedInterleaved => "combined_interleaved",
+            List::CombinedRanked => "combined_server_ranked",
             List::CombinedAll => "combined_all_returned",
         }
     }
@@ -174,6 +203,10 @@ impl List {
             }
             List::CombinedInterleaved => {
                 "combined, episode/feature interleaved, first k distinct turns".into()
+            }
+            List::CombinedRanked => {
+                "combined, server-ranked (SearchMemories rank_together), first k distinct turns"
+                    .into()
             }
             List::CombinedAll => {
                 "combined, every turn returned (top_k episodes + all citations of top_k features)"

@@ -523,18 +523,45 @@ impl EpisodicMemory {
         uids: &[uuid::Uuid],
     ) -> Result<Vec<Option<Episode>>> {
         let (key, expiry) = (project.access(), Expiry::of(&project.episodic));
-        let handles = self.store.episode_handles(key, uids).await?;
+        let handles = crate::round_trips::call(self.store.episode_handles(key, uids)).await?;
         let known: Vec<EpisodeHandle> = handles.iter().flatten().copied().collect();
-        let mut rows: std::collections::HashMap<EpisodeHandle, Episode> = self
-            .store
-            .episodes_by_handle(key, &known)
-            .await?
-            .into_iter()
-            .collect();
+        let mut rows: std::collections::HashMap<EpisodeHandle, Episode> =
+            crate::round_trips::call(self.store.episodes_by_handle(key, &known))
+                .await?
+                .into_iter()
+                .collect();
         Ok(handles
             .into_iter()
             .map(|h| h.and_then(|h| rows.remove(&h)))
             .map(|e| e.and_then(|mut e| expiry.keep(&mut e).then_some(e)))
+            .collect())
+    }
+
+    /// Those of these episodes a search with `filter` (a plan's: its scope ANDed on)
+    /// may answer: of this project, alive, passing the filter, and none while the
+    /// project's long-term memory is off. For episodes the ranking did not propose (the
+    /// ones features cite), so they obey the search's rules.
+    pub async fn visible(
+        &self,
+        project: &OpenProject,
+        uids: &[uuid::Uuid],
+        filter: Option<&Expr>,
+    ) -> Result<HashMap<uuid::Uuid, Episode>> {
+        let config = self.settings.current().episodic_for(project.episodic);
+        if !(config.enabled && config.long_term_memory_enabled) || uids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let found = self.get(project, uids).await?;
+        Ok(found
+            .into_iter()
+            .flatten()
+            .filter(|e| {
+                filter.is_none_or(|f| {
+                    let fields = crate::retrieval::episode_fields::EpisodeFields::of(e);
+                    crate::model::filter_eval::matches(f, &fields)
+                })
+            })
+            .map(|e| (e.uid, e))
             .collect())
     }
 

@@ -269,6 +269,8 @@ impl Legacy {
             scope: session_scope(&ctx.session_id),
             blank_query_ranks_nothing: false,
             as_of: None,
+            rank_together: false,
+            semantic_weight: None,
         };
         let found = self
             .memories

@@ -197,6 +197,23 @@ impl SemanticMemory {
         }
     }
 
+    /// Counts one embedder call on a set's features: under its project when it has one
+    /// (a project deleted meanwhile is not counted), else under its org.
+    pub async fn record_set_embedding(
+        &self,
+        org_id: &str,
+        project: Option<crate::model::ProjectHandle>,
+        tokens: u64,
+    ) {
+        let Some(usage) = &self.usage else {
+            return;
+        };
+        match project {
+            Some(project) => usage.record_project_embedding(project, tokens).await,
+            None => usage.record_embedding(&crate::usage::Scope::new(org_id, ""), tokens),
+        }
+    }
+
     /// Counts one call's tokens for `scope`, if usage is kept.
     pub async fn record_usage(
         &self,

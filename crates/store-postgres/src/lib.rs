@@ -12,6 +12,7 @@
 
 mod cancellation;
 mod episodes;
+mod extraction;
 mod error;
 mod feature_history;
 mod feed;

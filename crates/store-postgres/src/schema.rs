@@ -681,6 +681,15 @@ const MIGRATIONS: &[&str] = &[
     END $$;
     ALTER TABLE episodes ADD CONSTRAINT episodes_project_uid_key UNIQUE (org_id, project, uid);
     "#,
+    // Projects whose semantic extraction is paused (a row while paused): the queue's
+    // claim skips their episodes' rows, so every replica agrees.
+    "CREATE TABLE extraction_pauses (
+        org_id TEXT NOT NULL,
+        project BIGINT NOT NULL,
+        paused_at BIGINT NOT NULL,
+        PRIMARY KEY (org_id, project),
+        FOREIGN KEY (org_id, project) REFERENCES projects (org_id, id) ON DELETE CASCADE
+    );",
 ];
 
 /// Brings the database to the latest schema (creating the `vector` extension first)

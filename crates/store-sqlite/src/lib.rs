@@ -13,6 +13,7 @@
 
 mod connection;
 mod episodes;
+mod extraction;
 mod error;
 mod feature_history;
 mod feed;

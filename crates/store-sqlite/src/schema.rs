@@ -492,6 +492,12 @@ const MIGRATIONS: &[&str] = &[
             WHERE project = OLD.project AND OLD.seq BETWEEN first_seq AND last_seq;
         INSERT OR IGNORE INTO summary_dirty (project) VALUES (OLD.project);
     END;",
+    // 16: projects whose semantic extraction is paused (a row while paused): the
+    // queue's claim skips their episodes' rows, so every process sharing the file agrees.
+    "CREATE TABLE extraction_pauses (
+        project INTEGER PRIMARY KEY REFERENCES projects (id) ON DELETE CASCADE,
+        paused_at INTEGER NOT NULL
+    );",
 ];
 
 /// Brings the database to the latest schema, and makes sure universal/universal exists.
@@ -556,7 +562,8 @@ mod tests {
             uuid::Uuid::new_v4().simple()
         ));
         let mut conn = crate::connection::open_connection(&path).unwrap();
-        let before = MIGRATIONS.len() - 1;
+        // The version just before migration 15.
+        let before = 14;
         for sql in &MIGRATIONS[..before] {
             conn.execute_batch(sql).unwrap();
         }

@@ -4,7 +4,8 @@
 //! A row is ready when it has not failed, is not held by a live lease and its
 //! `not_before` has come. A set is ready when it has enough ready rows, or an old
 //! enough one, and no row of it is held by a live lease (one worker distils a set at a
-//! time, so two batches of one set never race on its features).
+//! time, so two batches of one set never race on its features). Rows of episodes of a
+//! project whose extraction is paused (`extraction_pauses`) are never ready.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -55,8 +56,10 @@ pub(super) fn route(
 /// The ready set queued longest ago, if any (a scan of the queue).
 pub(super) fn ready_set(conn: &Connection, rule: &ClaimRule) -> Result<Option<i64>> {
     conn.prepare_cached(
-        "SELECT set_ref FROM semantic_queue
+        "SELECT set_ref FROM semantic_queue q
              WHERE failed IS NULL AND not_before <= ?1 AND (lease IS NULL OR lease_until < ?1)
+                 AND NOT EXISTS (SELECT 1 FROM episodes e JOIN extraction_pauses x
+                     ON x.project = e.project WHERE e.id = q.episode)
              GROUP BY set_ref
              HAVING (COUNT(*) >= ?2 OR MIN(queued_at) <= ?1 - ?3)
                 AND set_ref NOT IN (SELECT set_ref FROM semantic_queue
@@ -84,10 +87,14 @@ fn is_ready(conn: &Connection, rule: &ClaimRule, set: i64) -> Result<bool> {
     let (ready, oldest, leased): (i64, Option<i64>, i64) = conn
         .prepare_cached(
             "SELECT
-                 COUNT(*) FILTER (WHERE not_before <= ?2 AND (lease IS NULL OR lease_until < ?2)),
-                 MIN(queued_at) FILTER (WHERE not_before <= ?2 AND (lease IS NULL OR lease_until < ?2)),
+                 COUNT(*) FILTER (WHERE not_before <= ?2 AND (lease IS NULL OR lease_until < ?2)
+                     AND NOT paused),
+                 MIN(queued_at) FILTER (WHERE not_before <= ?2 AND (lease IS NULL OR lease_until < ?2)
+                     AND NOT paused),
                  COUNT(*) FILTER (WHERE lease IS NOT NULL AND lease_until >= ?2)
-             FROM semantic_queue WHERE set_ref = ?1 AND failed IS NULL",
+             FROM (SELECT *, EXISTS (SELECT 1 FROM episodes e JOIN extraction_pauses x
+                     ON x.project = e.project WHERE e.id = q.episode) AS paused
+                 FROM semantic_queue q WHERE set_ref = ?1 AND failed IS NULL)",
         )
         .and_then(|mut stmt| {
             stmt.query_row(params![set, rule.now_micros], |row| {
@@ -114,9 +121,11 @@ pub(super) fn claim(conn: &Connection, set: i64, rule: &ClaimRule) -> Result<Opt
     };
     let claimed: Vec<(i64, u32)> = conn
         .prepare_cached(
-            "SELECT episode, attempts FROM semantic_queue
+            "SELECT episode, attempts FROM semantic_queue q
              WHERE set_ref = ?1 AND failed IS NULL AND not_before <= ?2
                  AND (lease IS NULL OR lease_until < ?2)
+                 AND NOT EXISTS (SELECT 1 FROM episodes e JOIN extraction_pauses x
+                     ON x.project = e.project WHERE e.id = q.episode)
              ORDER BY episode LIMIT ?3",
         )
         .and_then(|mut stmt| {

@@ -11,7 +11,7 @@ use super::helpers::now_micros;
 use super::projects;
 use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::Result;
-use memmachine_core::store::{ExtractionStore, QueuedForSet};
+use memmachine_core::store::{ExtractionStore, QueuedForSet, QueuedMessages};
 
 #[async_trait]
 impl ExtractionStore for PostgresStore {
@@ -48,9 +48,19 @@ impl ExtractionStore for PostgresStore {
         Ok(())
     }
 
-    async fn queued_for_extraction(&self, project: &ProjectAccess) -> Result<Vec<QueuedForSet>> {
+    async fn queued_for_extraction(&self, project: &ProjectAccess) -> Result<QueuedMessages> {
         let mut conn = self.pool().acquire().await.map_err(db_error)?;
         let id = projects::require(&mut conn, project.key()).await?;
+        let messages: i64 = sqlx::query_scalar(
+            "SELECT COUNT(DISTINCT q.episode)::BIGINT FROM episodes e
+                 JOIN semantic_queue q ON q.org_id = e.org_id AND q.episode = e.id
+             WHERE e.org_id = $1 AND e.project = $2 AND q.failed IS NULL",
+        )
+        .bind(&project.org_id)
+        .bind(id)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db_error)?;
         let rows = sqlx::query(
             "SELECT s.set_id, COUNT(*)::BIGINT, COALESCE(SUM(char_length(e.content)), 0)::BIGINT
              FROM episodes e
@@ -64,7 +74,8 @@ impl ExtractionStore for PostgresStore {
         .fetch_all(&mut *conn)
         .await
         .map_err(db_error)?;
-        rows.iter()
+        let sets = rows
+            .iter()
             .map(|row| {
                 Ok(QueuedForSet {
                     set_id: row.try_get(0)?,
@@ -73,6 +84,7 @@ impl ExtractionStore for PostgresStore {
                 })
             })
             .collect::<sqlx::Result<_>>()
-            .map_err(db_error)
+            .map_err(db_error)?;
+        Ok(QueuedMessages { messages, sets })
     }
 }

@@ -11,7 +11,7 @@ use super::helpers::now_micros;
 use super::projects;
 use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::Result;
-use memmachine_core::store::{ExtractionStore, QueuedForSet};
+use memmachine_core::store::{ExtractionStore, QueuedForSet, QueuedMessages};
 
 fn paused(conn: &Connection, project: i64) -> Result<bool> {
     conn.prepare_cached("SELECT 1 FROM extraction_pauses WHERE project = ?1")
@@ -33,8 +33,15 @@ fn set_paused(conn: &Connection, project: i64, paused: bool) -> Result<()> {
     Ok(())
 }
 
-fn queued(conn: &Connection, project: i64) -> Result<Vec<QueuedForSet>> {
-    conn.prepare_cached(
+fn queued(conn: &Connection, project: i64) -> Result<QueuedMessages> {
+    let messages = conn
+        .prepare_cached(
+            "SELECT COUNT(DISTINCT q.episode) FROM episodes e JOIN semantic_queue q ON q.episode = e.id
+             WHERE e.project = ?1 AND q.failed IS NULL",
+        )
+        .and_then(|mut stmt| stmt.query_row([project], |row| row.get(0)))
+        .map_err(storage_error)?;
+    let sets = conn.prepare_cached(
         "SELECT s.set_id, COUNT(*), COALESCE(SUM(LENGTH(e.content)), 0)
          FROM episodes e
              JOIN semantic_queue q ON q.episode = e.id
@@ -52,7 +59,8 @@ fn queued(conn: &Connection, project: i64) -> Result<Vec<QueuedForSet>> {
         })?
         .collect()
     })
-    .map_err(storage_error)
+    .map_err(storage_error)?;
+    Ok(QueuedMessages { messages, sets })
 }
 
 #[async_trait]
@@ -71,7 +79,7 @@ impl ExtractionStore for SqliteStore {
             .await
     }
 
-    async fn queued_for_extraction(&self, project: &ProjectAccess) -> Result<Vec<QueuedForSet>> {
+    async fn queued_for_extraction(&self, project: &ProjectAccess) -> Result<QueuedMessages> {
         let key = project.key().clone();
         self.readers
             .read(move |tx| queued(tx, projects::require(tx, &key)?))

@@ -16,6 +16,15 @@ pub struct QueuedForSet {
     pub chars: i64,
 }
 
+/// A project's queued messages: how many, and per set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueuedMessages {
+    /// Distinct messages (one queued for three sets counts once).
+    pub messages: i64,
+    /// By set id.
+    pub sets: Vec<QueuedForSet>,
+}
+
 #[async_trait]
 pub trait ExtractionStore: Send + Sync {
     /// Whether the project's extraction is paused; `NotFound` for an unknown project.
@@ -27,7 +36,8 @@ pub trait ExtractionStore: Send + Sync {
     /// is deleted.
     async fn set_extraction_paused(&self, project: &ProjectAccess, paused: bool) -> Result<()>;
 
-    /// The project's queued messages per set (org-level sets included, counting only
-    /// this project's messages), by set id; `NotFound` for an unknown project.
-    async fn queued_for_extraction(&self, project: &ProjectAccess) -> Result<Vec<QueuedForSet>>;
+    /// The project's queued (not failed) messages, and per set (org-level sets
+    /// included, counting only this project's messages) by set id; `NotFound` for an
+    /// unknown project.
+    async fn queued_for_extraction(&self, project: &ProjectAccess) -> Result<QueuedMessages>;
 }

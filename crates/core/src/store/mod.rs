@@ -32,7 +32,7 @@ mod usage;
 mod vectors;
 
 pub use episodes::{EpisodeStore, episode_column};
-pub use extraction::{ExtractionStore, QueuedForSet};
+pub use extraction::{ExtractionStore, QueuedForSet, QueuedMessages};
 pub use feature_history::{
     FeatureHistory, FeatureRowsAt, FeatureVersion, KeptVersion, RestoredVersion,
 };

@@ -18,13 +18,14 @@ impl ExtractionStore for PostgresStore {
     async fn extraction_paused(&self, project: &ProjectAccess) -> Result<bool> {
         let mut conn = self.pool().acquire().await.map_err(db_error)?;
         let id = projects::require(&mut conn, project.key()).await?;
-        let found: Option<i32> =
-            sqlx::query_scalar("SELECT 1 FROM extraction_pauses WHERE org_id = $1 AND project = $2")
-                .bind(&project.org_id)
-                .bind(id)
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(db_error)?;
+        let found: Option<i32> = sqlx::query_scalar(
+            "SELECT 1 FROM extraction_pauses WHERE org_id = $1 AND project = $2",
+        )
+        .bind(&project.org_id)
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db_error)?;
         Ok(found.is_some())
     }
 

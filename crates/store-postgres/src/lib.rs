@@ -12,8 +12,8 @@
 
 mod cancellation;
 mod episodes;
-mod extraction;
 mod error;
+mod extraction;
 mod feature_history;
 mod feed;
 mod filter_sql;

@@ -27,7 +27,10 @@ fn set_paused(conn: &Connection, project: i64, paused: bool) -> Result<()> {
             params![project, now_micros()],
         )
     } else {
-        conn.execute("DELETE FROM extraction_pauses WHERE project = ?1", [project])
+        conn.execute(
+            "DELETE FROM extraction_pauses WHERE project = ?1",
+            [project],
+        )
     };
     done.map_err(storage_error)?;
     Ok(())
@@ -41,25 +44,26 @@ fn queued(conn: &Connection, project: i64) -> Result<QueuedMessages> {
         )
         .and_then(|mut stmt| stmt.query_row([project], |row| row.get(0)))
         .map_err(storage_error)?;
-    let sets = conn.prepare_cached(
-        "SELECT s.set_id, COUNT(*), COALESCE(SUM(LENGTH(e.content)), 0)
+    let sets = conn
+        .prepare_cached(
+            "SELECT s.set_id, COUNT(*), COALESCE(SUM(LENGTH(e.content)), 0)
          FROM episodes e
              JOIN semantic_queue q ON q.episode = e.id
              JOIN semantic_sets s ON s.id = q.set_ref
          WHERE e.project = ?1 AND q.failed IS NULL
          GROUP BY s.set_id ORDER BY s.set_id",
-    )
-    .and_then(|mut stmt| {
-        stmt.query_map([project], |row| {
-            Ok(QueuedForSet {
-                set_id: row.get(0)?,
-                messages: row.get(1)?,
-                chars: row.get(2)?,
-            })
-        })?
-        .collect()
-    })
-    .map_err(storage_error)?;
+        )
+        .and_then(|mut stmt| {
+            stmt.query_map([project], |row| {
+                Ok(QueuedForSet {
+                    set_id: row.get(0)?,
+                    messages: row.get(1)?,
+                    chars: row.get(2)?,
+                })
+            })?
+            .collect()
+        })
+        .map_err(storage_error)?;
     Ok(QueuedMessages { messages, sets })
 }
 

@@ -13,8 +13,8 @@
 
 mod connection;
 mod episodes;
-mod extraction;
 mod error;
+mod extraction;
 mod feature_history;
 mod feed;
 mod filter_sql;

@@ -42,7 +42,10 @@ fn rule(now: i64) -> ClaimRule {
 
 pub async fn extraction_pauses_are_kept_per_project(store: Arc<dyn Store>) {
     let o = org();
-    let (a, b) = (project(&store, &o, "a").await, project(&store, &o, "b").await);
+    let (a, b) = (
+        project(&store, &o, "a").await,
+        project(&store, &o, "b").await,
+    );
     assert!(!store.extraction_paused(&a).await.unwrap());
     store.set_extraction_paused(&a, true).await.unwrap();
     store.set_extraction_paused(&a, true).await.unwrap();
@@ -145,7 +148,10 @@ pub async fn a_paused_projects_messages_are_not_claimed_in_any_set(
 
 pub async fn queued_messages_are_counted_per_set_for_their_project(store: Arc<dyn Store>) {
     let o = org();
-    let (a, b) = (project(&store, &o, "a").await, project(&store, &o, "b").await);
+    let (a, b) = (
+        project(&store, &o, "a").await,
+        project(&store, &o, "b").await,
+    );
     let routing = |k, n: usize| {
         vec![
             Routing {

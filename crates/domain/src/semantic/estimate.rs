@@ -100,7 +100,11 @@ impl SemanticMemory {
 
     /// Pauses or resumes the project's extraction (adds go on being queued); the state
     /// now. Resuming wakes the workers.
-    pub async fn set_extraction_paused(&self, project: &ProjectAccess, paused: bool) -> Result<bool> {
+    pub async fn set_extraction_paused(
+        &self,
+        project: &ProjectAccess,
+        paused: bool,
+    ) -> Result<bool> {
         self.store.set_extraction_paused(project, paused).await?;
         if !paused {
             self.notify_queued();

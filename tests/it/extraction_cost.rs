@@ -425,3 +425,148 @@ async fn estimates_and_pauses_refuse_bad_input_and_other_orgs() {
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
 }
+
+/// The REST routes, `memmachine extraction estimate|pause|resume` and the MCP
+/// `estimate_extraction` tool: the same calls, the same rules (an org key on its own
+/// org's projects).
+#[tokio::test]
+async fn rest_cli_and_mcp_estimate_pause_and_resume() {
+    use crate::common::ServerProcess;
+    use crate::common::child::Run;
+    use crate::common::mcp_http::Session;
+    use serde_json::{Value, json};
+
+    let data = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start(
+        data.path(),
+        &[
+            "--embedder",
+            "none",
+            "--rest-listen",
+            "127.0.0.1:0",
+            "--auth",
+        ],
+    );
+    let acme = create_key(data.path(), &["--org", "acme"]);
+    let http = reqwest::Client::new();
+    let base = server.rest_url();
+    let post = |path: &str, body: Value| {
+        let request = http
+            .post(format!("{base}/api/v2{path}"))
+            .bearer_auth(&acme)
+            .json(&body);
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (
+                status,
+                response.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+    let (status, body) = post("/projects", json!({"org_id": "acme", "project_id": "p"})).await;
+    assert!((200..300).contains(&status), "{status} {body}");
+
+    let (status, body) = post(
+        "/usage/extraction/paused",
+        json!({"org_id": "acme", "project_id": "p", "paused": true}),
+    )
+    .await;
+    assert_eq!(
+        (status, body["paused"].as_bool()),
+        (200, Some(true)),
+        "{body}"
+    );
+    let (status, body) = post(
+        "/usage/extraction/estimate",
+        json!({"org_id": "acme", "project_id": "p"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["paused"], true, "{body}");
+    assert_eq!(body["pending_messages"], 0, "{body}");
+    assert_eq!(body["max_batch_messages"], 20, "{body}");
+    assert_eq!(body["budget"]["daily_tokens"], 0, "{body}");
+    assert_eq!(body["tokens_left_today"], Value::Null, "{body}");
+    for (asked, code) in [
+        (json!({"org_id": "globex", "project_id": "p"}), 403),
+        (json!({"org_id": "acme", "project_id": "absent"}), 404),
+    ] {
+        let (status, body) = post("/usage/extraction/estimate", asked).await;
+        assert_eq!(status, code, "{body}");
+    }
+    let (status, body) = post(
+        "/usage/extraction/paused",
+        json!({"org_id": "acme", "project_id": "bad id!", "paused": true}),
+    )
+    .await;
+    assert!((400..500).contains(&status), "{status} {body}");
+
+    // The command line, with the key from the environment.
+    let cli = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_memmachine"))
+            .args(args)
+            .args(["--addr", server.addr.as_str()])
+            .env("MEMMACHINE_API_KEY", &acme)
+            .env_remove("MEMMACHINE_ORG")
+            .env_remove("MEMMACHINE_PROJECT")
+            .run()
+    };
+    let out = cli(&[
+        "extraction",
+        "estimate",
+        "--org",
+        "acme",
+        "--project",
+        "p",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let estimate: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(estimate["paused"], true, "{estimate}");
+    let out = cli(&["extraction", "resume", "--org", "acme", "--project", "p"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("extraction of p: running"));
+    let out = cli(&["extraction", "estimate", "--org", "acme", "--project", "p"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("running") && text.contains("0 messages queued"),
+        "{text}"
+    );
+    let out = cli(&["extraction", "pause", "--org", "globex", "--project", "p"]);
+    assert_eq!(out.status.code(), Some(7), "PERMISSION_DENIED");
+    let out = cli(&[
+        "extraction",
+        "pause",
+        "--org",
+        "acme",
+        "--project",
+        "absent",
+    ]);
+    assert_eq!(out.status.code(), Some(5), "NOT_FOUND");
+
+    // MCP: the session's project.
+    let mut session = Session::open(&http, &base, ("acme", "p", "alice"), Some(&acme))
+        .await
+        .expect("open a session");
+    let answer = session.call_tool("estimate_extraction", json!({})).await;
+    assert!(!answer.is_error, "{}", answer.text);
+    let estimate: Value = serde_json::from_str(&answer.text).unwrap();
+    assert_eq!(
+        (
+            &estimate["org_id"],
+            &estimate["project_id"],
+            &estimate["paused"]
+        ),
+        (&json!("acme"), &json!("p"), &json!(false)),
+        "{estimate}"
+    );
+}

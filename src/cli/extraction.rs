@@ -35,7 +35,7 @@ fn estimate_json(r: &pb::EstimateExtractionResponse) -> serde_json::Value {
         "calls": e.calls,
         "prompt_tokens": e.prompt_tokens,
         "completion_tokens": e.completion_tokens,
-        "budget": budget_json(&r.budget.clone().unwrap_or_default()),
+        "budget": budget_json(&r.budget.unwrap_or_default()),
         "tokens_left_today": r.tokens_left_today,
     })
 }
@@ -54,7 +54,7 @@ fn estimate_lines(r: &pb::EstimateExtractionResponse) -> String {
         n(e.calls),
         n(e.prompt_tokens),
         n(e.completion_tokens),
-        budget_lines(&r.budget.clone().unwrap_or_default()),
+        budget_lines(&r.budget.unwrap_or_default()),
     );
     if let Some(left) = r.tokens_left_today {
         text.push_str(&format!("\n{} tokens left today", n(left)));

@@ -49,13 +49,14 @@ pub(super) async fn route(
             episodes.push(*row);
         }
         sqlx::query(
-            "INSERT INTO semantic_queue (org_id, set_ref, episode, queued_at)
-             SELECT $1, $2, e, $4 FROM UNNEST($3::bigint[]) AS e ON CONFLICT DO NOTHING",
+            "INSERT INTO semantic_queue (org_id, set_ref, episode, queued_at, project)
+             SELECT $1, $2, e, $4, $5 FROM UNNEST($3::bigint[]) AS e ON CONFLICT DO NOTHING",
         )
         .bind(&set.org_id)
         .bind(set.internal_id.raw())
         .bind(&episodes)
         .bind(now)
+        .bind(project)
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
@@ -69,9 +70,8 @@ async fn ready_sets(conn: &mut PgConnection, rule: &ClaimRule) -> Result<Vec<i64
         "SELECT set_ref FROM semantic_queue q
              WHERE failed IS NULL AND not_before <= $1 AND (lease IS NULL OR lease_until < $1)
                  AND org_id NOT IN (SELECT org_id FROM usage_pauses WHERE until_micros > $1)
-                 AND NOT EXISTS (SELECT 1 FROM episodes e JOIN extraction_pauses x
-                     ON x.org_id = e.org_id AND x.project = e.project
-                     WHERE e.org_id = q.org_id AND e.id = q.episode)
+                 AND NOT EXISTS (SELECT 1 FROM extraction_pauses x
+                     WHERE x.org_id = q.org_id AND x.project = q.project)
              GROUP BY set_ref
              HAVING (COUNT(*) >= $2 OR MIN(queued_at) <= $3)
                 AND set_ref NOT IN (SELECT set_ref FROM semantic_queue
@@ -97,9 +97,8 @@ async fn is_ready(conn: &mut PgConnection, rule: &ClaimRule, set: i64) -> Result
              MIN(queued_at) FILTER (WHERE not_before <= $2 AND (lease IS NULL OR lease_until < $2)
                  AND NOT paused),
              COUNT(*) FILTER (WHERE lease IS NOT NULL AND lease_until >= $2)
-         FROM (SELECT q.*, EXISTS (SELECT 1 FROM episodes e JOIN extraction_pauses x
-                     ON x.org_id = e.org_id AND x.project = e.project
-                     WHERE e.org_id = q.org_id AND e.id = q.episode) AS paused
+         FROM (SELECT q.*, EXISTS (SELECT 1 FROM extraction_pauses x
+                     WHERE x.org_id = q.org_id AND x.project = q.project) AS paused
              FROM semantic_queue q WHERE q.set_ref = $1 AND q.failed IS NULL) rows",
     )
     .bind(set)
@@ -143,9 +142,8 @@ pub(super) async fn claim(tx: &mut PgConnection, rule: &ClaimRule) -> Result<Opt
              SELECT org_id, set_ref, episode FROM semantic_queue q
              WHERE set_ref = $1 AND failed IS NULL AND not_before <= $2
                  AND (lease IS NULL OR lease_until < $2)
-                 AND NOT EXISTS (SELECT 1 FROM episodes e JOIN extraction_pauses x
-                     ON x.org_id = e.org_id AND x.project = e.project
-                     WHERE e.org_id = q.org_id AND e.id = q.episode)
+                 AND NOT EXISTS (SELECT 1 FROM extraction_pauses x
+                     WHERE x.org_id = q.org_id AND x.project = q.project)
              ORDER BY episode LIMIT $3
              FOR UPDATE SKIP LOCKED
          )

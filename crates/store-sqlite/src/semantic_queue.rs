@@ -32,8 +32,8 @@ pub(super) fn route(
     let sets = sets::ensure_sets(conn, project, org_id, &new)?;
     let mut queue = conn
         .prepare_cached(
-            "INSERT OR IGNORE INTO semantic_queue (set_ref, episode, queued_at)
-             VALUES (?1, ?2, ?3)",
+            "INSERT OR IGNORE INTO semantic_queue (set_ref, episode, queued_at, project)
+             VALUES (?1, ?2, ?3, ?4)",
         )
         .map_err(storage_error)?;
     let now = now_micros();
@@ -46,7 +46,7 @@ pub(super) fn route(
                 ))
             })?;
             queue
-                .execute(params![set.internal_id.raw(), row, now])
+                .execute(params![set.internal_id.raw(), row, now, project])
                 .map_err(storage_error)?;
         }
     }
@@ -56,10 +56,9 @@ pub(super) fn route(
 /// The ready set queued longest ago, if any (a scan of the queue).
 pub(super) fn ready_set(conn: &Connection, rule: &ClaimRule) -> Result<Option<i64>> {
     conn.prepare_cached(
-        "SELECT set_ref FROM semantic_queue q
+        "SELECT set_ref FROM semantic_queue
              WHERE failed IS NULL AND not_before <= ?1 AND (lease IS NULL OR lease_until < ?1)
-                 AND NOT EXISTS (SELECT 1 FROM episodes e JOIN extraction_pauses x
-                     ON x.project = e.project WHERE e.id = q.episode)
+                 AND (project IS NULL OR project NOT IN (SELECT project FROM extraction_pauses))
              GROUP BY set_ref
              HAVING (COUNT(*) >= ?2 OR MIN(queued_at) <= ?1 - ?3)
                 AND set_ref NOT IN (SELECT set_ref FROM semantic_queue
@@ -92,9 +91,9 @@ fn is_ready(conn: &Connection, rule: &ClaimRule, set: i64) -> Result<bool> {
                  MIN(queued_at) FILTER (WHERE not_before <= ?2 AND (lease IS NULL OR lease_until < ?2)
                      AND NOT paused),
                  COUNT(*) FILTER (WHERE lease IS NOT NULL AND lease_until >= ?2)
-             FROM (SELECT *, EXISTS (SELECT 1 FROM episodes e JOIN extraction_pauses x
-                     ON x.project = e.project WHERE e.id = q.episode) AS paused
-                 FROM semantic_queue q WHERE set_ref = ?1 AND failed IS NULL)",
+             FROM (SELECT *, project IS NOT NULL
+                     AND project IN (SELECT project FROM extraction_pauses) AS paused
+                 FROM semantic_queue WHERE set_ref = ?1 AND failed IS NULL)",
         )
         .and_then(|mut stmt| {
             stmt.query_row(params![set, rule.now_micros], |row| {
@@ -121,11 +120,10 @@ pub(super) fn claim(conn: &Connection, set: i64, rule: &ClaimRule) -> Result<Opt
     };
     let claimed: Vec<(i64, u32)> = conn
         .prepare_cached(
-            "SELECT episode, attempts FROM semantic_queue q
+            "SELECT episode, attempts FROM semantic_queue
              WHERE set_ref = ?1 AND failed IS NULL AND not_before <= ?2
                  AND (lease IS NULL OR lease_until < ?2)
-                 AND NOT EXISTS (SELECT 1 FROM episodes e JOIN extraction_pauses x
-                     ON x.project = e.project WHERE e.id = q.episode)
+                 AND (project IS NULL OR project NOT IN (SELECT project FROM extraction_pauses))
              ORDER BY episode LIMIT ?3",
         )
         .and_then(|mut stmt| {

@@ -82,7 +82,8 @@ pub async fn start(
     );
     let settings = runtime_settings(config, &store, &embedders, &rerankers, llm.is_some()).await?;
     let semantic = SemanticMemory::new(store.clone(), config.limits, embedders.clone(), llm)
-        .with_usage(usage.clone());
+        .with_usage(usage.clone())
+        .with_ingest(config.ingest);
     store
         .set_feature_history_limit(config.feature_history_limit)
         .await?;

@@ -8,6 +8,7 @@ mod add;
 mod connect;
 mod delete;
 mod errors;
+mod extraction;
 
 /// Status code names as the gRPC specification spells them (shared with the benches).
 pub use errors::code_name;
@@ -165,6 +166,15 @@ pub enum Command {
         #[command(subcommand)]
         command: usage::BudgetCommand,
     },
+    /// A project's extraction backlog and its estimated cost; pause or resume its
+    /// extraction
+    #[command(subcommand_required = true, after_long_help = EXIT_CODES)]
+    Extraction {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: extraction::ExtractionCommand,
+    },
     /// Forget a subject (a user) everywhere in an org, with a receipt; `--dry-run`
     /// counts first; `forget receipt ID` shows a past receipt
     #[command(after_long_help = EXIT_CODES)]
@@ -202,6 +212,7 @@ async fn dispatch(command: Command) -> Result<(), CliError> {
         Command::Features { client, command } => features::run(&client, command).await,
         Command::Usage(args) => usage::run(args).await,
         Command::Budget { client, command } => usage::budget(&client, command).await,
+        Command::Extraction { client, command } => extraction::run(&client, command).await,
         Command::Forget(args) => forget::run(args).await,
     }
 }

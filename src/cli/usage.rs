@@ -53,7 +53,7 @@ fn purpose_name(purpose: i32) -> &'static str {
     }
 }
 
-fn budget_lines(budget: &pb::Budget) -> String {
+pub(super) fn budget_lines(budget: &pb::Budget) -> String {
     let limit = if budget.daily_tokens == 0 {
         "unlimited".to_string()
     } else {
@@ -72,7 +72,7 @@ fn budget_lines(budget: &pb::Budget) -> String {
     text
 }
 
-fn budget_json(budget: &pb::Budget) -> serde_json::Value {
+pub(super) fn budget_json(budget: &pb::Budget) -> serde_json::Value {
     json!({
         "daily_tokens": budget.daily_tokens,
         "used_today": budget.used_today,

@@ -5,6 +5,7 @@ use tonic::{Request, Response, Status};
 use super::convert;
 use crate::domain::Domain;
 use memmachine_core::error::Error;
+use memmachine_domain::semantic::estimate::Estimate;
 use memmachine_domain::usage::{Budget, Figures};
 use memmachine_proto::v2 as pb;
 use memmachine_proto::v2::usage_service_server::UsageService;
@@ -58,6 +59,24 @@ fn budget(b: Budget) -> pb::Budget {
     }
 }
 
+fn estimate(e: Estimate) -> pb::EstimateExtractionResponse {
+    pb::EstimateExtractionResponse {
+        tokens_left_today: e.tokens_left_today(),
+        estimate: Some(pb::ExtractionEstimate {
+            project_id: e.project_id,
+            paused: e.paused,
+            pending_messages: e.pending_messages,
+            sets: e.sets,
+            max_batch_messages: e.max_batch,
+            batches: e.batches,
+            calls: e.calls,
+            prompt_tokens: e.prompt_tokens,
+            completion_tokens: e.completion_tokens,
+        }),
+        budget: Some(budget(e.budget)),
+    }
+}
+
 #[tonic::async_trait]
 impl UsageService for UsageGrpc {
     async fn get_usage(
@@ -92,5 +111,29 @@ impl UsageService for UsageGrpc {
         Ok(Response::new(pb::SetBudgetResponse {
             budget: Some(budget(set)),
         }))
+    }
+
+    async fn estimate_extraction(
+        &self,
+        request: Request<pb::EstimateExtractionRequest>,
+    ) -> Reply<pb::EstimateExtractionResponse> {
+        let (caller, r) = super::split(request)?;
+        let project = caller.project(&r.org_id, &r.project_id)?;
+        let found = self.domain.semantic.estimate_extraction(&project).await?;
+        Ok(Response::new(estimate(found)))
+    }
+
+    async fn set_extraction_paused(
+        &self,
+        request: Request<pb::SetExtractionPausedRequest>,
+    ) -> Reply<pb::SetExtractionPausedResponse> {
+        let (caller, r) = super::split(request)?;
+        let project = caller.project(&r.org_id, &r.project_id)?;
+        let paused = self
+            .domain
+            .semantic
+            .set_extraction_paused(&project, r.paused)
+            .await?;
+        Ok(Response::new(pb::SetExtractionPausedResponse { paused }))
     }
 }

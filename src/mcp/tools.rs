@@ -140,6 +140,10 @@ pub struct GetUsageInput {
     pub since: Option<String>,
 }
 
+/// No parameters: the estimate is of the scoped project.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct EstimateExtractionInput {}
+
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct ForgetUserInput {
     /// Count what would be removed, remove nothing [default: false]
@@ -592,6 +596,47 @@ impl MemoryTools {
                         "daily_tokens": report.budget.daily_tokens,
                         "used_today": report.budget.used_today,
                         "paused_until": report.budget.paused_until.map(time),
+                    },
+                })),
+                Err(err) => failed(err),
+            },
+        )
+    }
+
+    #[tool(
+        description = "Estimate what extracting the scoped project's queued messages \
+                       into semantic memory will cost (no model is called): messages \
+                       queued, model calls, prompt tokens (a quarter of the characters \
+                       sent) and completion tokens (a guess), whether its extraction is \
+                       paused, and the org's token budget left today."
+    )]
+    async fn estimate_extraction(
+        &self,
+        Parameters(_): Parameters<EstimateExtractionInput>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let (domain, scope) = match self.reach(&ctx) {
+            Ok(reached) => reached,
+            Err(refusal) => return Ok(refusal),
+        };
+        Ok(
+            match domain.semantic.estimate_extraction(&scope.project).await {
+                Ok(e) => answer(serde_json::json!({
+                    "org_id": scope.project.org_id,
+                    "project_id": e.project_id,
+                    "paused": e.paused,
+                    "pending_messages": e.pending_messages,
+                    "sets": e.sets,
+                    "max_batch_messages": e.max_batch,
+                    "batches": e.batches,
+                    "calls": e.calls,
+                    "prompt_tokens": e.prompt_tokens,
+                    "completion_tokens": e.completion_tokens,
+                    "tokens_left_today": e.tokens_left_today(),
+                    "budget": {
+                        "daily_tokens": e.budget.daily_tokens,
+                        "used_today": e.budget.used_today,
+                        "paused_until": e.budget.paused_until.map(time),
                     },
                 })),
                 Err(err) => failed(err),

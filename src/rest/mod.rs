@@ -10,6 +10,7 @@ mod changes;
 mod config_updates;
 mod console;
 mod error;
+mod extraction;
 mod feature_history;
 mod forget;
 mod health;
@@ -171,5 +172,6 @@ fn api() -> OpenApiRouter<Gateway> {
         .merge(feature_history::routes())
         .merge(server_config::routes())
         .merge(usage::routes())
+        .merge(extraction::routes())
         .merge(forget::routes())
 }

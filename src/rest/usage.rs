@@ -75,7 +75,7 @@ fn rfc3339(micros: i64) -> String {
         .unwrap_or_default()
 }
 
-fn budget(b: Budget) -> BudgetJson {
+pub(super) fn budget(b: Budget) -> BudgetJson {
     BudgetJson {
         daily_tokens: b.daily_tokens,
         used_today: b.used_today,

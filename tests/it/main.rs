@@ -20,6 +20,7 @@ mod durability;
 mod embedding_worker;
 mod examples;
 mod external_clients;
+mod extraction_cost;
 mod extreme_values;
 mod feature_history;
 mod filter_props;

@@ -13,6 +13,7 @@
 mod cancellation;
 mod episodes;
 mod error;
+mod extraction;
 mod feature_history;
 mod feed;
 mod filter_sql;

@@ -681,6 +681,19 @@ const MIGRATIONS: &[&str] = &[
     END $$;
     ALTER TABLE episodes ADD CONSTRAINT episodes_project_uid_key UNIQUE (org_id, project, uid);
     "#,
+    // Projects whose semantic extraction is paused (a row while paused): the queue's
+    // claim skips their episodes' rows, so every replica agrees. A queued row names its
+    // episode's project, so the claim's scan need not look up each row's episode.
+    "CREATE TABLE extraction_pauses (
+        org_id TEXT NOT NULL,
+        project BIGINT NOT NULL,
+        paused_at BIGINT NOT NULL,
+        PRIMARY KEY (org_id, project),
+        FOREIGN KEY (org_id, project) REFERENCES projects (org_id, id) ON DELETE CASCADE
+    );
+    ALTER TABLE semantic_queue ADD COLUMN project BIGINT;
+    UPDATE semantic_queue q SET project = e.project
+        FROM episodes e WHERE e.org_id = q.org_id AND e.id = q.episode;",
 ];
 
 /// Brings the database to the latest schema (creating the `vector` extension first)

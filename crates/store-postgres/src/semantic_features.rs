@@ -16,7 +16,7 @@ use super::error::{db_error, sqlstate};
 use super::helpers::{DB_NOW, bad_column, bump_sets, now_micros};
 use super::semantic_sets::require_set;
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::{EpisodeHandle, FeatureId, SetId};
+use memmachine_core::model::{EpisodeHandle, FeatureId, ProjectHandle, SetId};
 use memmachine_core::store::semantic_features::feature_embedding_text;
 use memmachine_core::store::{
     ChangedBy, Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding,
@@ -575,6 +575,10 @@ fn pending_from_row(row: &PgRow) -> sqlx::Result<PendingFeatureEmbedding> {
         feature: FeatureId::from_raw(row.try_get(0)?),
         embedder: row.try_get(1)?,
         text: feature_embedding_text(&feature, &value),
+        org_id: row.try_get(4)?,
+        project: row
+            .try_get::<Option<i64>, _>(5)?
+            .map(ProjectHandle::from_raw),
     })
 }
 
@@ -596,10 +600,11 @@ pub(super) async fn claim_vectors(
              FOR UPDATE OF q SKIP LOCKED
          )
          UPDATE feature_embedding_queue q SET lease_until = (SELECT at FROM now) + $2
-         FROM claimed, semantic_features f
+         FROM claimed, semantic_features f, semantic_sets s
          WHERE q.org_id = claimed.org_id AND q.feature = claimed.feature
            AND f.org_id = q.org_id AND f.id = q.feature
-         RETURNING q.feature, q.embedder, f.feature, f.value"
+           AND s.org_id = f.org_id AND s.id = f.set_ref
+         RETURNING q.feature, q.embedder, f.feature, f.value, s.org_id, s.project"
     )))
     .bind(limit as i64)
     .bind(lease_micros)

@@ -6,7 +6,8 @@
 //! enough one, and no row of it is held by a live lease (one worker distils a set at a
 //! time). Claimers of one set queue on its `semantic_sets` row (`FOR NO KEY UPDATE SKIP
 //! LOCKED`: a set another replica is claiming is skipped, not waited for), then re-check
-//! readiness under that lock and lease the rows.
+//! readiness under that lock and lease the rows. Rows of episodes of a project whose
+//! extraction is paused (`extraction_pauses`) are never ready.
 
 use sqlx::{PgConnection, Row};
 
@@ -48,13 +49,14 @@ pub(super) async fn route(
             episodes.push(*row);
         }
         sqlx::query(
-            "INSERT INTO semantic_queue (org_id, set_ref, episode, queued_at)
-             SELECT $1, $2, e, $4 FROM UNNEST($3::bigint[]) AS e ON CONFLICT DO NOTHING",
+            "INSERT INTO semantic_queue (org_id, set_ref, episode, queued_at, project)
+             SELECT $1, $2, e, $4, $5 FROM UNNEST($3::bigint[]) AS e ON CONFLICT DO NOTHING",
         )
         .bind(&set.org_id)
         .bind(set.internal_id.raw())
         .bind(&episodes)
         .bind(now)
+        .bind(project)
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
@@ -65,9 +67,11 @@ pub(super) async fn route(
 /// The ready sets, queued longest ago first (a scan of the queue).
 async fn ready_sets(conn: &mut PgConnection, rule: &ClaimRule) -> Result<Vec<i64>> {
     sqlx::query_scalar(
-        "SELECT set_ref FROM semantic_queue
+        "SELECT set_ref FROM semantic_queue q
              WHERE failed IS NULL AND not_before <= $1 AND (lease IS NULL OR lease_until < $1)
                  AND org_id NOT IN (SELECT org_id FROM usage_pauses WHERE until_micros > $1)
+                 AND NOT EXISTS (SELECT 1 FROM extraction_pauses x
+                     WHERE x.org_id = q.org_id AND x.project = q.project)
              GROUP BY set_ref
              HAVING (COUNT(*) >= $2 OR MIN(queued_at) <= $3)
                 AND set_ref NOT IN (SELECT set_ref FROM semantic_queue
@@ -88,10 +92,14 @@ async fn ready_sets(conn: &mut PgConnection, rule: &ClaimRule) -> Result<Vec<i64
 async fn is_ready(conn: &mut PgConnection, rule: &ClaimRule, set: i64) -> Result<bool> {
     let row = sqlx::query(
         "SELECT
-             COUNT(*) FILTER (WHERE not_before <= $2 AND (lease IS NULL OR lease_until < $2)),
-             MIN(queued_at) FILTER (WHERE not_before <= $2 AND (lease IS NULL OR lease_until < $2)),
+             COUNT(*) FILTER (WHERE not_before <= $2 AND (lease IS NULL OR lease_until < $2)
+                 AND NOT paused),
+             MIN(queued_at) FILTER (WHERE not_before <= $2 AND (lease IS NULL OR lease_until < $2)
+                 AND NOT paused),
              COUNT(*) FILTER (WHERE lease IS NOT NULL AND lease_until >= $2)
-         FROM semantic_queue WHERE set_ref = $1 AND failed IS NULL",
+         FROM (SELECT q.*, EXISTS (SELECT 1 FROM extraction_pauses x
+                     WHERE x.org_id = q.org_id AND x.project = q.project) AS paused
+             FROM semantic_queue q WHERE q.set_ref = $1 AND q.failed IS NULL) rows",
     )
     .bind(set)
     .bind(rule.now_micros)
@@ -131,9 +139,11 @@ pub(super) async fn claim(tx: &mut PgConnection, rule: &ClaimRule) -> Result<Opt
     let lease = uuid::Uuid::new_v4().to_string();
     let claimed = sqlx::query(
         "WITH claimed AS (
-             SELECT org_id, set_ref, episode FROM semantic_queue
+             SELECT org_id, set_ref, episode FROM semantic_queue q
              WHERE set_ref = $1 AND failed IS NULL AND not_before <= $2
                  AND (lease IS NULL OR lease_until < $2)
+                 AND NOT EXISTS (SELECT 1 FROM extraction_pauses x
+                     WHERE x.org_id = q.org_id AND x.project = q.project)
              ORDER BY episode LIMIT $3
              FOR UPDATE SKIP LOCKED
          )

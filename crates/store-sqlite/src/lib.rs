@@ -14,6 +14,7 @@
 mod connection;
 mod episodes;
 mod error;
+mod extraction;
 mod feature_history;
 mod feed;
 mod filter_sql;

@@ -492,6 +492,17 @@ const MIGRATIONS: &[&str] = &[
             WHERE project = OLD.project AND OLD.seq BETWEEN first_seq AND last_seq;
         INSERT OR IGNORE INTO summary_dirty (project) VALUES (OLD.project);
     END;",
+    // 16: projects whose semantic extraction is paused (a row while paused): the
+    // queue's claim skips their episodes' rows, so every process sharing the file agrees.
+    // A queued row names its episode's project, so the claim's scan compares a column
+    // with the few paused projects instead of looking up each row's episode.
+    "CREATE TABLE extraction_pauses (
+        project INTEGER PRIMARY KEY REFERENCES projects (id) ON DELETE CASCADE,
+        paused_at INTEGER NOT NULL
+    );
+    ALTER TABLE semantic_queue ADD COLUMN project INTEGER;
+    UPDATE semantic_queue SET project =
+        (SELECT e.project FROM episodes e WHERE e.id = semantic_queue.episode);",
 ];
 
 /// Brings the database to the latest schema, and makes sure universal/universal exists.
@@ -556,7 +567,8 @@ mod tests {
             uuid::Uuid::new_v4().simple()
         ));
         let mut conn = crate::connection::open_connection(&path).unwrap();
-        let before = MIGRATIONS.len() - 1;
+        // The version just before migration 15.
+        let before = 14;
         for sql in &MIGRATIONS[..before] {
             conn.execute_batch(sql).unwrap();
         }
@@ -605,6 +617,44 @@ mod tests {
         conn.execute("DELETE FROM episodes WHERE id = 1", [])
             .unwrap();
         assert_eq!(count("SELECT COUNT(*) FROM embeddings"), 0);
+        drop(conn);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    }
+
+    /// Rows queued before migration 16 name their episode's project after it, so a
+    /// pause holds them back as it does rows queued later.
+    #[test]
+    fn queued_rows_learn_their_project() {
+        let path = std::env::temp_dir().join(format!(
+            "memmachine-migration-{}-{}.db",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        let mut conn = crate::connection::open_connection(&path).unwrap();
+        // The version just before migration 16.
+        let before = 15;
+        for sql in &MIGRATIONS[..before] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", before).unwrap();
+        conn.execute_batch(
+            "INSERT INTO projects (id, org_id, project_id, created_at) VALUES (7, 'o', 'a', 0);
+             INSERT INTO episodes (id, project, uid, seq, content, producer_id, episode_type,
+                 content_type, created_at)
+                 VALUES (1, 7, x'00112233445566778899aabbccddeeff', 1, 'queued', 'u',
+                     'message', 'string', 0);
+             INSERT INTO semantic_sets (id, set_id, org_id, project, kind, tags, created_at)
+                 VALUES (3, 's', 'o', 7, 'project', '{}', 0);
+             INSERT INTO semantic_queue (set_ref, episode, queued_at) VALUES (3, 1, 0);",
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        let project: Option<i64> = conn
+            .query_row("SELECT project FROM semantic_queue", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(project, Some(7));
         drop(conn);
         for suffix in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));

@@ -15,7 +15,7 @@ use super::helpers::{bad_column, bump_sets, id_array, is_constraint, now_micros}
 use super::semantic_sets::require_set;
 use super::vectors;
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::{EpisodeHandle, FeatureId, SetId};
+use memmachine_core::model::{EpisodeHandle, FeatureId, ProjectHandle, SetId};
 use memmachine_core::store::semantic_features::feature_embedding_text;
 use memmachine_core::store::{
     ChangedBy, Feature, FeatureUpdate, IndexedFeature, NewFeature, PendingFeatureEmbedding,
@@ -499,8 +499,9 @@ pub(super) fn claim_vectors(
     let now = chrono::Utc::now().timestamp_micros();
     let pending: Vec<PendingFeatureEmbedding> = conn
         .prepare_cached(
-            "SELECT q.feature, q.embedder, f.feature, f.value
+            "SELECT q.feature, q.embedder, f.feature, f.value, s.org_id, s.project
              FROM feature_embedding_queue q JOIN semantic_features f ON f.id = q.feature
+                 JOIN semantic_sets s ON s.id = f.set_ref
              WHERE q.lease_until <= ?1 ORDER BY q.feature LIMIT ?2",
         )
         .and_then(|mut stmt| {
@@ -510,6 +511,8 @@ pub(super) fn claim_vectors(
                     feature: FeatureId::from_raw(row.get(0)?),
                     embedder: row.get(1)?,
                     text: feature_embedding_text(&feature, &value),
+                    org_id: row.get(4)?,
+                    project: row.get::<_, Option<i64>>(5)?.map(ProjectHandle::from_raw),
                 })
             })?
             .collect()

@@ -4,7 +4,8 @@
 //! A row is ready when it has not failed, is not held by a live lease and its
 //! `not_before` has come. A set is ready when it has enough ready rows, or an old
 //! enough one, and no row of it is held by a live lease (one worker distils a set at a
-//! time, so two batches of one set never race on its features).
+//! time, so two batches of one set never race on its features). Rows of episodes of a
+//! project whose extraction is paused (`extraction_pauses`) are never ready.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -31,8 +32,8 @@ pub(super) fn route(
     let sets = sets::ensure_sets(conn, project, org_id, &new)?;
     let mut queue = conn
         .prepare_cached(
-            "INSERT OR IGNORE INTO semantic_queue (set_ref, episode, queued_at)
-             VALUES (?1, ?2, ?3)",
+            "INSERT OR IGNORE INTO semantic_queue (set_ref, episode, queued_at, project)
+             VALUES (?1, ?2, ?3, ?4)",
         )
         .map_err(storage_error)?;
     let now = now_micros();
@@ -45,7 +46,7 @@ pub(super) fn route(
                 ))
             })?;
             queue
-                .execute(params![set.internal_id.raw(), row, now])
+                .execute(params![set.internal_id.raw(), row, now, project])
                 .map_err(storage_error)?;
         }
     }
@@ -57,6 +58,7 @@ pub(super) fn ready_set(conn: &Connection, rule: &ClaimRule) -> Result<Option<i6
     conn.prepare_cached(
         "SELECT set_ref FROM semantic_queue
              WHERE failed IS NULL AND not_before <= ?1 AND (lease IS NULL OR lease_until < ?1)
+                 AND (project IS NULL OR project NOT IN (SELECT project FROM extraction_pauses))
              GROUP BY set_ref
              HAVING (COUNT(*) >= ?2 OR MIN(queued_at) <= ?1 - ?3)
                 AND set_ref NOT IN (SELECT set_ref FROM semantic_queue
@@ -84,10 +86,14 @@ fn is_ready(conn: &Connection, rule: &ClaimRule, set: i64) -> Result<bool> {
     let (ready, oldest, leased): (i64, Option<i64>, i64) = conn
         .prepare_cached(
             "SELECT
-                 COUNT(*) FILTER (WHERE not_before <= ?2 AND (lease IS NULL OR lease_until < ?2)),
-                 MIN(queued_at) FILTER (WHERE not_before <= ?2 AND (lease IS NULL OR lease_until < ?2)),
+                 COUNT(*) FILTER (WHERE not_before <= ?2 AND (lease IS NULL OR lease_until < ?2)
+                     AND NOT paused),
+                 MIN(queued_at) FILTER (WHERE not_before <= ?2 AND (lease IS NULL OR lease_until < ?2)
+                     AND NOT paused),
                  COUNT(*) FILTER (WHERE lease IS NOT NULL AND lease_until >= ?2)
-             FROM semantic_queue WHERE set_ref = ?1 AND failed IS NULL",
+             FROM (SELECT *, project IS NOT NULL
+                     AND project IN (SELECT project FROM extraction_pauses) AS paused
+                 FROM semantic_queue WHERE set_ref = ?1 AND failed IS NULL)",
         )
         .and_then(|mut stmt| {
             stmt.query_row(params![set, rule.now_micros], |row| {
@@ -117,6 +123,7 @@ pub(super) fn claim(conn: &Connection, set: i64, rule: &ClaimRule) -> Result<Opt
             "SELECT episode, attempts FROM semantic_queue
              WHERE set_ref = ?1 AND failed IS NULL AND not_before <= ?2
                  AND (lease IS NULL OR lease_until < ?2)
+                 AND (project IS NULL OR project NOT IN (SELECT project FROM extraction_pauses))
              ORDER BY episode LIMIT ?3",
         )
         .and_then(|mut stmt| {

@@ -11,6 +11,7 @@
 //! of its own).
 
 mod episodes;
+mod extraction;
 mod feed;
 mod forget;
 mod history;

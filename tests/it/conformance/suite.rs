@@ -20,6 +20,11 @@ macro_rules! conformance {
                     fresh episodes_by_handle_keep_the_order_asked_and_the_project,
                     fresh episode_handles_name_this_projects_episodes_only,
                 }
+                extraction {
+                    fresh extraction_pauses_are_kept_per_project,
+                    pair a_paused_projects_messages_are_not_claimed_in_any_set,
+                    fresh queued_messages_are_counted_per_set_for_their_project,
+                }
                 feed {
                     fresh the_head_of_a_missing_project_is_not_found,
                     fresh adds_are_logged_in_order_one_change_each,

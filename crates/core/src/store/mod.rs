@@ -8,6 +8,7 @@
 // stores or moves as `Vec<T>`; a backend copies what its blocking task needs.
 
 mod episodes;
+mod extraction;
 pub mod feature_history;
 mod feed;
 mod forget;
@@ -31,6 +32,7 @@ mod usage;
 mod vectors;
 
 pub use episodes::{EpisodeStore, episode_column};
+pub use extraction::{ExtractionStore, QueuedForSet, QueuedMessages};
 pub use feature_history::{
     FeatureHistory, FeatureRowsAt, FeatureVersion, KeptVersion, RestoredVersion,
 };
@@ -80,6 +82,7 @@ pub trait Store:
     + SettingsStore
     + StoreLifecycle
     + UsageStore
+    + ExtractionStore
     + LeaseStore
     + RetentionStore
     + FeatureHistory
@@ -102,6 +105,7 @@ impl<T> Store for T where
         + SettingsStore
         + StoreLifecycle
         + UsageStore
+        + ExtractionStore
         + LeaseStore
         + RetentionStore
         + FeatureHistory

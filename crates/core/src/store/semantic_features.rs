@@ -7,7 +7,7 @@ use async_trait::async_trait;
 
 use crate::access::ProjectAccess;
 use crate::error::Result;
-use crate::model::{EpisodeHandle, FeatureId, SetId};
+use crate::model::{EpisodeHandle, FeatureId, ProjectHandle, SetId};
 
 /// What made a version of a feature, or ended its last one (the wire's `FeatureChange`;
 /// the numbers are stored).
@@ -120,6 +120,10 @@ pub struct PendingFeatureEmbedding {
     pub feature: FeatureId,
     pub text: String,
     pub embedder: String,
+    /// The org of the feature's set and its project (`None`: an org-level set), whose
+    /// usage the embedding is counted under.
+    pub org_id: String,
+    pub project: Option<ProjectHandle>,
 }
 
 /// Feature metadata as strings, as filters compare them: JSON strings as they are,

@@ -106,7 +106,9 @@ pub trait SemanticQueue: Send + Sync {
     ) -> Result<Vec<AddedEpisode>>;
 
     /// Claims the queued messages of one set that is ready by `rule`, under a new lease;
-    /// sets of orgs paused now (`UsageStore::set_pause`) are skipped, their queue kept.
+    /// sets of orgs paused now (`UsageStore::set_pause`) are skipped, their queue kept,
+    /// and so are the messages of projects whose extraction is paused
+    /// (`ExtractionStore::set_extraction_paused`), in any set.
     async fn claim_batch(&self, rule: ClaimRule) -> Result<Option<Batch>>;
 
     /// Applies `ops` to the batch's set and takes its messages off the queue, in one

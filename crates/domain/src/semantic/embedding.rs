@@ -3,11 +3,14 @@
 //! the queue and stores the vectors (claimed under a lease, so replicas share the work).
 //! Until then a feature is found by its words. It stops when the store closes.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::SemanticMemory;
 use crate::backoff::Backoff;
 use crate::error::Error;
+use crate::model::ProjectHandle;
+use crate::store::PendingFeatureEmbedding;
 
 const BATCH: usize = 64;
 const POLL: Duration = Duration::from_millis(500);
@@ -17,6 +20,20 @@ const BACKOFF: Backoff = Backoff {
     max: Duration::from_secs(60),
     jitter: 0.0,
 };
+
+/// Counts an embedded batch as one `embedding` call per project (or org, for
+/// org-level sets), tokens estimated from the texts, as the episodes' worker does.
+async fn count(memory: &SemanticMemory, batch: &[PendingFeatureEmbedding]) {
+    let mut chars: BTreeMap<(&str, Option<ProjectHandle>), usize> = BTreeMap::new();
+    for p in batch {
+        *chars.entry((p.org_id.as_str(), p.project)).or_insert(0) += p.text.chars().count();
+    }
+    for ((org_id, project), chars) in chars {
+        memory
+            .record_set_embedding(org_id, project, crate::llm::estimate_tokens(chars))
+            .await;
+    }
+}
 
 /// Starts the worker; it holds what it claims for `lease` (`--embedding-lease`, as the
 /// episodes' workers do): a server killed mid-batch leaves the batch to the next one
@@ -73,7 +90,10 @@ pub fn spawn(memory: SemanticMemory, lease: Duration) {
                         .store_feature_embeddings(&embedder_id, rows)
                         .await
                     {
-                        Ok(()) => failures = 0,
+                        Ok(()) => {
+                            failures = 0;
+                            count(&memory, &batch).await;
+                        }
                         Err(Error::Closed) => return,
                         Err(err) => tracing::warn!(error = %err, "storing feature vectors failed"),
                     }

@@ -6,6 +6,7 @@
 
 pub mod categories;
 pub mod embedding;
+pub mod estimate;
 mod facts;
 pub use facts::{Cut, Page};
 pub mod features;
@@ -118,6 +119,8 @@ pub struct SemanticMemory {
     wake: Arc<tokio::sync::Notify>,
     /// Where model calls are counted (none: not counted).
     usage: Option<crate::usage::Usage>,
+    /// How the workers batch, for estimates of what they will spend.
+    ingest: ingest::IngestSettings,
 }
 
 fn not_found(what: &str, id: &str) -> Error {
@@ -173,7 +176,14 @@ impl SemanticMemory {
             indexes: FeatureIndexes::default(),
             wake: Arc::default(),
             usage: None,
+            ingest: ingest::IngestSettings::default(),
         }
+    }
+
+    /// The workers' settings, for estimates of what they will spend.
+    pub fn with_ingest(mut self, settings: ingest::IngestSettings) -> SemanticMemory {
+        self.ingest = settings;
+        self
     }
 
     /// Counts the model calls made for semantic memory in `usage`.
@@ -194,6 +204,23 @@ impl SemanticMemory {
     pub fn record_embedding(&self, scope: &crate::usage::Scope, tokens: u64) {
         if let Some(usage) = &self.usage {
             usage.record_embedding(scope, tokens);
+        }
+    }
+
+    /// Counts one embedder call on a set's features: under its project when it has one
+    /// (a project deleted meanwhile is not counted), else under its org.
+    pub async fn record_set_embedding(
+        &self,
+        org_id: &str,
+        project: Option<crate::model::ProjectHandle>,
+        tokens: u64,
+    ) {
+        let Some(usage) = &self.usage else {
+            return;
+        };
+        match project {
+            Some(project) => usage.record_project_embedding(project, tokens).await,
+            None => usage.record_embedding(&crate::usage::Scope::new(org_id, ""), tokens),
         }
     }
 

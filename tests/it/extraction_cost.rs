@@ -29,6 +29,7 @@ fn configure(config: &mut memmachine::config::ServeConfig, chat_url: String) {
     config.ingest.trigger_messages = 1000;
     config.ingest.trigger_age = TRIGGER_AGE;
     config.ingest.workers = 1;
+    config.ingest.max_batch = 20;
 }
 
 async fn server(chat: &ChatServer) -> InProcess {
@@ -444,6 +445,8 @@ async fn rest_cli_and_mcp_estimate_pause_and_resume() {
             "none",
             "--rest-listen",
             "127.0.0.1:0",
+            "--semantic-batch-messages",
+            "7",
             "--auth",
         ],
     );
@@ -485,7 +488,7 @@ async fn rest_cli_and_mcp_estimate_pause_and_resume() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["paused"], true, "{body}");
     assert_eq!(body["pending_messages"], 0, "{body}");
-    assert_eq!(body["max_batch_messages"], 20, "{body}");
+    assert_eq!(body["max_batch_messages"], 7, "the server's flag: {body}");
     assert_eq!(body["budget"]["daily_tokens"], 0, "{body}");
     assert_eq!(body["tokens_left_today"], Value::Null, "{body}");
     for (asked, code) in [

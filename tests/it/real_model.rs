@@ -4,9 +4,10 @@
 //! hand. The server learns that this endpoint refuses `json_schema` (with a `500`) and
 //! asks for `json_object` with a schema, which llama.cpp turns into a grammar.
 //!
-//! The model's wording is its own, so the assertions are about properties: features
-//! appear in the speaker's profile, each cites messages of that speaker in this project,
-//! a summary is written, and saying the same things again stores none of them twice.
+//! The model's wording is its own, so the assertions are about properties and facts:
+//! features appear in the speaker's profile, each cites messages of that speaker in this
+//! project, one states a fact Alice gave citing the message that gave it, a summary is
+//! written, and saying the same things again stores none of them twice.
 //!
 //! sqlite-only: runs alone, last, in scripts/test.sh.
 
@@ -213,7 +214,8 @@ async fn a_real_model_builds_a_cited_profile_and_a_summary_without_duplicates() 
         config.llm.max_calls_per_minute = None;
         config.llm.timeout = Duration::from_secs(120);
         config.metrics_listen = Some(metrics_at);
-        // One batch per speaker for the whole conversation.
+        // Extraction starts once four messages wait; each is a call of its own (the
+        // default --semantic-batch-messages).
         config.ingest.trigger_messages = 4;
         config.ingest.trigger_age = Duration::from_millis(500);
         config.limits.short_term_window = 3;
@@ -267,6 +269,29 @@ async fn a_real_model_builds_a_cited_profile_and_a_summary_without_duplicates() 
             "not in a user's profile: {feature:?}"
         );
     }
+    // Facts, not just well-formed features: one of what Alice said is in a feature that
+    // cites the message saying it (a small model finds some, not all).
+    let facts = [
+        ("nurse", 0),
+        ("max", 2),
+        ("denver", 4),
+        ("hiking", 4),
+        ("peanut", 5),
+    ];
+    let found: Vec<&str> = facts
+        .iter()
+        .filter(|(word, at)| {
+            first
+                .iter()
+                .any(|f| f.value.to_lowercase().contains(word) && f.citations.contains(&uids[*at]))
+        })
+        .map(|(word, _)| *word)
+        .collect();
+    assert!(
+        !found.is_empty(),
+        "no feature states a fact of Alice's with its message: {first:#?}"
+    );
+    eprintln!("facts found: {found:?}");
     // The endpoint's format was learnt from its refusal, not retried as an outage.
     assert!(
         text.contains("memmachine_llm_calls_total{purpose=\"extraction\",outcome=\"ok\"}"),

@@ -253,6 +253,7 @@ async fn one_call_per_category_per_batch() {
     let chat = ChatServer::start(favourites);
     let server = server_with(&chat, |config| {
         config.ingest.trigger_messages = 10;
+        config.ingest.max_batch = 10;
         config.ingest.trigger_age = Duration::from_secs(3600);
     })
     .await;

@@ -14,6 +14,7 @@ pub mod answer;
 pub mod health;
 pub mod measured;
 pub mod openai;
+pub mod ordered;
 mod settings;
 
 pub use settings::{Flags, Settings};

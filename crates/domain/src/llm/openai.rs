@@ -445,7 +445,8 @@ impl LanguageModel for OpenAiChat {
                 max_tokens: self.config.max_tokens.filter(|_| sent.max_tokens),
                 response_format: format
                     .zip(request.json_schema.as_ref())
-                    .and_then(|(f, schema)| f.response_format(schema)),
+                    .and_then(|(f, schema)| f.response_format(schema))
+                    .map(super::ordered::Ordered),
             };
             let message = match self.send_with_retries(&body, request.purpose).await {
                 Ok(response) => {
@@ -510,7 +511,7 @@ struct ChatBody<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    response_format: Option<serde_json::Value>,
+    response_format: Option<super::ordered::Ordered>,
 }
 
 #[derive(Serialize)]

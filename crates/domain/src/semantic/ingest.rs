@@ -79,6 +79,10 @@ pub struct Flags {
     /// Seconds a claimed batch is held before another worker may take it
     #[arg(long, env = "MEMMACHINE_SEMANTIC_LEASE", default_value_t = 300.0)]
     pub semantic_lease: f64,
+    /// Most messages of a set sent to the model in one extraction call (1 to 100).
+    /// Small local models cite and describe one message well and a batch poorly
+    #[arg(long, env = "MEMMACHINE_SEMANTIC_BATCH_MESSAGES", default_value_t = 1)]
+    pub semantic_batch_messages: usize,
     /// A tag's features are merged by the model once a category has this many (at
     /// least 2)
     #[arg(long, env = "MEMMACHINE_CONSOLIDATION_THRESHOLD", default_value_t = 20)]
@@ -90,10 +94,13 @@ impl Flags {
         if self.semantic_trigger_messages == 0 {
             return Err("--semantic-trigger-messages must be at least 1".into());
         }
+        if !(1..=100).contains(&self.semantic_batch_messages) {
+            return Err("--semantic-batch-messages must be between 1 and 100".into());
+        }
         Ok(IngestSettings {
             trigger_messages: self.semantic_trigger_messages,
             trigger_age: crate::flags::seconds(self.semantic_trigger_age, "semantic-trigger-age")?,
-            max_batch: 20,
+            max_batch: self.semantic_batch_messages,
             lease: crate::flags::positive(self.semantic_lease, "semantic-lease")?,
             max_corrections: 2,
             consolidation_threshold: self.consolidation_threshold.max(2),

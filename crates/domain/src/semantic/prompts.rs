@@ -8,6 +8,7 @@ use serde_json::json;
 
 use super::categories::Effective;
 use super::model::Feature;
+use crate::llm::ordered::PROPERTY_ORDERING;
 use crate::llm::{ChatMessage, Role};
 use crate::model::Episode;
 
@@ -74,6 +75,93 @@ fn one_line(text: &str) -> String {
     }
 }
 
+/// A worked example shown in the extraction prompt: what came before, the message, and
+/// the commands that answer it (`tag`, `feature`, `value`; none: nothing to remember).
+struct Example {
+    before: Option<(&'static str, &'static str)>,
+    date: &'static str,
+    text: &'static str,
+    commands: &'static [(&'static str, &'static str, &'static str)],
+}
+
+/// General examples, none about any data set's people or topics. Small models copy the
+/// message into the value and cite every message unless shown otherwise; the empty
+/// answers teach them to skip small talk.
+const EXAMPLES: &[Example] = &[
+    Example {
+        before: Some(("Kim", "How was your weekend?")),
+        date: "2022-03-14",
+        text: "Great! We finally adopted a kitten last Saturday, her name is Luna.",
+        commands: &[(
+            "relationships",
+            "pet",
+            "Sam adopted a kitten named Luna on 12 March 2022.",
+        )],
+    },
+    Example {
+        before: None,
+        date: "2022-03-15",
+        text: "Haha yes, totally agree! Talk soon :)",
+        commands: &[],
+    },
+    Example {
+        before: Some(("Kim", "Any news?")),
+        date: "2022-03-20",
+        text: "I'm starting as a pharmacist in Leeds next month, so excited!",
+        commands: &[(
+            "work and skills",
+            "job",
+            "Sam starts working as a pharmacist in Leeds in April 2022.",
+        )],
+    },
+    Example {
+        before: None,
+        date: "2022-03-21",
+        text: "That's so sweet of you! What made you pick that one?",
+        commands: &[],
+    },
+    Example {
+        before: Some(("Kim", "Do you still do pottery?")),
+        date: "2022-04-02",
+        text: "Not anymore. These days it's rock climbing twice a week with my brother Tom.",
+        commands: &[(
+            "preferences",
+            "hobby",
+            "Sam goes rock climbing twice a week with his brother Tom, no longer pottery.",
+        )],
+    },
+];
+
+/// The examples a category can use: those whose tags it has (all when it names none).
+fn examples(tags: &[(String, String)]) -> String {
+    let known = |tag: &str| tags.is_empty() || tags.iter().any(|(name, _)| name == tag);
+    let mut out = String::new();
+    let usable = EXAMPLES
+        .iter()
+        .filter(|e| e.commands.iter().all(|(tag, _, _)| known(tag)));
+    for (i, example) in usable.enumerate() {
+        out.push_str(&format!("\n\nExample {}.\n", i + 1));
+        if let Some((speaker, text)) = example.before {
+            out.push_str(&format!(
+                "## Earlier messages (context only: remember nothing from them)\n- {speaker} (user): {text}\n\n"
+            ));
+        }
+        out.push_str(&format!(
+            "## New messages\n[1] Sam (user, {}):\n{}\n",
+            example.date, example.text
+        ));
+        let commands: Vec<serde_json::Value> = example
+            .commands
+            .iter()
+            .map(|(tag, feature, value)| {
+                json!({"command": "add", "messages": [1], "tag": tag, "feature": feature, "value": value})
+            })
+            .collect();
+        out.push_str(&format!("Answer: {}", json!({ "commands": commands })));
+    }
+    out
+}
+
 /// The extraction request for one category over a batch; `context` holds earlier
 /// messages the batch answers, shown in a section of their own before it.
 pub fn extraction(
@@ -94,18 +182,21 @@ pub fn extraction(
     };
     let system_prompt = format!(
         "You maintain the \"{name}\" memory of a conversation.\n{prompt}\n\n{tags}\n\n\
-         Compare the new messages with the current features and answer with JSON only:\n\
-         {{\"commands\":[{{\"command\":\"add\"|\"update\"|\"delete\",\"tag\":\"...\",\
-         \"feature\":\"...\",\"value\":\"...\",\"messages\":[1]}}]}}\n\
-         - add: a new fact. update: a current feature (same tag and feature) whose value \
-         changed. delete: a current feature the messages show is no longer true.\n\
-         - value: concise, with the names, places, numbers and dates involved; date \
-         events from the message's date (\"yesterday\" in a message of 2023-05-08 is \
-         2023-05-07).\n\
-         - messages: the numbers of the new messages that support the command.\n\
-         - Answer {{\"commands\":[]}} when there is nothing to remember.",
+         Answer with JSON only: {{\"commands\":[...]}}, one command per fact, each \
+         {{\"command\":\"add\"|\"update\"|\"delete\",\"messages\":[1],\"tag\":\"...\",\
+         \"feature\":\"...\",\"value\":\"...\"}}.\n\
+         - command: add a new fact; update a current feature (same tag and feature) whose \
+         value changed; delete a current feature the messages show is no longer true.\n\
+         - messages: the numbers of the new messages that state the fact.\n\
+         - feature: one to three words naming what the fact is about.\n\
+         - value: at most 20 words, in the third person, starting with the person's name; \
+         keep names, places, numbers and dates, dating events from the message's date \
+         (\"yesterday\" in a message of 2023-05-08 is 7 May 2023); never copy the message.\n\
+         - Skip greetings, thanks, questions and small talk: then answer {{\"commands\":[]}}.\
+         {examples}",
         name = category.name,
         prompt = category.prompt,
+        examples = examples(&category.tags),
     );
     let features: Vec<serde_json::Value> = current
         .iter()
@@ -161,19 +252,22 @@ pub fn extraction_schema(
                 "type": "object",
                 "properties": {
                     "command": {"type": "string", "enum": ["add", "update", "delete"]},
+                    // An enum, not minimum and maximum: llama-cpp-python's grammar
+                    // leaves integer ranges out.
+                    "messages": {"type": "array", "minItems": 1, "items": {
+                        "type": "integer", "enum": (1..=batch_len.max(1)).collect::<Vec<_>>()
+                    }},
                     "tag": tag,
                     // No maxLength: llama.cpp's grammar would repeat a rule thousands of
                     // times, which llama-cpp-python refuses by dying. Lengths are checked
                     // on the answer.
                     "feature": {"type": "string", "minLength": 1},
-                    "value": {"type": "string", "minLength": 1},
-                    // An enum, not minimum and maximum: llama-cpp-python's grammar
-                    // leaves integer ranges out.
-                    "messages": {"type": "array", "minItems": 1, "items": {
-                        "type": "integer", "enum": (1..=batch_len.max(1)).collect::<Vec<_>>()
-                    }}
+                    "value": {"type": "string", "minLength": 1}
                 },
-                "required": ["command", "tag", "feature", "value", "messages"]
+                "required": ["command", "messages", "tag", "feature", "value"],
+                // The message before the text it justifies: small models then cite
+                // the message they describe.
+                (PROPERTY_ORDERING): ["command", "messages", "tag", "feature", "value"]
             }}},
             "required": ["commands"]
         }),

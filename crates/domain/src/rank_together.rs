@@ -25,8 +25,8 @@ pub use crate::limits::{DEFAULT_SEMANTIC_WEIGHT, MAX_SEMANTIC_WEIGHT};
 
 /// The reciprocal-rank constant: how flat each ranking's contribution is.
 pub const K: f64 = 60.0;
-/// A feature is listed as an item only when it cites at most this many episodes: then
-/// it says something specific about the episodes it follows. One citing a whole batch
+/// A feature is listed as an item only when it cites at most this many episodes, all in
+/// the answer: then it says something specific about the episodes it follows. One citing a whole batch
 /// would add many turns to the answer for one point of evidence; its episodes are
 /// lifted all the same.
 pub const MAX_LISTED_CITATIONS: usize = 3;
@@ -147,10 +147,15 @@ pub fn place(episodes: Vec<EpisodeScore>, citations: &[Vec<Uuid>], weight: f64) 
         let own = weight / (K + j as f64 + 1.0);
         if cited.is_empty() {
             uncited.push((j, own));
-        } else if cited.len() <= MAX_LISTED_CITATIONS
-            && let Some(best) = cited.iter().filter_map(|uid| position.get(uid)).min()
-        {
-            after[*best].push(j);
+        } else if cited.len() <= MAX_LISTED_CITATIONS {
+            // After the last of its episodes, and only when the answer holds them all:
+            // a feature then adds no turn of its own, so the answer's turns are the
+            // fused ranking's and cannot push an episodic hit out of the top k.
+            let at: Option<Vec<usize>> =
+                cited.iter().map(|uid| position.get(uid).copied()).collect();
+            if let Some(last) = at.and_then(|at| at.into_iter().max()) {
+                after[last].push(j);
+            }
         }
     }
     let mut out = Vec::with_capacity(episodes.len() + uncited.len());
@@ -302,7 +307,7 @@ mod tests {
     }
 
     #[test]
-    fn features_are_listed_after_their_best_episode_only_when_specific() {
+    fn features_are_listed_after_their_last_episode_only_when_specific() {
         let episodes = uids(3);
         let other = Uuid::new_v4();
         let citations = vec![
@@ -322,9 +327,10 @@ mod tests {
                 Placed::Feature { index, .. } => format!("f{index}"),
             })
             .collect();
-        // Feature 0 after episode 1 (its best), feature 1 cites too many, feature 2 none
-        // (at its own score, below every episode), feature 3 an episode not answered.
-        assert_eq!(shape, ["e0", "e1", "f0", "e2", "f2"]);
+        // Feature 0 after episode 2 (the last it cites), feature 1 cites too many,
+        // feature 2 none (at its own score, below every episode), feature 3 an episode
+        // not answered.
+        assert_eq!(shape, ["e0", "e1", "e2", "f0", "f2"]);
         assert!(placed.windows(2).all(|w| w[0].score() >= w[1].score()));
     }
 }

@@ -53,6 +53,11 @@ pub struct Args {
     /// Conversations to use, from the first [default: all]
     #[arg(long)]
     conversations: Option<usize>,
+    /// Only these conversations, by position in the file, e.g. `0-4` (the split ranking
+    /// parameters are chosen on) or `5-9` (the split they are checked on); applied
+    /// after --conversations
+    #[arg(long, value_parser = parse_range)]
+    conversation_range: Option<(usize, usize)>,
     /// top_k of every search; recall is reported at 1, 5, 10, 20 and 50 (those ≤ top_k)
     #[arg(long, default_value_t = 50)]
     top_k: i32,
@@ -94,6 +99,21 @@ pub struct Args {
     /// --data-dir, projects already holding their conversation are reused
     #[arg(long)]
     store: Option<String>,
+}
+
+/// `A-B` (inclusive) or `A`.
+fn parse_range(text: &str) -> std::result::Result<(usize, usize), String> {
+    let (a, b) = text.split_once('-').unwrap_or((text, text));
+    let number = |s: &str| {
+        s.trim()
+            .parse::<usize>()
+            .map_err(|e| format!("{text:?}: {e}"))
+    };
+    let (a, b) = (number(a)?, number(b)?);
+    if a > b {
+        return Err(format!("{text:?}: the first is after the last"));
+    }
+    Ok((a, b))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -546,6 +566,7 @@ fn print_json(
     let out = json!({
         "locomo": args.locomo.display().to_string(),
         "conversations": conversations.len(),
+        "conversation_range": args.conversation_range,
         "turns": conversations.iter().map(|c| c.turns.len()).sum::<usize>(),
         "questions": conversations.iter().map(|c| c.questions.len()).sum::<usize>(),
         "skipped_questions": stats.skipped_questions,
@@ -606,7 +627,20 @@ pub fn main(args: Args) -> Result<()> {
         speaker_prefix: args.speaker_prefix,
         captions: !args.no_captions,
     };
-    let (conversations, stats) = locomo::load(&args.locomo, args.conversations, format)?;
+    let (mut conversations, stats) = locomo::load(&args.locomo, args.conversations, format)?;
+    if let Some((first, last)) = args.conversation_range {
+        conversations = conversations
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| (first..=last).contains(i))
+            .map(|(_, c)| c)
+            .collect();
+        if conversations.is_empty() {
+            return Err(
+                format!("--conversation-range {first}-{last}: no such conversations").into(),
+            );
+        }
+    }
     eprintln!(
         "LoCoMo: {} conversations, {} turns, {} questions; server {} {}",
         conversations.len(),

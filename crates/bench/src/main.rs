@@ -16,6 +16,7 @@ mod ingest_search;
 mod lexical;
 mod load;
 mod locomo;
+mod locomo_dump;
 mod rest;
 mod retention;
 mod scale;
@@ -43,6 +44,8 @@ enum Workload {
     Load(load::Args),
     /// The local embedder in-process, per kernel
     Embed(embed::Args),
+    /// LoCoMo as the server indexes it, for offline ranking experiments
+    LocomoDump(locomo_dump::Args),
     /// ImportMemories against AddMemories throughput
     Import(import::Args),
     /// Change-feed latency across replicas, and idle watchers' cost
@@ -69,6 +72,7 @@ fn main() -> ExitCode {
         Workload::Locomo(args) => exit(locomo::main(args)),
         Workload::Load(args) => load::main(args),
         Workload::Embed(args) => exit(embed::main(args)),
+        Workload::LocomoDump(args) => exit(locomo_dump::main(args)),
         Workload::Import(args) => exit(import::main(args)),
         Workload::Feed(args) => exit(feed::main(args)),
         Workload::Rest(args) => exit(rest::main(args)),

@@ -10,6 +10,8 @@ use crate::error::{Error, Result};
 use crate::model::filter::Expr;
 use crate::model::{Episode, EpisodeHandle, ScoredEpisode};
 use crate::retrieval::index_cache::IndexView;
+use crate::retrieval::project_search::Asked;
+use crate::retrieval::time_expressions;
 use memmachine_core::access::ProjectAccess;
 // The mode is part of `rank`'s signature.
 pub use crate::retrieval::ranking::Mode;
@@ -137,6 +139,7 @@ pub async fn propose(
         top_k,
     } = asked;
     let terms = crate::retrieval::tokenize::query_terms(query);
+    let question = query.to_string();
     let filter = filter.cloned();
     let vectors = embedder.map(|e| e.id().to_string());
     // Participant-aware: the question is embedded without the participants it names,
@@ -196,7 +199,14 @@ pub async fn propose(
             let filter = filter.as_ref();
             match (mode, vector) {
                 (Mode::Dense, Some(vector)) => index.dense(&vector, filter, wanted),
-                (_, Some(vector)) => index.hybrid(&terms, &vector, &named, filter, wanted),
+                (_, Some(vector)) => {
+                    let asked = Asked {
+                        named: &named,
+                        period: time_expressions::question_period(&question),
+                        when: time_expressions::asks_when(&question),
+                    };
+                    index.hybrid(&terms, &vector, &asked, filter, wanted)
+                }
                 (_, None) => index.lexical(&terms, filter, wanted),
             }
         })

@@ -19,6 +19,14 @@ pub const DENSE_WEIGHT: f32 = 1.0;
 /// one matches far better (a soft filter on the speaker, as self-querying retrievers
 /// turn named entities into metadata filters).
 pub const PARTICIPANT_WEIGHT: f32 = 3.0;
+/// Added to the fused score of a turn whose event (when it was said, moved by what it
+/// says: "yesterday", "two weeks ago") falls in the period the question names ("in July
+/// 2023"), widened by `TIME_SLACK_DAYS` (people round: "last week", "recently").
+pub const TIME_WEIGHT: f32 = 3.0;
+pub const TIME_SLACK_DAYS: i64 = 10;
+/// Added to the fused score of a turn that says when (a date, "yesterday", "last
+/// month"), for a question asking when: those are the turns that can answer it.
+pub const WHEN_WEIGHT: f32 = 1.0;
 
 /// Fused scores by slot, for the documents at `slots` (every other slot scores minus
 /// infinity). `lexical` holds BM25 scores by slot (0 for no match), `similarity` gives

@@ -14,4 +14,5 @@ pub mod project_search;
 pub mod quantized;
 pub mod ranking;
 pub mod rescore;
+pub mod time_expressions;
 pub mod tokenize;

@@ -17,6 +17,7 @@ use crate::retrieval::episode_fields::EpisodeFields;
 use crate::retrieval::heap;
 use crate::retrieval::participants::Participants;
 use crate::retrieval::quantized::{self, Slab};
+use crate::retrieval::time_expressions::{TurnTime, turn_time};
 use crate::store::IndexedEpisode;
 
 /// Threads that build a large project's graph (the machines this serves have few cores,
@@ -31,6 +32,8 @@ const GRAPH_CHUNK: usize = 32_768;
 pub struct Entry {
     pub(super) fields: EpisodeFields,
     pub(super) vector: Option<Coded>,
+    /// What its text says of when its event was.
+    pub(super) time: TurnTime,
 }
 
 /// Where an episode's int8 codes are, and their scale.
@@ -209,6 +212,7 @@ impl ProjectIndex {
         let entry = Entry {
             fields: EpisodeFields::of(&episode),
             vector,
+            time: turn_time(&episode.content),
         };
         self.count_participants(entry_participants(&entry), true);
         self.text.insert(
@@ -545,6 +549,17 @@ mod tests {
         content: &str,
         vector: Option<Vec<f32>>,
     ) {
+        add_at(index, id, producer, content, vector, 0);
+    }
+
+    fn add_at(
+        index: &mut ProjectIndex,
+        id: i64,
+        producer: &str,
+        content: &str,
+        vector: Option<Vec<f32>>,
+        created_at_micros: i64,
+    ) {
         let episode = Episode {
             uid: uuid::Uuid::new_v4(),
             content: content.into(),
@@ -554,7 +569,7 @@ mod tests {
             sequence_num: id,
             episode_type: "message".into(),
             content_type: "string".into(),
-            created_at_micros: 0,
+            created_at_micros,
             metadata: Default::default(),
             expires_at_micros: None,
         };
@@ -598,13 +613,83 @@ mod tests {
         );
         assert_eq!(named.ids, [Box::<str>::from("Ada Lovelace")]);
         let terms = crate::retrieval::tokenize::query_terms("Ada Lovelace race");
-        let first = |named: &[Box<str>]| index.hybrid(&terms, &same, named, None, 3)[0].handle;
+        let first = |named: &[Box<str>]| {
+            let asked = crate::retrieval::project_search::Asked {
+                named,
+                ..Default::default()
+            };
+            index.hybrid(&terms, &same, &asked, None, 3)[0].handle
+        };
         assert_eq!(first(&named.ids), 1);
         assert_eq!(first(&[Box::from("Bob")]), 2, "the named one wins a tie");
         // A participant whose every turn is gone is no longer one.
         index.remove(1);
         assert!(index.named_participants("Ada Lovelace raced").is_none());
         assert!(index.named_participants("did bob race").is_some());
+    }
+
+    #[test]
+    fn questions_of_a_period_or_of_when_prefer_the_turns_that_answer_them() {
+        use crate::retrieval::project_search::Asked;
+        use crate::retrieval::time_expressions::{asks_when, question_period};
+        let day = 86_400_000_000_i64;
+        // 2023-07-20 and 2023-03-01, as microseconds since the epoch.
+        let (july, march) = (1_689_811_200_000_000_i64, 1_677_628_800_000_000_i64);
+        let mut index = ProjectIndex::new();
+        let same = vec![1.0, 0.0, 0.0];
+        add_at(
+            &mut index,
+            1,
+            "ann",
+            "we painted a lake",
+            Some(same.clone()),
+            march,
+        );
+        add_at(
+            &mut index,
+            2,
+            "ann",
+            "we painted a lake",
+            Some(same.clone()),
+            july,
+        );
+        // Said in early August of an event "two weeks ago": July.
+        let told = "we painted a lake two weeks ago";
+        add_at(
+            &mut index,
+            3,
+            "ann",
+            told,
+            Some(same.clone()),
+            july + 20 * day,
+        );
+        add_at(
+            &mut index,
+            4,
+            "ann",
+            "nothing",
+            Some(vec![0.0, 1.0, 0.0]),
+            march,
+        );
+        let terms = crate::retrieval::tokenize::query_terms("painted lake");
+        let ranked = |question: &str| {
+            let asked = Asked {
+                period: question_period(question),
+                when: asks_when(question),
+                ..Default::default()
+            };
+            let hits = index.hybrid(&terms, &same, &asked, None, 4);
+            hits.iter().map(|h| h.handle).collect::<Vec<_>>()
+        };
+        let in_july = ranked("What did Ann paint in July 2023?");
+        assert!(
+            in_july[..2].contains(&2) && in_july[..2].contains(&3),
+            "{in_july:?}"
+        );
+        let in_march = ranked("What did Ann paint in March 2023?");
+        assert_eq!(in_march[0], 1, "{in_march:?}");
+        // Asking when: the turn that says when comes first.
+        assert_eq!(ranked("When did Ann paint a lake?")[0], 3);
     }
 
     #[test]

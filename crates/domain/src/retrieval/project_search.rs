@@ -6,9 +6,10 @@
 use std::cell::RefCell;
 
 use super::ann::ANN_MIN_VECTORS;
-use super::fusion::PARTICIPANT_WEIGHT;
+use super::fusion::{PARTICIPANT_WEIGHT, TIME_SLACK_DAYS, TIME_WEIGHT, WHEN_WEIGHT};
 use super::project_index::{Entry, ProjectIndex};
 use super::rescore::Hit;
+use super::time_expressions::Period;
 use crate::model::filter::{Expr, Field, SystemField};
 use crate::model::filter_eval::{Fields, Value, matches};
 
@@ -20,6 +21,37 @@ const FILTER_SAMPLE: usize = 512;
 /// Whether an index entry passes the optional filter.
 fn passes(filter: Option<&Expr>) -> impl Fn(&Entry) -> bool + '_ {
     move |entry| filter.is_none_or(|filter| matches(filter, entry))
+}
+
+/// What a question says beyond its words: the participants it names, the period it
+/// names, and whether it asks when.
+#[derive(Debug, Default)]
+pub struct Asked<'a> {
+    pub named: &'a [Box<str>],
+    pub period: Option<Period>,
+    pub when: bool,
+}
+
+impl Asked<'_> {
+    /// The lift of an episode: a question naming participants prefers what they said,
+    /// one naming a period what happened in it, one asking when what says when.
+    fn prior(&self, entry: &Entry) -> f32 {
+        let participant = match entry.get(&Field::System(SystemField::ProducerId)) {
+            Some(Value::Text(id)) if self.named.iter().any(|n| **n == *id) => PARTICIPANT_WEIGHT,
+            _ => 0.0,
+        };
+        let said = match entry.get(&Field::System(SystemField::CreatedAt)) {
+            Some(Value::Time(micros)) => micros,
+            _ => return participant,
+        };
+        let in_period = self
+            .period
+            .is_some_and(|p| p.holds(entry.time.event_micros(said), TIME_SLACK_DAYS));
+        let says_when = self.when && entry.time.mentions_time;
+        participant
+            + if in_period { TIME_WEIGHT } else { 0.0 }
+            + if says_when { WHEN_WEIGHT } else { 0.0 }
+    }
 }
 
 impl ProjectIndex {
@@ -60,22 +92,19 @@ impl ProjectIndex {
     }
 
     /// BM25 fused with vector similarity, filtered before the cut; episodes produced by
-    /// one of the `named` participants are preferred. Episodes without a vector yet
-    /// still rank by their text.
+    /// one of the `named` participants are preferred, and so are those whose event falls
+    /// in the period the question names, or that say when, for a question asking when.
+    /// Episodes without a vector yet still rank by their text.
     pub fn hybrid(
         &self,
         terms: &[String],
         query: &[f32],
-        named: &[Box<str>],
+        asked: &Asked<'_>,
         filter: Option<&Expr>,
         limit: usize,
     ) -> Vec<Hit> {
         let accept = passes(filter);
-        // A question naming participants prefers what they said.
-        let prior = |entry: &Entry| match entry.get(&Field::System(SystemField::ProducerId)) {
-            Some(Value::Text(id)) if named.iter().any(|n| **n == *id) => PARTICIPANT_WEIGHT,
-            _ => 0.0,
-        };
+        let prior = |entry: &Entry| asked.prior(entry);
         let buffer = RefCell::new(Vec::new());
         let similarity = |id: i64, entry: &Entry| self.similarity(id, entry, query, &buffer);
         let proposed = if self.few_pass(filter, &accept) {

@@ -15,3 +15,4 @@ pub mod quantized;
 pub mod ranking;
 pub mod rescore;
 pub mod tokenize;
+pub mod weights;

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::retrieval::weights::RankingWeights;
 
 /// The version this build writes and reads.
 pub const VERSION: u32 = 1;
@@ -71,6 +72,14 @@ pub struct EpisodicLine {
     /// Microseconds; absent: episodes are kept until deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub episode_retention_micros: Option<i64>,
+    /// How hybrid ranking weighs its parts; absent (in older exports, or left at the
+    /// defaults): the defaults. Fields it lacks take their defaults too.
+    #[serde(default, skip_serializing_if = "is_default_weights")]
+    pub ranking_weights: RankingWeights,
+}
+
+fn is_default_weights(weights: &RankingWeights) -> bool {
+    *weights == RankingWeights::DEFAULT
 }
 
 fn on() -> bool {

@@ -341,6 +341,36 @@ mod tests {
     }
 
     #[test]
+    fn ranking_weights_travel_with_the_project_and_default_when_absent() {
+        let episodic = |weights: &str| -> EpisodicLine {
+            serde_json::from_str(&format!(
+                r#"{{"enabled":true,"long_term_memory_enabled":true,
+                    "short_term_memory_enabled":true{weights}}}"#
+            ))
+            .unwrap()
+        };
+        // An export made before weights existed: the defaults.
+        let old = episodic("");
+        assert_eq!(old.ranking_weights, RankingWeights::DEFAULT);
+        // Defaults are left out, so older servers still read the export.
+        assert!(
+            !serde_json::to_string(&old)
+                .unwrap()
+                .contains("ranking_weights")
+        );
+        // A field the object lacks takes its default.
+        let set = episodic(r#","ranking_weights":{"dense":2.5}"#);
+        let want = RankingWeights {
+            dense: 2.5,
+            ..RankingWeights::DEFAULT
+        };
+        assert_eq!(set.ranking_weights, want);
+        let back: EpisodicLine =
+            serde_json::from_str(&serde_json::to_string(&set).unwrap()).unwrap();
+        assert_eq!(back, set);
+    }
+
+    #[test]
     fn vectors_read_back_bit_for_bit() {
         let mut state = 0x2545_f491_4f6c_dd1du64;
         let vector: Vec<f32> = (0..200_000)

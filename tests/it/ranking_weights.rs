@@ -373,3 +373,62 @@ fn rest_ranking_weights_and_score_parts() {
         );
     }
 }
+
+#[tokio::test]
+async fn mcp_search_explains_each_episode_only_when_asked() {
+    use crate::common::mcp_http::Session;
+    let data = tempfile::tempdir().expect("temp dir");
+    let server = ServerProcess::start(
+        data.path(),
+        &["--embedder", "none", "--rest-listen", "127.0.0.1:0"],
+    );
+    let http = reqwest::Client::new();
+    let created = http
+        .post(format!("{}/api/v2/projects", server.rest_url()))
+        .json(&json!({"org_id": "acme", "project_id": "notes"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let mut mcp = Session::open(&http, &server.rest_url(), ("acme", "notes", "alice"), None)
+        .await
+        .expect("open a session");
+    for i in 0..4 {
+        let content = format!("note {i} about the garden{}", " garden".repeat(i));
+        let added = mcp
+            .call_tool(
+                "add_memory",
+                json!({"content": content, "types": ["episodic"]}),
+            )
+            .await;
+        assert!(!added.is_error, "{}", added.text);
+    }
+    let search = |explain: Option<bool>| {
+        let mut arguments = json!({"query": "garden", "top_k": 3, "types": ["episodic"]});
+        if let Some(explain) = explain {
+            arguments["explain"] = json!(explain);
+        }
+        arguments
+    };
+    let found = mcp.call_tool("search_memory", search(Some(true))).await;
+    assert!(!found.is_error, "{}", found.text);
+    let found: Value = serde_json::from_str(&found.text).unwrap();
+    let episodes = found["episodes"].as_array().expect("episodes");
+    assert_eq!(episodes.len(), 3, "{found}");
+    for hit in episodes {
+        let score = hit["score"].as_f64().unwrap() as f32;
+        assert_eq!(
+            hit["score_parts"]["lexical"].as_f64().unwrap() as f32,
+            score,
+            "{hit}"
+        );
+    }
+    let plain = mcp.call_tool("search_memory", search(None)).await;
+    let plain: Value = serde_json::from_str(&plain.text).unwrap();
+    let episodes = plain["episodes"].as_array().expect("episodes");
+    assert_eq!(episodes.len(), 3, "{plain}");
+    assert!(
+        episodes.iter().all(|hit| hit.get("score_parts").is_none()),
+        "{plain}"
+    );
+}

@@ -639,8 +639,32 @@
     return h('li', { class: 'card episode', 'data-uid': ep.uid },
       h('div', { class: 'head' }, meta, actions ? h('div', { class: 'actions' }, actions) : null),
       h('p', { class: 'content' }, ep.content),
+      scoreParts(ep.score_parts),
       metadata.length ? h('ul', { class: 'metadata', 'aria-label': 'Metadata' }, metadata.map(([k, v]) => h('li', { class: 'chip' }, `${k} = ${v}`))) : null,
       h('p', { class: 'uid-line' }, 'uid ', h('code', { class: 'uid' }, ep.uid)));
+  }
+
+  // What an episode's score is made of (a search with `explain`), as text only: each
+  // part the ranking used, in the score's units.
+  const SCORE_PARTS = [
+    ['lexical', 'lexical', 'BM25, including the conversational context field'],
+    ['dense', 'dense', 'embedding similarity (standardised, smoothed) times its weight'],
+    ['context', 'context', 'what neighbouring turns added'],
+    ['session', 'session', 'what the episode’s session as a whole added'],
+    ['time', 'time', 'what the question’s time expression added'],
+    ['participant', 'participant', 'the lift for a turn by a participant the question names'],
+  ];
+
+  function scoreParts(parts) {
+    if (!parts || typeof parts !== 'object') return null;
+    const used = SCORE_PARTS.filter(([key]) => typeof parts[key] === 'number' && parts[key] !== 0);
+    const shown = used.length ? used : SCORE_PARTS.slice(0, 1);
+    return h('ul', { class: 'score-parts', 'aria-label': 'Score parts' },
+      shown.map(([key, label, about]) => {
+        const value = typeof parts[key] === 'number' ? parts[key] : 0;
+        return h('li', { class: 'chip score-part', 'data-part': key, title: about },
+          `${label} ${value >= 0 ? '+' : ''}${value.toFixed(4)}`);
+      }));
   }
 
   // --- episodes ------------------------------------------------------------------------
@@ -814,6 +838,7 @@
     try {
       const answer = await api('/memories/search', {
         ...ref(org, project), query: q, top_k: topK, expand_context: expand, filter: filterText,
+        explain: true,
       });
       content = answer.content || {};
     } catch (error) {

@@ -62,8 +62,46 @@ pub struct SearchArgs {
     /// [default: the server's]
     #[arg(long, requires = "rank_together")]
     pub semantic_weight: Option<f64>,
+    /// Show what each episodic hit's score is made of (lexical, dense, context, session,
+    /// time, participant)
+    #[arg(long)]
+    pub explain: bool,
     #[command(flatten)]
     pub sets: SetSelection,
+}
+
+/// A score's parts as JSON (absent: null).
+fn parts_json(p: Option<&pb::ScoreParts>) -> serde_json::Value {
+    p.map_or(serde_json::Value::Null, |p| {
+        json!({
+            "lexical": p.lexical,
+            "dense": p.dense,
+            "context": p.context,
+            "session": p.session,
+            "time": p.time,
+            "participant": p.participant,
+        })
+    })
+}
+
+/// A score's parts in one cell: the parts that are not zero.
+fn parts_cell(p: Option<&pb::ScoreParts>) -> String {
+    let Some(p) = p else {
+        return String::new();
+    };
+    [
+        ("lexical", p.lexical),
+        ("dense", p.dense),
+        ("context", p.context),
+        ("session", p.session),
+        ("time", p.time),
+        ("participant", p.participant),
+    ]
+    .into_iter()
+    .filter(|(_, v)| *v != 0.0)
+    .map(|(name, v)| format!("{name} {v:.3}"))
+    .collect::<Vec<_>>()
+    .join(", ")
 }
 
 pub async fn run(args: SearchArgs) -> Result<(), CliError> {
@@ -83,6 +121,7 @@ pub async fn run(args: SearchArgs) -> Result<(), CliError> {
             set_metadata: args.sets.metadata(),
             rank_together: args.rank_together,
             semantic_weight: args.semantic_weight,
+            explain: args.explain,
         }))
         .await?
         .into_inner();
@@ -90,10 +129,16 @@ pub async fn run(args: SearchArgs) -> Result<(), CliError> {
     if args.client.json {
         return print_json(&json!({
             "episodic_memory": {
-                "long_term_memory": episodic.long_term_memory.iter().map(|s| json!({
-                    "score": s.score,
-                    "episode": s.episode.as_ref().map(episode_json),
-                })).collect::<Vec<_>>(),
+                "long_term_memory": episodic.long_term_memory.iter().map(|s| {
+                    let mut hit = json!({
+                        "score": s.score,
+                        "episode": s.episode.as_ref().map(episode_json),
+                    });
+                    if s.score_parts.is_some() {
+                        hit["score_parts"] = parts_json(s.score_parts.as_ref());
+                    }
+                    hit
+                }).collect::<Vec<_>>(),
                 "short_term_memory": episodic.short_term_memory.iter().map(episode_json).collect::<Vec<_>>(),
                 "episode_summary": episodic.episode_summary,
             },
@@ -104,16 +149,24 @@ pub async fn run(args: SearchArgs) -> Result<(), CliError> {
     if args.rank_together {
         return ranked_table(&answer.ranked).print();
     }
-    let mut table = Table::new(&["SCORE", "UID", "PRODUCER", "CREATED", "CONTENT"]);
+    let mut columns = vec!["SCORE", "UID", "PRODUCER", "CREATED", "CONTENT"];
+    if args.explain {
+        columns.insert(1, "PARTS");
+    }
+    let mut table = Table::new(&columns);
     for hit in &episodic.long_term_memory {
         let e = hit.episode.clone().unwrap_or_default();
-        table.row(vec![
+        let mut row = vec![
             format!("{:.4}", hit.score),
             e.uid,
             e.producer_id,
             time(&e.created_at),
             e.content,
-        ]);
+        ];
+        if args.explain {
+            row.insert(1, parts_cell(hit.score_parts.as_ref()));
+        }
+        table.row(row);
     }
     table.print()?;
     if !answer.semantic_memory.is_empty() {

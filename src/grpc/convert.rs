@@ -136,6 +136,48 @@ pub fn episodic_config(c: model::EpisodicConfig) -> pb::EpisodicMemoryConfig {
         long_term_memory_enabled: c.long_term_memory_enabled,
         short_term_memory_enabled: c.short_term_memory_enabled,
         participant_aware: c.participant_aware,
+        ranking_weights: Some(ranking_weights(c.ranking_weights)),
+    }
+}
+
+/// The project's weights, every field set.
+pub fn ranking_weights(w: model::RankingWeights) -> pb::RankingWeights {
+    pb::RankingWeights {
+        dense: Some(w.dense),
+        own_similarity: Some(w.own_similarity),
+        participant: Some(w.participant),
+        context: Some(w.context),
+        session: Some(w.session),
+        time: Some(w.time),
+    }
+}
+
+/// The weights an update sets (absent: none).
+pub fn ranking_weights_update(w: Option<pb::RankingWeights>) -> model::RankingWeightsUpdate {
+    let w = w.unwrap_or_default();
+    model::RankingWeightsUpdate {
+        dense: w.dense,
+        own_similarity: w.own_similarity,
+        participant: w.participant,
+        context: w.context,
+        session: w.session,
+        time: w.time,
+    }
+}
+
+/// An episode the search ranked, with the parts of its score when asked for.
+pub fn scored_episode(key: &ProjectKey, hit: model::ScoredEpisode) -> pb::ScoredEpisode {
+    pb::ScoredEpisode {
+        episode: Some(episode(key, hit.episode)),
+        score: hit.score,
+        score_parts: hit.parts.map(|p| pb::ScoreParts {
+            lexical: p.lexical,
+            dense: p.dense,
+            context: p.context,
+            session: p.session,
+            time: p.time,
+            participant: p.participant,
+        }),
     }
 }
 
@@ -197,10 +239,7 @@ pub fn ranked(key: &ProjectKey, r: memmachine_domain::rank_together::Ranked) -> 
     use memmachine_domain::rank_together::{Item, Source};
     use pb::ranked_memory::Item as PbItem;
     let item = match r.item {
-        Item::Episode(hit) => PbItem::Episode(pb::ScoredEpisode {
-            episode: Some(episode(key, hit.episode)),
-            score: hit.score,
-        }),
+        Item::Episode(hit) => PbItem::Episode(scored_episode(key, hit)),
         Item::Feature(hit) => PbItem::Feature(feature(hit.feature, hit.score, true)),
     };
     let source = match r.source {

@@ -82,6 +82,7 @@ impl MemoryService for MemoryGrpc {
             as_of: convert::as_of("as_of", r.as_of)?,
             rank_together: r.rank_together,
             semantic_weight: r.semantic_weight,
+            explain: r.explain,
         };
         let set_metadata = r.set_metadata.into_iter().collect();
         let found = self
@@ -94,10 +95,7 @@ impl MemoryService for MemoryGrpc {
                 long_term_memory: episodic
                     .long_term
                     .into_iter()
-                    .map(|hit| pb::ScoredEpisode {
-                        episode: Some(convert::episode(&key, hit.episode)),
-                        score: hit.score,
-                    })
+                    .map(|hit| convert::scored_episode(&key, hit))
                     .collect(),
                 short_term_memory: episodic
                     .short_term

@@ -115,6 +115,7 @@ impl ProjectService for ProjectGrpc {
             short_term_memory_enabled: r.short_term_memory_enabled,
             participant_aware: r.participant_aware,
             episode_retention_micros: convert::retention_update(r.episode_retention),
+            ranking_weights: convert::ranking_weights_update(r.ranking_weights),
         };
         let config = self
             .projects

@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 use super::Scope;
 use crate::domain::Domain;
 use memmachine_core::error::Error;
-use memmachine_core::model::Episode;
 use memmachine_core::model::filter::{self, Expr, Field, SystemField};
+use memmachine_core::model::{Episode, ScoreParts, ScoredEpisode};
 use memmachine_domain::episodic::{MessageInput, SearchInput};
 use memmachine_domain::memory::{ListInput, Listed, MemoryKind};
 use memmachine_domain::rank_together::{Item, Ranked, Source};
@@ -96,6 +96,10 @@ pub struct SearchMemoryInput {
     /// matching feature cites count as evidence [default: false]
     #[serde(default)]
     pub rank_together: bool,
+    /// Give each episode `score_parts`: what its score is made of (lexical, dense,
+    /// context, session, time, participant) [default: false]
+    #[serde(default)]
+    pub explain: bool,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -162,6 +166,16 @@ struct EpisodeOut<'a> {
     metadata: &'a BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     score: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    score_parts: Option<ScoreParts>,
+}
+
+/// A ranked episode, with the parts of its score when the search asked for them.
+fn scored_episode(s: &ScoredEpisode) -> EpisodeOut<'_> {
+    EpisodeOut {
+        score_parts: s.parts,
+        ..episode(&s.episode, Some(s.score))
+    }
 }
 
 fn episode(e: &Episode, score: Option<f64>) -> EpisodeOut<'_> {
@@ -173,6 +187,7 @@ fn episode(e: &Episode, score: Option<f64>) -> EpisodeOut<'_> {
         created_at: time(e.created_at_micros),
         metadata: &e.metadata,
         score,
+        score_parts: None,
     }
 }
 
@@ -391,6 +406,7 @@ impl MemoryTools {
             as_of: None,
             rank_together: input.rank_together,
             semantic_weight: None,
+            explain: input.explain,
         };
         let sets = BTreeMap::from([(
             memmachine_domain::semantic::sets::PRODUCER_TAG.to_string(),
@@ -406,7 +422,7 @@ impl MemoryTools {
                 Ok(found) => answer({
                     let mut out = serde_json::json!({
                         "episodes": found.episodic.long_term.iter()
-                            .map(|s| episode(&s.episode, Some(s.score))).collect::<Vec<_>>(),
+                            .map(scored_episode).collect::<Vec<_>>(),
                         "recent_episodes": found.episodic.short_term.iter()
                             .map(|e| episode(e, None)).collect::<Vec<_>>(),
                         "features": found.semantic.iter()

@@ -239,6 +239,10 @@ pub struct SearchMemories {
     /// [default: the server's].
     #[serde(default)]
     semantic_weight: Option<f64>,
+    /// This server's: each long-term episode carries `score_parts`, what its score is
+    /// made of.
+    #[serde(default)]
+    explain: bool,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -298,6 +302,7 @@ async fn search_memories(
         as_of: as_of(&r.as_of)?,
         rank_together: r.rank_together,
         semantic_weight: r.semantic_weight,
+        explain: r.explain,
     };
     let found = gateway
         .domain()?
@@ -316,7 +321,7 @@ async fn search_memories(
                     episodes: episodic
                         .long_term
                         .into_iter()
-                        .map(|hit| ScoredEpisodeJson::new(hit.episode, Some(hit.score)))
+                        .map(ScoredEpisodeJson::scored)
                         .collect(),
                 },
                 short_term_memory: ShortTerm {

@@ -14,7 +14,9 @@ use super::shapes::{ProjectConfigJson, ProjectJson, ProjectRef};
 use super::{ApiError, Gateway};
 use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::{Error, Violations};
-use memmachine_core::model::{EpisodicConfigUpdate, ProjectConfig};
+use memmachine_core::model::{
+    EpisodicConfigUpdate, ProjectConfig, RankingWeights, RankingWeightsUpdate,
+};
 use memmachine_domain::auth::Access;
 
 pub fn routes() -> OpenApiRouter<Gateway> {
@@ -194,6 +196,61 @@ pub struct EpisodicConfigJson {
     /// This server's: seconds an episode is kept after its `created_at`; null keeps
     /// episodes until deleted.
     episode_retention_seconds: Option<f64>,
+    /// This server's: how hybrid ranking weighs its parts.
+    ranking_weights: RankingWeightsJson,
+}
+
+/// How hybrid ranking weighs the parts of an episode's score, per project; each weight
+/// from 0 to 100, `own_similarity` above 0. In an update the fields given change and
+/// the others are kept.
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+pub struct RankingWeightsJson {
+    /// The standardised dense score against the lexical one (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    dense: Option<f32>,
+    /// An episode's own similarity against each neighbour's in its smoothed dense
+    /// score (default 4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    own_similarity: Option<f32>,
+    /// Added (in standard deviations) for a turn produced by a participant the query
+    /// names (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    participant: Option<f32>,
+    /// What neighbouring turns add (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    context: Option<f32>,
+    /// What the episode's session as a whole adds (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    session: Option<f32>,
+    /// What the query's time expression adds (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    time: Option<f32>,
+}
+
+impl From<RankingWeights> for RankingWeightsJson {
+    fn from(w: RankingWeights) -> RankingWeightsJson {
+        RankingWeightsJson {
+            dense: Some(w.dense),
+            own_similarity: Some(w.own_similarity),
+            participant: Some(w.participant),
+            context: Some(w.context),
+            session: Some(w.session),
+            time: Some(w.time),
+        }
+    }
+}
+
+impl From<RankingWeightsJson> for RankingWeightsUpdate {
+    fn from(w: RankingWeightsJson) -> RankingWeightsUpdate {
+        RankingWeightsUpdate {
+            dense: w.dense,
+            own_similarity: w.own_similarity,
+            participant: w.participant,
+            context: w.context,
+            session: w.session,
+            time: w.time,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -208,6 +265,9 @@ pub struct ConfigureEpisodic {
     participant_aware: Option<bool>,
     /// Seconds an episode is kept after its `created_at`; 0 clears it (keep forever).
     episode_retention_seconds: Option<f64>,
+    /// The ranking weights given change, the others are kept.
+    #[serde(default)]
+    ranking_weights: Option<RankingWeightsJson>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -239,6 +299,7 @@ async fn get_episodic_config(
         short_term_memory_enabled: c.short_term_memory_enabled,
         participant_aware: c.participant_aware,
         episode_retention_seconds: c.episode_retention_micros.map(|m| m as f64 / 1e6),
+        ranking_weights: c.ranking_weights.into(),
     }))
 }
 
@@ -263,6 +324,7 @@ async fn configure_episodic(
         short_term_memory_enabled: r.short_term_memory_enabled,
         participant_aware: r.participant_aware,
         episode_retention_micros: r.episode_retention_seconds.map(retention_micros),
+        ranking_weights: r.ranking_weights.map(Into::into).unwrap_or_default(),
     };
     update_episodic(&gateway, &key, update).await
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use memmachine_core::model::{Episode, Project, ProjectKey};
+use memmachine_core::model::{Episode, Project, ProjectKey, ScoreParts, ScoredEpisode};
 use memmachine_domain::rank_together::{Item, Ranked, Source};
 use memmachine_domain::semantic::model::Feature;
 
@@ -88,6 +88,41 @@ pub struct ScoredEpisodeJson {
     /// This server's: when it expires (its own expiry or the project's retention).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
+    /// This server's: what the score is made of, when the search asked (`explain`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score_parts: Option<ScorePartsJson>,
+}
+
+/// The parts of one episode's score, each in the score's units (a part the ranking did
+/// not use is 0; lexical ranking has only `lexical`, equal to the score).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ScorePartsJson {
+    /// The BM25 score (standardised when fused), including the conversational context
+    /// field.
+    pub lexical: f32,
+    /// The standardised, smoothed embedding similarity times its weight.
+    pub dense: f32,
+    /// What neighbouring turns added.
+    pub context: f32,
+    /// What the episode's session as a whole added.
+    pub session: f32,
+    /// What the query's time expression added.
+    pub time: f32,
+    /// The lift for a turn produced by a participant the query names.
+    pub participant: f32,
+}
+
+impl From<ScoreParts> for ScorePartsJson {
+    fn from(p: ScoreParts) -> ScorePartsJson {
+        ScorePartsJson {
+            lexical: p.lexical,
+            dense: p.dense,
+            context: p.context,
+            session: p.session,
+            time: p.time,
+            participant: p.participant,
+        }
+    }
 }
 
 impl ScoredEpisodeJson {
@@ -103,6 +138,15 @@ impl ScoredEpisodeJson {
             uid: e.uid.to_string(),
             score,
             expires_at: e.expires_at_micros.map(time),
+            score_parts: None,
+        }
+    }
+
+    /// A ranked episode, with the parts of its score when the search asked for them.
+    pub fn scored(hit: ScoredEpisode) -> ScoredEpisodeJson {
+        ScoredEpisodeJson {
+            score_parts: hit.parts.map(ScorePartsJson::from),
+            ..ScoredEpisodeJson::new(hit.episode, Some(hit.score))
         }
     }
 }
@@ -209,10 +253,7 @@ pub struct RankedJson {
 impl RankedJson {
     pub fn new(r: Ranked) -> RankedJson {
         let (episode, feature) = match r.item {
-            Item::Episode(hit) => (
-                Some(ScoredEpisodeJson::new(hit.episode, Some(hit.score))),
-                None,
-            ),
+            Item::Episode(hit) => (Some(ScoredEpisodeJson::scored(hit)), None),
             Item::Feature(hit) => (
                 None,
                 Some(FeatureJson::new(hit.feature, Some(hit.score), true)),

@@ -231,6 +231,33 @@ fn projects_memories_and_features_through_the_binary() {
     assert_eq!(hit["episode"]["metadata"]["n"], "3");
     assert_eq!(hit["episode"]["created_at"], "2023-05-08T13:56:00Z");
     assert!(hit["score"].as_f64().unwrap() > 0.0);
+    assert!(hit.get("score_parts").is_none(), "only when asked: {hit}");
+    // Explained: each hit's score parts (lexical ranking: all lexical), and a column.
+    let found = json(mm(&[
+        "search",
+        "what is Bob's cat called",
+        "--explain",
+        "--json",
+    ]));
+    let hit = &found["episodic_memory"]["long_term_memory"][0];
+    assert_eq!(
+        hit["score_parts"]["lexical"].as_f64().unwrap() as f32,
+        hit["score"].as_f64().unwrap() as f32,
+        "{found}"
+    );
+    let table = ok(mm(&[
+        "search",
+        "golden",
+        "retriever",
+        "--top-k",
+        "3",
+        "--explain",
+    ]));
+    assert!(
+        table.starts_with("SCORE") && table.contains("PARTS"),
+        "{table}"
+    );
+    assert!(table.contains("lexical "), "{table}");
     // Ranked together: the same episodes in `ranked`, with their source; a table of them.
     let found = json(mm(&[
         "search",

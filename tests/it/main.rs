@@ -51,6 +51,7 @@ mod ops_visibility;
 mod postgres_store;
 mod project_routing;
 mod rank_together;
+mod ranking_weights;
 mod real_model;
 mod replicas;
 mod rerank;

@@ -133,6 +133,10 @@ async fn project_script(store: &dyn ProjectStore) -> Vec<String> {
                 short_term_memory_enabled: Some(false),
                 participant_aware: None,
                 episode_retention_micros: None,
+                ranking_weights: memmachine_core::model::RankingWeightsUpdate {
+                    dense: Some(2.0),
+                    ..Default::default()
+                },
             },
         )
         .await

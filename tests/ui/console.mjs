@@ -194,6 +194,11 @@ try {
   assert(scores.length > 0 && scores.every((s) => /score -?\d+\.\d{4}/.test(s)), `scores shown: ${scores}`);
   const ranking = (await page.locator('#ranking-mode').textContent()).trim();
   assert(/hybrid|lexical|dense/.test(ranking), `ranking mode shown: ${ranking}`);
+  // The console asks for explained scores: each part shown is a named number (lexical
+  // ranking gives every hit its lexical part; the fused rankings as they report theirs).
+  const parts = await hits.locator('.score-part').allTextContents();
+  assert(parts.every((p) => /^(lexical|dense|context|session|time|participant) [+-]\d+\.\d{4}$/.test(p)), `score parts: ${parts}`);
+  if (/lexical/.test(ranking)) assert(parts.some((p) => p.startsWith('lexical ')), `lexical parts shown: ${parts}`);
   await main.getByRole('heading', { name: 'Short-term summary' }).waitFor();
   ok(`hits with ${scores.join(', ')}; ranking: ${ranking}`);
   // The short-term window is 4 messages, so the model folds the oldest into a summary.

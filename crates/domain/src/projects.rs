@@ -159,6 +159,10 @@ impl Projects {
                 "must be positive and at most 100 years (zero clears it)",
             ));
         }
+        // Each weight is checked on its own: valid weights updated stay valid.
+        if let Err((field, why)) = update.ranking_weights.check() {
+            return Err(Error::invalid(format!("ranking_weights.{field}"), why));
+        }
         self.store
             .update_episodic_config(key, update)
             .await?

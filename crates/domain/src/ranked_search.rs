@@ -79,7 +79,12 @@ pub async fn answer(
                     episodic: s.episodic,
                     semantic: s.semantic,
                     citing: s.citing.iter().map(|j| id(*j)).collect(),
-                    item: Item::Episode(ScoredEpisode { episode, score }),
+                    // The fused score is not the episodic ranking's: no parts.
+                    item: Item::Episode(ScoredEpisode {
+                        episode,
+                        score,
+                        parts: None,
+                    }),
                 }
             }
             rank_together::Placed::Feature {

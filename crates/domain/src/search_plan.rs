@@ -30,6 +30,8 @@ pub struct SearchInput {
     pub rank_together: bool,
     /// The features' weight in that ranking (`None`: the default).
     pub semantic_weight: Option<f64>,
+    /// Each long-term episode carries the parts of its score (`ScoredEpisode::parts`).
+    pub explain: bool,
 }
 
 impl SearchInput {
@@ -71,6 +73,8 @@ pub struct SearchPlan {
     pub as_of: Option<i64>,
     /// With a ranking together: the features' weight in it.
     pub together: Option<f64>,
+    /// Each long-term episode carries the parts of its score.
+    pub explain: bool,
 }
 
 impl SearchPlan {
@@ -112,6 +116,7 @@ impl SearchPlan {
             score_threshold: input.score_threshold,
             as_of: input.as_of,
             together: together.flatten(),
+            explain: input.explain,
         })
     }
 }

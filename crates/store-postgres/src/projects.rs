@@ -10,13 +10,15 @@ use super::error::db_error;
 use super::helpers::now_micros;
 use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::{Error, Result};
+use memmachine_core::model::weights::weights_from_json;
 use memmachine_core::model::{
     EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig, ProjectHandle, ProjectKey,
 };
 use memmachine_core::store::ProjectStore;
 
 pub(super) const COLUMNS: &str = "id, org_id, project_id, description, embedder, reranker, \
-     episodic_enabled, long_term_enabled, short_term_enabled, created_at, participant_aware, episode_retention";
+     episodic_enabled, long_term_enabled, short_term_enabled, created_at, participant_aware, episode_retention, \
+     ranking_weights";
 
 pub(super) fn from_row(row: &PgRow) -> sqlx::Result<Project> {
     Ok(Project {
@@ -36,6 +38,7 @@ pub(super) fn from_row(row: &PgRow) -> sqlx::Result<Project> {
             short_term_memory_enabled: row.try_get(8)?,
             participant_aware: row.try_get(10)?,
             episode_retention_micros: row.try_get(11)?,
+            ranking_weights: weights_from_json(row.try_get::<Option<String>, _>(12)?.as_deref()),
         },
         created_at_micros: row.try_get(9)?,
     })
@@ -183,10 +186,12 @@ impl ProjectStore for PostgresStore {
                  long_term_enabled = COALESCE($4, long_term_enabled),
                  short_term_enabled = COALESCE($5, short_term_enabled),
                  participant_aware = COALESCE($6, participant_aware),
-                 episode_retention = CASE WHEN $7 THEN $8 ELSE episode_retention END
+                 episode_retention = CASE WHEN $7 THEN $8 ELSE episode_retention END,
+                 ranking_weights = CASE WHEN $9::text IS NULL THEN ranking_weights
+                     ELSE (COALESCE(ranking_weights::jsonb, '{}'::jsonb) || $9::jsonb)::text END
              WHERE org_id = $1 AND project_id = $2
              RETURNING episodic_enabled, long_term_enabled, short_term_enabled,
-                 participant_aware, episode_retention",
+                 participant_aware, episode_retention, ranking_weights",
         )
         .bind(&key.org_id)
         .bind(&key.project_id)
@@ -196,6 +201,11 @@ impl ProjectStore for PostgresStore {
         .bind(update.participant_aware)
         .bind(update.episode_retention_micros.is_some())
         .bind(update.episode_retention_micros.flatten())
+        // Only the weights set, merged into the stored object in the same statement.
+        .bind(
+            (!update.ranking_weights.is_empty())
+                .then(|| serde_json::to_string(&update.ranking_weights).expect("serialises")),
+        )
         .fetch_optional(self.pool())
         .await
         .map_err(db_error)?;
@@ -206,6 +216,7 @@ impl ProjectStore for PostgresStore {
                 short_term_memory_enabled: row.try_get(2)?,
                 participant_aware: row.try_get(3)?,
                 episode_retention_micros: row.try_get(4)?,
+                ranking_weights: weights_from_json(row.try_get::<Option<String>, _>(5)?.as_deref()),
             })
         })
         .transpose()

@@ -694,6 +694,10 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE semantic_queue ADD COLUMN project BIGINT;
     UPDATE semantic_queue q SET project = e.project
         FROM episodes e WHERE e.org_id = q.org_id AND e.id = q.episode;",
+    // How hybrid ranking weighs its parts, per project: one JSON object (NULL, or a
+    // field it lacks, takes the default), so that fields are added without a migration.
+    // Text, as SQLite stores it; an update merges the fields it sets (as JSONB).
+    "ALTER TABLE projects ADD COLUMN ranking_weights TEXT;",
 ];
 
 /// Brings the database to the latest schema (creating the `vector` extension first)

@@ -11,6 +11,7 @@ use super::semantic_sets::{SET_TYPE_COLUMNS, find_set, require_set, set_type_fro
 use super::{projects, semantic_features};
 use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::{Error, Result};
+use memmachine_core::model::weights::weights_to_json;
 use memmachine_core::model::{
     Episode, EpisodeHandle, FeatureId, Project, ProjectKey, SetId, SetTypeId,
 };
@@ -144,8 +145,8 @@ impl TransferStore for PostgresStore {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO projects (org_id, project_id, description, embedder, reranker,
                  episodic_enabled, long_term_enabled, short_term_enabled, created_at,
-                 participant_aware, episode_retention)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                 participant_aware, episode_retention, ranking_weights)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
              ON CONFLICT (org_id, project_id) DO UPDATE SET
                  description = EXCLUDED.description, embedder = EXCLUDED.embedder,
                  reranker = EXCLUDED.reranker, episodic_enabled = EXCLUDED.episodic_enabled,
@@ -153,6 +154,7 @@ impl TransferStore for PostgresStore {
                  short_term_enabled = EXCLUDED.short_term_enabled,
                  participant_aware = EXCLUDED.participant_aware,
                  episode_retention = EXCLUDED.episode_retention,
+                 ranking_weights = EXCLUDED.ranking_weights,
                  created_at = EXCLUDED.created_at
              RETURNING {}",
             projects::COLUMNS
@@ -168,6 +170,7 @@ impl TransferStore for PostgresStore {
         .bind(project.created_at_micros)
         .bind(project.episodic.participant_aware)
         .bind(project.episodic.episode_retention_micros)
+        .bind(weights_to_json(&project.episodic.ranking_weights))
         .fetch_one(self.pool())
         .await
         .map_err(db_error)?;

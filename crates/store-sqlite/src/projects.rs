@@ -7,13 +7,15 @@ use super::SqliteStore;
 use super::error::storage_error;
 use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::{Error, Result};
+use memmachine_core::model::weights::{weights_from_json, weights_to_json};
 use memmachine_core::model::{
     EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig, ProjectHandle, ProjectKey,
 };
 use memmachine_core::store::ProjectStore;
 
 const COLUMNS: &str = "id, org_id, project_id, description, embedder, reranker, \
-     episodic_enabled, long_term_enabled, short_term_enabled, created_at, participant_aware, episode_retention";
+     episodic_enabled, long_term_enabled, short_term_enabled, created_at, participant_aware, episode_retention, \
+     ranking_weights";
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<Project> {
     Ok(Project {
@@ -33,6 +35,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<Project> {
             short_term_memory_enabled: row.get(8)?,
             participant_aware: row.get(10)?,
             episode_retention_micros: row.get(11)?,
+            ranking_weights: weights_from_json(row.get::<_, Option<String>>(12)?.as_deref()),
         },
         created_at_micros: row.get(9)?,
     })
@@ -140,7 +143,8 @@ pub(super) fn update_episodic_config(
     let config = project.episodic.apply(update);
     conn.execute(
         "UPDATE projects SET episodic_enabled = ?2, long_term_enabled = ?3,
-             short_term_enabled = ?4, participant_aware = ?5, episode_retention = ?6
+             short_term_enabled = ?4, participant_aware = ?5, episode_retention = ?6,
+             ranking_weights = ?7
              WHERE id = ?1",
         params![
             project.internal_id.raw(),
@@ -148,7 +152,8 @@ pub(super) fn update_episodic_config(
             config.long_term_memory_enabled,
             config.short_term_memory_enabled,
             config.participant_aware,
-            config.episode_retention_micros
+            config.episode_retention_micros,
+            weights_to_json(&config.ranking_weights)
         ],
     )
     .map_err(storage_error)?;

@@ -503,6 +503,9 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE semantic_queue ADD COLUMN project INTEGER;
     UPDATE semantic_queue SET project =
         (SELECT e.project FROM episodes e WHERE e.id = semantic_queue.episode);",
+    // 17: how hybrid ranking weighs its parts, per project: one JSON object (NULL, or a
+    // field it lacks, takes the default), so that fields are added without a migration.
+    "ALTER TABLE projects ADD COLUMN ranking_weights TEXT;",
 ];
 
 /// Brings the database to the latest schema, and makes sure universal/universal exists.

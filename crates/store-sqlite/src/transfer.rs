@@ -12,6 +12,7 @@ use super::semantic_sets::{SET_TYPE_COLUMNS, set_type_from_row};
 use super::{SqliteStore, projects, semantic_features, semantic_sets, vectors};
 use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::{Error, Result};
+use memmachine_core::model::weights::weights_to_json;
 use memmachine_core::model::{
     Episode, EpisodeHandle, FeatureId, Project, ProjectKey, SetId, SetTypeId,
 };
@@ -22,8 +23,8 @@ fn restore_project(conn: &Connection, project: &Project) -> Result<Project> {
     conn.prepare_cached(
         "INSERT INTO projects (org_id, project_id, description, embedder, reranker,
              episodic_enabled, long_term_enabled, short_term_enabled, created_at,
-             participant_aware, episode_retention)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+             participant_aware, episode_retention, ranking_weights)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
          ON CONFLICT (org_id, project_id) DO UPDATE SET description = excluded.description,
              embedder = excluded.embedder, reranker = excluded.reranker,
              episodic_enabled = excluded.episodic_enabled,
@@ -31,6 +32,7 @@ fn restore_project(conn: &Connection, project: &Project) -> Result<Project> {
              short_term_enabled = excluded.short_term_enabled,
              participant_aware = excluded.participant_aware,
              episode_retention = excluded.episode_retention,
+             ranking_weights = excluded.ranking_weights,
              created_at = excluded.created_at",
     )
     .and_then(|mut stmt| {
@@ -46,6 +48,7 @@ fn restore_project(conn: &Connection, project: &Project) -> Result<Project> {
             project.created_at_micros,
             project.episodic.participant_aware,
             project.episodic.episode_retention_micros,
+            weights_to_json(&project.episodic.ranking_weights),
         ])
     })
     .map_err(storage_error)?;

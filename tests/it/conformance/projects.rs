@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use memmachine::store::Store;
 use memmachine_core::error::Error;
-use memmachine_core::model::{EpisodicConfigUpdate, ProjectConfig, ProjectKey};
+use memmachine_core::model::{
+    EpisodicConfigUpdate, Project, ProjectConfig, ProjectKey, RankingWeights, RankingWeightsUpdate,
+};
 
 use crate::conformance::support::{add, episode, key, org, project, project_in, unique};
 
@@ -201,4 +203,86 @@ pub async fn deleting_a_project_deletes_its_episodes(store: Arc<dyn Store>) {
         add(&store, &k, vec![episode("new", "u", &[], 2)]).await,
         [1]
     );
+}
+
+pub async fn ranking_weights_round_trip_and_update_partially(store: Arc<dyn Store>) {
+    let k = project(&store).await;
+    let fresh = store.get_project(&k).await.unwrap().unwrap().episodic;
+    assert_eq!(
+        fresh.ranking_weights,
+        RankingWeights::DEFAULT,
+        "absent: defaults"
+    );
+    let config = store
+        .update_episodic_config(
+            &k,
+            EpisodicConfigUpdate {
+                ranking_weights: RankingWeightsUpdate {
+                    dense: Some(2.5),
+                    time: Some(0.25),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let set = RankingWeights {
+        dense: 2.5,
+        time: 0.25,
+        ..RankingWeights::DEFAULT
+    };
+    assert_eq!(config.ranking_weights, set);
+    assert_eq!(
+        store.get_project(&k).await.unwrap().unwrap().episodic,
+        config
+    );
+    // One field changes; the others (set or default) stay.
+    let config = store
+        .update_episodic_config(
+            &k,
+            EpisodicConfigUpdate {
+                ranking_weights: RankingWeightsUpdate {
+                    participant: Some(0.0),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let set = RankingWeights {
+        participant: 0.0,
+        ..set
+    };
+    assert_eq!(config.ranking_weights, set);
+    // Another setting's update leaves the weights.
+    let config = store
+        .update_episodic_config(
+            &k,
+            EpisodicConfigUpdate {
+                participant_aware: Some(false),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(config.ranking_weights, set);
+    let stored = store.get_project(&k).await.unwrap().unwrap();
+    assert_eq!(stored.episodic.ranking_weights, set);
+    // An import restores them as exported.
+    let copy = key(&org(), &format!("copy-{}", unique()));
+    let restored = store
+        .restore_project(&Project {
+            key: copy.key().clone(),
+            ..stored
+        })
+        .await
+        .unwrap();
+    assert_eq!(restored.episodic.ranking_weights, set);
+    let read = store.get_project(&copy).await.unwrap().unwrap();
+    assert_eq!(read.episodic.ranking_weights, set);
 }

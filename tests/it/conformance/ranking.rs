@@ -67,6 +67,8 @@ impl<'a> Ranker<'a> {
             participant_aware: true,
             filter,
             top_k,
+            weights: Default::default(),
+            explain: false,
         };
         let vectors = self.embedder.as_ref().map(|e| e.id());
         let view = self.cache.view(key, vectors).await?;

@@ -77,6 +77,7 @@ macro_rules! conformance {
                     fresh projects_list_in_key_order_and_page,
                     fresh episodic_config_updates_are_partial,
                     fresh deleting_a_project_deletes_its_episodes,
+                    fresh ranking_weights_round_trip_and_update_partially,
                 }
                 ranking {
                     fresh lexical_ranking_stays_inside_the_project,

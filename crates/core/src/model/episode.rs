@@ -80,6 +80,8 @@ impl Episode {
 pub struct ScoredEpisode {
     pub episode: Episode,
     pub score: f64,
+    /// What the score is made of: only when the search asked to explain it.
+    pub parts: Option<super::ScoreParts>,
 }
 
 /// Stored names of the episode and content types.

@@ -8,6 +8,7 @@ pub mod ids;
 pub mod instant;
 pub mod page;
 pub mod project;
+pub mod weights;
 
 pub use api_key::{ApiKeyRecord, KeyScope};
 pub use episode::{AddedEpisode, Episode, Idempotency, NewEpisode, ScoredEpisode};
@@ -16,3 +17,4 @@ pub use ids::{
     TagId,
 };
 pub use project::{EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig};
+pub use weights::{RankingWeights, RankingWeightsUpdate, ScoreParts};

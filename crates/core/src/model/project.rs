@@ -1,5 +1,6 @@
 //! Projects and their configuration.
 
+use super::weights::{RankingWeights, RankingWeightsUpdate};
 use super::{ProjectHandle, ProjectKey};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -8,7 +9,7 @@ pub struct ProjectConfig {
     pub reranker: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EpisodicConfig {
     pub enabled: bool,
     pub long_term_memory_enabled: bool,
@@ -18,6 +19,8 @@ pub struct EpisodicConfig {
     pub participant_aware: bool,
     /// How long after its `created_at` an episode is kept (microseconds); `None`: forever.
     pub episode_retention_micros: Option<i64>,
+    /// How hybrid ranking weighs its parts (stored as one JSON object).
+    pub ranking_weights: RankingWeights,
 }
 
 impl Default for EpisodicConfig {
@@ -28,6 +31,7 @@ impl Default for EpisodicConfig {
             short_term_memory_enabled: true,
             participant_aware: true,
             episode_retention_micros: None,
+            ranking_weights: RankingWeights::DEFAULT,
         }
     }
 }
@@ -41,6 +45,8 @@ pub struct EpisodicConfigUpdate {
     pub participant_aware: Option<bool>,
     /// `Some(None)` clears the retention (keep forever).
     pub episode_retention_micros: Option<Option<i64>>,
+    /// The weights set; the others are kept.
+    pub ranking_weights: RankingWeightsUpdate,
 }
 
 impl EpisodicConfig {
@@ -57,6 +63,7 @@ impl EpisodicConfig {
             episode_retention_micros: update
                 .episode_retention_micros
                 .unwrap_or(self.episode_retention_micros),
+            ranking_weights: update.ranking_weights.apply(self.ranking_weights),
         }
     }
 }

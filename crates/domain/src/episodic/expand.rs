@@ -37,6 +37,8 @@ pub fn expand(
         // Nearest first: distance from the hit, earlier neighbours winning ties.
         let mut order: Vec<usize> = (0..window.len()).filter(|i| *i != centre).collect();
         order.sort_by_key(|i| (i.abs_diff(centre), *i > centre));
+        // The hit keeps the parts of its score; its neighbours only share the score.
+        let (hit_uid, parts) = (hit.episode.uid, hit.parts);
         let mut group: Vec<(usize, Episode)> = vec![(centre, hit.episode)];
         let mut window: Vec<Option<Episode>> = window.into_iter().map(Some).collect();
         for i in order {
@@ -50,6 +52,7 @@ pub fn expand(
         }
         group.sort_by_key(|(i, _)| *i);
         out.extend(group.into_iter().map(|(_, episode)| ScoredEpisode {
+            parts: parts.filter(|_| episode.uid == hit_uid),
             episode,
             score: hit.score,
         }));
@@ -81,6 +84,7 @@ mod tests {
         ScoredEpisode {
             episode: episode(n),
             score,
+            parts: None,
         }
     }
 
@@ -111,6 +115,25 @@ mod tests {
         assert_eq!(seqs(&found), [9, 10, 11, 12, 19, 20, 21, 22]);
         assert!(found[..4].iter().all(|h| h.score == 2.0));
         assert!(found[4..].iter().all(|h| h.score == 1.0));
+    }
+
+    #[test]
+    fn only_the_hit_keeps_the_parts_of_its_score() {
+        let parts = crate::model::ScoreParts {
+            lexical: 2.0,
+            ..Default::default()
+        };
+        let explained = ScoredEpisode {
+            parts: Some(parts),
+            ..hit(10, 2.0)
+        };
+        let found = expand(vec![explained], vec![window(9..=11)], 10);
+        let with: Vec<i64> = found
+            .iter()
+            .filter(|h| h.parts.is_some())
+            .map(|h| h.episode.sequence_num)
+            .collect();
+        assert_eq!(with, [10]);
     }
 
     #[test]

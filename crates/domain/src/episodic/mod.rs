@@ -302,6 +302,8 @@ impl EpisodicMemory {
             participant_aware: config.participant_aware,
             filter: filter.as_ref(),
             top_k,
+            weights: config.ranking_weights,
+            explain: plan.explain,
         };
         // Before the read: what the index proposes, and the newest episodes passing the
         // filter (SQL may walk far back through rows that fail it; the index walks

@@ -12,6 +12,7 @@ use crate::model::{Episode, EpisodeHandle, ScoredEpisode};
 use crate::retrieval::index_cache::IndexView;
 use crate::retrieval::project_search::Asked;
 use crate::retrieval::time_expressions;
+use crate::retrieval::weights::{RankingWeights, ScoreParts};
 use memmachine_core::access::ProjectAccess;
 // The mode is part of `rank`'s signature.
 pub use crate::retrieval::ranking::Mode;
@@ -33,6 +34,10 @@ pub struct RankQuery<'a> {
     pub participant_aware: bool,
     pub filter: Option<&'a Expr>,
     pub top_k: usize,
+    /// How hybrid ranking weighs its parts (the project's).
+    pub weights: RankingWeights,
+    /// Whether each hit carries the parts of its score (`ScoredEpisode::parts`).
+    pub explain: bool,
 }
 
 /// The index's candidates for a query, before the store is read: what to read for
@@ -42,9 +47,18 @@ pub struct Proposal {
     /// The query's vector and the embedder (an id) whose exact vectors rescore hits.
     rescore: Option<(Vec<f32>, String)>,
     top_k: usize,
+    /// The weights the hits were ranked with.
+    weights: RankingWeights,
+    /// Whether hits keep the parts of their scores.
+    explain: bool,
 }
 
 impl Proposal {
+    /// The weights the hits were ranked with.
+    pub fn weights(&self) -> RankingWeights {
+        self.weights
+    }
+
     /// Episodes whose rows the ranking may answer.
     pub fn rows_wanted(&self) -> Vec<EpisodeHandle> {
         self.hits
@@ -78,6 +92,7 @@ impl Proposal {
             }
             None => self.hits,
         };
+        let explain = self.explain;
         hits.into_iter()
             .filter_map(|hit| {
                 let handle = EpisodeHandle::from_raw(hit.handle);
@@ -86,6 +101,7 @@ impl Proposal {
                     scored: ScoredEpisode {
                         episode: rows.remove(&handle)?,
                         score: f64::from(hit.score),
+                        parts: hit.parts.filter(|_| explain),
                     },
                 })
             })
@@ -137,6 +153,8 @@ pub async fn propose(
         participant_aware,
         filter,
         top_k,
+        weights,
+        explain,
     } = asked;
     let terms = crate::retrieval::tokenize::query_terms(query);
     let question = query.to_string();
@@ -194,7 +212,7 @@ pub async fn propose(
         Some(_) => crate::retrieval::rescore::candidates(top_k),
         None => top_k,
     };
-    let hits = view
+    let mut hits = view
         .read(move |index| {
             let filter = filter.as_ref();
             match (mode, vector) {
@@ -211,9 +229,20 @@ pub async fn propose(
             }
         })
         .await?;
+    // A lexical score is all lexical; the fused rankings fill in their own parts.
+    if explain && query_vector.is_none() {
+        for hit in &mut hits {
+            hit.parts = Some(ScoreParts {
+                lexical: hit.score,
+                ..ScoreParts::default()
+            });
+        }
+    }
     Ok(Proposal {
         hits,
         rescore: query_vector.zip(vectors),
         top_k,
+        weights,
+        explain,
     })
 }

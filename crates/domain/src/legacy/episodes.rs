@@ -271,6 +271,7 @@ impl Legacy {
             as_of: None,
             rank_together: false,
             semantic_weight: None,
+            explain: false,
         };
         let found = self
             .memories

@@ -16,3 +16,4 @@ pub mod ranking;
 pub mod rescore;
 pub mod time_expressions;
 pub mod tokenize;
+pub mod weights;

@@ -11,6 +11,9 @@ pub struct Hit {
     pub handle: i64,
     pub score: f32,
     pub dense: Option<Dense>,
+    /// What the score is made of, when the search asked to explain it (filled by the
+    /// ranking that knows them; rescoring moves `dense` and `score` alike).
+    pub parts: Option<super::weights::ScoreParts>,
 }
 
 /// The approximate similarity that went into a score, and the score's change per unit
@@ -28,6 +31,7 @@ impl Hit {
             handle,
             score,
             dense: None,
+            parts: None,
         }
     }
 
@@ -39,6 +43,7 @@ impl Hit {
                 similarity,
                 weight: 1.0,
             }),
+            parts: None,
         }
     }
 }
@@ -130,6 +135,7 @@ mod tests {
                 similarity: 0.5,
                 weight: 2.0,
             }),
+            parts: None,
         };
         let other = Hit::lexical(8, 3.1);
         let exact = HashMap::from([(7, vec![0.6f32, 0.0])]);

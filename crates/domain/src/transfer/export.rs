@@ -161,6 +161,7 @@ async fn export_project(
             short_term_memory_enabled: project.episodic.short_term_memory_enabled,
             participant_aware: project.episodic.participant_aware,
             episode_retention_micros: project.episodic.episode_retention_micros,
+            ranking_weights: project.episodic.ranking_weights,
         },
         created_at_micros: project.created_at_micros,
     }))?;

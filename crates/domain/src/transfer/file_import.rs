@@ -145,6 +145,10 @@ impl Plan {
                 }
             }
             Line::Project(p) => {
+                p.episodic
+                    .ranking_weights
+                    .validate()
+                    .map_err(|why| Error::invalid("ranking_weights", why))?;
                 let key = key(number, &p.org_id, &p.project_id)?;
                 if self.project_index.contains_key(&key) {
                     return Err(bad(
@@ -707,6 +711,7 @@ impl Writer<'_> {
                         short_term_memory_enabled: p.episodic.short_term_memory_enabled,
                         participant_aware: p.episodic.participant_aware,
                         episode_retention_micros: p.episodic.episode_retention_micros,
+                        ranking_weights: p.episodic.ranking_weights,
                     },
                     created_at_micros: p.created_at_micros,
                 };

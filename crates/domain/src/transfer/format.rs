@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::retrieval::weights::RankingWeights;
 
 /// The version this build writes and reads.
 pub const VERSION: u32 = 1;
@@ -71,6 +72,14 @@ pub struct EpisodicLine {
     /// Microseconds; absent: episodes are kept until deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub episode_retention_micros: Option<i64>,
+    /// How hybrid ranking weighs its parts; absent (in older exports, or left at the
+    /// defaults): the defaults. Fields it lacks take their defaults too.
+    #[serde(default, skip_serializing_if = "is_default_weights")]
+    pub ranking_weights: RankingWeights,
+}
+
+fn is_default_weights(weights: &RankingWeights) -> bool {
+    *weights == RankingWeights::DEFAULT
 }
 
 fn on() -> bool {
@@ -329,6 +338,36 @@ mod tests {
         assert!(missing.contains("missing field `name`"), "{missing}");
         let extra = err(r#"{"kind":"disabled_category","set_id":"s","name":"n","x":1}"#);
         assert!(extra.contains("unknown field `x`"), "{extra}");
+    }
+
+    #[test]
+    fn ranking_weights_travel_with_the_project_and_default_when_absent() {
+        let episodic = |weights: &str| -> EpisodicLine {
+            serde_json::from_str(&format!(
+                r#"{{"enabled":true,"long_term_memory_enabled":true,
+                    "short_term_memory_enabled":true{weights}}}"#
+            ))
+            .unwrap()
+        };
+        // An export made before weights existed: the defaults.
+        let old = episodic("");
+        assert_eq!(old.ranking_weights, RankingWeights::DEFAULT);
+        // Defaults are left out, so older servers still read the export.
+        assert!(
+            !serde_json::to_string(&old)
+                .unwrap()
+                .contains("ranking_weights")
+        );
+        // A field the object lacks takes its default.
+        let set = episodic(r#","ranking_weights":{"dense":2.5}"#);
+        let want = RankingWeights {
+            dense: 2.5,
+            ..RankingWeights::DEFAULT
+        };
+        assert_eq!(set.ranking_weights, want);
+        let back: EpisodicLine =
+            serde_json::from_str(&serde_json::to_string(&set).unwrap()).unwrap();
+        assert_eq!(back, set);
     }
 
     #[test]

@@ -535,6 +535,7 @@ impl<T> Bm25Index<T> {
                     handle: id,
                     score,
                     dense,
+                    parts: None,
                 }
             })
             .collect()

@@ -149,6 +149,7 @@ pub fn ranking_weights(w: model::RankingWeights) -> pb::RankingWeights {
         context: Some(w.context),
         session: Some(w.session),
         time: Some(w.time),
+        when: Some(w.when),
     }
 }
 
@@ -162,6 +163,7 @@ pub fn ranking_weights_update(w: Option<pb::RankingWeights>) -> model::RankingWe
         context: w.context,
         session: w.session,
         time: w.time,
+        when: w.when,
     }
 }
 

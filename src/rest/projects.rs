@@ -216,15 +216,18 @@ pub struct RankingWeightsJson {
     /// names (default 3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     participant: Option<f32>,
-    /// What neighbouring turns add (default 0).
+    /// Each neighbouring turn's similarity in the smoothed dense score (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     context: Option<f32>,
-    /// What the episode's session as a whole adds (default 0).
+    /// Added for the turns of a session that matches as a whole (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     session: Option<f32>,
-    /// What the query's time expression adds (default 0).
+    /// Added for a turn whose event falls in the period the query names (default 3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     time: Option<f32>,
+    /// Added for a turn that says when, to a query asking when (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    when: Option<f32>,
 }
 
 impl From<RankingWeights> for RankingWeightsJson {
@@ -236,6 +239,7 @@ impl From<RankingWeights> for RankingWeightsJson {
             context: Some(w.context),
             session: Some(w.session),
             time: Some(w.time),
+            when: Some(w.when),
         }
     }
 }
@@ -249,6 +253,7 @@ impl From<RankingWeightsJson> for RankingWeightsUpdate {
             context: w.context,
             session: w.session,
             time: w.time,
+            when: w.when,
         }
     }
 }

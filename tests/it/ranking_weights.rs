@@ -279,7 +279,7 @@ fn rest_ranking_weights_and_score_parts() {
     assert_eq!(
         config["ranking_weights"],
         json!({"dense": 1.0, "own_similarity": 4.0, "participant": 3.0,
-               "context": 0.0, "session": 0.0, "time": 0.0})
+               "context": 1.0, "session": 0.0, "time": 3.0, "when": 1.0})
     );
     let set = |rest: &Rest, weights: Value| {
         rest.post(
@@ -292,7 +292,7 @@ fn rest_ranking_weights_and_score_parts() {
     let (status, body) = set(&rest, json!({"participant": 0}));
     assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
     let expected = json!({"dense": 2.5, "own_similarity": 4.0, "participant": 0.0,
-                          "context": 0.0, "session": 0.25, "time": 0.0});
+                          "context": 1.0, "session": 0.25, "time": 3.0, "when": 1.0});
     assert_eq!(get(&rest).1["ranking_weights"], expected);
     // Another setting's update keeps them.
     let (status, _) = rest.post(

@@ -22,12 +22,16 @@ pub struct RankingWeights {
     /// Added (in standard deviations) for a turn produced by a participant the question
     /// names.
     pub participant: f32,
-    /// What neighbouring turns add.
+    /// Each neighbouring turn's similarity in an episode's smoothed dense score (against
+    /// `own_similarity`): what the conversation around a turn adds.
     pub context: f32,
-    /// What the episode's session as a whole adds.
+    /// Added (in standard deviations of the turns' best fused scores by session) for the
+    /// turns of a session that matches as a whole.
     pub session: f32,
-    /// What the question's time expression adds.
+    /// Added for a turn whose event falls in the period the question names.
     pub time: f32,
+    /// Added for a turn that says when (a date, "yesterday"), to a question asking when.
+    pub when: f32,
 }
 
 impl RankingWeights {
@@ -36,13 +40,14 @@ impl RankingWeights {
         dense: 1.0,
         own_similarity: 4.0,
         participant: 3.0,
-        context: 0.0,
+        context: 1.0,
         session: 0.0,
-        time: 0.0,
+        time: 3.0,
+        when: 1.0,
     };
 
     /// The fields by name, in declaration order.
-    pub fn fields(&self) -> [(&'static str, f32); 6] {
+    pub fn fields(&self) -> [(&'static str, f32); 7] {
         [
             ("dense", self.dense),
             ("own_similarity", self.own_similarity),
@@ -50,6 +55,7 @@ impl RankingWeights {
             ("context", self.context),
             ("session", self.session),
             ("time", self.time),
+            ("when", self.when),
         ]
     }
 
@@ -103,6 +109,8 @@ pub struct RankingWeightsUpdate {
     pub session: Option<f32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<f32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<f32>,
 }
 
 impl RankingWeightsUpdate {
@@ -118,6 +126,7 @@ impl RankingWeightsUpdate {
             context: self.context.unwrap_or(to.context),
             session: self.session.unwrap_or(to.session),
             time: self.time.unwrap_or(to.time),
+            when: self.when.unwrap_or(to.when),
         }
     }
 
@@ -130,6 +139,7 @@ impl RankingWeightsUpdate {
             ("context", self.context),
             ("session", self.session),
             ("time", self.time),
+            ("when", self.when),
         ]
         .into_iter()
         .filter_map(|(f, v)| Some((f, v?)))

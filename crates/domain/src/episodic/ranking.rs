@@ -222,6 +222,8 @@ pub async fn propose(
                         named: &named,
                         period: time_expressions::question_period(&question),
                         when: time_expressions::asks_when(&question),
+                        weights: &weights,
+                        explain,
                     };
                     index.hybrid(&terms, &vector, &asked, filter, wanted)
                 }
@@ -229,12 +231,25 @@ pub async fn propose(
             }
         })
         .await?;
-    // A lexical score is all lexical; the fused rankings fill in their own parts.
-    if explain && query_vector.is_none() {
+    // A lexical score is all lexical, a dense one all dense; hybrid ranking fills in
+    // its own parts.
+    let alone = match (mode, &query_vector) {
+        (_, None) => Some(true),
+        (Mode::Dense, Some(_)) => Some(false),
+        _ => None,
+    };
+    if let (true, Some(lexical)) = (explain, alone) {
         for hit in &mut hits {
-            hit.parts = Some(ScoreParts {
-                lexical: hit.score,
-                ..ScoreParts::default()
+            hit.parts = Some(if lexical {
+                ScoreParts {
+                    lexical: hit.score,
+                    ..ScoreParts::default()
+                }
+            } else {
+                ScoreParts {
+                    dense: hit.score,
+                    ..ScoreParts::default()
+                }
             });
         }
     }

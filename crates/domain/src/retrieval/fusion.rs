@@ -5,28 +5,110 @@
 //! 0.70, below BM25 alone, while z-score fusion scores 0.75 (BENCHMARKS.md).
 //!
 //! The similarity side is smoothed over the conversation as the lexical side is: a
-//! document's dense score is its own similarity, weighted `SELF_WEIGHT`, plus its
-//! neighbours' within the context window. Neighbouring turns share a topic, so a turn
-//! whose neighbours also resemble the query is more likely the one sought.
+//! document's dense score is its own similarity, weighted `own_similarity`, plus its
+//! neighbours' within the context window, weighted `context`. Neighbouring turns share
+//! a topic, so a turn whose neighbours also resemble the query is more likely the one
+//! sought. The weights are the project's (`RankingWeights`, defaults measured).
+//!
+//! Priors are then added in standard deviations of fused score: a turn produced by a
+//! participant the question names ("What did Caroline say about the race?" is most
+//! likely answered by something Caroline said: a soft filter on the speaker, as
+//! self-querying retrievers turn named entities into metadata filters), a turn whose
+//! event falls in the period the question names, or that says when for a question
+//! asking when (`project_search::Asked`), and optionally the turns of a session that
+//! matches as a whole (`session_lift`).
 
-/// Weight of a document's own similarity against each neighbour's.
-pub const SELF_WEIGHT: f32 = 4.0;
-/// Weight of the (standardised) dense score against the lexical one.
-pub const DENSE_WEIGHT: f32 = 1.0;
-/// Added to the fused score (in standard deviations) of a turn produced by a
-/// participant the question names: "What did Caroline say about the race?" is most
-/// likely answered by something Caroline said, so her turns come first unless another
-/// one matches far better (a soft filter on the speaker, as self-querying retrievers
-/// turn named entities into metadata filters).
-pub const PARTICIPANT_WEIGHT: f32 = 3.0;
-/// Added to the fused score of a turn whose event (when it was said, moved by what it
-/// says: "yesterday", "two weeks ago") falls in the period the question names ("in July
-/// 2023"), widened by `TIME_SLACK_DAYS` (people round: "last week", "recently").
-pub const TIME_WEIGHT: f32 = 3.0;
-pub const TIME_SLACK_DAYS: i64 = 10;
-/// Added to the fused score of a turn that says when (a date, "yesterday", "last
-/// month"), for a question asking when: those are the turns that can answer it.
-pub const WHEN_WEIGHT: f32 = 1.0;
+use std::collections::HashMap;
+
+pub use super::weights::{RankingWeights, ScoreParts};
+
+/// A gap between two turns longer than this starts a new session (a conversation
+/// resumed later).
+pub const SESSION_GAP_MICROS: i64 = 3_600_000_000;
+
+/// What a document's own fields add to its fused score (`project_search::Asked`), and
+/// when it was said (what sessions are told apart by).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Prior {
+    pub participant: f32,
+    pub time: f32,
+    pub said: Option<i64>,
+}
+
+/// How hybrid ranking weighs its parts and what it reports.
+#[derive(Debug, Clone, Copy)]
+pub struct Options<'a> {
+    pub weights: &'a RankingWeights,
+    /// Each hit carries the parts of its score.
+    pub explain: bool,
+    /// The documents a large project's vector graph proposes (`None`: rank them all).
+    pub dense_candidates: Option<&'a [i64]>,
+}
+
+/// How the fused scores were standardised: what splits a fused score into its parts.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Standardised {
+    lexical: (f64, f64),
+    dense: (f64, f64),
+    dense_weight: f32,
+    own_weight: f32,
+    context_weight: f32,
+    /// The similarity a document without a vector counts with (the average).
+    missing: f32,
+    window: usize,
+}
+
+impl Standardised {
+    /// How much a fused score moves per unit of the document's own similarity (what
+    /// exact rescoring of that similarity adjusts by).
+    pub fn own_weight(&self) -> f32 {
+        if self.dense.1 < 1e-12 {
+            0.0
+        } else {
+            (f64::from(self.dense_weight * self.own_weight) / self.dense.1) as f32
+        }
+    }
+
+    /// The lexical, dense and context parts of the fused score at `slot` (the same
+    /// arguments as `hybrid` was given).
+    pub fn parts(
+        &self,
+        slot: usize,
+        lexical: &[f32],
+        similarity: impl Fn(usize) -> Option<f32>,
+        live: &[bool],
+    ) -> ScoreParts {
+        let z = |x: f64, (m, sd): (f64, f64)| {
+            if sd < 1e-12 {
+                0.0
+            } else {
+                ((x - m) / sd) as f32
+            }
+        };
+        let dense_sd = self.dense.1;
+        let scaled = |x: f64| {
+            if dense_sd < 1e-12 {
+                0.0
+            } else {
+                (x / dense_sd) as f32
+            }
+        };
+        let first = slot.saturating_sub(self.window);
+        let last = (slot + self.window).min(live.len() - 1);
+        let neighbours: f32 = (first..=last)
+            .filter(|o| *o != slot && live[*o])
+            .map(|o| similarity(o).unwrap_or(self.missing))
+            .sum();
+        let own = f64::from(self.own_weight * similarity(slot).unwrap_or(self.missing));
+        let lexical = lexical[slot];
+        ScoreParts {
+            lexical: z(f64::from(lexical), self.lexical),
+            dense: self.dense_weight * scaled(own - self.dense.0),
+            context: self.dense_weight * scaled(f64::from(self.context_weight * neighbours)),
+            ..ScoreParts::default()
+        }
+    }
+}
 
 /// Fused scores by slot, for the documents at `slots` (every other slot scores minus
 /// infinity). `lexical` holds BM25 scores by slot (0 for no match), `similarity` gives
@@ -34,9 +116,9 @@ pub const WHEN_WEIGHT: f32 = 1.0;
 /// `live` which slots hold documents. The lexical side is standardised over every live
 /// slot; the dense side over the slots of `sample`, which is every live slot for an
 /// exact ranking and an even sample of them when a large project ranks only the
-/// candidates its vector graph and its postings propose. Also returns how much a
-/// fused score moves per unit of the document's own similarity (what exact rescoring
-/// of that similarity adjusts by).
+/// candidates its vector graph and its postings propose. Also returns how the scores
+/// were standardised (`Standardised`: the parts of a score, and how much it moves per
+/// unit of the document's own similarity).
 pub fn hybrid(
     lexical: &[f32],
     similarity: impl Fn(usize) -> Option<f32>,
@@ -44,7 +126,8 @@ pub fn hybrid(
     window: usize,
     slots: &[u32],
     sample: &[u32],
-) -> (Vec<f32>, f32) {
+    weights: &RankingWeights,
+) -> (Vec<f32>, Standardised) {
     let n = live.len();
     // Each similarity is computed once, however many windows it falls in; a large
     // project ranking few candidates keeps them in a map, not a vector of every slot.
@@ -81,9 +164,9 @@ pub fn hybrid(
         {
             let value = similarity_at(other).unwrap_or(mean);
             sum += if other == slot {
-                SELF_WEIGHT * value
+                weights.own_similarity * value
             } else {
-                value
+                weights.context * value
             };
         }
         sum
@@ -107,14 +190,63 @@ pub fn hybrid(
         } else {
             ((f64::from(lexical[slot]) - lexical_mean) / lexical_sd) as f32
         };
-        fused[slot] = lexical + DENSE_WEIGHT * dense;
+        fused[slot] = lexical + weights.dense * dense;
     }
-    let own_weight = if dense_sd < 1e-12 {
-        0.0
-    } else {
-        (f64::from(DENSE_WEIGHT * SELF_WEIGHT) / dense_sd) as f32
+    let standardised = Standardised {
+        lexical: (lexical_mean, lexical_sd),
+        dense: (dense_mean, dense_sd),
+        dense_weight: weights.dense,
+        own_weight: weights.own_similarity,
+        context_weight: weights.context,
+        missing: mean,
+        window,
     };
-    (fused, own_weight)
+    (fused, standardised)
+}
+
+/// Lifts the turns of a session that matches as a whole: each candidate gains `weight`
+/// times the standardised best fused score among the candidates of its session
+/// (sessions split where `said` jumps by more than `SESSION_GAP_MICROS`). `candidates`
+/// ascend by slot. Returns each candidate's lift.
+pub fn session_lift(
+    fused: &mut [f32],
+    candidates: &[u32],
+    said: impl Fn(usize) -> Option<i64>,
+    weight: f32,
+) -> HashMap<u32, f32> {
+    let mut best_of_session = vec![0f32; candidates.len()];
+    let mut start = 0;
+    for i in 0..=candidates.len() {
+        let boundary = i == candidates.len()
+            || (i > 0
+                && match (
+                    said(candidates[i - 1] as usize),
+                    said(candidates[i] as usize),
+                ) {
+                    (Some(a), Some(b)) => b - a > SESSION_GAP_MICROS || b < a,
+                    _ => true,
+                });
+        if boundary && i > start {
+            let best = candidates[start..i]
+                .iter()
+                .map(|s| fused[*s as usize])
+                .fold(f32::NEG_INFINITY, f32::max);
+            best_of_session[start..i].fill(best);
+            start = i;
+        }
+    }
+    let (mean, sd) = mean_sd(&best_of_session);
+    let mut lifts = HashMap::with_capacity(candidates.len());
+    for (slot, best) in candidates.iter().zip(best_of_session) {
+        let lift = if sd < 1e-12 {
+            0.0
+        } else {
+            weight * ((f64::from(best) - mean) / sd) as f32
+        };
+        fused[*slot as usize] += lift;
+        lifts.insert(*slot, lift);
+    }
+    lifts
 }
 
 /// Mean and standard deviation.
@@ -179,7 +311,17 @@ mod tests {
         let all: Vec<u32> = (0..live.len() as u32)
             .filter(|s| live[*s as usize])
             .collect();
-        hybrid(lexical, |slot| sims[slot], live, window, &all, &all).0
+        let weights = RankingWeights::default();
+        hybrid(
+            lexical,
+            |slot| sims[slot],
+            live,
+            window,
+            &all,
+            &all,
+            &weights,
+        )
+        .0
     }
 
     #[test]
@@ -213,6 +355,25 @@ mod tests {
         // Window 0: own similarity only, so 1 and 3 tie.
         let alone = fuse(&[0.0; 6], &sims, &live, 0);
         assert!(close(alone[1], alone[3]));
+    }
+
+    #[test]
+    fn a_session_matching_as_a_whole_lifts_its_turns() {
+        // Slots 0-2 said within minutes, 3-5 a day later; 1 and 4 score alike, but 1's
+        // session holds the best match.
+        let minute = 60_000_000;
+        let said = |slot: usize| {
+            Some(if slot < 3 {
+                slot as i64 * minute
+            } else {
+                86_400_000_000 + slot as i64 * minute
+            })
+        };
+        let mut fused = vec![0.0, 1.0, 5.0, 0.0, 1.0, 0.5];
+        let lifts = session_lift(&mut fused, &[0, 1, 2, 3, 4, 5], said, 1.0);
+        assert!(fused[1] > fused[4], "{fused:?}");
+        assert!(lifts[&1] > 0.0 && lifts[&4] < 0.0);
+        assert_eq!(lifts[&0], lifts[&2], "one session, one lift");
     }
 
     #[test]

@@ -616,7 +616,10 @@ mod tests {
         let first = |named: &[Box<str>]| {
             let asked = crate::retrieval::project_search::Asked {
                 named,
-                ..Default::default()
+                period: None,
+                when: false,
+                weights: &crate::retrieval::weights::RankingWeights::DEFAULT,
+                explain: false,
             };
             index.hybrid(&terms, &same, &asked, None, 3)[0].handle
         };
@@ -632,6 +635,7 @@ mod tests {
     fn questions_of_a_period_or_of_when_prefer_the_turns_that_answer_them() {
         use crate::retrieval::project_search::Asked;
         use crate::retrieval::time_expressions::{asks_when, question_period};
+        use crate::retrieval::weights::RankingWeights;
         let day = 86_400_000_000_i64;
         // 2023-07-20 and 2023-03-01, as microseconds since the epoch.
         let (july, march) = (1_689_811_200_000_000_i64, 1_677_628_800_000_000_i64);
@@ -674,9 +678,11 @@ mod tests {
         let terms = crate::retrieval::tokenize::query_terms("painted lake");
         let ranked = |question: &str| {
             let asked = Asked {
+                named: &[],
                 period: question_period(question),
                 when: asks_when(question),
-                ..Default::default()
+                weights: &crate::retrieval::weights::RankingWeights::DEFAULT,
+                explain: false,
             };
             let hits = index.hybrid(&terms, &same, &asked, None, 4);
             hits.iter().map(|h| h.handle).collect::<Vec<_>>()
@@ -690,6 +696,26 @@ mod tests {
         assert_eq!(in_march[0], 1, "{in_march:?}");
         // Asking when: the turn that says when comes first.
         assert_eq!(ranked("When did Ann paint a lake?")[0], 3);
+        // Explained, the parts add up to each score, and say why.
+        let session = RankingWeights {
+            session: 0.5,
+            ..RankingWeights::DEFAULT
+        };
+        let asked = Asked {
+            named: &[Box::from("ann")],
+            period: question_period("What did Ann paint in July 2023?"),
+            when: false,
+            weights: &session,
+            explain: true,
+        };
+        for hit in index.hybrid(&terms, &same, &asked, None, 4) {
+            let p = hit.parts.expect("explained");
+            let sum = p.lexical + p.dense + p.context + p.session + p.time + p.participant;
+            assert!((sum - hit.score).abs() < 1e-4, "{p:?} vs {}", hit.score);
+            assert_eq!(p.participant, 3.0);
+            let july_event = [2, 3].contains(&hit.handle);
+            assert_eq!(p.time, if july_event { 3.0 } else { 0.0 }, "{}", hit.handle);
+        }
     }
 
     #[test]

@@ -6,10 +6,11 @@
 use std::cell::RefCell;
 
 use super::ann::ANN_MIN_VECTORS;
-use super::fusion::{PARTICIPANT_WEIGHT, TIME_SLACK_DAYS, TIME_WEIGHT, WHEN_WEIGHT};
+use super::fusion::{Options, Prior};
 use super::project_index::{Entry, ProjectIndex};
 use super::rescore::Hit;
 use super::time_expressions::Period;
+use super::weights::RankingWeights;
 use crate::model::filter::{Expr, Field, SystemField};
 use crate::model::filter_eval::{Fields, Value, matches};
 
@@ -24,33 +25,46 @@ fn passes(filter: Option<&Expr>) -> impl Fn(&Entry) -> bool + '_ {
 }
 
 /// What a question says beyond its words: the participants it names, the period it
-/// names, and whether it asks when.
-#[derive(Debug, Default)]
+/// names, and whether it asks when; and how the project weighs what it says.
+#[derive(Debug)]
 pub struct Asked<'a> {
     pub named: &'a [Box<str>],
     pub period: Option<Period>,
     pub when: bool,
+    pub weights: &'a RankingWeights,
+    /// Each hit carries the parts of its score.
+    pub explain: bool,
 }
+
+/// Days a turn's event may lie outside the period a question names and still count in
+/// it: people round ("last week", "recently").
+const TIME_SLACK_DAYS: i64 = 10;
 
 impl Asked<'_> {
     /// The lift of an episode: a question naming participants prefers what they said,
     /// one naming a period what happened in it, one asking when what says when.
-    fn prior(&self, entry: &Entry) -> f32 {
+    fn prior(&self, entry: &Entry) -> Prior {
         let participant = match entry.get(&Field::System(SystemField::ProducerId)) {
-            Some(Value::Text(id)) if self.named.iter().any(|n| **n == *id) => PARTICIPANT_WEIGHT,
+            Some(Value::Text(id)) if self.named.iter().any(|n| **n == *id) => {
+                self.weights.participant
+            }
             _ => 0.0,
         };
         let said = match entry.get(&Field::System(SystemField::CreatedAt)) {
-            Some(Value::Time(micros)) => micros,
-            _ => return participant,
+            Some(Value::Time(micros)) => Some(micros),
+            _ => None,
         };
-        let in_period = self
-            .period
-            .is_some_and(|p| p.holds(entry.time.event_micros(said), TIME_SLACK_DAYS));
+        let in_period = said.is_some_and(|said| {
+            self.period
+                .is_some_and(|p| p.holds(entry.time.event_micros(said), TIME_SLACK_DAYS))
+        });
         let says_when = self.when && entry.time.mentions_time;
-        participant
-            + if in_period { TIME_WEIGHT } else { 0.0 }
-            + if says_when { WHEN_WEIGHT } else { 0.0 }
+        Prior {
+            participant,
+            time: if in_period { self.weights.time } else { 0.0 }
+                + if says_when { self.weights.when } else { 0.0 },
+            said,
+        }
     }
 }
 
@@ -119,14 +133,13 @@ impl ProjectIndex {
             )
             .map(|hits| hits.into_iter().map(|(id, _)| id).collect::<Vec<i64>>())
         };
-        self.text.search_hybrid(
-            terms,
-            similarity,
-            limit,
-            &accept,
-            proposed.as_deref(),
-            prior,
-        )
+        let options = Options {
+            weights: asked.weights,
+            explain: asked.explain,
+            dense_candidates: proposed.as_deref(),
+        };
+        self.text
+            .search_hybrid(terms, similarity, limit, &accept, prior, options)
     }
 
     /// Episode `handle` with up to `before` and `after` neighbours passing `filter`,

@@ -79,7 +79,11 @@ pub fn rescore(
             continue;
         }
         let similarity = super::dense::dot(vector, query);
-        hit.score += dense.weight * (similarity - dense.similarity);
+        let moved = dense.weight * (similarity - dense.similarity);
+        hit.score += moved;
+        if let Some(parts) = hit.parts.as_mut() {
+            parts.dense += moved;
+        }
         dense.similarity = similarity;
     }
     hits.sort_by(|a, b| b.score.total_cmp(&a.score));

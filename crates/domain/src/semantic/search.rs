@@ -135,8 +135,12 @@ impl ProjectFeatures {
                         },
                         limit,
                         accept,
-                        None,
-                        |_: &FeatureFields| 0.0,
+                        |_: &FeatureFields| crate::retrieval::fusion::Prior::default(),
+                        crate::retrieval::fusion::Options {
+                            weights: &crate::retrieval::weights::RankingWeights::DEFAULT,
+                            explain: false,
+                            dense_candidates: None,
+                        },
                     )
                     .into_iter()
                     .filter(|hit| {

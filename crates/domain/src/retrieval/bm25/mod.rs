@@ -473,16 +473,22 @@ impl<T> Bm25Index<T> {
     /// every live document is a candidate, so one sharing no word with the query can
     /// still be found. A large project passes the nearest documents its vector graph
     /// found instead: then those, and the best `LEXICAL_CANDIDATES` by BM25, are ranked.
-    /// `similarity` is given each document's id and payload.
+    /// `similarity` is given each document's id and payload; `prior` says what a
+    /// document's own fields add (`fusion::Prior`).
     pub fn search_hybrid(
         &self,
         terms: &[String],
         similarity: impl Fn(i64, &T) -> Option<f32>,
         limit: usize,
         accept: impl Fn(&T) -> bool,
-        dense_candidates: Option<&[i64]>,
-        prior: impl Fn(&T) -> f32,
+        prior: impl Fn(&T) -> fusion::Prior,
+        options: fusion::Options<'_>,
     ) -> Vec<Hit> {
+        let fusion::Options {
+            weights,
+            explain,
+            dense_candidates,
+        } = options;
         if self.live == 0 || limit == 0 {
             return Vec::new();
         }
@@ -512,18 +518,30 @@ impl<T> Bm25Index<T> {
             let doc = &self.docs[slot];
             similarity(doc.id, &doc.payload)
         };
-        let (mut fused, own_weight) = fusion::hybrid(
+        let (mut fused, standardised) = fusion::hybrid(
             lexical,
             similarity_at,
             live,
             self.context_window,
             &candidates,
             &sample,
+            weights,
         );
+        let prior_at = |slot: u32| prior(&self.docs[slot as usize].payload);
         for &slot in &candidates {
-            fused[slot as usize] += prior(&self.docs[slot as usize].payload);
+            let p = prior_at(slot);
+            fused[slot as usize] += p.participant + p.time;
         }
+        let sessions = (weights.session > 0.0).then(|| {
+            fusion::session_lift(
+                &mut fused,
+                &candidates,
+                |slot| prior_at(slot as u32).said,
+                weights.session,
+            )
+        });
         let best = self.select(&fused, candidates, limit, accept);
+        let own_weight = standardised.own_weight();
         best.into_iter()
             .map(|(id, score)| {
                 let slot = self.slot_of[&id] as usize;
@@ -531,11 +549,23 @@ impl<T> Bm25Index<T> {
                     similarity,
                     weight: own_weight,
                 });
+                let parts = explain.then(|| {
+                    let p = prior_at(slot as u32);
+                    fusion::ScoreParts {
+                        participant: p.participant,
+                        time: p.time,
+                        session: sessions
+                            .as_ref()
+                            .and_then(|s| s.get(&(slot as u32)).copied())
+                            .unwrap_or(0.0),
+                        ..standardised.parts(slot, lexical, similarity_at, live)
+                    }
+                });
                 Hit {
                     handle: id,
                     score,
                     dense,
-                    parts: None,
+                    parts,
                 }
             })
             .collect()
@@ -727,6 +757,24 @@ impl Drop for Scores<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Hybrid ranking with the default weights, no prior, by the payload's similarity.
+    fn hybrid_of(
+        index: &Bm25Index<Option<f32>>,
+        terms: &[String],
+        limit: usize,
+        accept: impl Fn(&Option<f32>) -> bool,
+        dense_candidates: Option<&[i64]>,
+    ) -> Vec<Hit> {
+        let weights = fusion::RankingWeights::default();
+        let options = fusion::Options {
+            weights: &weights,
+            explain: false,
+            dense_candidates,
+        };
+        let no_prior = |_: &Option<f32>| fusion::Prior::default();
+        index.search_hybrid(terms, |_, sim| *sim, limit, accept, no_prior, options)
+    }
     use crate::retrieval::tokenize::query_terms;
 
     #[test]
@@ -943,21 +991,14 @@ mod tests {
         index.insert(3, "stock market news", Some(0.0));
         index.insert(4, "not embedded yet", None);
         let terms = query_terms("apple dessert");
-        let hits = index.search_hybrid(&terms, |_, sim| *sim, 10, |_| true, None, |_| 0.0);
+        let hits = hybrid_of(&index, &terms, 10, |_| true, None);
         let ids: Vec<i64> = hits.iter().map(|h| h.handle).collect();
         assert_eq!(ids.len(), 4, "every live document is a candidate");
         assert_eq!(ids[3], 3, "matching neither way comes last: {hits:?}");
-        let filtered = index.search_hybrid(
-            &terms,
-            |_, sim| *sim,
-            10,
-            |sim| sim.is_some(),
-            None,
-            |_| 0.0,
-        );
+        let filtered = hybrid_of(&index, &terms, 10, |sim| sim.is_some(), None);
         assert_eq!(filtered.len(), 3);
         index.remove(2);
-        let after = index.search_hybrid(&terms, |_, sim| *sim, 10, |_| true, None, |_| 0.0);
+        let after = hybrid_of(&index, &terms, 10, |_| true, None);
         assert!(after.iter().all(|h| h.handle != 2));
     }
 
@@ -973,13 +1014,12 @@ mod tests {
             index.insert(i, text, Some(((i * 37) % 41) as f32 / 41.0));
         }
         let terms = query_terms("red kite");
-        let full = index.search_hybrid(&terms, |_, sim| *sim, 40, |_| true, None, |_| 0.0);
+        let full = hybrid_of(&index, &terms, 40, |_| true, None);
         // The nearest by vector (as a graph would propose them) plus the lexical matches.
         let mut nearest: Vec<i64> = (0..40).collect();
         nearest.sort_by_key(|id| std::cmp::Reverse((id * 37) % 41));
         nearest.truncate(5);
-        let some =
-            index.search_hybrid(&terms, |_, sim| *sim, 40, |_| true, Some(&nearest), |_| 0.0);
+        let some = hybrid_of(&index, &terms, 40, |_| true, Some(&nearest));
         let ids: Vec<i64> = some.iter().map(|h| h.handle).collect();
         for id in [3, 13, 23, 33].iter().chain(&nearest) {
             assert!(ids.contains(id), "{id} missing from {ids:?}");

@@ -27,9 +27,10 @@ fn all(dense: f32, own: f32, participant: f32, time: f32) -> pb::RankingWeights 
         dense: Some(dense),
         own_similarity: Some(own),
         participant: Some(participant),
-        context: Some(0.0),
+        context: Some(1.0),
         session: Some(0.0),
         time: Some(time),
+        when: Some(1.0),
     }
 }
 
@@ -91,7 +92,7 @@ async fn grpc_ranking_weights_are_set_partially_checked_and_kept_within_the_org(
 
     // The defaults, every field set.
     let fresh = get(key).await.unwrap();
-    assert_eq!(fresh.ranking_weights, Some(all(1.0, 4.0, 3.0, 0.0)));
+    assert_eq!(fresh.ranking_weights, Some(all(1.0, 4.0, 3.0, 3.0)));
     // A partial update changes the fields set and keeps the others.
     let set = update(key, Some(weights(Some(2.5), None, Some(0.5))), None)
         .await

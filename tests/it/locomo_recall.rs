@@ -228,7 +228,11 @@ async fn explained_parts_add_up(server: &InProcess, project: &str) {
     for hit in &hits {
         let p = hit.score_parts.expect("explained");
         let sum = p.lexical + p.dense + p.context + p.session + p.time + p.participant;
-        assert!((f64::from(sum) - hit.score).abs() < 1e-3, "{p:?} vs {}", hit.score);
+        assert!(
+            (f64::from(sum) - hit.score).abs() < 1e-3,
+            "{p:?} vs {}",
+            hit.score
+        );
         assert!([0.0, 3.0].contains(&p.participant), "{hit:?}");
         assert!([0.0, 3.0].contains(&p.time), "{hit:?}");
     }

@@ -236,14 +236,7 @@ impl Rest {
             .json(&body)
             .send()
             .expect("HTTP request");
-        let status = response.status();
-        let text = response.text().expect("body");
-        let value = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap_or(Value::String(text))
-        };
-        (status, value)
+        crate::rest_api::answer(response)
     }
 }
 

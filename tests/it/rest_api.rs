@@ -53,7 +53,8 @@ impl Rest {
     }
 }
 
-fn answer(response: Response) -> (StatusCode, Value) {
+/// A response's status and JSON body (a string when not JSON, null when empty).
+pub(crate) fn answer(response: Response) -> (StatusCode, Value) {
     let status = response.status();
     let text = response.text().expect("body");
     let value = if text.is_empty() {

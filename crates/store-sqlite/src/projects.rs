@@ -7,7 +7,7 @@ use super::SqliteStore;
 use super::error::storage_error;
 use memmachine_core::access::ProjectAccess;
 use memmachine_core::error::{Error, Result};
-use memmachine_core::model::weights::{weights_from_json, weights_to_json};
+use memmachine_core::model::weights::{merge_weights_json, weights_from_json};
 use memmachine_core::model::{
     EpisodicConfig, EpisodicConfigUpdate, Project, ProjectConfig, ProjectHandle, ProjectKey,
 };
@@ -140,6 +140,14 @@ pub(super) fn update_episodic_config(
     let Some(project) = find(conn, key)? else {
         return Ok(None);
     };
+    let stored: Option<String> = conn
+        .query_row(
+            "SELECT ranking_weights FROM projects WHERE id = ?1",
+            [project.internal_id.raw()],
+            |row| row.get(0),
+        )
+        .map_err(storage_error)?;
+    let weights = merge_weights_json(stored.as_deref(), &update.ranking_weights);
     let config = project.episodic.apply(update);
     conn.execute(
         "UPDATE projects SET episodic_enabled = ?2, long_term_enabled = ?3,
@@ -153,7 +161,7 @@ pub(super) fn update_episodic_config(
             config.short_term_memory_enabled,
             config.participant_aware,
             config.episode_retention_micros,
-            weights_to_json(&config.ranking_weights)
+            weights
         ],
     )
     .map_err(storage_error)?;

@@ -158,6 +158,22 @@ pub fn weights_to_json(weights: &RankingWeights) -> Option<String> {
         .then(|| serde_json::to_string(weights).expect("weights serialise"))
 }
 
+/// The stored weights after `update`: only the fields ever set are kept, so a field
+/// never set follows the defaults of the running version (as PostgreSQL's JSON merge
+/// does); `stored` unchanged when the update sets none.
+pub fn merge_weights_json(stored: Option<&str>, update: &RankingWeightsUpdate) -> Option<String> {
+    if update.is_empty() {
+        return stored.map(str::to_string);
+    }
+    let mut fields = stored
+        .and_then(|s| serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(s).ok())
+        .unwrap_or_default();
+    for (name, value) in update.fields() {
+        fields.insert(name.to_string(), serde_json::json!(value));
+    }
+    Some(serde_json::Value::Object(fields).to_string())
+}
+
 /// Stored weights: NULL, or fields absent, take the defaults; an unreadable value (a
 /// later version's, say) takes the defaults too rather than failing every search.
 pub fn weights_from_json(stored: Option<&str>) -> RankingWeights {
@@ -186,6 +202,31 @@ pub struct ScoreParts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stored_update_keeps_only_the_fields_ever_set() {
+        let dense = RankingWeightsUpdate {
+            dense: Some(2.0),
+            ..Default::default()
+        };
+        let once = merge_weights_json(None, &dense).unwrap();
+        assert_eq!(once, r#"{"dense":2.0}"#);
+        let time = RankingWeightsUpdate {
+            time: Some(0.0),
+            ..Default::default()
+        };
+        let twice = merge_weights_json(Some(&once), &time).unwrap();
+        let read = weights_from_json(Some(&twice));
+        assert_eq!((read.dense, read.time), (2.0, 0.0));
+        assert_eq!(
+            read.when,
+            RankingWeights::DEFAULT.when,
+            "never set: the default"
+        );
+        let unchanged = RankingWeightsUpdate::default();
+        assert_eq!(merge_weights_json(Some(&twice), &unchanged), Some(twice));
+        assert_eq!(merge_weights_json(None, &unchanged), None);
+    }
 
     #[test]
     fn weights_store_as_json_with_defaults_for_what_is_missing() {

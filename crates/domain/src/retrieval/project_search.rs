@@ -44,20 +44,29 @@ impl Asked<'_> {
     /// The lift of an episode: a question naming participants prefers what they said,
     /// one naming a period what happened in it, one asking when what says when.
     fn prior(&self, entry: &Entry) -> Prior {
-        let participant = match entry.get(&Field::System(SystemField::ProducerId)) {
-            Some(Value::Text(id)) if self.named.iter().any(|n| **n == *id) => {
-                self.weights.participant
+        // Each field is read only when the question or the weights need it: this runs
+        // for every candidate.
+        let participant = match self.named {
+            [] => 0.0,
+            named => match entry.get(&Field::System(SystemField::ProducerId)) {
+                Some(Value::Text(id)) if named.iter().any(|n| **n == *id) => {
+                    self.weights.participant
+                }
+                _ => 0.0,
+            },
+        };
+        let said = if self.period.is_some() || self.weights.session > 0.0 {
+            match entry.get(&Field::System(SystemField::CreatedAt)) {
+                Some(Value::Time(micros)) => Some(micros),
+                _ => None,
             }
-            _ => 0.0,
+        } else {
+            None
         };
-        let said = match entry.get(&Field::System(SystemField::CreatedAt)) {
-            Some(Value::Time(micros)) => Some(micros),
-            _ => None,
+        let in_period = match (self.period, said) {
+            (Some(p), Some(said)) => p.holds(entry.time.event_micros(said), TIME_SLACK_DAYS),
+            _ => false,
         };
-        let in_period = said.is_some_and(|said| {
-            self.period
-                .is_some_and(|p| p.holds(entry.time.event_micros(said), TIME_SLACK_DAYS))
-        });
         let says_when = self.when && entry.time.mentions_time;
         Prior {
             participant,

@@ -161,14 +161,13 @@ pub async fn propose(
     let filter = filter.cloned();
     let vectors = embedder.map(|e| e.id().to_string());
     // Participant-aware: the question is embedded without the participants it names,
-    // and hybrid ranking prefers their turns (`fusion::PARTICIPANT_WEIGHT`).
-    let named = match (mode, embedder) {
-        (Mode::Dense | Mode::Hybrid, Some(_)) if participant_aware => {
-            let question = query.to_string();
-            view.read(move |index| index.named_participants(&question))
-                .await?
-        }
-        _ => None,
+    // and ranking prefers their turns (`ranking_weights.participant`).
+    let named = if participant_aware {
+        let question = query.to_string();
+        view.read(move |index| index.named_participants(&question))
+            .await?
+    } else {
+        None
     };
     let (embedded, named) = match named {
         Some(named) => (
@@ -215,19 +214,17 @@ pub async fn propose(
     let mut hits = view
         .read(move |index| {
             let filter = filter.as_ref();
+            let asked = Asked {
+                named: &named,
+                period: time_expressions::question_period(&question),
+                when: time_expressions::asks_when(&question),
+                weights: &weights,
+                explain,
+            };
             match (mode, vector) {
                 (Mode::Dense, Some(vector)) => index.dense(&vector, filter, wanted),
-                (_, Some(vector)) => {
-                    let asked = Asked {
-                        named: &named,
-                        period: time_expressions::question_period(&question),
-                        when: time_expressions::asks_when(&question),
-                        weights: &weights,
-                        explain,
-                    };
-                    index.hybrid(&terms, &vector, &asked, filter, wanted)
-                }
-                (_, None) => index.lexical(&terms, filter, wanted),
+                (_, Some(vector)) => index.hybrid(&terms, &vector, &asked, filter, wanted),
+                (_, None) => index.lexical_asked(&terms, &asked, filter, wanted),
             }
         })
         .await?;
@@ -239,7 +236,7 @@ pub async fn propose(
         _ => None,
     };
     if let (true, Some(lexical)) = (explain, alone) {
-        for hit in &mut hits {
+        for hit in hits.iter_mut().filter(|hit| hit.parts.is_none()) {
             hit.parts = Some(if lexical {
                 ScoreParts {
                     lexical: hit.score,

@@ -265,7 +265,7 @@ fn mean_sd(values: &[f32]) -> (f64, f64) {
 }
 
 /// Mean and standard deviation of the live slots' scores, in one pass.
-fn mean_sd_live(scores: &[f32], live: &[bool]) -> (f64, f64) {
+pub(super) fn mean_sd_live(scores: &[f32], live: &[bool]) -> (f64, f64) {
     let (mut n, mut sum, mut squares) = (0usize, 0f64, 0f64);
     for (score, _) in scores.iter().zip(live).filter(|(_, l)| **l) {
         let x = f64::from(*score);

@@ -719,6 +719,48 @@ mod tests {
     }
 
     #[test]
+    fn lexical_ranking_lifts_as_hybrid_does_and_keeps_bm25_scores() {
+        use crate::retrieval::project_search::Asked;
+        use crate::retrieval::time_expressions::question_period;
+        use crate::retrieval::weights::RankingWeights;
+        let (july, march) = (1_689_811_200_000_000_i64, 1_677_628_800_000_000_i64);
+        let mut index = ProjectIndex::new();
+        add_at(&mut index, 1, "bob", "we painted a lake", None, march);
+        add_at(&mut index, 2, "ann", "we painted a lake", None, march);
+        add_at(&mut index, 3, "ann", "we painted a lake", None, july);
+        add_at(&mut index, 4, "ann", "the weather was fine", None, july);
+        let terms = crate::retrieval::tokenize::query_terms("painted lake");
+        let plain = index.lexical(&terms, None, 4);
+        let ranked = |named: &[Box<str>], question: &str, explain: bool| {
+            let asked = Asked {
+                named,
+                period: question_period(question),
+                when: false,
+                weights: &RankingWeights::DEFAULT,
+                explain,
+            };
+            index.lexical_asked(&terms, &asked, None, 4)
+        };
+        let ann = [Box::<str>::from("ann")];
+        let hits = ranked(&ann, "What did Ann paint in July 2023?", true);
+        let ids: Vec<i64> = hits.iter().map(|h| h.handle).collect();
+        // Ann's July turn first; her March one above Bob's; each matches, in its own
+        // text or its context (4 only there: it is next to the others).
+        assert_eq!(ids[0], 3, "{hits:?}");
+        let at = |id| ids.iter().position(|i| *i == id).unwrap();
+        assert!(at(2) < at(1), "{hits:?}");
+        assert!(hits.iter().all(|h| h.parts.unwrap().lexical > 0.0));
+        let p = hits[0].parts.unwrap();
+        assert!(p.participant > 0.0 && p.time > 0.0);
+        assert!((p.lexical + p.participant + p.time - hits[0].score).abs() < 1e-4);
+        let plain_3 = plain.iter().find(|h| h.handle == 3).unwrap().score;
+        assert_eq!(p.lexical, plain_3, "BM25's own scale");
+        // Nothing named, no period: the plain BM25 ranking, unchanged.
+        let none = ranked(&[], "What did they paint?", false);
+        assert_eq!(none, plain);
+    }
+
+    #[test]
     fn the_graph_is_built_at_the_threshold_and_kept_in_step() {
         let mut index = ProjectIndex::with_ann_min(10);
         for i in 0..5 {

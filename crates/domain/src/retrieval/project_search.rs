@@ -41,6 +41,14 @@ pub struct Asked<'a> {
 const TIME_SLACK_DAYS: i64 = 10;
 
 impl Asked<'_> {
+    /// Whether any episode can be lifted.
+    fn lifts(&self) -> bool {
+        let w = self.weights;
+        (!self.named.is_empty() && w.participant > 0.0)
+            || (self.period.is_some() && w.time > 0.0)
+            || (self.when && w.when > 0.0)
+    }
+
     /// The lift of an episode: a question naming participants prefers what they said,
     /// one naming a period what happened in it, one asking when what says when.
     fn prior(&self, entry: &Entry) -> Prior {
@@ -88,6 +96,23 @@ impl ProjectIndex {
             .into_iter()
             .map(|(id, score)| Hit::lexical(id, score))
             .collect()
+    }
+
+    /// BM25 ranking for `terms`, lifted as hybrid ranking lifts (`Asked::prior`) when the
+    /// question names a participant or a period, or asks when; else `lexical`.
+    pub fn lexical_asked(
+        &self,
+        terms: &[String],
+        asked: &Asked<'_>,
+        filter: Option<&Expr>,
+        limit: usize,
+    ) -> Vec<Hit> {
+        if !asked.lifts() || terms.is_empty() {
+            return self.lexical(terms, filter, limit);
+        }
+        let prior = |entry: &Entry| asked.prior(entry);
+        self.text
+            .search_lifted(terms, limit, passes(filter), prior, asked.explain)
     }
 
     /// The `limit` episodes whose vectors are most similar to `query`, filtered first,

@@ -467,6 +467,54 @@ impl<T> Bm25Index<T> {
         self.select(&scores.values, scores.touched.clone(), limit, accept)
     }
 
+    /// BM25 ranking of the documents matching a term (in their text or context), each
+    /// lifted by its `prior` in standard deviations of the project's BM25 scores: the
+    /// scores stay BM25's, the order is that of standardised scores plus the prior, as
+    /// hybrid ranking adds it. Scores every match (no pruning).
+    pub fn search_lifted(
+        &self,
+        terms: &[String],
+        limit: usize,
+        accept: impl Fn(&T) -> bool,
+        prior: impl Fn(&T) -> fusion::Prior,
+        explain: bool,
+    ) -> Vec<Hit> {
+        if self.live == 0 || limit == 0 {
+            return Vec::new();
+        }
+        let scores = self.lexical_scores(terms);
+        let (_, sd) = fusion::mean_sd_live(&scores.values, &self.alive);
+        let sd = sd as f32;
+        let mut lifted = vec![0f32; self.docs.len()];
+        let mut priors = HashMap::with_capacity(scores.touched.len());
+        for &slot in &scores.touched {
+            let p = prior(&self.docs[slot as usize].payload);
+            lifted[slot as usize] = scores.values[slot as usize] + sd * (p.participant + p.time);
+            priors.insert(slot, p);
+        }
+        let best = self.select(&lifted, scores.touched.clone(), limit, accept);
+        best.into_iter()
+            .map(|(id, score)| {
+                let slot = self.slot_of[&id];
+                let parts = explain.then(|| {
+                    let p = priors.get(&slot).copied().unwrap_or_default();
+                    fusion::ScoreParts {
+                        lexical: scores.values[slot as usize],
+                        participant: sd * p.participant,
+                        time: sd * p.time,
+                        ..Default::default()
+                    }
+                });
+                Hit {
+                    handle: id,
+                    score,
+                    dense: None,
+                    parts,
+                }
+            })
+            .collect()
+    }
+
     /// Hybrid ranking: BM25 fused with the documents' `similarity` to the query (the
     /// cosine of their vectors; `None` for a document not embedded yet), best first.
     /// See `fusion::hybrid` for how the two are combined. Without `dense_candidates`

@@ -117,18 +117,16 @@ pub fn main(args: Args) -> Result<()> {
         turn_texts.len(),
         q_texts.len()
     );
-    if std::env::var("SENTENCES_ONLY").is_err() {
-        write_vectors(args.out.join("questions.f32"), &embed(&model, &q_texts)?)?;
-        write_vectors(
-            args.out.join("questions_full.f32"),
-            &embed(&model, &q_full)?,
-        )?;
-        write_vectors(args.out.join("turns.f32"), &embed(&model, &turn_texts)?)?;
-        write_vectors(
-            args.out.join("turns_prev.f32"),
-            &embed(&model, &prev_texts)?,
-        )?;
-    }
+    write_vectors(args.out.join("questions.f32"), &embed(&model, &q_texts)?)?;
+    write_vectors(
+        args.out.join("questions_full.f32"),
+        &embed(&model, &q_full)?,
+    )?;
+    write_vectors(args.out.join("turns.f32"), &embed(&model, &turn_texts)?)?;
+    write_vectors(
+        args.out.join("turns_prev.f32"),
+        &embed(&model, &prev_texts)?,
+    )?;
     // Sentences of each turn, "speaker: sentence", with the turn each belongs to.
     let (mut sentences, mut owners) = (Vec::new(), Vec::new());
     let mut t = 0usize;

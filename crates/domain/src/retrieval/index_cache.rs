@@ -62,6 +62,9 @@ pub struct IndexCache {
     budget: usize,
     slots: Mutex<Slots>,
     clock: AtomicU64,
+    /// Indexes dropped so far (evicted, or their project gone): the process may then
+    /// hand freed memory back to the system.
+    dropped: AtomicU64,
 }
 
 /// The loaded projects, and the sum of their bytes (kept as they change: summing ten
@@ -113,6 +116,7 @@ impl IndexCache {
             budget,
             slots: Mutex::default(),
             clock: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
         }
     }
 
@@ -134,7 +138,7 @@ impl IndexCache {
             Err(err) => {
                 if matches!(err, Error::NotFound(_)) {
                     // Deleted (here or by another replica): its index goes too.
-                    self.slots.lock().expect("index slots").remove(key);
+                    self.forget(key);
                 }
                 return Err(err);
             }
@@ -199,7 +203,20 @@ impl IndexCache {
 
     /// Drops the project's index (the project is gone).
     pub fn forget(&self, key: &ProjectKey) {
-        self.slots.lock().expect("index slots").remove(key);
+        if self
+            .slots
+            .lock()
+            .expect("index slots")
+            .remove(key)
+            .is_some()
+        {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// How many indexes were dropped since the cache began (a count that only grows).
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 
     /// Bytes held, and projects loaded.
@@ -303,22 +320,40 @@ impl IndexCache {
             }
             loaded.head.change = read.through;
             let index = loaded.index.clone();
-            tokio::task::spawn_blocking(move || {
-                let mut index = index.write().expect("index lock");
-                for change in read.changes {
-                    match change {
-                        Change::Added(stored) => index.insert_stored(stored),
-                        Change::Removed(handle) => index.remove(handle.raw()),
-                        Change::Vector { handle, vector } => {
-                            index.set_vector(handle.raw(), vector.into_boxed_slice())
-                        }
-                    }
-                }
-            })
-            .await
-            .map_err(|err| Error::Internal(format!("index update failed: {err}")))?;
+            tokio::task::spawn_blocking(move || apply(&index, read.changes))
+                .await
+                .map_err(|err| Error::Internal(format!("index update failed: {err}")))?;
         }
         Ok(true)
+    }
+
+    /// Brings the project's index, if loaded, to the store's latest change (a writer's
+    /// own catch-up, so the searches after a large write do not pay for it). Loads
+    /// nothing; an index the feed no longer reaches is dropped, to load on next use.
+    pub async fn refresh(&self, key: &ProjectAccess) -> Result<()> {
+        let slot = self
+            .slots
+            .lock()
+            .expect("index slots")
+            .by_key
+            .get(key)
+            .cloned();
+        let Some(slot) = slot else { return Ok(()) };
+        let head = crate::round_trips::call(self.store.feed_head(key)).await?;
+        let mut state = slot.state.lock().await;
+        let Some(loaded) = state.as_mut() else {
+            return Ok(());
+        };
+        if loaded.head.project != head.project || !self.catch_up(loaded, head.change).await? {
+            *state = None;
+            drop(state);
+            self.account(key, &slot, 0);
+            return Ok(());
+        }
+        let bytes = loaded.index.read().expect("index lock").estimated_bytes();
+        drop(state);
+        self.account(key, &slot, bytes);
+        Ok(())
     }
 
     /// Builds the project's index from its stored episodes, then catches up with what
@@ -418,7 +453,31 @@ impl IndexCache {
                 break;
             }
             if let Some(bytes) = slots.remove(&old) {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(project = %old, bytes, "project index evicted");
+            }
+        }
+    }
+}
+
+/// Changes applied under one hold of the index's write lock: a page of the feed
+/// (thousands of removals after a forget) at once kept searches of the project waiting.
+const APPLY_SLICE: usize = 128;
+
+/// Applies `changes` in order, releasing the write lock between slices so reads of the
+/// project get in between (each sees a prefix of the page, as a read racing the
+/// writer's commit would).
+fn apply(index: &RwLock<ProjectIndex>, changes: Vec<Change>) {
+    let mut changes = changes.into_iter().peekable();
+    while changes.peek().is_some() {
+        let mut index = index.write().expect("index lock");
+        for change in changes.by_ref().take(APPLY_SLICE) {
+            match change {
+                Change::Added(stored) => index.insert_stored(stored),
+                Change::Removed(handle) => index.remove(handle.raw()),
+                Change::Vector { handle, vector } => {
+                    index.set_vector(handle.raw(), vector.into_boxed_slice())
+                }
             }
         }
     }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use memmachine_domain::embed::hash::HashEmbedder;
-use memmachine_domain::retrieval::ann::AnnIndex;
+use memmachine_domain::retrieval::ann::{self, AnnIndex};
 use memmachine_domain::retrieval::rescore::{self, Hit};
 use memmachine_domain::retrieval::{dense, quantized};
 use memmachine_proto::v2 as pb;
@@ -103,6 +103,13 @@ pub struct Args {
     /// Queries of the recall measurement
     #[arg(long, default_value_t = 200)]
     recall_queries: usize,
+    /// Candidates a graph insertion walks (USearch's `ef_construction`) in the recall
+    /// measurement, one graph per value [default: the server's]
+    #[arg(long, value_delimiter = ',')]
+    graph_expansion_add: Vec<usize>,
+    /// Only the recall measurement (no server)
+    #[arg(long)]
+    recall_only: bool,
     /// Skip the restart (start-up time) measurement
     #[arg(long)]
     no_restart: bool,
@@ -514,6 +521,7 @@ const GRAPH_MIN: usize = memmachine_domain::retrieval::ann::ANN_MIN_VECTORS;
 
 struct Recall {
     size: usize,
+    expansion_add: usize,
     hnsw: f64,
     hnsw_rescored: f64,
     int8: f64,
@@ -542,7 +550,8 @@ fn recall_at(
     good as f64 / k.min(exact.len()) as f64
 }
 
-fn measure_recall(corpus: &Corpus, size: usize, args: &Args) -> Result<Recall> {
+/// Recall of one graph per `--graph-expansion-add` value over the same vectors.
+fn measure_recall(corpus: &Corpus, size: usize, args: &Args) -> Result<Vec<Recall>> {
     let embedder = HashEmbedder::new(args.dimensions);
     let mut rng = Rng::new(SEED);
     let started = Instant::now();
@@ -563,64 +572,73 @@ fn measure_recall(corpus: &Corpus, size: usize, args: &Args) -> Result<Recall> {
         size,
         started.elapsed().as_secs_f64()
     );
-    let built = Instant::now();
-    let ann = AnnIndex::build(args.dimensions, &items, size, 2)?;
-    let build_secs = built.elapsed().as_secs_f64();
-    let k = args.top_k;
-    let wanted = rescore::candidates(k);
-    let (mut hnsw, mut hnsw_rescored, mut int8, mut int8_rescored) = (0.0, 0.0, 0.0, 0.0);
-    let queries: Vec<Vec<f32>> = corpus
-        .questions
-        .iter()
-        .take(args.recall_queries)
-        .map(|q| embedder.embed_one(q))
-        .collect();
-    let exact_of = |ids: &[Hit]| -> HashMap<i64, Vec<f32>> {
-        ids.iter()
-            .map(|h| (h.handle, vectors[h.handle as usize].clone()))
-            .collect()
+    let expansions = match args.graph_expansion_add.as_slice() {
+        [] => vec![ann::EXPANSION_ADD],
+        values => values.to_vec(),
     };
-    for query in &queries {
-        let exact = dense::top_k(
-            vectors
-                .iter()
-                .enumerate()
-                .map(|(i, v)| (i as i64, v.as_slice())),
-            query,
-            k,
-        );
-        let graph: Vec<Hit> = ann
-            .search(&quantized::quantized(query).0, wanted, None)?
+    let mut recalls = Vec::new();
+    for expansion_add in expansions {
+        let built = Instant::now();
+        let ann = AnnIndex::build(args.dimensions, &items, size, 2, expansion_add)?;
+        let build_secs = built.elapsed().as_secs_f64();
+        let k = args.top_k;
+        let wanted = rescore::candidates(k);
+        let (mut hnsw, mut hnsw_rescored, mut int8, mut int8_rescored) = (0.0, 0.0, 0.0, 0.0);
+        let queries: Vec<Vec<f32>> = corpus
+            .questions
+            .iter()
+            .take(args.recall_queries)
+            .map(|q| embedder.embed_one(q))
+            .collect();
+        let exact_of = |ids: &[Hit]| -> HashMap<i64, Vec<f32>> {
+            ids.iter()
+                .map(|h| (h.handle, vectors[h.handle as usize].clone()))
+                .collect()
+        };
+        for query in &queries {
+            let exact = dense::top_k(
+                vectors
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| (i as i64, v.as_slice())),
+                query,
+                k,
+            );
+            let graph: Vec<Hit> = ann
+                .search(&quantized::quantized(query).0, wanted, None)?
+                .into_iter()
+                .map(|(id, sim)| Hit::dense(id, sim))
+                .collect();
+            let scan: Vec<Hit> = dense::top_k_scored(
+                coded
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (codes, scale))| (i as i64, quantized::dot(codes, *scale, query))),
+                wanted,
+            )
             .into_iter()
             .map(|(id, sim)| Hit::dense(id, sim))
             .collect();
-        let scan: Vec<Hit> = dense::top_k_scored(
-            coded
-                .iter()
-                .enumerate()
-                .map(|(i, (codes, scale))| (i as i64, quantized::dot(codes, *scale, query))),
-            wanted,
-        )
-        .into_iter()
-        .map(|(id, sim)| Hit::dense(id, sim))
-        .collect();
-        let ids = |hits: &[Hit]| hits.iter().map(|h| h.handle).collect::<Vec<_>>();
-        hnsw += recall_at(&ids(&graph), &exact, &vectors, query, k);
-        int8 += recall_at(&ids(&scan), &exact, &vectors, query, k);
-        let g = rescore::rescore(graph.clone(), &exact_of(&graph), query, k);
-        hnsw_rescored += recall_at(&ids(&g), &exact, &vectors, query, k);
-        let s = rescore::rescore(scan.clone(), &exact_of(&scan), query, k);
-        int8_rescored += recall_at(&ids(&s), &exact, &vectors, query, k);
+            let ids = |hits: &[Hit]| hits.iter().map(|h| h.handle).collect::<Vec<_>>();
+            hnsw += recall_at(&ids(&graph), &exact, &vectors, query, k);
+            int8 += recall_at(&ids(&scan), &exact, &vectors, query, k);
+            let g = rescore::rescore(graph.clone(), &exact_of(&graph), query, k);
+            hnsw_rescored += recall_at(&ids(&g), &exact, &vectors, query, k);
+            let s = rescore::rescore(scan.clone(), &exact_of(&scan), query, k);
+            int8_rescored += recall_at(&ids(&s), &exact, &vectors, query, k);
+        }
+        let n = queries.len().max(1) as f64;
+        recalls.push(Recall {
+            size,
+            expansion_add,
+            hnsw: hnsw / n,
+            hnsw_rescored: hnsw_rescored / n,
+            int8: int8 / n,
+            int8_rescored: int8_rescored / n,
+            build_secs,
+        });
     }
-    let n = queries.len().max(1) as f64;
-    Ok(Recall {
-        size,
-        hnsw: hnsw / n,
-        hnsw_rescored: hnsw_rescored / n,
-        int8: int8 / n,
-        int8_rescored: int8_rescored / n,
-        build_secs,
-    })
+    Ok(recalls)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -662,14 +680,20 @@ fn print_report(args: &Args, results: &[RunResult], recalls: &[Recall]) {
     if !recalls.is_empty() {
         println!();
         println!(
-            "| vectors | HNSW recall@{k} | HNSW + rescoring | int8 scan recall@{k} | int8 scan + rescoring | graph build s |",
+            "| vectors | expansion_add | HNSW recall@{k} | HNSW + rescoring | int8 scan recall@{k} | int8 scan + rescoring | graph build s |",
             k = args.top_k
         );
-        println!("|---:|---:|---:|---:|---:|---:|");
+        println!("|---:|---:|---:|---:|---:|---:|---:|");
         for r in recalls {
             println!(
-                "| {} | {:.4} | {:.4} | {:.4} | {:.4} | {:.1} |",
-                r.size, r.hnsw, r.hnsw_rescored, r.int8, r.int8_rescored, r.build_secs
+                "| {} | {} | {:.4} | {:.4} | {:.4} | {:.4} | {:.1} |",
+                r.size,
+                r.expansion_add,
+                r.hnsw,
+                r.hnsw_rescored,
+                r.int8,
+                r.int8_rescored,
+                r.build_secs
             );
         }
     }
@@ -714,11 +738,13 @@ pub fn main(args: Args) -> Result<()> {
         .build()?;
     let (mut results, mut recalls) = (Vec::new(), Vec::new());
     for &shape in &shapes {
-        for &ranking in &args.rankings {
-            results.push(runtime.block_on(run(&args, &corpus, &executable, shape, ranking))?);
+        if !args.recall_only {
+            for &ranking in &args.rankings {
+                results.push(runtime.block_on(run(&args, &corpus, &executable, shape, ranking))?);
+            }
         }
-        if args.recall && shape.projects == 1 {
-            recalls.push(measure_recall(&corpus, shape.per_project, &args)?);
+        if (args.recall || args.recall_only) && shape.projects == 1 {
+            recalls.extend(measure_recall(&corpus, shape.per_project, &args)?);
         }
     }
     print_report(&args, &results, &recalls);

@@ -15,6 +15,10 @@ use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
 
 /// Projects with fewer vectors than this are searched exactly.
 pub const ANN_MIN_VECTORS: usize = 20_000;
+/// Candidates an insertion keeps while walking (USearch's `ef_construction`; its
+/// default, 128, builds a graph about twice as slowly for about two points of recall@10
+/// more: BENCHMARKS.md, issue 47).
+pub const EXPANSION_ADD: usize = 64;
 /// Candidates the graph search keeps while walking (USearch's `ef` at query time).
 const EXPANSION_SEARCH: usize = 256;
 /// Search and insertion contexts reserved. USearch fails a call that finds every
@@ -40,12 +44,21 @@ impl AnnIndex {
     /// An empty graph for vectors (codes) of `dimensions` values, with room for
     /// `expected` of them.
     pub fn new(dimensions: usize, expected: usize) -> Result<AnnIndex, String> {
+        AnnIndex::with_expansion(dimensions, expected, EXPANSION_ADD)
+    }
+
+    /// `new`, with insertions walking `expansion_add` candidates.
+    pub fn with_expansion(
+        dimensions: usize,
+        expected: usize,
+        expansion_add: usize,
+    ) -> Result<AnnIndex, String> {
         let options = IndexOptions {
             dimensions,
             metric: MetricKind::Cos,
             quantization: ScalarKind::I8,
             connectivity: 0,
-            expansion_add: 0,
+            expansion_add,
             expansion_search: EXPANSION_SEARCH,
             multi: false,
         };
@@ -62,8 +75,9 @@ impl AnnIndex {
         items: &[(i64, &[i8])],
         expected: usize,
         threads: usize,
+        expansion_add: usize,
     ) -> Result<AnnIndex, String> {
-        let ann = AnnIndex::new(dimensions, expected.max(items.len()))?;
+        let ann = AnnIndex::with_expansion(dimensions, expected.max(items.len()), expansion_add)?;
         ann.add_all(items, threads)?;
         Ok(ann)
     }
@@ -214,7 +228,7 @@ mod tests {
     fn build(items: &[(i64, Vec<f32>)], dims: usize) -> AnnIndex {
         let coded: Vec<(i64, Vec<i8>)> = items.iter().map(|(id, v)| (*id, codes(v))).collect();
         let refs: Vec<(i64, &[i8])> = coded.iter().map(|(id, c)| (*id, c.as_slice())).collect();
-        AnnIndex::build(dims, &refs, items.len(), 2).unwrap()
+        AnnIndex::build(dims, &refs, items.len(), 2, EXPANSION_ADD).unwrap()
     }
 
     #[test]
@@ -272,7 +286,7 @@ mod tests {
     fn grows_past_its_reservation_and_replaces_vectors() {
         let dims = 8;
         let items = vectors(100, dims, 5);
-        let ann = AnnIndex::build(dims, &[], 0, 1).unwrap();
+        let ann = AnnIndex::build(dims, &[], 0, 1, EXPANSION_ADD).unwrap();
         for (id, v) in &items {
             ann.insert(*id, &codes(v)).unwrap();
         }

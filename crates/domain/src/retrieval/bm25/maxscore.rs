@@ -21,6 +21,8 @@ pub(super) struct Term<'a> {
     pub(super) idf: f32,
     /// The IDF of the context field (unused without one).
     pub(super) context_idf: f32,
+    /// Live documents holding the term.
+    pub(super) live: u32,
 }
 
 /// What scoring a slot needs of the index.
@@ -54,8 +56,21 @@ impl Scorer<'_> {
         (first..=last).filter(|s| self.slots.alive[*s as usize])
     }
 
+    /// The BM25 score of live `slot` for `terms`, each term's frequencies looked up
+    /// (a binary search in its postings) and summed in query order, as the exhaustive
+    /// pass sums: the same bits.
+    pub(super) fn score_at(&self, terms: &[Term], slot: u32) -> f32 {
+        let mut score = 0.0f32;
+        for term in terms {
+            let (own, context) = self.score(term, slot, self.slots.at(term.postings, &mut 0, slot));
+            score += own;
+            score += context;
+        }
+        score
+    }
+
     /// A term's score at a slot from its frequencies there (own text, context).
-    fn score(&self, term: &Term, slot: u32, (own, context): (u32, u32)) -> (f32, f32) {
+    pub(super) fn score(&self, term: &Term, slot: u32, (own, context): (u32, u32)) -> (f32, f32) {
         let own = if own > 0 {
             self.own(term.idf, slot, own)
         } else {

@@ -88,7 +88,9 @@ impl MemoryService for MemoryGrpc {
             explain: r.explain,
         };
         let set_metadata = r.set_metadata.into_iter().collect();
-        let search = self.memories.search(&key, &types, input, &set_metadata);
+        // Boxed: with the timing's wrappers the search's future is large (a debug
+        // build's overflowed a test thread's stack).
+        let search = Box::pin(self.memories.search(&key, &types, input, &set_metadata));
         let (found, timing) = if timing_asked {
             search_time::reported(search).await
         } else {

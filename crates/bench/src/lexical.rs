@@ -48,6 +48,9 @@ pub struct Args {
     /// (`lexical_hybrid.rs`)
     #[arg(long)]
     hybrid: bool,
+    /// With `--hybrid`: time the pruned ranking only (for a profile of it)
+    #[arg(long)]
+    pruned_only: bool,
 }
 
 pub fn main(args: Args) -> Result<()> {
@@ -88,7 +91,14 @@ pub fn main(args: Args) -> Result<()> {
         let unfiltered = |_: &EpisodeFields| true;
         let passes: [(&str, &Accept); 2] = [("none", &unfiltered), ("producer", &by_speaker)];
         if args.hybrid {
-            crate::lexical_hybrid::passes(&index, &questions, &passes, args.queries, args.top_k);
+            crate::lexical_hybrid::passes(
+                &index,
+                &questions,
+                &passes,
+                args.queries,
+                args.top_k,
+                args.pruned_only,
+            );
             continue;
         }
         for (name, accept) in passes {

@@ -2,7 +2,8 @@
 //! same in-process index, pruned (MaxScore candidates, looked-up scores, the spread of
 //! BM25 estimated from postings) and exhaustive (every match scored). The vectors are
 //! stand-ins: each episode's similarity is a hash of its id, and 64 ids a query stand
-//! for the graph's nearest (the graph's own search is not timed here).
+//! for the graph's nearest (the graph's own search is not timed here). Also how far the
+//! estimated spread of BM25 (what fusion standardises by) is from the exact one.
 
 use memmachine_domain::retrieval::bm25::{Bm25Index, HybridPlan};
 use memmachine_domain::retrieval::episode_fields::EpisodeFields;
@@ -36,6 +37,7 @@ pub fn passes(
     filters: &[(&str, &dyn Fn(&EpisodeFields) -> bool)],
     queries: usize,
     top_k: usize,
+    pruned_only: bool,
 ) {
     let size = index.len() as u64;
     let weights = RankingWeights::default();
@@ -47,9 +49,9 @@ pub fn passes(
         })
         .collect();
     println!(
-        "| episodes | filter | hybrid pruned p50 / p99 ms | CPU ms | exhaustive p50 / p99 ms | CPU ms | same top {top_k} |"
+        "| episodes | filter | hybrid pruned p50 / p99 ms | CPU ms | exhaustive p50 / p99 ms | CPU ms | same top {top_k} | sd error p50 / p99 / max % |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for (name, accept) in filters {
         let search = |q: usize, plan: HybridPlan| -> Vec<Hit> {
             let options = Options {
@@ -83,6 +85,14 @@ pub fn passes(
             (Latencies::new(samples), cpu_ms)
         };
         let (pruned, pruned_cpu) = timed(HybridPlan::default());
+        if pruned_only {
+            println!(
+                "| {size} | {name} | {:.2} / {:.2} | {pruned_cpu:.2} | | | |",
+                pruned.percentile(50.0),
+                pruned.percentile(99.0)
+            );
+            continue;
+        }
         let (exhaustive, exhaustive_cpu) = timed(HybridPlan::EXHAUSTIVE);
         let checked = queries.min(questions.len());
         let same = (0..checked)
@@ -91,13 +101,36 @@ pub fn passes(
                 ids(search(*q, HybridPlan::default())) == ids(search(*q, HybridPlan::EXHAUSTIVE))
             })
             .count();
+        // How far the estimated spread of BM25 is from the exact one, per query.
+        let sampled = HybridPlan::default().sampled_postings;
+        let mut errors: Vec<f64> = (questions.iter().take(checked))
+            .map(|terms| {
+                let [(_, exact), (_, estimated)] = index.lexical_spread(terms, sampled);
+                if exact > 0.0 {
+                    (estimated / exact - 1.0).abs()
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        errors.sort_by(f64::total_cmp);
+        let error = |p: f64| {
+            errors
+                .get(((errors.len() as f64 * p) as usize).min(errors.len().saturating_sub(1)))
+                .copied()
+                .unwrap_or(0.0)
+                * 100.0
+        };
         println!(
-            "| {size} | {name} | {:.2} / {:.2} | {pruned_cpu:.2} | {:.2} / {:.2} | {exhaustive_cpu:.2} | {:.3} |",
+            "| {size} | {name} | {:.2} / {:.2} | {pruned_cpu:.2} | {:.2} / {:.2} | {exhaustive_cpu:.2} | {:.3} | {:.2} / {:.2} / {:.2} |",
             pruned.percentile(50.0),
             pruned.percentile(99.0),
             exhaustive.percentile(50.0),
             exhaustive.percentile(99.0),
             same as f64 / checked as f64,
+            error(0.5),
+            error(0.99),
+            error(1.0),
         );
     }
 }

@@ -136,8 +136,14 @@ pub fn hybrid(
     // project ranking few candidates keeps them in a map, not a vector of every slot.
     let sparse = (slots.len() + sample.len()) * 64 < n;
     let mut dense_cache: Vec<Option<Option<f32>>> = if sparse { Vec::new() } else { vec![None; n] };
-    let mut sparse_cache: std::collections::HashMap<usize, Option<f32>> =
-        std::collections::HashMap::new();
+    let mut sparse_cache: SlotMap<Option<f32>> = if sparse {
+        SlotMap::with_capacity_and_hasher(
+            (slots.len() + sample.len()) * (2 * window + 1),
+            Default::default(),
+        )
+    } else {
+        SlotMap::default()
+    };
     let mut similarity_at = |slot: usize| {
         if sparse {
             *sparse_cache.entry(slot).or_insert_with(|| similarity(slot))
@@ -213,6 +219,32 @@ pub fn hybrid(
     };
     (fused, standardised)
 }
+
+/// Slots hash by one multiply: distinct small integers, chosen by the index, not by a
+/// client (SipHash's guard against crafted keys buys nothing here and cost a tenth of a
+/// large project's hybrid search).
+#[derive(Debug, Default, Clone, Copy)]
+struct SlotHasher(u64);
+
+impl std::hash::Hasher for SlotHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*byte)).wrapping_mul(GOLDEN);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64).wrapping_mul(GOLDEN);
+    }
+}
+
+const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+
+type SlotMap<V> = HashMap<usize, V, std::hash::BuildHasherDefault<SlotHasher>>;
 
 /// Lifts the turns of a session that matches as a whole: each candidate gains `weight`
 /// times the standardised best fused score among the candidates of its session

@@ -31,6 +31,8 @@ pub(super) struct Scorer<'a> {
     pub(super) lens: &'a [u32],
     pub(super) avg_len: f32,
     pub(super) avg_context_len: f32,
+    /// The context-field length norm of the slot scored last: `(slot, norm)`.
+    pub(super) context_norm: std::cell::Cell<(u32, f32)>,
 }
 
 impl Scorer<'_> {
@@ -43,8 +45,17 @@ impl Scorer<'_> {
 
     /// The context-field score of a term whose frequency in the window of `slot` is `tf`.
     pub(super) fn context(&self, context_idf: f32, slot: u32, tf: u32) -> f32 {
-        let len: u32 = self.window(slot).map(|s| self.lens[s as usize]).sum();
-        let norm = K1 * (1.0 - B + B * len as f32 / self.avg_context_len);
+        // The terms of one slot are scored one after another: its window's length is
+        // summed once for them all.
+        let norm = match self.context_norm.get() {
+            (at, norm) if at == slot => norm,
+            _ => {
+                let len: u32 = self.window(slot).map(|s| self.lens[s as usize]).sum();
+                let norm = K1 * (1.0 - B + B * len as f32 / self.avg_context_len);
+                self.context_norm.set((slot, norm));
+                norm
+            }
+        };
         CONTEXT_WEIGHT * context_idf * saturate(tf, norm)
     }
 

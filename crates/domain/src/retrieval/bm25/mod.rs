@@ -628,8 +628,12 @@ impl<T> Bm25Index<T> {
                     (Lexical::All(scores), moments, accepted.clone(), accepted)
                 }
                 Some(ids) => {
+                    // Every stride-th slot, if live: no pass over every slot.
                     let stride = (self.live / SIMILARITY_SAMPLE).max(1);
-                    let sample = all_live().step_by(stride).collect();
+                    let sample = (0..self.docs.len() as u32)
+                        .step_by(stride)
+                        .filter(|slot| live[*slot as usize])
+                        .collect();
                     let dense = ids.iter().filter_map(|id| self.slot_of.get(id).copied());
                     if postings <= plan.exact_postings {
                         let scores = self.lexical_scores(terms);
@@ -721,6 +725,19 @@ impl<T> Bm25Index<T> {
         })
     }
 
+    /// The mean and standard deviation of the BM25 scores of `terms` over the live
+    /// documents: exact, and as pruned hybrid ranking estimates them from about
+    /// `sampled_postings` postings of each term (to measure the estimate).
+    pub fn lexical_spread(&self, terms: &[String], sampled_postings: usize) -> [(f64, f64); 2] {
+        if self.live == 0 {
+            return [(0.0, 0.0); 2];
+        }
+        let scores = self.lexical_scores(terms);
+        let exact = fusion::mean_sd_live(&scores.values, &self.alive);
+        let sums = moments::estimate(&self.scorer(), &self.terms(terms), sampled_postings);
+        [exact, fusion::mean_sd_of(self.live, sums.sum, sums.squares)]
+    }
+
     /// What scoring needs of the index now.
     fn scorer(&self) -> Scorer<'_> {
         let n = self.live as f32;
@@ -732,6 +749,7 @@ impl<T> Bm25Index<T> {
             lens: &self.lens,
             avg_len,
             avg_context_len,
+            context_norm: std::cell::Cell::new((u32::MAX, 0.0)),
         }
     }
 

@@ -13,6 +13,9 @@ use memmachine_domain::retrieval::rescore::Hit;
 use crate::support::cpu::cpu_seconds;
 use crate::support::latencies::Latencies;
 
+/// A search filter over the index's payloads.
+type Accept<'a> = dyn Fn(&EpisodeFields) -> bool + 'a;
+
 /// Ids the graph would propose per query (`project_search::GRAPH_CANDIDATES`).
 const DENSE_CANDIDATES: u64 = 64;
 
@@ -34,7 +37,7 @@ fn similarity(id: i64) -> Option<f32> {
 pub fn passes(
     index: &Bm25Index<EpisodeFields>,
     questions: &[Vec<String>],
-    filters: &[(&str, &dyn Fn(&EpisodeFields) -> bool)],
+    filters: &[(&str, &Accept)],
     queries: usize,
     top_k: usize,
     pruned_only: bool,

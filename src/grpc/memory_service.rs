@@ -6,6 +6,7 @@ use super::convert;
 use super::import_stream::{self, Drain, ImportSettings, Requests};
 use memmachine_domain::episodic::SearchInput;
 use memmachine_domain::memory::{ListInput, Listed, Memories};
+use memmachine_domain::search_time;
 use memmachine_proto::v2 as pb;
 use memmachine_proto::v2::memory_service_server::MemoryService;
 
@@ -68,6 +69,8 @@ impl MemoryService for MemoryGrpc {
         &self,
         request: Request<pb::SearchMemoriesRequest>,
     ) -> Reply<pb::SearchMemoriesResponse> {
+        // Timing by stage only when asked: a `server-timing` entry in the answer.
+        let timing_asked = request.metadata().contains_key(search_time::ASK_HEADER);
         let (caller, r) = super::split(request)?;
         let key = caller.project(&r.org_id, &r.project_id)?;
         let types = convert::memory_kinds(&r.types)?;
@@ -85,12 +88,17 @@ impl MemoryService for MemoryGrpc {
             explain: r.explain,
         };
         let set_metadata = r.set_metadata.into_iter().collect();
-        let found = self
-            .memories
-            .search(&key, &types, input, &set_metadata)
-            .await?;
+        // Boxed: with the timing's wrappers the search's future is large (a debug
+        // build's overflowed a test thread's stack).
+        let search = Box::pin(self.memories.search(&key, &types, input, &set_metadata));
+        let (found, timing) = if timing_asked {
+            search_time::reported(search).await
+        } else {
+            (search.await, None)
+        };
+        let found = found?;
         let episodic = found.episodic;
-        Ok(Response::new(pb::SearchMemoriesResponse {
+        let mut response = Response::new(pb::SearchMemoriesResponse {
             episodic_memory: Some(pb::EpisodicSearchResult {
                 long_term_memory: episodic
                     .long_term
@@ -114,7 +122,14 @@ impl MemoryService for MemoryGrpc {
                 .into_iter()
                 .map(|r| convert::ranked(&key, r))
                 .collect(),
-        }))
+        });
+        let header = timing.and_then(|t| t.header().parse().ok());
+        if let Some(header) = header {
+            response
+                .metadata_mut()
+                .insert(search_time::REPORT_HEADER, header);
+        }
+        Ok(response)
     }
 
     async fn list_memories(

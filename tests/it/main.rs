@@ -58,6 +58,7 @@ mod rerank;
 mod rest_api;
 mod retention;
 mod search_round_trips;
+mod search_timing;
 mod semantic_crash;
 mod semantic_isolation;
 mod semantic_memory;

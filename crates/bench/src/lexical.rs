@@ -5,6 +5,8 @@
 //! p50/p99 of each, whether both rankings agree, and the index's heap bytes per episode.
 //! See BENCHMARKS.md ("Every CPU, and a million episodes").
 //!
+//! With `--hybrid`, hybrid ranking's BM25 and fusion part instead (`lexical_hybrid.rs`).
+//!
 //! Run: `cargo run --release -p memmachine-bench -- lexical --sizes 1000000`
 
 use std::collections::BTreeMap;
@@ -42,6 +44,13 @@ pub struct Args {
     queries: usize,
     #[arg(long, default_value_t = 10)]
     top_k: usize,
+    /// Time hybrid ranking's BM25 and fusion part instead, pruned and exhaustive
+    /// (`lexical_hybrid.rs`)
+    #[arg(long)]
+    hybrid: bool,
+    /// With `--hybrid`: time the pruned ranking only (for a profile of it)
+    #[arg(long)]
+    pruned_only: bool,
 }
 
 pub fn main(args: Args) -> Result<()> {
@@ -57,10 +66,12 @@ pub fn main(args: Args) -> Result<()> {
         matches!(fields.get(&Field::System(SystemField::ProducerId)),
             Some(Value::Text(p)) if p == speaker)
     };
-    println!(
-        "| episodes | filter | pruned p50 / p99 ms | exhaustive p50 / p99 ms | same | heap B/episode |"
-    );
-    println!("|---|---|---|---|---|---|");
+    if !args.hybrid {
+        println!(
+            "| episodes | filter | pruned p50 / p99 ms | exhaustive p50 / p99 ms | same | heap B/episode |"
+        );
+        println!("|---|---|---|---|---|---|");
+    }
     for &size in &args.sizes {
         let started = Instant::now();
         let mut index: Bm25Index<EpisodeFields> = Bm25Index::new();
@@ -79,6 +90,17 @@ pub fn main(args: Args) -> Result<()> {
         );
         let unfiltered = |_: &EpisodeFields| true;
         let passes: [(&str, &Accept); 2] = [("none", &unfiltered), ("producer", &by_speaker)];
+        if args.hybrid {
+            crate::lexical_hybrid::passes(
+                &index,
+                &questions,
+                &passes,
+                args.queries,
+                args.top_k,
+                args.pruned_only,
+            );
+            continue;
+        }
         for (name, accept) in passes {
             let timed = |pruned: bool| {
                 let mut samples = Vec::with_capacity(args.queries);

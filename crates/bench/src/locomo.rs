@@ -26,6 +26,7 @@ use support::Result;
 use support::latencies::Latencies;
 use support::locomo::{self, CATEGORIES, Conversation, LoadStats, RecallSums, recall_at};
 use support::server::{EmbedWait, Server};
+use support::stage_split::{self, StageSplit};
 
 const ORG: &str = "locomo";
 /// How long the server may take to report its listening address (a local embedder may
@@ -128,6 +129,8 @@ struct ModeResult {
     overall: RecallSums,
     by_category: BTreeMap<u32, RecallSums>,
     latencies: Latencies,
+    /// Each search's time by stage, as the server reports it.
+    split: StageSplit,
     /// Mean long-term hits per question.
     mean_hits: f64,
     /// Questions with fewer than top_k hits.
@@ -300,6 +303,7 @@ async fn run_mode(
     let mut overall = RecallSums::default();
     let mut by_category: BTreeMap<u32, RecallSums> = BTreeMap::new();
     let mut latencies = Vec::new();
+    let mut split = StageSplit::default();
     let (mut hits, mut short, mut unmapped) = (0usize, 0usize, 0usize);
     for conversation in conversations {
         let project_id = format!("{}-{mode}", conversation.sample_id);
@@ -312,13 +316,17 @@ async fn run_mode(
                 types: vec![pb::MemoryType::Episodic as i32],
                 ..Default::default()
             };
+            let mut request = tonic::Request::new(request);
+            stage_split::ask(&mut request);
             let sent = Instant::now();
             let response = memories
                 .search_memories(request)
                 .await
-                .map_err(|err| server.error("SearchMemories failed", err))?
-                .into_inner();
-            latencies.push(sent.elapsed());
+                .map_err(|err| server.error("SearchMemories failed", err))?;
+            let elapsed = sent.elapsed();
+            latencies.push(elapsed);
+            split.add(response.metadata(), elapsed);
+            let response = response.into_inner();
             let long_term = response
                 .episodic_memory
                 .map(|m| m.long_term_memory)
@@ -354,6 +362,7 @@ async fn run_mode(
         overall,
         by_category,
         latencies,
+        split,
     };
     eprintln!(
         "   {} questions: recall@{CATEGORY_K} {:.3}; query p50 {:.2} ms p99 {:.2} ms",
@@ -479,6 +488,24 @@ fn print_tables(
         }
     }
     println!();
+    println!(
+        "Where a search's time goes (the server's `server-timing`; transport = client less server):"
+    );
+    println!();
+    println!("| mode | part | p50 ms | p99 ms |");
+    println!("|---|---|---:|---:|");
+    for r in results {
+        for (part, p50, p99) in r.split.percentiles() {
+            println!("| {} | {part} | {p50:.3} | {p99:.3} |", r.mode);
+        }
+        if r.split.missing > 0 {
+            println!(
+                "| {} | searches without timing | {} | |",
+                r.mode, r.split.missing
+            );
+        }
+    }
+    println!();
     println!("Details:");
     for r in results {
         println!(
@@ -552,6 +579,9 @@ fn print_json(
                 "ingest_msgs_per_s": r.ingest_rate(),
                 "query_p50_ms": r.latencies.percentile(50.0),
                 "query_p99_ms": r.latencies.percentile(99.0),
+                "time_split_ms": r.split.percentiles().into_iter().map(|(part, p50, p99)| {
+                    (part.to_string(), json!({"p50": p50, "p99": p99}))
+                }).collect::<serde_json::Map<_, _>>(),
                 "mean_hits": r.mean_hits,
                 "queries_with_fewer_than_top_k": r.short,
                 "hits_without_dia_id": r.unmapped,

@@ -14,6 +14,7 @@ mod forget;
 mod import;
 mod ingest_search;
 mod lexical;
+mod lexical_hybrid;
 mod load;
 mod locomo;
 mod locomo_dump;

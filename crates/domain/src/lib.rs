@@ -32,5 +32,6 @@ pub mod search_plan;
 pub mod search_time;
 pub mod secret;
 pub mod semantic;
+pub mod stage_time;
 pub mod transfer;
 pub mod usage;

@@ -19,10 +19,11 @@ pub async fn counted<T>(request: impl Future<Output = T>) -> (T, u32) {
         .await
 }
 
-/// One call to the store, counted for the current request (if one is counting).
+/// One call to the store, counted for the current request (if one is counting), its
+/// time the current search's store stage (if one is timed).
 pub async fn call<T>(store_call: impl Future<Output = T>) -> T {
     let _ = TRIPS.try_with(|trips| trips.set(trips.get() + 1));
-    store_call.await
+    crate::stage_time::timed_async(crate::stage_time::Stage::Store, store_call).await
 }
 
 #[cfg(test)]

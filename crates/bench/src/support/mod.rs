@@ -14,6 +14,7 @@ pub mod mix;
 pub mod process_sample;
 pub mod rng;
 pub mod schedule;
+pub mod stage_split;
 
 pub use memmachine_testkit::server::measured as server;
 pub use memmachine_testkit::{BoxError, Result, api_key, locomo};

@@ -211,23 +211,27 @@ pub async fn propose(
         Some(_) => crate::retrieval::rescore::candidates(top_k),
         None => top_k,
     };
-    let mut hits = view
+    // Ranking runs on the index's thread: its stages are counted there, added here.
+    let (mut hits, spent) = view
         .read(move |index| {
-            let filter = filter.as_ref();
-            let asked = Asked {
-                named: &named,
-                period: time_expressions::question_period(&question),
-                when: time_expressions::asks_when(&question),
-                weights: &weights,
-                explain,
-            };
-            match (mode, vector) {
-                (Mode::Dense, Some(vector)) => index.dense(&vector, filter, wanted),
-                (_, Some(vector)) => index.hybrid(&terms, &vector, &asked, filter, wanted),
-                (_, None) => index.lexical_asked(&terms, &asked, filter, wanted),
-            }
+            crate::stage_time::counted_here(|| {
+                let filter = filter.as_ref();
+                let asked = Asked {
+                    named: &named,
+                    period: time_expressions::question_period(&question),
+                    when: time_expressions::asks_when(&question),
+                    weights: &weights,
+                    explain,
+                };
+                match (mode, vector) {
+                    (Mode::Dense, Some(vector)) => index.dense(&vector, filter, wanted),
+                    (_, Some(vector)) => index.hybrid(&terms, &vector, &asked, filter, wanted),
+                    (_, None) => index.lexical_asked(&terms, &asked, filter, wanted),
+                }
+            })
         })
         .await?;
+    crate::stage_time::add(spent);
     // A lexical score is all lexical, a dense one all dense; hybrid ranking fills in
     // its own parts.
     let alone = match (mode, &query_vector) {

@@ -21,6 +21,7 @@
 use std::collections::HashMap;
 
 pub use super::weights::{RankingWeights, ScoreParts};
+use crate::stage_time::{Stage, timed};
 
 /// A gap between two turns longer than this starts a new session (a conversation
 /// resumed later).
@@ -69,12 +70,12 @@ impl Standardised {
         }
     }
 
-    /// The lexical, dense and context parts of the fused score at `slot` (the same
-    /// arguments as `hybrid` was given).
+    /// The lexical, dense and context parts of the fused score at `slot`, whose BM25
+    /// score is `lexical` (the other arguments as `hybrid` was given).
     pub fn parts(
         &self,
         slot: usize,
-        lexical: &[f32],
+        lexical: f32,
         similarity: impl Fn(usize) -> Option<f32>,
         live: &[bool],
     ) -> ScoreParts {
@@ -100,7 +101,6 @@ impl Standardised {
             .map(|o| similarity(o).unwrap_or(self.missing))
             .sum();
         let own = f64::from(self.own_weight * similarity(slot).unwrap_or(self.missing));
-        let lexical = lexical[slot];
         ScoreParts {
             lexical: z(f64::from(lexical), self.lexical),
             dense: self.dense_weight * scaled(own - self.dense.0),
@@ -111,16 +111,19 @@ impl Standardised {
 }
 
 /// Fused scores by slot, for the documents at `slots` (every other slot scores minus
-/// infinity). `lexical` holds BM25 scores by slot (0 for no match), `similarity` gives
-/// a slot's cosine with the query (`None`: not embedded yet, taken as the average),
-/// `live` which slots hold documents. The lexical side is standardised over every live
-/// slot; the dense side over the slots of `sample`, which is every live slot for an
+/// infinity). `lexical` gives a slot's BM25 score (0 for no match; asked of `slots`
+/// only), `similarity` a slot's cosine with the query (`None`: not embedded yet, taken
+/// as the average), `live` which slots hold documents. The lexical side is
+/// standardised by `lexical_moments`, the mean and standard deviation of BM25 over
+/// every live slot (`bm25::moments`); the dense side over the slots of `sample`, which is every live slot for an
 /// exact ranking and an even sample of them when a large project ranks only the
 /// candidates its vector graph and its postings propose. Also returns how the scores
 /// were standardised (`Standardised`: the parts of a score, and how much it moves per
 /// unit of the document's own similarity).
+#[allow(clippy::too_many_arguments)]
 pub fn hybrid(
-    lexical: &[f32],
+    lexical: impl Fn(usize) -> f32,
+    lexical_moments: (f64, f64),
     similarity: impl Fn(usize) -> Option<f32>,
     live: &[bool],
     window: usize,
@@ -133,8 +136,14 @@ pub fn hybrid(
     // project ranking few candidates keeps them in a map, not a vector of every slot.
     let sparse = (slots.len() + sample.len()) * 64 < n;
     let mut dense_cache: Vec<Option<Option<f32>>> = if sparse { Vec::new() } else { vec![None; n] };
-    let mut sparse_cache: std::collections::HashMap<usize, Option<f32>> =
-        std::collections::HashMap::new();
+    let mut sparse_cache: SlotMap<Option<f32>> = if sparse {
+        SlotMap::with_capacity_and_hasher(
+            (slots.len() + sample.len()) * (2 * window + 1),
+            Default::default(),
+        )
+    } else {
+        SlotMap::default()
+    };
     let mut similarity_at = |slot: usize| {
         if sparse {
             *sparse_cache.entry(slot).or_insert_with(|| similarity(slot))
@@ -142,10 +151,13 @@ pub fn hybrid(
             *dense_cache[slot].get_or_insert_with(|| similarity(slot))
         }
     };
-    let sampled: Vec<f32> = sample
-        .iter()
-        .filter_map(|slot| similarity_at(*slot as usize))
-        .collect();
+    // The similarities of the sample and their smoothing: dense ranking's time; the
+    // candidates' scores, fusion's (`stage_time`).
+    let sampled: Vec<f32> = timed(Stage::Dense, || {
+        (sample.iter())
+            .filter_map(|slot| similarity_at(*slot as usize))
+            .collect()
+    });
     let mean = if sampled.is_empty() {
         0.0
     } else {
@@ -171,27 +183,31 @@ pub fn hybrid(
         }
         sum
     };
-    let sample_smoothed: Vec<f32> = sample.iter().map(|s| smoothed(*s as usize)).collect();
+    let sample_smoothed: Vec<f32> = timed(Stage::Dense, || {
+        sample.iter().map(|s| smoothed(*s as usize)).collect()
+    });
     let (dense_mean, dense_sd) = mean_sd(&sample_smoothed);
-    let (lexical_mean, lexical_sd) = mean_sd_live(lexical, live);
+    let (lexical_mean, lexical_sd) = lexical_moments;
     let mut fused = vec![f32::NEG_INFINITY; n];
-    for &slot in slots {
-        let slot = slot as usize;
-        if !live[slot] {
-            continue;
+    timed(Stage::Fusion, || {
+        for &slot in slots {
+            let slot = slot as usize;
+            if !live[slot] {
+                continue;
+            }
+            let dense = if dense_sd < 1e-12 {
+                0.0
+            } else {
+                ((f64::from(smoothed(slot)) - dense_mean) / dense_sd) as f32
+            };
+            let lexical = if lexical_sd < 1e-12 {
+                0.0
+            } else {
+                ((f64::from(lexical(slot)) - lexical_mean) / lexical_sd) as f32
+            };
+            fused[slot] = lexical + weights.dense * dense;
         }
-        let dense = if dense_sd < 1e-12 {
-            0.0
-        } else {
-            ((f64::from(smoothed(slot)) - dense_mean) / dense_sd) as f32
-        };
-        let lexical = if lexical_sd < 1e-12 {
-            0.0
-        } else {
-            ((f64::from(lexical[slot]) - lexical_mean) / lexical_sd) as f32
-        };
-        fused[slot] = lexical + weights.dense * dense;
-    }
+    });
     let standardised = Standardised {
         lexical: (lexical_mean, lexical_sd),
         dense: (dense_mean, dense_sd),
@@ -203,6 +219,32 @@ pub fn hybrid(
     };
     (fused, standardised)
 }
+
+/// Slots hash by one multiply: distinct small integers, chosen by the index, not by a
+/// client (SipHash's guard against crafted keys buys nothing here and cost a tenth of a
+/// large project's hybrid search).
+#[derive(Debug, Default, Clone, Copy)]
+struct SlotHasher(u64);
+
+impl std::hash::Hasher for SlotHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*byte)).wrapping_mul(GOLDEN);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64).wrapping_mul(GOLDEN);
+    }
+}
+
+const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+
+type SlotMap<V> = HashMap<usize, V, std::hash::BuildHasherDefault<SlotHasher>>;
 
 /// Lifts the turns of a session that matches as a whole: each candidate gains `weight`
 /// times the standardised best fused score among the candidates of its session
@@ -273,6 +315,11 @@ pub(super) fn mean_sd_live(scores: &[f32], live: &[bool]) -> (f64, f64) {
         sum += x;
         squares += x * x;
     }
+    mean_sd_of(n, sum, squares)
+}
+
+/// Mean and standard deviation of `n` values from their sum and sum of squares.
+pub(super) fn mean_sd_of(n: usize, sum: f64, squares: f64) -> (f64, f64) {
     if n == 0 {
         return (0.0, 0.0);
     }
@@ -313,7 +360,8 @@ mod tests {
             .collect();
         let weights = RankingWeights::default();
         hybrid(
-            lexical,
+            |slot| lexical[slot],
+            mean_sd_live(lexical, live),
             |slot| sims[slot],
             live,
             window,

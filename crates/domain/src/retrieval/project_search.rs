@@ -13,6 +13,7 @@ use super::time_expressions::Period;
 use super::weights::RankingWeights;
 use crate::model::filter::{Expr, Field, SystemField};
 use crate::model::filter_eval::{Fields, Value, matches};
+use crate::stage_time::{Stage, timed};
 
 /// Documents the vector graph proposes to hybrid ranking of a large project, at least.
 const GRAPH_CANDIDATES: usize = 64;
@@ -100,9 +101,10 @@ impl ProjectIndex {
         if terms.is_empty() {
             return Vec::new();
         }
-        self.text
-            .search(terms, limit, passes(filter))
-            .into_iter()
+        let found = timed(Stage::Lexical, || {
+            self.text.search(terms, limit, passes(filter))
+        });
+        (found.into_iter())
             .map(|(id, score)| Hit::lexical(id, score))
             .collect()
     }
@@ -120,19 +122,25 @@ impl ProjectIndex {
             return self.lexical(terms, filter, limit);
         }
         let prior = |entry: &Entry| asked.prior(entry);
-        self.text.search_lifted(
-            terms,
-            limit,
-            passes(filter),
-            prior,
-            asked.max_prior(),
-            asked.explain,
-        )
+        timed(Stage::Lexical, || {
+            self.text.search_lifted(
+                terms,
+                limit,
+                passes(filter),
+                prior,
+                asked.max_prior(),
+                asked.explain,
+            )
+        })
     }
 
     /// The `limit` episodes whose vectors are most similar to `query`, filtered first,
     /// by the int8 codes (the caller rescores the best exactly, `rescore.rs`).
     pub fn dense(&self, query: &[f32], filter: Option<&Expr>, limit: usize) -> Vec<Hit> {
+        timed(Stage::Dense, || self.dense_untimed(query, filter, limit))
+    }
+
+    fn dense_untimed(&self, query: &[f32], filter: Option<&Expr>, limit: usize) -> Vec<Hit> {
         let accept = passes(filter);
         let graph = if self.few_pass(filter, &accept) {
             None
@@ -173,13 +181,10 @@ impl ProjectIndex {
         let proposed = if self.few_pass(filter, &accept) {
             None
         } else {
-            self.nearest(
-                query,
-                GRAPH_CANDIDATES.max(limit * 4),
-                limit,
-                filter.is_some(),
-                &accept,
-            )
+            let want = GRAPH_CANDIDATES.max(limit * 4);
+            timed(Stage::Dense, || {
+                self.nearest(query, want, limit, filter.is_some(), &accept)
+            })
             .map(|hits| hits.into_iter().map(|(id, _)| id).collect::<Vec<i64>>())
         };
         let options = Options {

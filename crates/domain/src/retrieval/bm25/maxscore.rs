@@ -21,6 +21,8 @@ pub(super) struct Term<'a> {
     pub(super) idf: f32,
     /// The IDF of the context field (unused without one).
     pub(super) context_idf: f32,
+    /// Live documents holding the term.
+    pub(super) live: u32,
 }
 
 /// What scoring a slot needs of the index.
@@ -29,6 +31,8 @@ pub(super) struct Scorer<'a> {
     pub(super) lens: &'a [u32],
     pub(super) avg_len: f32,
     pub(super) avg_context_len: f32,
+    /// The context-field length norm of the slot scored last: `(slot, norm)`.
+    pub(super) context_norm: std::cell::Cell<(u32, f32)>,
 }
 
 impl Scorer<'_> {
@@ -41,8 +45,17 @@ impl Scorer<'_> {
 
     /// The context-field score of a term whose frequency in the window of `slot` is `tf`.
     pub(super) fn context(&self, context_idf: f32, slot: u32, tf: u32) -> f32 {
-        let len: u32 = self.window(slot).map(|s| self.lens[s as usize]).sum();
-        let norm = K1 * (1.0 - B + B * len as f32 / self.avg_context_len);
+        // The terms of one slot are scored one after another: its window's length is
+        // summed once for them all.
+        let norm = match self.context_norm.get() {
+            (at, norm) if at == slot => norm,
+            _ => {
+                let len: u32 = self.window(slot).map(|s| self.lens[s as usize]).sum();
+                let norm = K1 * (1.0 - B + B * len as f32 / self.avg_context_len);
+                self.context_norm.set((slot, norm));
+                norm
+            }
+        };
         CONTEXT_WEIGHT * context_idf * saturate(tf, norm)
     }
 
@@ -54,8 +67,21 @@ impl Scorer<'_> {
         (first..=last).filter(|s| self.slots.alive[*s as usize])
     }
 
+    /// The BM25 score of live `slot` for `terms`, each term's frequencies looked up
+    /// (a binary search in its postings) and summed in query order, as the exhaustive
+    /// pass sums: the same bits.
+    pub(super) fn score_at(&self, terms: &[Term], slot: u32) -> f32 {
+        let mut score = 0.0f32;
+        for term in terms {
+            let (own, context) = self.score(term, slot, self.slots.at(term.postings, &mut 0, slot));
+            score += own;
+            score += context;
+        }
+        score
+    }
+
     /// A term's score at a slot from its frequencies there (own text, context).
-    fn score(&self, term: &Term, slot: u32, (own, context): (u32, u32)) -> (f32, f32) {
+    pub(super) fn score(&self, term: &Term, slot: u32, (own, context): (u32, u32)) -> (f32, f32) {
         let own = if own > 0 {
             self.own(term.idf, slot, own)
         } else {

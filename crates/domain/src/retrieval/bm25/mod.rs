@@ -15,6 +15,7 @@
 
 mod lifted;
 mod maxscore;
+mod moments;
 mod postings;
 
 use std::collections::HashMap;
@@ -23,6 +24,7 @@ use self::maxscore::{Scorer, Term};
 use self::postings::{Postings, Slots, Sweep};
 use super::rescore::{Dense, Hit};
 use super::{fusion, heap, tokenize};
+use crate::stage_time::{Stage, timed};
 
 const K1: f32 = 1.2;
 const B: f32 = 0.75;
@@ -42,6 +44,54 @@ const COMPACT_AFTER: usize = 1024;
 /// Above this many results a search scores exhaustively: pruning needs a k-th best
 /// score to prune by, and a dense pass sorts many results faster.
 const PRUNED_MAX_LIMIT: usize = 1024;
+
+/// How hybrid ranking of a large project (one whose vector graph proposes the dense
+/// candidates) finds its lexical candidates and the spread of BM25 it standardises by.
+#[derive(Debug, Clone, Copy)]
+pub struct HybridPlan {
+    /// Documents ranked by BM25 that are considered beside the dense candidates.
+    pub lexical_candidates: usize,
+    /// Query terms with at most this many postings in all are scored exhaustively:
+    /// cheaper than pruning, and the spread is then exact.
+    pub exact_postings: usize,
+    /// Beyond, the lexical candidates come from MaxScore and the spread is estimated
+    /// from about this many postings of each term (`moments.rs`).
+    pub sampled_postings: usize,
+}
+
+impl HybridPlan {
+    /// Every match scored, as hybrid ranking did before pruning.
+    pub const EXHAUSTIVE: HybridPlan = HybridPlan {
+        lexical_candidates: LEXICAL_CANDIDATES,
+        exact_postings: usize::MAX,
+        sampled_postings: usize::MAX,
+    };
+}
+
+impl Default for HybridPlan {
+    fn default() -> Self {
+        HybridPlan {
+            lexical_candidates: LEXICAL_CANDIDATES,
+            exact_postings: 16_384,
+            sampled_postings: 256,
+        }
+    }
+}
+
+/// BM25 scores as hybrid ranking reads them: of every slot, or of the candidates.
+enum Lexical<'a> {
+    All(Scores<'a>),
+    Found(HashMap<u32, f32>),
+}
+
+impl Lexical<'_> {
+    fn at(&self, slot: usize) -> f32 {
+        match self {
+            Lexical::All(scores) => scores.values[slot],
+            Lexical::Found(found) => found.get(&(slot as u32)).copied().unwrap_or(0.0),
+        }
+    }
+}
 
 #[derive(Debug)]
 struct Doc<T> {
@@ -474,6 +524,11 @@ impl<T> Bm25Index<T> {
     /// every live document is a candidate, so one sharing no word with the query can
     /// still be found. A large project passes the nearest documents its vector graph
     /// found instead: then those, and the best `LEXICAL_CANDIDATES` by BM25, are ranked.
+    /// When the query's terms have many postings, those come from MaxScore, the dense
+    /// candidates' BM25 scores are looked up, and the spread of BM25 that fusion
+    /// standardises by is estimated from a sample of postings (`HybridPlan`): the
+    /// scores then differ from the exhaustive ones by `a * bm25 + b`, the same `a`
+    /// and `b` for every candidate (`pruned_hybrid_tests.rs`).
     /// `similarity` is given each document's id and payload; `prior` says what a
     /// document's own fields add (`fusion::Prior`).
     pub fn search_hybrid(
@@ -485,6 +540,22 @@ impl<T> Bm25Index<T> {
         prior: impl Fn(&T) -> fusion::Prior,
         options: fusion::Options<'_>,
     ) -> Vec<Hit> {
+        let plan = HybridPlan::default();
+        self.search_hybrid_planned(terms, similarity, limit, accept, prior, options, plan)
+    }
+
+    /// `search_hybrid` by `plan` (`HybridPlan::EXHAUSTIVE`: scoring every match).
+    #[allow(clippy::too_many_arguments)]
+    pub fn search_hybrid_planned(
+        &self,
+        terms: &[String],
+        similarity: impl Fn(i64, &T) -> Option<f32>,
+        limit: usize,
+        accept: impl Fn(&T) -> bool,
+        prior: impl Fn(&T) -> fusion::Prior,
+        options: fusion::Options<'_>,
+        plan: HybridPlan,
+    ) -> Vec<Hit> {
         let fusion::Options {
             weights,
             explain,
@@ -493,34 +564,66 @@ impl<T> Bm25Index<T> {
         if self.live == 0 || limit == 0 {
             return Vec::new();
         }
-        let scores = self.lexical_scores(terms);
-        let (lexical, touched) = (&scores.values[..], scores.touched.clone());
         let live = &self.alive;
         let all_live = || (0..self.docs.len() as u32).filter(|slot| live[*slot as usize]);
-        let (candidates, sample): (Vec<u32>, Vec<u32>) = match dense_candidates {
-            None => {
-                // The filter applies first: only accepted documents are ranked, and
-                // similarities are standardised over them.
-                let accepted: Vec<u32> = all_live()
-                    .filter(|slot| accept(&self.docs[*slot as usize].payload))
-                    .collect();
-                (accepted.clone(), accepted)
-            }
-            Some(ids) => {
-                let mut candidates = self.best_by(lexical, touched, LEXICAL_CANDIDATES);
-                candidates.extend(ids.iter().filter_map(|id| self.slot_of.get(id).copied()));
-                candidates.sort_unstable();
-                candidates.dedup();
-                let stride = (self.live / SIMILARITY_SAMPLE).max(1);
-                (candidates, all_live().step_by(stride).collect())
-            }
-        };
+        let scored = self.terms(terms);
+        let postings: usize = scored.iter().map(|t| t.postings.len()).sum();
+        let (lexical, moments, candidates, sample) =
+            timed(Stage::Lexical, || match dense_candidates {
+                None => {
+                    // The filter applies first: only accepted documents are ranked, and
+                    // similarities are standardised over them.
+                    let scores = self.lexical_scores(terms);
+                    let moments = fusion::mean_sd_live(&scores.values, live);
+                    let accepted: Vec<u32> = all_live()
+                        .filter(|slot| accept(&self.docs[*slot as usize].payload))
+                        .collect();
+                    (Lexical::All(scores), moments, accepted.clone(), accepted)
+                }
+                Some(ids) => {
+                    // Every stride-th slot, if live: no pass over every slot.
+                    let stride = (self.live / SIMILARITY_SAMPLE).max(1);
+                    let sample = (0..self.docs.len() as u32)
+                        .step_by(stride)
+                        .filter(|slot| live[*slot as usize])
+                        .collect();
+                    let dense = ids.iter().filter_map(|id| self.slot_of.get(id).copied());
+                    if postings <= plan.exact_postings {
+                        let scores = self.lexical_scores(terms);
+                        let moments = self.exact_moments(&scores);
+                        let touched = scores.touched.clone();
+                        let mut candidates =
+                            self.best_by(&scores.values, touched, plan.lexical_candidates);
+                        candidates.extend(dense);
+                        candidates.sort_unstable();
+                        candidates.dedup();
+                        (Lexical::All(scores), moments, candidates, sample)
+                    } else {
+                        let scorer = self.scorer();
+                        let mut found: HashMap<u32, f32> = scorer
+                            .top_k(&scored, plan.lexical_candidates, |_| true)
+                            .into_iter()
+                            .collect();
+                        for slot in dense {
+                            found
+                                .entry(slot)
+                                .or_insert_with(|| scorer.score_at(&scored, slot));
+                        }
+                        let sums = moments::estimate(&scorer, &scored, plan.sampled_postings);
+                        let moments = fusion::mean_sd_of(self.live, sums.sum, sums.squares);
+                        let mut candidates: Vec<u32> = found.keys().copied().collect();
+                        candidates.sort_unstable();
+                        (Lexical::Found(found), moments, candidates, sample)
+                    }
+                }
+            });
         let similarity_at = |slot: usize| {
             let doc = &self.docs[slot];
             similarity(doc.id, &doc.payload)
         };
         let (mut fused, standardised) = fusion::hybrid(
-            lexical,
+            |slot| lexical.at(slot),
+            moments,
             similarity_at,
             live,
             self.context_window,
@@ -529,47 +632,63 @@ impl<T> Bm25Index<T> {
             weights,
         );
         let prior_at = |slot: u32| prior(&self.docs[slot as usize].payload);
-        for &slot in &candidates {
-            let p = prior_at(slot);
-            fused[slot as usize] += p.participant + p.time;
-        }
-        let sessions = (weights.session > 0.0).then(|| {
-            fusion::session_lift(
-                &mut fused,
-                &candidates,
-                |slot| prior_at(slot as u32).said,
-                weights.session,
-            )
-        });
-        let best = self.select(&fused, candidates, limit, accept);
-        let own_weight = standardised.own_weight();
-        best.into_iter()
-            .map(|(id, score)| {
-                let slot = self.slot_of[&id] as usize;
-                let dense = similarity_at(slot).map(|similarity| Dense {
-                    similarity,
-                    weight: own_weight,
-                });
-                let parts = explain.then(|| {
-                    let p = prior_at(slot as u32);
-                    fusion::ScoreParts {
-                        participant: p.participant,
-                        time: p.time,
-                        session: sessions
-                            .as_ref()
-                            .and_then(|s| s.get(&(slot as u32)).copied())
-                            .unwrap_or(0.0),
-                        ..standardised.parts(slot, lexical, similarity_at, live)
+        // Lifts, the cut and the hits: fusion's time (`stage_time`).
+        timed(Stage::Fusion, || {
+            for &slot in &candidates {
+                let p = prior_at(slot);
+                fused[slot as usize] += p.participant + p.time;
+            }
+            let sessions = (weights.session > 0.0).then(|| {
+                fusion::session_lift(
+                    &mut fused,
+                    &candidates,
+                    |slot| prior_at(slot as u32).said,
+                    weights.session,
+                )
+            });
+            let best = self.select(&fused, candidates, limit, accept);
+            let own_weight = standardised.own_weight();
+            best.into_iter()
+                .map(|(id, score)| {
+                    let slot = self.slot_of[&id] as usize;
+                    let dense = similarity_at(slot).map(|similarity| Dense {
+                        similarity,
+                        weight: own_weight,
+                    });
+                    let parts = explain.then(|| {
+                        let p = prior_at(slot as u32);
+                        fusion::ScoreParts {
+                            participant: p.participant,
+                            time: p.time,
+                            session: sessions
+                                .as_ref()
+                                .and_then(|s| s.get(&(slot as u32)).copied())
+                                .unwrap_or(0.0),
+                            ..standardised.parts(slot, lexical.at(slot), similarity_at, live)
+                        }
+                    });
+                    Hit {
+                        handle: id,
+                        score,
+                        dense,
+                        parts,
                     }
-                });
-                Hit {
-                    handle: id,
-                    score,
-                    dense,
-                    parts,
-                }
-            })
-            .collect()
+                })
+                .collect()
+        })
+    }
+
+    /// The mean and standard deviation of the BM25 scores of `terms` over the live
+    /// documents: exact, and as pruned hybrid ranking estimates them from about
+    /// `sampled_postings` postings of each term (to measure the estimate).
+    pub fn lexical_spread(&self, terms: &[String], sampled_postings: usize) -> [(f64, f64); 2] {
+        if self.live == 0 {
+            return [(0.0, 0.0); 2];
+        }
+        let scores = self.lexical_scores(terms);
+        let exact = fusion::mean_sd_live(&scores.values, &self.alive);
+        let sums = moments::estimate(&self.scorer(), &self.terms(terms), sampled_postings);
+        [exact, fusion::mean_sd_of(self.live, sums.sum, sums.squares)]
     }
 
     /// What scoring needs of the index now.
@@ -583,6 +702,7 @@ impl<T> Bm25Index<T> {
             lens: &self.lens,
             avg_len,
             avg_context_len,
+            context_norm: std::cell::Cell::new((u32::MAX, 0.0)),
         }
     }
 
@@ -605,6 +725,7 @@ impl<T> Bm25Index<T> {
                     postings: &self.postings[id],
                     idf: bm25_idf(n, df as f32),
                     context_idf: bm25_idf(n, self.context_df[id] as f32),
+                    live: df,
                 })
             })
             .collect()
@@ -638,11 +759,29 @@ impl<T> Bm25Index<T> {
         scores
     }
 
-    /// The (at most) `count` slots of `slots` with the highest scores, in no order.
+    /// The mean and standard deviation of `scores` over every live slot, summed over
+    /// the scored ones in slot order: `fusion::mean_sd_live`'s bits (adding a zero
+    /// changes no sum), without a pass over every slot.
+    fn exact_moments(&self, scores: &Scores) -> (f64, f64) {
+        let mut touched = scores.touched.clone();
+        touched.sort_unstable();
+        let (mut sum, mut squares) = (0f64, 0f64);
+        for slot in touched {
+            let x = f64::from(scores.values[slot as usize]);
+            sum += x;
+            squares += x * x;
+        }
+        fusion::mean_sd_of(self.live, sum, squares)
+    }
+
+    /// The (at most) `count` slots of `slots` with the highest scores (the later slot
+    /// first among ties, as `Scorer::top_k` takes them), in no order.
     fn best_by(&self, scores: &[f32], mut slots: Vec<u32>, count: usize) -> Vec<u32> {
         if slots.len() > count {
             slots.select_nth_unstable_by(count, |a, b| {
-                scores[*b as usize].total_cmp(&scores[*a as usize])
+                scores[*b as usize]
+                    .total_cmp(&scores[*a as usize])
+                    .then_with(|| b.cmp(a))
             });
             slots.truncate(count);
         }
@@ -754,6 +893,9 @@ impl Drop for Scores<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod pruned_hybrid_tests;
 
 #[cfg(test)]
 mod tests {

@@ -31,6 +31,7 @@ mod grpc_web;
 mod held_connections;
 mod hostile_clients;
 mod idempotency;
+mod index_segments;
 mod import;
 mod isolation_model;
 mod isolation_scopes;

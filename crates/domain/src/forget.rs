@@ -10,6 +10,7 @@ use crate::error::{Error, Result, Violations};
 use crate::model::ProjectKey;
 use crate::model::ids::validate_id;
 use crate::projects::Projects;
+use crate::retrieval::index_cache::IndexCache;
 use crate::semantic::sets::user_set;
 use crate::store::{ForgetCounts, ForgetReceipt, ProjectForget, Store};
 use memmachine_core::access::{OrgAccess, ProjectAccess};
@@ -28,11 +29,22 @@ const PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
 pub struct Forget {
     store: Arc<dyn Store>,
     projects: Projects,
+    /// Whose index segments are deleted with what they hold of the subject.
+    index: Option<Arc<IndexCache>>,
 }
 
 impl Forget {
     pub fn new(store: Arc<dyn Store>, projects: Projects) -> Forget {
-        Forget { store, projects }
+        Forget {
+            store,
+            projects,
+            index: None,
+        }
+    }
+
+    pub fn with_index(mut self, index: Arc<IndexCache>) -> Forget {
+        self.index = Some(index);
+        self
     }
 
     /// Forgets `subject` in the projects (all of the org when empty); with `dry_run`,
@@ -147,6 +159,10 @@ impl Forget {
         loop {
             let uids = self.store.subject_episodes(key, subject, BATCH).await?;
             if uids.is_empty() {
+                // Before it reports done: no index segment keeps the subject's terms.
+                if let Some(index) = &self.index {
+                    index.erase(key).await;
+                }
                 return Ok(counts);
             }
             // Versions of surviving features that cited these episodes go first: their

@@ -14,6 +14,7 @@ pub mod project_search;
 pub mod quantized;
 pub mod ranking;
 pub mod rescore;
+pub mod segment;
 pub mod time_expressions;
 pub mod tokenize;
 pub mod weights;

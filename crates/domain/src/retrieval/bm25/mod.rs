@@ -14,6 +14,7 @@
 //! BENCHMARKS.md).
 
 mod maxscore;
+mod persist;
 mod postings;
 
 use std::collections::HashMap;

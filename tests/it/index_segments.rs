@@ -21,8 +21,8 @@ const HYBRID: &str = "hyb";
 /// once a third of them (one producer's) are forgotten.
 const EPISODES: usize = 7_600;
 const WORDS: &[&str] = &[
-    "lake", "paint", "race", "soup", "adopt", "dog", "july", "march", "music", "guitar",
-    "school", "friend", "trip", "mountain", "camp", "book", "piano", "cook", "twice", "year",
+    "lake", "paint", "race", "soup", "adopt", "dog", "july", "march", "music", "guitar", "school",
+    "friend", "trip", "mountain", "camp", "book", "piano", "cook", "twice", "year",
 ];
 const QUESTIONS: &[&str] = &[
     "What did Caroline paint at the lake?",
@@ -200,9 +200,10 @@ async fn wait_for_segments(dir: &Path, channel: &Channel, projects: &[&str], pre
             answers(channel, project).await;
         }
         let now = files(dir);
-        if projects.iter().all(|p| {
-            segment_of(dir, p).is_some_and(|f| !previous.contains(&f))
-        }) && now.len() >= projects.len()
+        if projects
+            .iter()
+            .all(|p| segment_of(dir, p).is_some_and(|f| !previous.contains(&f)))
+            && now.len() >= projects.len()
         {
             return;
         }
@@ -316,8 +317,14 @@ async fn a_corrupt_segment_or_one_of_another_project_is_ignored_and_the_index_re
     );
     let ignored = logged(&server, "index segment ignored");
     assert_eq!(ignored.len(), 2, "{}", index_log(&server));
-    assert!(ignored.iter().any(|l| l.contains("checksum")), "{ignored:?}");
-    assert!(ignored.iter().any(|l| l.contains("another project")), "{ignored:?}");
+    assert!(
+        ignored.iter().any(|l| l.contains("checksum")),
+        "{ignored:?}"
+    );
+    assert!(
+        ignored.iter().any(|l| l.contains("another project")),
+        "{ignored:?}"
+    );
     assert!(logged(&server, "loaded from its segment").is_empty());
     // Ignored segments are deleted (a rebuilt index at the same position may take the
     // same name again).
@@ -381,7 +388,10 @@ async fn a_crash_in_the_middle_of_a_segment_write_leaves_the_previous_one_in_use
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
-    assert!(left.iter().any(|p| p.to_str().unwrap().ends_with(".tmp")), "{left:?}");
+    assert!(
+        left.iter().any(|p| p.to_str().unwrap().ends_with(".tmp")),
+        "{left:?}"
+    );
     assert!(first.exists());
 
     let server = start(dir.path(), &[]);
@@ -399,7 +409,10 @@ async fn a_crash_in_the_middle_of_a_segment_write_leaves_the_previous_one_in_use
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
-    assert!(!left.iter().any(|p| p.to_str().unwrap().ends_with(".tmp")), "temp files cleaned");
+    assert!(
+        !left.iter().any(|p| p.to_str().unwrap().ends_with(".tmp")),
+        "temp files cleaned"
+    );
     server.terminate_async().await;
     let rebuilt = start_without_segments(dir.path());
     let fresh = answers(&self::channel(&rebuilt).await, LEXICAL).await;
@@ -441,6 +454,10 @@ async fn forgetting_a_subject_or_deleting_a_project_leaves_no_segment_holding_th
         })
         .await
         .unwrap();
-    assert!(segment_of(dir.path(), LEXICAL).is_none(), "{:?}", files(dir.path()));
+    assert!(
+        segment_of(dir.path(), LEXICAL).is_none(),
+        "{:?}",
+        files(dir.path())
+    );
     server.terminate_async().await;
 }

@@ -469,7 +469,11 @@ async fn measure(
     // The restart reads the projects' segments (SQLite: beside the database): they
     // are written in the background after the load, and again once the graph is built.
     if !args.no_restart && shape.per_project >= SEGMENT_MIN {
-        let wanted = if graph_secs.is_some() { Some(graph_done) } else { None };
+        let wanted = if graph_secs.is_some() {
+            Some(graph_done)
+        } else {
+            None
+        };
         let waited = wait_for_segments(data_dir, shape.projects, wanted, args.wait_secs).await;
         eprintln!("   segments written: {waited}");
     }
@@ -540,7 +544,11 @@ async fn wait_for_segments(
             .filter_map(|e| {
                 let e = e.ok()?;
                 let meta = e.metadata().ok()?;
-                Some((e.file_name().to_string_lossy().into_owned(), meta.modified().ok()?, meta.len()))
+                Some((
+                    e.file_name().to_string_lossy().into_owned(),
+                    meta.modified().ok()?,
+                    meta.len(),
+                ))
             })
             .collect();
         let done = files.iter().filter(|f| f.0.ends_with(".seg")).count() >= projects
@@ -548,7 +556,11 @@ async fn wait_for_segments(
             && after.is_none_or(|t| files.iter().any(|f| f.1 >= t));
         if done || Instant::now() > deadline {
             let bytes: u64 = files.iter().map(|f| f.2).sum();
-            return format!("{} files, {:.0} MiB, complete: {done}", files.len(), bytes as f64 / MIB);
+            return format!(
+                "{} files, {:.0} MiB, complete: {done}",
+                files.len(),
+                bytes as f64 / MIB
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -46,14 +46,20 @@ pub struct Args {
 
 pub fn main(args: Args) -> Result<()> {
     let corpus = load_corpus(&args.locomo)?;
-    let scratch = tempfile::tempdir()?;
-    let dir = args.dir.clone().unwrap_or_else(|| scratch.path().to_path_buf());
+    let dir = args.dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("memmachine-segment-{}", std::process::id()))
+    });
     let segments = Segments::open(&dir, "bench-store".into())?;
     let key = ProjectKey {
         org_id: "bench".into(),
         project_id: "segment".into(),
     };
-    let questions: Vec<Vec<String>> = corpus.questions.iter().take(200).map(|q| query_terms(q)).collect();
+    let questions: Vec<Vec<String>> = corpus
+        .questions
+        .iter()
+        .take(200)
+        .map(|q| query_terms(q))
+        .collect();
     println!("| episodes | vectors | build s | write s | read s | file MB | heap MB | same |");
     println!("|---|---|---|---|---|---|---|---|");
     for &size in &args.sizes {
@@ -111,12 +117,21 @@ pub fn main(args: Args) -> Result<()> {
             .all(|terms| index.lexical(terms, None, 10) == read.index.lexical(terms, None, 10));
         println!(
             "| {size} | {} | {build:.1} | {write:.2} | {read_s:.2} | {:.0} | {:.0} | {same} |",
-            if args.graph { "graph" } else if args.hybrid { "slab" } else { "none" },
+            if args.graph {
+                "graph"
+            } else if args.hybrid {
+                "slab"
+            } else {
+                "none"
+            },
             bytes as f64 / 1e6,
             read.index.heap_bytes() as f64 / 1e6,
         );
         drop(read);
         drop(index);
+    }
+    if args.dir.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
     }
     Ok(())
 }

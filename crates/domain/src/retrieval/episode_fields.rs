@@ -11,6 +11,9 @@ use crate::model::filter::{Field, SystemField};
 use crate::model::filter_eval::{Fields, Value};
 use crate::model::{Episode, NewEpisode};
 
+/// A metadata key and value.
+pub(crate) type Pair = (Arc<str>, Arc<str>);
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct EpisodeFields {
     producer_id: Arc<str>,
@@ -82,7 +85,7 @@ impl EpisodeFields {
 
     /// Its strings (producer, role, produced for, type), time and metadata, as a
     /// segment holds them.
-    pub(crate) fn parts(&self) -> ([&Arc<str>; 4], i64, &[(Arc<str>, Arc<str>)]) {
+    pub(crate) fn parts(&self) -> ([&Arc<str>; 4], i64, &[Pair]) {
         (
             [
                 &self.producer_id,
@@ -99,7 +102,7 @@ impl EpisodeFields {
     pub(crate) fn from_parts(
         [producer_id, producer_role, produced_for_id, episode_type]: [Arc<str>; 4],
         created_at_micros: i64,
-        metadata: Box<[(Arc<str>, Arc<str>)]>,
+        metadata: Box<[Pair]>,
     ) -> EpisodeFields {
         EpisodeFields {
             producer_id,

@@ -149,7 +149,13 @@ impl IndexCache {
             tracing::warn!(error = %err, "erasing index segments failed");
         }
         // Its next read past the erasure writes a segment again.
-        let slot = self.slots.lock().expect("index slots").by_key.get(&**key).cloned();
+        let slot = self
+            .slots
+            .lock()
+            .expect("index slots")
+            .by_key
+            .get(&**key)
+            .cloned();
         if let Some(slot) = slot
             && let Some(loaded) = slot.state.lock().await.as_mut()
         {
@@ -174,7 +180,9 @@ impl IndexCache {
             }
             let erasures = segments.erasures();
             let state = slot.state.lock().await;
-            let Some(loaded) = state.as_ref() else { continue };
+            let Some(loaded) = state.as_ref() else {
+                continue;
+            };
             let len = loaded.index.read().expect("index lock").len();
             if loaded.unsaved == 0 || len < segment::WRITE_MIN_EPISODES {
                 continue;
@@ -538,6 +546,16 @@ impl IndexCache {
         } else {
             head.change
         };
+        if read.change > target.raw() {
+            // Ahead of the store (a database restored from a backup): never trusted.
+            tracing::warn!(
+                project = %key,
+                segment = read.change,
+                store = target.raw(),
+                "index segment ahead of the store's change feed ignored; rebuilding"
+            );
+            return Ok(None);
+        }
         if !self.catch_up(&mut loaded, target).await? {
             tracing::info!(project = %key, "the change log no longer reaches the segment; rebuilding");
             return Ok(None);

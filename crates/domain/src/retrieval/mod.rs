@@ -5,6 +5,7 @@ pub mod ann;
 pub mod bm25;
 pub mod dense;
 pub mod episode_fields;
+pub mod flat;
 pub mod fusion;
 pub mod heap;
 pub mod index_cache;

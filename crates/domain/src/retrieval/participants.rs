@@ -64,7 +64,10 @@ impl Participants {
     ) -> Participants {
         let mut names: HashMap<String, HashMap<Box<str>, u32>> = HashMap::new();
         for (key, id, n) in held {
-            names.entry(key.to_string()).or_default().insert(id.into(), n);
+            names
+                .entry(key.to_string())
+                .or_default()
+                .insert(id.into(), n);
         }
         Participants { names, longest }
     }

@@ -7,7 +7,7 @@ use std::io::{self, Write};
 
 use super::postings::Postings;
 use super::{Bm25Index, Doc, ScorePool};
-use crate::retrieval::segment::format::{Decoder, Encoder, ranges};
+use crate::retrieval::flat::{Decoder, Encoder, ranges};
 
 impl<T> Bm25Index<T> {
     /// Writes everything but the payloads (`payloads` gives those, in slot order).
@@ -84,8 +84,11 @@ impl<T> Bm25Index<T> {
         if words.len() != word_ids.len() || word_ids.iter().any(|id| *id as usize >= n) {
             return Err("word ids out of bounds".into());
         }
-        let word_ids: HashMap<Box<str>, u32> =
-            words.iter().map(|w| Box::from(*w)).zip(word_ids.iter().copied()).collect();
+        let word_ids: HashMap<Box<str>, u32> = words
+            .iter()
+            .map(|w| Box::from(*w))
+            .zip(word_ids.iter().copied())
+            .collect();
         let ends = dec.pod_cow::<u64>()?;
         let slots = dec.pod_cow::<u32>()?;
         let tfs = dec.pod_cow::<u8>()?;
@@ -109,7 +112,9 @@ impl<T> Bm25Index<T> {
         }
         if slots.iter().any(|s| *s as usize >= docs_n)
             || doc_terms.iter().any(|t| *t as usize >= n)
-            || big.iter().any(|[t, s, _]| *t as usize >= n || *s as usize >= docs_n)
+            || big
+                .iter()
+                .any(|[t, s, _]| *t as usize >= n || *s as usize >= docs_n)
         {
             return Err("slot or term out of bounds".into());
         }
@@ -123,7 +128,12 @@ impl<T> Bm25Index<T> {
         let postings: Vec<Postings> = (ranges(&ends, slots.len())?.into_iter().enumerate())
             .map(|(term, r)| {
                 let big = big_of.get_mut(term).map(std::mem::take).unwrap_or_default();
-                Postings::from_parts(slots[r.clone()].to_vec(), tfs[r].to_vec(), big, max_tf[term])
+                Postings::from_parts(
+                    slots[r.clone()].to_vec(),
+                    tfs[r].to_vec(),
+                    big,
+                    max_tf[term],
+                )
             })
             .collect();
         let payloads = payloads(dec, docs_n)?;

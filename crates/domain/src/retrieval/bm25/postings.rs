@@ -86,7 +86,11 @@ impl Postings {
 
     /// Its slots, frequency bytes and big frequencies, as a segment holds them.
     pub(super) fn parts(&self) -> (&[u32], &[u8], &[(u32, u32)]) {
-        (&self.slots, &self.tfs, self.big.as_deref().map_or(&[], |b| &b[..]))
+        (
+            &self.slots,
+            &self.tfs,
+            self.big.as_deref().map_or(&[], |b| &b[..]),
+        )
     }
 
     /// Postings from `parts` (as `parts` gave them).

@@ -120,8 +120,7 @@ fn decode_index(body: &[u8]) -> Result<ProjectIndex, String> {
     let dimensions = dec.u64()? as usize;
     let codes = dec.pod::<i8>()?;
     let free = dec.pod::<u32>()?;
-    if dimensions == 0 && !codes.is_empty() || dimensions > 0 && codes.len() % dimensions != 0
-    {
+    if dimensions == 0 && !codes.is_empty() || dimensions > 0 && codes.len() % dimensions != 0 {
         return Err("codes of another length".into());
     }
     let slab_slots = codes.len().checked_div(dimensions).unwrap_or(0);
@@ -141,7 +140,10 @@ fn decode_index(body: &[u8]) -> Result<ProjectIndex, String> {
     let text = Bm25Index::decode(&mut dec, decode_entries)?;
     // Removed entries keep the slot they had (never read again); live ones must fit.
     let outside = |c: &Coded| c.slot != IN_GRAPH && c.slot as usize >= slab_slots;
-    if text.live().any(|(_, e)| e.vector.as_ref().is_some_and(outside)) {
+    if text
+        .live()
+        .any(|(_, e)| e.vector.as_ref().is_some_and(outside))
+    {
         return Err("vector slot out of bounds".into());
     }
     let graph_dimensions = dec.u64()? as usize;
@@ -189,14 +191,22 @@ fn decode_entries(dec: &mut Decoder<'_>, n: usize) -> Result<Vec<Entry>, String>
         return Err("entry arrays of unequal lengths".into());
     }
     let bound = strings.len() as u32;
-    if fields.iter().flatten().chain(meta.iter().flatten()).any(|s| *s >= bound) {
+    if fields
+        .iter()
+        .flatten()
+        .chain(meta.iter().flatten())
+        .any(|s| *s >= bound)
+    {
         return Err("string id out of bounds".into());
     }
     let string = |id: u32| strings[id as usize].clone();
     let meta_ranges = ranges(&meta_ends, meta.len())?;
     let mut entries = Vec::with_capacity(n);
     for (i, range) in meta_ranges.into_iter().enumerate() {
-        let metadata = meta[range].iter().map(|[k, v]| (string(*k), string(*v))).collect();
+        let metadata = meta[range]
+            .iter()
+            .map(|[k, v]| (string(*k), string(*v)))
+            .collect();
         let vector = (flags[i] & 1 != 0).then_some(Coded {
             slot: slots[i],
             scale: scales[i],

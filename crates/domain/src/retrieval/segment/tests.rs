@@ -18,28 +18,62 @@ struct Rng(u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         self.0 >> 33
     }
     fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
     fn vector(&mut self, dims: usize) -> Vec<f32> {
-        (0..dims).map(|_| self.below(2001) as f32 / 1000.0 - 1.0).collect()
+        (0..dims)
+            .map(|_| self.below(2001) as f32 / 1000.0 - 1.0)
+            .collect()
     }
 }
 
 const WORDS: &[&str] = &[
-    "lake", "paint", "race", "soup", "adopt", "dog", "july", "march", "yesterday", "music",
-    "guitar", "school", "friend", "trip", "mountain", "camp", "book", "read", "piano", "cook",
-    "twice", "last", "year", "week", "ago", "running", "runner", "ran", "happy", "sad",
+    "lake",
+    "paint",
+    "race",
+    "soup",
+    "adopt",
+    "dog",
+    "july",
+    "march",
+    "yesterday",
+    "music",
+    "guitar",
+    "school",
+    "friend",
+    "trip",
+    "mountain",
+    "camp",
+    "book",
+    "read",
+    "piano",
+    "cook",
+    "twice",
+    "last",
+    "year",
+    "week",
+    "ago",
+    "running",
+    "runner",
+    "ran",
+    "happy",
+    "sad",
 ];
 const PEOPLE: &[&str] = &["Caroline", "Melanie", "Ada Lovelace", "bob", "Zed"];
 const DIMS: usize = 8;
 
 fn add(index: &mut ProjectIndex, rng: &mut Rng, id: i64) {
     let len = 1 + rng.below(25);
-    let mut content: Vec<String> = (0..len).map(|_| WORDS[rng.below(WORDS.len())].into()).collect();
+    let mut content: Vec<String> = (0..len)
+        .map(|_| WORDS[rng.below(WORDS.len())].into())
+        .collect();
     if rng.below(10) == 0 {
         content.push("Caroline".into());
         content.push("two weeks ago".into());
@@ -56,7 +90,11 @@ fn add(index: &mut ProjectIndex, rng: &mut Rng, id: i64) {
         content: content.join(" "),
         producer_id: PEOPLE[rng.below(PEOPLE.len())].into(),
         producer_role: "user".into(),
-        produced_for_id: if rng.below(2) == 0 { PEOPLE[rng.below(PEOPLE.len())].into() } else { String::new() },
+        produced_for_id: if rng.below(2) == 0 {
+            PEOPLE[rng.below(PEOPLE.len())].into()
+        } else {
+            String::new()
+        },
         sequence_num: id,
         episode_type: "message".into(),
         content_type: "string".into(),
@@ -128,10 +166,24 @@ fn assert_same(a: &ProjectIndex, b: &ProjectIndex, rng: &mut Rng) {
         "mountain",
     ] {
         let terms = query_terms(question);
-        assert_eq!(a.lexical(&terms, None, 10), b.lexical(&terms, None, 10), "{question}");
-        assert_eq!(a.lexical(&terms, None, 5000), b.lexical(&terms, None, 5000), "{question}");
-        let named = a.named_participants(question).map(|n| n.ids).unwrap_or_default();
-        let mut named_b = b.named_participants(question).map(|n| n.ids).unwrap_or_default();
+        assert_eq!(
+            a.lexical(&terms, None, 10),
+            b.lexical(&terms, None, 10),
+            "{question}"
+        );
+        assert_eq!(
+            a.lexical(&terms, None, 5000),
+            b.lexical(&terms, None, 5000),
+            "{question}"
+        );
+        let named = a
+            .named_participants(question)
+            .map(|n| n.ids)
+            .unwrap_or_default();
+        let mut named_b = b
+            .named_participants(question)
+            .map(|n| n.ids)
+            .unwrap_or_default();
         let mut sorted = named.clone();
         sorted.sort();
         named_b.sort();
@@ -154,19 +206,29 @@ fn assert_same(a: &ProjectIndex, b: &ProjectIndex, rng: &mut Rng) {
             b.hybrid(&terms, &query, &asked, None, 10),
             "{question}"
         );
-        assert_eq!(a.dense(&query, None, 10), b.dense(&query, None, 10), "{question}");
+        assert_eq!(
+            a.dense(&query, None, 10),
+            b.dense(&query, None, 10),
+            "{question}"
+        );
     }
 }
 
 fn round_trip(index: &ProjectIndex) -> ProjectIndex {
     let bytes = encode_to_vec(index, &header(index));
     let key = key();
-    decode_checked(&bytes, "store-a", &expected(&key)).unwrap().index
+    decode_checked(&bytes, "store-a", &expected(&key))
+        .unwrap()
+        .index
 }
 
 #[test]
 fn random_indexes_rank_the_same_after_a_round_trip_and_after_the_same_changes() {
-    for (seed, ann_min, n) in [(1u64, 1_000_000, 3000usize), (2, 200, 1500), (3, 1_000_000, 0)] {
+    for (seed, ann_min, n) in [
+        (1u64, 1_000_000, 3000usize),
+        (2, 200, 1500),
+        (3, 1_000_000, 0),
+    ] {
         let mut rng = Rng(seed);
         let mut index = ProjectIndex::with_ann_min(ann_min);
         for id in 0..n as i64 {
@@ -180,7 +242,12 @@ fn random_indexes_rank_the_same_after_a_round_trip_and_after_the_same_changes() 
         let mut read = round_trip(&index);
         assert_eq!(read.feed_change, 42);
         assert_same(&index, &read, &mut Rng(seed));
-        churn(&mut [&mut index, &mut read], seed + 20, 2 * n as i64, n / 3 + 10);
+        churn(
+            &mut [&mut index, &mut read],
+            seed + 20,
+            2 * n as i64,
+            n / 3 + 10,
+        );
         assert_same(&index, &read, &mut Rng(seed + 1));
         // And again through the format, after those changes.
         let again = round_trip(&read);
@@ -199,7 +266,9 @@ fn a_segment_of_another_store_project_embedder_or_version_or_with_a_flipped_byte
     let key = key();
     assert!(decode_checked(&bytes, "store-a", &expected(&key)).is_ok());
     let refused = |bytes: &[u8], store: &str, expected: Expected<'_>| {
-        decode_checked(bytes, store, &expected).err().expect("refused")
+        decode_checked(bytes, store, &expected)
+            .err()
+            .expect("refused")
     };
     assert!(refused(&bytes, "store-b", expected(&key)).contains("another store"));
     let other = ProjectKey {
@@ -220,7 +289,10 @@ fn a_segment_of_another_store_project_embedder_or_version_or_with_a_flipped_byte
     for at in (0..bytes.len()).step_by(97) {
         let mut bad = bytes.clone();
         bad[at] ^= 0x01;
-        assert!(decode_checked(&bad, "store-a", &expected(&key)).is_err(), "byte {at}");
+        assert!(
+            decode_checked(&bad, "store-a", &expected(&key)).is_err(),
+            "byte {at}"
+        );
     }
 }
 
@@ -230,7 +302,10 @@ fn segment_files_are_found_replaced_refused_and_erased_by_project() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("leftover.seg.tmp"), b"half").unwrap();
     let segments = super::Segments::open(dir.path(), "store-a".into()).unwrap();
-    assert!(!dir.path().join("leftover.seg.tmp").exists(), "temp files removed on open");
+    assert!(
+        !dir.path().join("leftover.seg.tmp").exists(),
+        "temp files removed on open"
+    );
     let key = key();
     let mut rng = Rng(9);
     let mut index = ProjectIndex::new();
@@ -239,9 +314,15 @@ fn segment_files_are_found_replaced_refused_and_erased_by_project() {
     }
     index.feed_change = 5;
     let index = RwLock::new(index);
-    let first = segments.write(&expected(&key), &index, segments.erasures()).unwrap().unwrap();
+    let first = segments
+        .write(&expected(&key), &index, segments.erasures())
+        .unwrap()
+        .unwrap();
     index.write().unwrap().feed_change = 9;
-    let second = segments.write(&expected(&key), &index, segments.erasures()).unwrap().unwrap();
+    let second = segments
+        .write(&expected(&key), &index, segments.erasures())
+        .unwrap()
+        .unwrap();
     assert!(!first.exists(), "the older segment is removed");
     assert_eq!(segments.newest(&key, 7), Some(second.clone()));
     let read = segments.read(&expected(&key)).expect("read");
@@ -255,10 +336,23 @@ fn segment_files_are_found_replaced_refused_and_erased_by_project() {
     // erasure's position too.
     let before = segments.erasures();
     segments.erase(&key, Some((7, 10)));
-    assert!(segments.write(&expected(&key), &index, before).unwrap().is_none());
-    assert!(segments.write(&expected(&key), &index, segments.erasures()).unwrap().is_none());
+    assert!(
+        segments
+            .write(&expected(&key), &index, before)
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        segments
+            .write(&expected(&key), &index, segments.erasures())
+            .unwrap()
+            .is_none()
+    );
     index.write().unwrap().feed_change = 10;
-    let third = segments.write(&expected(&key), &index, segments.erasures()).unwrap().unwrap();
+    let third = segments
+        .write(&expected(&key), &index, segments.erasures())
+        .unwrap()
+        .unwrap();
     segments.erase(&key, None);
     assert!(!third.exists());
     assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());

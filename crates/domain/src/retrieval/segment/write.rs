@@ -26,7 +26,9 @@ impl Segments {
         let _one = self.writing.lock().expect("segment writer");
         let started = std::time::Instant::now();
         let prefix = Segments::prefix(expected.key, Some(expected.project));
-        let temp = self.dir.join(format!("{prefix}{}{TEMP_SUFFIX}", uuid::Uuid::new_v4()));
+        let temp = self
+            .dir
+            .join(format!("{prefix}{}{TEMP_SUFFIX}", uuid::Uuid::new_v4()));
         let failed = |err: io::Error| format!("cannot write {}: {err}", temp.display());
         let mut file = File::create(&temp).map_err(failed)?;
         let written = {
@@ -60,12 +62,15 @@ impl Segments {
             return Err(failed(err));
         }
         drop(file);
-        let path = self.dir.join(format!("{prefix}c{}{}", header.change, super::SUFFIX));
+        let path = self
+            .dir
+            .join(format!("{prefix}c{}{}", header.change, super::SUFFIX));
         {
             // Under the erasure lock: an erasure either came before (discard) or waits.
             let erased = self.erasures.lock().expect("segment erasures");
-            let behind = (erased.floors.get(expected.key))
-                .is_some_and(|(project, change)| *project == expected.project && header.change < *change);
+            let behind = (erased.floors.get(expected.key)).is_some_and(|(project, change)| {
+                *project == expected.project && header.change < *change
+            });
             if erased.count != erasures || behind {
                 remove(&temp);
                 return Ok(None);

@@ -121,6 +121,7 @@ pub async fn start(
         observed.upgrade().map_or((0, 0), |index| index.usage())
     }));
     memmachine_domain::retrieval::index_cache::spawn_feed_pruner(&store, config.changes.retention);
+    crate::heap_trim::spawn(&index);
     let changes =
         memmachine_domain::changes::Changes::start(store.clone(), config.changes, &metrics);
     memmachine_domain::episodic::retention::spawn(&store, config.retention, Some(&index));
@@ -133,6 +134,7 @@ pub async fn start(
         .with_changes(changes.clone());
     // Searches work meanwhile: a project not yet loaded loads on its first search.
     let warm = config.warm_indexes;
+    let warming = index.clone();
     tokio::spawn(async move {
         if !warm {
             return;
@@ -142,7 +144,7 @@ pub async fn start(
                 .for_project(&p.config.embedder)
                 .map(|e| e.id().to_string())
         };
-        match index.warm_up(embedder_of).await {
+        match warming.warm_up(embedder_of).await {
             Ok(projects) => tracing::info!(projects, "project indexes loaded"),
             Err(err) => tracing::warn!(error = %err, "loading project indexes failed"),
         }

@@ -22,6 +22,7 @@ pub mod config;
 pub mod connections;
 pub mod domain;
 pub mod grpc;
+pub mod heap_trim;
 pub mod mcp;
 pub mod metrics_listener;
 pub mod probe;

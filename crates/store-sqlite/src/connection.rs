@@ -17,8 +17,20 @@ const MAX_GROUP: usize = 512;
 
 use super::error::storage_error;
 
-/// Opens a connection with the durability settings every connection shares.
-pub(super) fn open_connection(path: &Path) -> Result<Connection> {
+/// SQLite's page cache for all of a store's connections together, split evenly (at
+/// least `MIN_CACHE_KIB` each). Rows are read by key and the file stays in the kernel's
+/// cache, so a large cache per connection bought little and sat beside the index budget.
+pub(super) const CACHE_TOTAL_KIB: usize = 32 * 1024;
+const MIN_CACHE_KIB: usize = 2 * 1024;
+
+/// Each connection's page cache, for `connections` of them.
+pub(super) fn cache_kib(connections: usize) -> usize {
+    (CACHE_TOTAL_KIB / connections.max(1)).max(MIN_CACHE_KIB)
+}
+
+/// Opens a connection with the durability settings every connection shares, and a page
+/// cache of `cache_kib`.
+pub(super) fn open_connection(path: &Path, cache_kib: usize) -> Result<Connection> {
     let conn = Connection::open(path).map_err(storage_error)?;
     // The busy timeout first: switching a new file to WAL takes a lock another process
     // opening it at the same moment may hold.
@@ -27,10 +39,12 @@ pub(super) fn open_connection(path: &Path) -> Result<Connection> {
          PRAGMA journal_mode = WAL;
          PRAGMA synchronous = FULL;
          PRAGMA foreign_keys = ON;
-         PRAGMA cache_size = -65536;
          PRAGMA temp_store = MEMORY;",
     )
     .map_err(storage_error)?;
+    // Negative: in KiB rather than pages.
+    conn.execute_batch(&format!("PRAGMA cache_size = -{cache_kib};"))
+        .map_err(storage_error)?;
     conn.set_prepared_statement_cache_capacity(256);
     register_functions(&conn).map_err(storage_error)?;
     rusqlite::vtab::array::load_module(&conn).map_err(storage_error)?;
@@ -207,14 +221,17 @@ fn run_group(conn: &Connection, group: Vec<Job>) {
 /// Read connections, each used by one blocking task at a time.
 pub(super) struct ReadPool {
     path: PathBuf,
+    cache_kib: usize,
     idle: Arc<Mutex<Vec<Connection>>>,
     permits: Arc<Semaphore>,
 }
 
 impl ReadPool {
-    pub(super) fn new(path: PathBuf, size: usize) -> ReadPool {
+    /// A pool of at most `size` connections, each with a page cache of `cache_kib`.
+    pub(super) fn new(path: PathBuf, size: usize, cache_kib: usize) -> ReadPool {
         ReadPool {
             path,
+            cache_kib,
             idle: Arc::new(Mutex::new(Vec::new())),
             permits: Arc::new(Semaphore::new(size.max(1))),
         }
@@ -235,13 +252,13 @@ impl ReadPool {
             .await
             .map_err(|_| Error::Closed)?;
         let idle = self.idle.clone();
-        let path = self.path.clone();
+        let (path, cache_kib) = (self.path.clone(), self.cache_kib);
         // A caller that stops waiting interrupts its read: the blocking thread would
         // otherwise run it to the end for no one.
         let abandoned = Abandoned::default();
         let flag = abandoned.0.clone();
         let task = tokio::task::spawn_blocking(move || {
-            run_read(&idle, &path, permit, |tx| {
+            run_read(&idle, &path, cache_kib, permit, |tx| {
                 let flag = flag.clone();
                 tx.progress_handler(
                     PROGRESS_STEPS,
@@ -267,7 +284,7 @@ impl ReadPool {
         F: FnOnce(&rusqlite::Transaction<'_>) -> Result<R> + Send + 'static,
     {
         match self.permits.clone().try_acquire_owned() {
-            Ok(permit) => run_read(&self.idle, &self.path, permit, f),
+            Ok(permit) => run_read(&self.idle, &self.path, self.cache_kib, permit, f),
             Err(TryAcquireError::Closed) => Err(Error::Closed),
             Err(TryAcquireError::NoPermits) => self.read(f).await,
         }
@@ -291,13 +308,14 @@ impl Drop for Abandoned {
 fn run_read<R>(
     idle: &Mutex<Vec<Connection>>,
     path: &Path,
+    cache_kib: usize,
     _permit: OwnedSemaphorePermit,
     f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<R>,
 ) -> Result<R> {
     let pooled = idle.lock().expect("read pool lock").pop();
     let mut conn = match pooled {
         Some(conn) => conn,
-        None => open_connection(path)?,
+        None => open_connection(path, cache_kib)?,
     };
     let result = (|| {
         let tx = conn.transaction().map_err(storage_error)?;
@@ -321,9 +339,9 @@ mod tests {
     #[tokio::test]
     async fn a_read_whose_caller_left_stops() {
         let path = std::env::temp_dir().join(format!("mm-read-{}.db", uuid::Uuid::new_v4()));
-        open_connection(&path).unwrap();
+        open_connection(&path, MIN_CACHE_KIB).unwrap();
         // One connection: the next read waits until the abandoned one gives it back.
-        let pool = ReadPool::new(path.clone(), 1);
+        let pool = ReadPool::new(path.clone(), 1, MIN_CACHE_KIB);
         let count = |tx: &rusqlite::Transaction<'_>| {
             tx.query_row(LONG_READ, [], |row| row.get::<_, i64>(0))
                 .map_err(storage_error)

@@ -65,11 +65,13 @@ impl SqliteStore {
             }
             other => other,
         };
-        let mut conn = open_connection(&path).map_err(named)?;
-        schema::migrate(&mut conn).map_err(named)?;
         let readers = std::thread::available_parallelism().map_or(4, |n| n.get() * 2);
+        // The writer and every reader share one page-cache total.
+        let cache_kib = connection::cache_kib(readers + 1);
+        let mut conn = open_connection(&path, cache_kib).map_err(named)?;
+        schema::migrate(&mut conn).map_err(named)?;
         Ok(SqliteStore {
-            readers: ReadPool::new(path.clone(), readers),
+            readers: ReadPool::new(path.clone(), readers, cache_kib),
             writer: Writer::start(conn),
             path,
         })

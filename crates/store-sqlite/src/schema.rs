@@ -575,7 +575,8 @@ mod tests {
             std::process::id(),
             uuid::Uuid::new_v4().simple()
         ));
-        let mut conn = crate::connection::open_connection(&path).unwrap();
+        let mut conn =
+            crate::connection::open_connection(&path, crate::connection::CACHE_TOTAL_KIB).unwrap();
         // The version just before migration 15.
         let before = 14;
         for sql in &MIGRATIONS[..before] {
@@ -641,7 +642,8 @@ mod tests {
             std::process::id(),
             uuid::Uuid::new_v4().simple()
         ));
-        let mut conn = crate::connection::open_connection(&path).unwrap();
+        let mut conn =
+            crate::connection::open_connection(&path, crate::connection::CACHE_TOTAL_KIB).unwrap();
         // The version just before migration 16.
         let before = 15;
         for sql in &MIGRATIONS[..before] {

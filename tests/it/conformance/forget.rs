@@ -7,6 +7,11 @@ use std::sync::Arc;
 use memmachine::store::{ForgetCounts, ForgetReceipt, ProjectForget, Store};
 use memmachine_core::access::{Access, ProjectAccess};
 use memmachine_core::model::{EpisodeHandle, NewEpisode};
+use memmachine_domain::embed::Embedders;
+use memmachine_domain::forget::Forget;
+use memmachine_domain::limits::Limits;
+use memmachine_domain::projects::Projects;
+use memmachine_domain::retrieval::index_cache::IndexCache;
 use memmachine_domain::semantic::features::new_feature;
 use memmachine_domain::semantic::model::{NewFeature, Summary};
 use memmachine_domain::semantic::sets::{org_set, project_set, user_set};
@@ -209,5 +214,55 @@ pub async fn forgetting_counts_what_it_removes_in_batches_as_previewed(store: Ar
             .unwrap(),
         None,
         "another org's receipt is not found"
+    );
+}
+
+/// The server's limits as its flags default them.
+fn default_limits() -> Limits {
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        limits: Limits,
+    }
+    <Flags as clap::Parser>::parse_from(["memmachine"]).limits
+}
+
+pub async fn a_forget_brings_the_cached_index_up_to_date_itself(store: Arc<dyn Store>) {
+    let o = org();
+    let (k, other) = (
+        project(&store, &o, "p").await,
+        project(&store, &o, "q").await,
+    );
+    let episodes = [
+        said("one", "alice", ""),
+        said("two", "bot", "alice"),
+        said("three", "bob", ""),
+        said("four", "alice", "bot"),
+        said("five", "bob", "bot"),
+    ];
+    stored(&store, &k, &episodes).await;
+    stored(&store, &other, &[said("six", "alice", "")]).await;
+    let cache = Arc::new(IndexCache::new(store.clone(), 64 << 20));
+    // A search's view of the index, taken before: reading it catches nothing up.
+    let view = cache.view(&k, None).await.unwrap();
+    assert_eq!(view.read(|index| index.len()).await.unwrap(), 5);
+
+    let projects = Projects::new(store.clone(), default_limits(), Embedders::default());
+    let forget = Forget::new(store.clone(), projects).with_index(cache.clone());
+    let receipt = forget
+        .forget_subject(&Access::system_org(&o), "alice", &[], false)
+        .await
+        .unwrap();
+    let episodes: u64 = receipt.projects.iter().map(|p| p.counts.episodes).sum();
+    assert_eq!(episodes, 4);
+    assert_eq!(
+        view.read(|index| index.len()).await.unwrap(),
+        2,
+        "the forget removed its episodes from the cached index, not the next search"
+    );
+    assert_eq!(
+        cache.usage().1,
+        1,
+        "a project not loaded is not loaded by the forget"
     );
 }

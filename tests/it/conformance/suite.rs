@@ -39,6 +39,7 @@ macro_rules! conformance {
                 forget {
                     fresh deleting_episodes_deletes_the_features_left_citing_nothing,
                     fresh forgetting_counts_what_it_removes_in_batches_as_previewed,
+                    fresh a_forget_brings_the_cached_index_up_to_date_itself,
                 }
                 history {
                     fresh versions_are_kept_on_every_change_and_on_deletion,

@@ -65,6 +65,9 @@ pub struct IndexCache {
     clock: AtomicU64,
     /// Where projects' indexes are persisted (`None`: rebuilt from rows on every start).
     segments: Option<Arc<Segments>>,
+    /// Indexes dropped so far (evicted, or their project gone): the process may then
+    /// hand freed memory back to the system.
+    dropped: AtomicU64,
 }
 
 /// The loaded projects, and the sum of their bytes (kept as they change: summing ten
@@ -119,6 +122,7 @@ impl IndexCache {
             slots: Mutex::default(),
             clock: AtomicU64::new(0),
             segments: None,
+            dropped: AtomicU64::new(0),
         }
     }
 
@@ -148,7 +152,13 @@ impl IndexCache {
         if let Err(err) = erased {
             tracing::warn!(error = %err, "erasing index segments failed");
         }
-        // Its next read past the erasure writes a segment again.
+        // Written again once past the erasure: now if the index is loaded (caught up to
+        // it here: searches of an index already current would not write it), else by
+        // its next read.
+        let Some(segments) = self.segments.clone() else {
+            return;
+        };
+        let erasures = segments.erasures();
         let slot = self
             .slots
             .lock()
@@ -156,10 +166,24 @@ impl IndexCache {
             .by_key
             .get(&**key)
             .cloned();
-        if let Some(slot) = slot
-            && let Some(loaded) = slot.state.lock().await.as_mut()
+        let Some(slot) = slot else { return };
+        let mut state = slot.state.lock().await;
+        let Some(loaded) = state.as_mut() else { return };
+        loaded.unsaved = usize::MAX;
+        let Some((project, change)) = after else {
+            return;
+        };
+        if loaded.head.project.raw() != project
+            || !matches!(
+                self.catch_up(loaded, ChangeSeq::from_raw(change)).await,
+                Ok(true)
+            )
         {
-            loaded.unsaved = usize::MAX;
+            return;
+        }
+        if loaded.index.read().expect("index lock").len() >= segment::WRITE_MIN_EPISODES {
+            loaded.unsaved = 0;
+            write_later(segments, key, loaded, erasures);
         }
     }
 
@@ -227,7 +251,7 @@ impl IndexCache {
             Err(err) => {
                 if matches!(err, Error::NotFound(_)) {
                     // Deleted (here or by another replica): its index goes too.
-                    self.slots.lock().expect("index slots").remove(key);
+                    self.forget(key);
                 }
                 return Err(err);
             }
@@ -292,7 +316,20 @@ impl IndexCache {
 
     /// Drops the project's index (the project is gone).
     pub fn forget(&self, key: &ProjectKey) {
-        self.slots.lock().expect("index slots").remove(key);
+        if self
+            .slots
+            .lock()
+            .expect("index slots")
+            .remove(key)
+            .is_some()
+        {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// How many indexes were dropped since the cache began (a count that only grows).
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 
     /// Bytes held, and projects loaded.
@@ -410,23 +447,41 @@ impl IndexCache {
             loaded.head.change = read.through;
             loaded.unsaved = loaded.unsaved.saturating_add(read.changes.len());
             let index = loaded.index.clone();
-            tokio::task::spawn_blocking(move || {
-                let mut index = index.write().expect("index lock");
-                index.feed_change = read.through.raw();
-                for change in read.changes {
-                    match change {
-                        Change::Added(stored) => index.insert_stored(stored),
-                        Change::Removed(handle) => index.remove(handle.raw()),
-                        Change::Vector { handle, vector } => {
-                            index.set_vector(handle.raw(), vector.into_boxed_slice())
-                        }
-                    }
-                }
-            })
-            .await
-            .map_err(|err| Error::Internal(format!("index update failed: {err}")))?;
+            let through = read.through.raw();
+            tokio::task::spawn_blocking(move || apply(&index, read.changes, through))
+                .await
+                .map_err(|err| Error::Internal(format!("index update failed: {err}")))?;
         }
         Ok(true)
+    }
+
+    /// Brings the project's index, if loaded, to the store's latest change (a writer's
+    /// own catch-up, so the searches after a large write do not pay for it). Loads
+    /// nothing; an index the feed no longer reaches is dropped, to load on next use.
+    pub async fn refresh(&self, key: &ProjectAccess) -> Result<()> {
+        let slot = self
+            .slots
+            .lock()
+            .expect("index slots")
+            .by_key
+            .get(key)
+            .cloned();
+        let Some(slot) = slot else { return Ok(()) };
+        let head = crate::round_trips::call(self.store.feed_head(key)).await?;
+        let mut state = slot.state.lock().await;
+        let Some(loaded) = state.as_mut() else {
+            return Ok(());
+        };
+        if loaded.head.project != head.project || !self.catch_up(loaded, head.change).await? {
+            *state = None;
+            drop(state);
+            self.account(key, &slot, 0);
+            return Ok(());
+        }
+        let bytes = loaded.index.read().expect("index lock").estimated_bytes();
+        drop(state);
+        self.account(key, &slot, bytes);
+        Ok(())
     }
 
     /// Builds the project's index from its stored episodes, then catches up with what
@@ -596,6 +651,7 @@ impl IndexCache {
                 break;
             }
             if let Some(bytes) = slots.remove(&old) {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(project = %old, bytes, "project index evicted");
             }
         }
@@ -630,6 +686,35 @@ fn segment_writer(
         };
         if let Err(err) = segments.write(&expected, &index, erasures) {
             tracing::warn!(project = %key, error = %err, "cannot write an index segment");
+        }
+    }
+}
+
+/// Changes applied under one hold of the index's write lock: a page of the feed
+/// (thousands of removals after a forget) at once kept searches of the project waiting.
+const APPLY_SLICE: usize = 128;
+
+/// Applies `changes` in order, releasing the write lock between slices so reads of the
+/// project get in between (each sees a prefix of the page, as a read racing the
+/// writer's commit would). The index's feed position moves to `through` with the last
+/// slice: a segment written between slices names the position before the page
+/// (replaying a change twice is harmless).
+fn apply(index: &RwLock<ProjectIndex>, changes: Vec<Change>, through: i64) {
+    let mut changes = changes.into_iter().peekable();
+    loop {
+        let mut index = index.write().expect("index lock");
+        for change in changes.by_ref().take(APPLY_SLICE) {
+            match change {
+                Change::Added(stored) => index.insert_stored(stored),
+                Change::Removed(handle) => index.remove(handle.raw()),
+                Change::Vector { handle, vector } => {
+                    index.set_vector(handle.raw(), vector.into_boxed_slice())
+                }
+            }
+        }
+        if changes.peek().is_none() {
+            index.feed_change = through;
+            return;
         }
     }
 }

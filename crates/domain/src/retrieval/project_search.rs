@@ -49,6 +49,15 @@ impl Asked<'_> {
             || (self.when && w.when > 0.0)
     }
 
+    /// The largest lift `prior` can give an episode (what a pruned ranking bounds by).
+    fn max_prior(&self) -> f32 {
+        let w = self.weights;
+        let when = |on: bool, weight: f32| if on { weight.max(0.0) } else { 0.0 };
+        when(!self.named.is_empty(), w.participant)
+            + when(self.period.is_some(), w.time)
+            + when(self.when, w.when)
+    }
+
     /// The lift of an episode: a question naming participants prefers what they said,
     /// one naming a period what happened in it, one asking when what says when.
     fn prior(&self, entry: &Entry) -> Prior {
@@ -111,8 +120,14 @@ impl ProjectIndex {
             return self.lexical(terms, filter, limit);
         }
         let prior = |entry: &Entry| asked.prior(entry);
-        self.text
-            .search_lifted(terms, limit, passes(filter), prior, asked.explain)
+        self.text.search_lifted(
+            terms,
+            limit,
+            passes(filter),
+            prior,
+            asked.max_prior(),
+            asked.explain,
+        )
     }
 
     /// The `limit` episodes whose vectors are most similar to `query`, filtered first,

@@ -13,6 +13,7 @@
 //! frequency is kept current. On LoCoMo this lifts recall@10 from 0.61 to 0.72 (see
 //! BENCHMARKS.md).
 
+mod lifted;
 mod maxscore;
 mod persist;
 mod postings;
@@ -468,54 +469,6 @@ impl<T> Bm25Index<T> {
         self.select(&scores.values, scores.touched.clone(), limit, accept)
     }
 
-    /// BM25 ranking of the documents matching a term (in their text or context), each
-    /// lifted by its `prior` in standard deviations of the project's BM25 scores: the
-    /// scores stay BM25's, the order is that of standardised scores plus the prior, as
-    /// hybrid ranking adds it. Scores every match (no pruning).
-    pub fn search_lifted(
-        &self,
-        terms: &[String],
-        limit: usize,
-        accept: impl Fn(&T) -> bool,
-        prior: impl Fn(&T) -> fusion::Prior,
-        explain: bool,
-    ) -> Vec<Hit> {
-        if self.live == 0 || limit == 0 {
-            return Vec::new();
-        }
-        let scores = self.lexical_scores(terms);
-        let (_, sd) = fusion::mean_sd_live(&scores.values, &self.alive);
-        let sd = sd as f32;
-        let mut lifted = vec![0f32; self.docs.len()];
-        let mut priors = HashMap::with_capacity(scores.touched.len());
-        for &slot in &scores.touched {
-            let p = prior(&self.docs[slot as usize].payload);
-            lifted[slot as usize] = scores.values[slot as usize] + sd * (p.participant + p.time);
-            priors.insert(slot, p);
-        }
-        let best = self.select(&lifted, scores.touched.clone(), limit, accept);
-        best.into_iter()
-            .map(|(id, score)| {
-                let slot = self.slot_of[&id];
-                let parts = explain.then(|| {
-                    let p = priors.get(&slot).copied().unwrap_or_default();
-                    fusion::ScoreParts {
-                        lexical: scores.values[slot as usize],
-                        participant: sd * p.participant,
-                        time: sd * p.time,
-                        ..Default::default()
-                    }
-                });
-                Hit {
-                    handle: id,
-                    score,
-                    dense: None,
-                    parts,
-                }
-            })
-            .collect()
-    }
-
     /// Hybrid ranking: BM25 fused with the documents' `similarity` to the query (the
     /// cosine of their vectors; `None` for a document not embedded yet), best first.
     /// See `fusion::hybrid` for how the two are combined. Without `dense_candidates`
@@ -869,10 +822,10 @@ mod tests {
     }
 
     /// SplitMix64: a deterministic stream for the randomised tests.
-    struct Mix(u64);
+    pub(super) struct Mix(pub(super) u64);
 
     impl Mix {
-        fn below(&mut self, n: usize) -> usize {
+        pub(super) fn below(&mut self, n: usize) -> usize {
             self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
             let mut z = self.0;
             z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -884,7 +837,7 @@ mod tests {
     /// A random index (window 0 to 3; a small vocabulary, so scores tie often; some
     /// documents removed, some long enough to hold a frequency above a byte), its
     /// payloads the ids.
-    fn random_index(mix: &mut Mix) -> Bm25Index<i64> {
+    pub(super) fn random_index(mix: &mut Mix) -> Bm25Index<i64> {
         const WORDS: [&str; 12] = [
             "red", "green", "blue", "kite", "dog", "cat", "sun", "rain", "tea", "boat", "hill",
             "moon",

@@ -76,6 +76,11 @@ pub struct ServerFlags {
     /// affinity: each then loads only the projects it is sent
     #[arg(long, env = "MEMMACHINE_WARM_INDEXES", num_args = 0..=1, default_value_t = true, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
     pub warm_indexes: bool,
+    /// Directory of the persisted project indexes (segments) read at start instead of
+    /// rebuilding from rows, or `off`. Default: beside a SQLite database
+    /// (`<data-dir>/<db file>.index`); off for PostgreSQL
+    #[arg(long, env = "MEMMACHINE_INDEX_SEGMENTS", value_name = "DIR|off")]
+    pub index_segments: Option<String>,
     /// Seconds an embedding worker holds the batch it claimed before another replica
     /// may take it over
     #[arg(long, env = "MEMMACHINE_EMBEDDING_LEASE", default_value_t = 120.0)]
@@ -202,6 +207,8 @@ pub struct ServeConfig {
     pub index_memory: usize,
     /// Whether every project's index is loaded at start.
     pub warm_indexes: bool,
+    /// Where project indexes are persisted (`None`: off).
+    pub index_segments: Option<PathBuf>,
     /// How long an embedding worker holds the batch it claimed.
     pub embedding_lease: std::time::Duration,
     pub log_format: LogFormat,
@@ -371,6 +378,11 @@ impl ServeArgs {
             index_memory: parse_size(&server.index_memory)
                 .map_err(|err| format!("--index-memory: {err}"))?,
             warm_indexes: server.warm_indexes,
+            index_segments: match server.index_segments.as_deref() {
+                Some("off") => None,
+                Some(dir) => Some(PathBuf::from(dir)),
+                None => store.default_index_segments(),
+            },
             embedding_lease: seconds(server.embedding_lease, "embedding-lease")?,
             log_format: settings.telemetry.log_format,
             limits: settings.limits,

@@ -11,6 +11,7 @@ use memmachine_domain::memory::Memories;
 use memmachine_domain::metrics::Metrics;
 use memmachine_domain::projects::Projects;
 use memmachine_domain::retrieval::index_cache::IndexCache;
+use memmachine_domain::retrieval::segment::Segments;
 use memmachine_domain::runtime_settings::{Effective, Resources, RuntimeSettings};
 use memmachine_domain::semantic::SemanticMemory;
 
@@ -33,6 +34,8 @@ pub struct Domain {
     pub forget: memmachine_domain::forget::Forget,
     /// Watching projects' changes (`ChangeService`, the SSE route).
     pub changes: memmachine_domain::changes::Changes,
+    /// The projects' in-memory indexes (saved as segments at shutdown).
+    pub index: Arc<IndexCache>,
 }
 
 /// Builds the domain and starts its background work. What takes time before the server
@@ -99,7 +102,20 @@ pub async fn start(
         config.limits.short_term_window,
         settings.clone(),
     );
-    let index = Arc::new(IndexCache::new(store.clone(), config.index_memory));
+    let mut index = IndexCache::new(store.clone(), config.index_memory);
+    if let Some(dir) = &config.index_segments {
+        let id = store.store_id().await?;
+        match Segments::open(dir, id) {
+            Ok(segments) => index = index.with_segments(Arc::new(segments)),
+            Err(err) => tracing::warn!(
+                dir = %dir.display(),
+                error = %err,
+                "cannot use the index segment directory; indexes are rebuilt on start"
+            ),
+        }
+    }
+    let index = Arc::new(index);
+    let projects = projects.with_index(index.clone());
     let observed = Arc::downgrade(&index);
     metrics.observe_index(Box::new(move || {
         observed.upgrade().map_or((0, 0), |index| index.usage())
@@ -108,7 +124,8 @@ pub async fn start(
     crate::heap_trim::spawn(&index);
     let changes =
         memmachine_domain::changes::Changes::start(store.clone(), config.changes, &metrics);
-    memmachine_domain::episodic::retention::spawn(&store, config.retention);
+    memmachine_domain::episodic::retention::spawn(&store, config.retention, Some(&index));
+    let index_handle = index.clone();
     let episodic = EpisodicMemory::new(store.clone(), index.clone(), config.limits)
         .with_embedders(embedders.clone(), queue)
         .with_rerankers(rerankers.clone())
@@ -134,8 +151,8 @@ pub async fn start(
     });
     let memories =
         Memories::new(projects.clone(), episodic, semantic.clone()).with_metrics(metrics.clone());
-    let forget =
-        memmachine_domain::forget::Forget::new(store.clone(), projects.clone()).with_index(index);
+    let forget = memmachine_domain::forget::Forget::new(store.clone(), projects.clone())
+        .with_index(index_handle.clone());
     let legacy = memmachine_domain::legacy::Legacy::new(
         projects.clone(),
         memories.clone(),
@@ -153,6 +170,7 @@ pub async fn start(
         usage,
         forget,
         changes,
+        index: index_handle,
     })
 }
 

@@ -41,6 +41,10 @@ const METRICS_CONNECTIONS: usize = 32;
 /// How long streams other than memory calls may outlive the drain.
 const STREAM_GRACE: Duration = Duration::from_secs(5);
 
+/// How long shutdown may spend saving changed project indexes as segments (a million
+/// episodes' segment takes about a second to write; what is left is replayed at start).
+const SEGMENTS_AT_SHUTDOWN: Duration = Duration::from_secs(10);
+
 type ProjectService = Deferred<ProjectServiceServer<ProjectGrpc>>;
 type MemoryService = Deferred<MemoryServiceServer<MemoryGrpc>>;
 type SemanticService = Deferred<SemanticServiceServer<SemanticGrpc>>;
@@ -295,8 +299,10 @@ pub async fn run(
     );
 
     // A start-up that fails shuts down the way a signal does, then reports its error.
+    let mut indexes = None;
     let startup_error = match crate::domain::start(&config, store.clone(), metrics.clone()).await {
         Ok(domain) => {
+            indexes = Some(domain.index.clone());
             let (projects, memories, semantic) = (
                 ProjectGrpc::new(domain.projects.clone()),
                 MemoryGrpc::new(
@@ -366,6 +372,13 @@ pub async fn run(
     };
     if let Some(task) = metrics_task {
         task.abort();
+    }
+    // Projects changed since their index segment are saved, so the next start replays
+    // less (bounded: what is left is replayed from the change feed then).
+    if let Some(indexes) = indexes {
+        indexes
+            .save_all(std::time::Instant::now() + SEGMENTS_AT_SHUTDOWN)
+            .await;
     }
     // Commit what is queued before leaving.
     store.close().await?;

@@ -35,6 +35,15 @@ impl StoreLocation {
         }
     }
 
+    /// Where project index segments go unless `--index-segments` says: beside a SQLite
+    /// file; none for PostgreSQL (replicas' disks are often ephemeral).
+    pub fn default_index_segments(&self) -> Option<PathBuf> {
+        match self {
+            StoreLocation::Sqlite(dir) => Some(dir.join(format!("{DB_FILE}.index"))),
+            StoreLocation::Postgres(_) => None,
+        }
+    }
+
     /// For logs and messages: never a password nor a query value.
     pub fn describe(&self) -> String {
         match self {

@@ -32,6 +32,7 @@ mod held_connections;
 mod hostile_clients;
 mod idempotency;
 mod import;
+mod index_segments;
 mod isolation_model;
 mod isolation_scopes;
 mod kubernetes_manifests;

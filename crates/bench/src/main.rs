@@ -21,6 +21,7 @@ mod locomo_dump;
 mod rest;
 mod retention;
 mod scale;
+mod segment;
 mod semantic;
 mod semantic_quality;
 mod support;
@@ -59,6 +60,8 @@ enum Workload {
     Scale(scale::Args),
     /// BM25 search over a large in-process index
     Lexical(lexical::Args),
+    /// A project's index written and read as a segment, in-process
+    Segment(segment::Args),
     /// Semantic memory with a scripted chat model
     Semantic(semantic::Args),
     /// Forgetting a subject among many others
@@ -80,6 +83,7 @@ fn main() -> ExitCode {
         Workload::Retention(args) => exit(retention::main(args)),
         Workload::Scale(args) => exit(scale::main(args)),
         Workload::Lexical(args) => exit(lexical::main(args)),
+        Workload::Segment(args) => exit(segment::main(args)),
         Workload::Semantic(args) => exit(semantic::main(args)),
         Workload::Forget(args) => exit(forget::main(args)),
         Workload::SemanticQuality(args) => exit(semantic_quality::main(args)),

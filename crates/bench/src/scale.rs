@@ -456,6 +456,8 @@ async fn measure(
     } else {
         None
     };
+    // The graph's segment is written once it is built: later than this.
+    let graph_done = std::time::SystemTime::now() - Duration::from_secs(1);
     let search = search_pass(&channel, corpus, shape, args)
         .await
         .map_err(|e| server.error("SearchMemories failed", e))?;
@@ -471,6 +473,17 @@ async fn measure(
         rss_peak as f64 / MIB,
         disk as f64 / MIB
     );
+    // The restart reads the projects' segments (SQLite: beside the database): they
+    // are written in the background after the load, and again once the graph is built.
+    if !args.no_restart && shape.per_project >= SEGMENT_MIN {
+        let wanted = if graph_secs.is_some() {
+            Some(graph_done)
+        } else {
+            None
+        };
+        let waited = wait_for_segments(data_dir, shape.projects, wanted, args.wait_secs).await;
+        eprintln!("   segments written: {waited}");
+    }
     drop(channel);
     drop(server);
     let restart_ms = if args.no_restart {
@@ -496,6 +509,11 @@ async fn measure(
             .map_err(|e| server.error("SearchMemories after restart failed", e))?;
         let ms = spawned.elapsed().as_secs_f64() * 1e3;
         eprintln!("   restart until the first search answered: {ms:.0} ms");
+        eprintln!(
+            "   RSS after the restart: {:.0} MiB (before it: {:.0} MiB)",
+            (proc_status_kib(server.pid(), "VmRSS:") * 1024) as f64 / MIB,
+            rss as f64 / MIB
+        );
         Some(ms)
     };
     Ok(RunResult {
@@ -511,6 +529,48 @@ async fn measure(
         disk,
         restart_ms,
     })
+}
+
+/// Episodes from which a project's index is saved as a segment.
+const SEGMENT_MIN: usize = memmachine_domain::retrieval::segment::WRITE_MIN_EPISODES;
+
+/// Waits until `projects` segments are in the SQLite store's segment directory, none
+/// being written, and (`after`) one written since then; says what it saw.
+async fn wait_for_segments(
+    data_dir: &std::path::Path,
+    projects: usize,
+    after: Option<std::time::SystemTime>,
+    limit_secs: u64,
+) -> String {
+    let dir = data_dir.join("memmachine.db.index");
+    let deadline = Instant::now() + Duration::from_secs(limit_secs);
+    loop {
+        let files: Vec<(String, std::time::SystemTime, u64)> = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| {
+                let e = e.ok()?;
+                let meta = e.metadata().ok()?;
+                Some((
+                    e.file_name().to_string_lossy().into_owned(),
+                    meta.modified().ok()?,
+                    meta.len(),
+                ))
+            })
+            .collect();
+        let done = files.iter().filter(|f| f.0.ends_with(".seg")).count() >= projects
+            && !files.iter().any(|f| f.0.ends_with(".tmp"))
+            && after.is_none_or(|t| files.iter().any(|f| f.1 >= t));
+        if done || Instant::now() > deadline {
+            let bytes: u64 = files.iter().map(|f| f.2).sum();
+            return format!(
+                "{} files, {:.0} MiB, complete: {done}",
+                files.len(),
+                bytes as f64 / MIB
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Vectors from which a project gets a vector graph (the server's `ANN_MIN_VECTORS`).

@@ -29,6 +29,7 @@ const PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
 pub struct Forget {
     store: Arc<dyn Store>,
     projects: Projects,
+    /// Caught up after each batch; its segments of the project deleted at the end.
     index: Option<Arc<IndexCache>>,
 }
 
@@ -161,6 +162,10 @@ impl Forget {
             let started = std::time::Instant::now();
             let uids = self.store.subject_episodes(key, subject, BATCH).await?;
             if uids.is_empty() {
+                // Before it reports done: no index segment keeps the subject's terms.
+                if let Some(index) = &self.index {
+                    index.erase(key).await;
+                }
                 return Ok(counts);
             }
             // Versions of surviving features that cited these episodes go first: their

@@ -25,6 +25,8 @@ pub struct Projects {
     embedders: Embedders,
     /// The rerankers a project may name, besides the ranking modes.
     rerankers: Rerankers,
+    /// Whose index segments go with a deleted project.
+    index: Option<Arc<crate::retrieval::index_cache::IndexCache>>,
 }
 
 impl Projects {
@@ -34,7 +36,14 @@ impl Projects {
             limits,
             embedders,
             rerankers: Rerankers::default(),
+            index: None,
         }
+    }
+
+    /// Deletes a deleted project's index segments with it.
+    pub fn with_index(mut self, index: Arc<crate::retrieval::index_cache::IndexCache>) -> Self {
+        self.index = Some(index);
+        self
     }
 
     /// Lets projects name one of `rerankers` in `config.reranker`.
@@ -131,6 +140,9 @@ impl Projects {
             ));
         }
         if self.store.delete_project(key).await? {
+            if let Some(index) = &self.index {
+                index.erase(key).await;
+            }
             tracing::info!(project = %key, "project deleted");
             Ok(())
         } else {

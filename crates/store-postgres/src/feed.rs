@@ -195,6 +195,13 @@ impl ChangeFeed for PostgresStore {
         .map_err(db_error)?;
         Ok(pruned as u64)
     }
+
+    async fn store_id(&self) -> Result<String> {
+        sqlx::query_scalar("SELECT store_id FROM store_meta WHERE id = 1")
+            .fetch_one(self.pool())
+            .await
+            .map_err(db_error)
+    }
 }
 
 /// The project's feed head; `NotFound` when it does not exist.

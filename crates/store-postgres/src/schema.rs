@@ -698,6 +698,13 @@ const MIGRATIONS: &[&str] = &[
     // field it lacks, takes the default), so that fields are added without a migration.
     // Text, as SQLite stores it; an update merges the fields it sets (as JSONB).
     "ALTER TABLE projects ADD COLUMN ranking_weights TEXT;",
+    // 18: the database's identity, made once (index segments of replicas name it).
+    "CREATE TABLE store_meta (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        store_id TEXT NOT NULL
+    );
+    INSERT INTO store_meta (id, store_id)
+        VALUES (1, md5(random()::text || clock_timestamp()::text));",
 ];
 
 /// Brings the database to the latest schema (creating the `vector` extension first)

@@ -180,4 +180,15 @@ impl ChangeFeed for SqliteStore {
             .write(move |conn| prune(conn, before_micros))
             .await
     }
+
+    async fn store_id(&self) -> Result<String> {
+        self.readers
+            .read(|tx| {
+                tx.query_row("SELECT store_id FROM store_meta WHERE id = 1", [], |row| {
+                    row.get(0)
+                })
+                .map_err(storage_error)
+            })
+            .await
+    }
 }

@@ -506,6 +506,12 @@ const MIGRATIONS: &[&str] = &[
     // 17: how hybrid ranking weighs its parts, per project: one JSON object (NULL, or a
     // field it lacks, takes the default), so that fields are added without a migration.
     "ALTER TABLE projects ADD COLUMN ranking_weights TEXT;",
+    // 18: the database's identity, made once (index segments beside it name it).
+    "CREATE TABLE store_meta (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        store_id TEXT NOT NULL
+    );
+    INSERT INTO store_meta (id, store_id) VALUES (1, lower(hex(randomblob(16))));",
 ];
 
 /// Brings the database to the latest schema, and makes sure universal/universal exists.

@@ -412,3 +412,12 @@ pub async fn a_project_created_again_has_another_handle(store: Arc<dyn Store>) {
     assert_eq!(page.len(), 1);
     assert_eq!(page[0].episode.content, "after");
 }
+
+/// The store's identity: one per database, the same through every handle on it (index
+/// segments are checked against it).
+pub async fn the_store_id_is_one_per_database(a: Arc<dyn Store>, b: Arc<dyn Store>) {
+    let id = a.store_id().await.unwrap();
+    assert!(id.len() >= 16, "{id}");
+    assert_eq!(a.store_id().await.unwrap(), id, "stable");
+    assert_eq!(b.store_id().await.unwrap(), id, "one database, one id");
+}

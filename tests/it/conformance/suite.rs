@@ -34,6 +34,7 @@ macro_rules! conformance {
                     fresh reads_stop_at_the_limit_and_continue_from_through,
                     fresh a_pruned_log_no_longer_answers_old_readers,
                     fresh a_project_created_again_has_another_handle,
+                    pair the_store_id_is_one_per_database,
                 }
                 forget {
                     fresh deleting_episodes_deletes_the_features_left_citing_nothing,

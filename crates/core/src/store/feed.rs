@@ -80,4 +80,7 @@ pub trait ChangeFeed: Send + Sync {
     /// Drops log entries older than `before_micros` (keeping each project's newest
     /// entry), remembering per project how far the log was pruned. Returns how many.
     async fn prune_changes(&self, before_micros: i64) -> Result<u64>;
+    /// This database's identity: a random id made once when its schema was created,
+    /// never changed (files derived from it, such as index segments, name it).
+    async fn store_id(&self) -> Result<String>;
 }

@@ -590,6 +590,8 @@ impl EpisodicMemory {
         }
         violations.into_result()?;
         let deleted = self.store.delete_episodes(key, &uids).await?;
+        // No index segment keeps what was deleted.
+        self.index.erase(key).await;
         self.changed();
         tracing::debug!(project = %key, deleted, "episodes deleted");
         Ok(deleted)

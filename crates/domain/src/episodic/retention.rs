@@ -63,9 +63,15 @@ impl Flags {
 /// What one sweep deleted, per project.
 pub type Swept = BTreeMap<ProjectKey, u64>;
 
-/// Starts the sweeper; it stops once the store is dropped.
-pub fn spawn(store: &Arc<dyn Store>, settings: RetentionSettings) {
+/// Starts the sweeper; it stops once the store is dropped. The swept projects' index
+/// segments (`index`) are deleted after each sweep: they hold what expired.
+pub fn spawn(
+    store: &Arc<dyn Store>,
+    settings: RetentionSettings,
+    index: Option<&Arc<crate::retrieval::index_cache::IndexCache>>,
+) {
     let weak = Arc::downgrade(store);
+    let index = index.map(Arc::downgrade);
     let holder = uuid::Uuid::new_v4().to_string();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(settings.interval);
@@ -76,7 +82,11 @@ pub fn spawn(store: &Arc<dyn Store>, settings: RetentionSettings) {
             match sweep(store.as_ref(), &holder, settings.interval).await {
                 Ok(swept) if swept.is_empty() => {}
                 Ok(swept) => {
+                    let index = index.as_ref().and_then(std::sync::Weak::upgrade);
                     for (project, deleted) in &swept {
+                        if let Some(index) = &index {
+                            index.erase(&Access::system(project.clone())).await;
+                        }
                         tracing::info!(project = %project, deleted, "expired episodes deleted");
                     }
                 }

@@ -116,6 +116,28 @@ impl AnnIndex {
         })
     }
 
+    /// The graph as USearch serialises it (for a segment).
+    pub fn to_bytes(&self) -> Result<Vec<u8>, String> {
+        let mut bytes = vec![0u8; self.index.serialized_length()];
+        self.index
+            .save_to_buffer(&mut bytes)
+            .map_err(|e| format!("cannot save the graph: {e}"))?;
+        Ok(bytes)
+    }
+
+    /// The graph `to_bytes` gave (copied: `bytes` may be unmapped after).
+    pub fn from_bytes(dimensions: usize, bytes: &[u8]) -> Result<AnnIndex, String> {
+        let ann = AnnIndex::new(dimensions, 16)?;
+        ann.index
+            .load_from_buffer(bytes)
+            .map_err(|e| format!("cannot load the graph: {e}"))?;
+        if ann.index.dimensions() != dimensions {
+            return Err("graph of another length".into());
+        }
+        ann.reserve(ann.index.size().max(16))?;
+        Ok(ann)
+    }
+
     pub fn len(&self) -> usize {
         self.index.size()
     }

@@ -11,6 +11,9 @@ use crate::model::filter::{Field, SystemField};
 use crate::model::filter_eval::{Fields, Value};
 use crate::model::{Episode, NewEpisode};
 
+/// A metadata key and value.
+pub(crate) type Pair = (Arc<str>, Arc<str>);
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct EpisodeFields {
     producer_id: Arc<str>,
@@ -36,7 +39,7 @@ struct Interner {
 static INTERNER: LazyLock<Mutex<Interner>> = LazyLock::new(Mutex::default);
 
 /// The shared copy of `s`.
-fn intern(s: &str) -> Arc<str> {
+pub(crate) fn intern(s: &str) -> Arc<str> {
     let mut interner = INTERNER.lock().expect("interner");
     if let Some(found) = interner.strings.get(s) {
         return found.clone();
@@ -77,6 +80,37 @@ impl EpisodeFields {
                 .iter()
                 .map(|(k, v)| (intern(k), intern(v)))
                 .collect(),
+        }
+    }
+
+    /// Its strings (producer, role, produced for, type), time and metadata, as a
+    /// segment holds them.
+    pub(crate) fn parts(&self) -> ([&Arc<str>; 4], i64, &[Pair]) {
+        (
+            [
+                &self.producer_id,
+                &self.producer_role,
+                &self.produced_for_id,
+                &self.episode_type,
+            ],
+            self.created_at_micros,
+            &self.metadata,
+        )
+    }
+
+    /// Fields from `parts` (strings already interned; metadata sorted by key).
+    pub(crate) fn from_parts(
+        [producer_id, producer_role, produced_for_id, episode_type]: [Arc<str>; 4],
+        created_at_micros: i64,
+        metadata: Box<[Pair]>,
+    ) -> EpisodeFields {
+        EpisodeFields {
+            producer_id,
+            producer_role,
+            produced_for_id,
+            episode_type,
+            created_at_micros,
+            metadata,
         }
     }
 

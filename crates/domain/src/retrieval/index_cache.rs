@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use super::project_index::ProjectIndex;
+use super::segment::{self, Expected, Segments};
 use crate::error::{Error, Result};
 use crate::model::{ChangeSeq, Project, ProjectKey};
 use crate::store::{Change, FeedHead, Store};
@@ -62,6 +63,8 @@ pub struct IndexCache {
     budget: usize,
     slots: Mutex<Slots>,
     clock: AtomicU64,
+    /// Where projects' indexes are persisted (`None`: rebuilt from rows on every start).
+    segments: Option<Arc<Segments>>,
     /// Indexes dropped so far (evicted, or their project gone): the process may then
     /// hand freed memory back to the system.
     dropped: AtomicU64,
@@ -98,6 +101,8 @@ struct Loaded {
     index: Arc<RwLock<ProjectIndex>>,
     /// The project's row as the last search read it beside `head`.
     project: Option<Project>,
+    /// Changes applied since the index's last segment (`usize::MAX`: it has none).
+    unsaved: usize,
 }
 
 /// A project's index and row as this server last saw them, with no read of the store:
@@ -116,7 +121,115 @@ impl IndexCache {
             budget,
             slots: Mutex::default(),
             clock: AtomicU64::new(0),
+            segments: None,
             dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// Persists projects' indexes as segments in `segments` and reads them on load.
+    pub fn with_segments(mut self, segments: Arc<Segments>) -> IndexCache {
+        self.segments = Some(segments);
+        self
+    }
+
+    /// Deletes the project's segments (episodes of it were erased, or it was): returns
+    /// once no file holds what was erased. Called after the store's deletion.
+    pub async fn erase(&self, key: &ProjectAccess) {
+        let Some(segments) = self.segments.clone() else {
+            return;
+        };
+        // The position after the deletion: an index behind it may still hold what was
+        // erased, so no segment of one is written from now on.
+        let after = match self.store.feed_head(key).await {
+            Ok(head) => Some((head.project.raw(), head.change.raw())),
+            Err(_) => {
+                self.forget(key);
+                None
+            }
+        };
+        let owned = ProjectKey::clone(key);
+        let erased = tokio::task::spawn_blocking(move || segments.erase(&owned, after)).await;
+        if let Err(err) = erased {
+            tracing::warn!(error = %err, "erasing index segments failed");
+        }
+        // Written again once past the erasure: now if the index is loaded (caught up to
+        // it here: searches of an index already current would not write it), else by
+        // its next read.
+        let Some(segments) = self.segments.clone() else {
+            return;
+        };
+        let erasures = segments.erasures();
+        let slot = self
+            .slots
+            .lock()
+            .expect("index slots")
+            .by_key
+            .get(&**key)
+            .cloned();
+        let Some(slot) = slot else { return };
+        let mut state = slot.state.lock().await;
+        let Some(loaded) = state.as_mut() else { return };
+        loaded.unsaved = usize::MAX;
+        let Some((project, change)) = after else {
+            return;
+        };
+        if loaded.head.project.raw() != project
+            || !matches!(
+                self.catch_up(loaded, ChangeSeq::from_raw(change)).await,
+                Ok(true)
+            )
+        {
+            return;
+        }
+        if loaded.index.read().expect("index lock").len() >= segment::WRITE_MIN_EPISODES {
+            loaded.unsaved = 0;
+            write_later(segments, key, loaded, erasures);
+        }
+    }
+
+    /// Writes every loaded project's index with changes since its segment, one at a
+    /// time, until `deadline` (graceful shutdown: a restart then replays less).
+    pub async fn save_all(&self, deadline: std::time::Instant) {
+        let Some(segments) = self.segments.clone() else {
+            return;
+        };
+        let slots: Vec<(ProjectKey, Arc<Slot>)> = (self.slots.lock().expect("index slots").by_key)
+            .iter()
+            .map(|(k, s)| (k.clone(), s.clone()))
+            .collect();
+        for (key, slot) in slots {
+            if std::time::Instant::now() >= deadline {
+                tracing::info!("index segments not all written: out of time");
+                return;
+            }
+            let erasures = segments.erasures();
+            let state = slot.state.lock().await;
+            let Some(loaded) = state.as_ref() else {
+                continue;
+            };
+            let len = loaded.index.read().expect("index lock").len();
+            if loaded.unsaved == 0 || len < segment::WRITE_MIN_EPISODES {
+                continue;
+            }
+            let (index, project, embedder) = (
+                loaded.index.clone(),
+                loaded.head.project.raw(),
+                loaded.embedder.clone(),
+            );
+            drop(state);
+            let segments = segments.clone();
+            let written = tokio::task::spawn_blocking(move || {
+                let expected = Expected {
+                    project,
+                    key: &key,
+                    embedder: embedder.as_deref(),
+                };
+                segments.write(&expected, &index, erasures)
+            })
+            .await;
+            if let Ok(Err(err)) = written {
+                tracing::warn!(error = %err, "cannot write an index segment");
+            }
         }
     }
 
@@ -261,6 +374,8 @@ impl IndexCache {
         head: FeedHead,
         embedder: Option<&str>,
     ) -> Result<Arc<RwLock<ProjectIndex>>> {
+        // Before anything of the index is read: an erasure after this discards a write.
+        let erasures = self.segments.as_ref().map_or(0, |s| s.erasures());
         let slot = self.slot(key);
         let mut state = slot.state.lock().await;
         if let Some(loaded) = state.as_mut() {
@@ -273,15 +388,26 @@ impl IndexCache {
         if state.is_none() {
             *state = Some(self.load(key, head, embedder).await?);
         }
-        let loaded = state.as_ref().expect("loaded above");
-        let (bytes, graph_wanted) = {
+        let loaded = state.as_mut().expect("loaded above");
+        let (bytes, graph_wanted, len) = {
             let index = loaded.index.read().expect("index lock");
-            (index.estimated_bytes(), index.graph_wanted())
+            (index.estimated_bytes(), index.graph_wanted(), index.len())
         };
         let index = loaded.index.clone();
+        if let Some(segments) = &self.segments
+            && len >= segment::WRITE_MIN_EPISODES
+            && loaded.unsaved >= segment::rewrite_after(len)
+        {
+            loaded.unsaved = 0;
+            write_later(segments.clone(), key, loaded, erasures);
+        }
+        // A new graph is saved at once: it is the costliest part to rebuild.
+        let then = (self.segments.clone())
+            .filter(|_| graph_wanted)
+            .map(|segments| segment_writer(segments, key, loaded, erasures));
         drop(state);
         if graph_wanted {
-            build_graph_later(index.clone());
+            build_graph_later(index.clone(), then);
         }
         self.account(key, &slot, bytes);
         Ok(index)
@@ -319,8 +445,10 @@ impl IndexCache {
                 break;
             }
             loaded.head.change = read.through;
+            loaded.unsaved = loaded.unsaved.saturating_add(read.changes.len());
             let index = loaded.index.clone();
-            tokio::task::spawn_blocking(move || apply(&index, read.changes))
+            let through = read.through.raw();
+            tokio::task::spawn_blocking(move || apply(&index, read.changes, through))
                 .await
                 .map_err(|err| Error::Internal(format!("index update failed: {err}")))?;
         }
@@ -365,6 +493,9 @@ impl IndexCache {
         embedder: Option<&str>,
     ) -> Result<Loaded> {
         let started = std::time::Instant::now();
+        if let Some(loaded) = self.load_segment(key, head, embedder).await? {
+            return Ok(loaded);
+        }
         let index = Arc::new(RwLock::new(ProjectIndex::new()));
         let mut after_seq = i64::MIN;
         // The next page is read while the last one is indexed.
@@ -399,11 +530,13 @@ impl IndexCache {
         if let Some(task) = indexing.take() {
             task.await.map_err(failed)?;
         }
+        index.write().expect("index lock").feed_change = head.change.raw();
         let mut loaded = Loaded {
             head,
             embedder: embedder.map(str::to_string),
             index,
             project: None,
+            unsaved: usize::MAX,
         };
         let latest = crate::round_trips::call(self.store.feed_head(key)).await?;
         if latest.project == head.project {
@@ -425,6 +558,71 @@ impl IndexCache {
             "project index loaded"
         );
         Ok(loaded)
+    }
+
+    /// The project's index from its newest segment, brought to `head` by the change
+    /// feed; `None` (rebuild from rows) without a usable segment, or when the log no
+    /// longer reaches back to it.
+    async fn load_segment(
+        &self,
+        key: &ProjectAccess,
+        head: FeedHead,
+        embedder: Option<&str>,
+    ) -> Result<Option<Loaded>> {
+        let Some(segments) = self.segments.clone() else {
+            return Ok(None);
+        };
+        let started = std::time::Instant::now();
+        let (owned_key, owned_embedder) = (ProjectKey::clone(key), embedder.map(str::to_string));
+        let project = head.project.raw();
+        let read = tokio::task::spawn_blocking(move || {
+            segments.read(&Expected {
+                project,
+                key: &owned_key,
+                embedder: owned_embedder.as_deref(),
+            })
+        })
+        .await
+        .map_err(|err| Error::Internal(format!("index segment read failed: {err}")))?;
+        let Some(read) = read else { return Ok(None) };
+        let mut loaded = Loaded {
+            head: FeedHead {
+                project: head.project,
+                change: ChangeSeq::from_raw(read.change),
+            },
+            embedder: embedder.map(str::to_string),
+            index: Arc::new(RwLock::new(read.index)),
+            project: None,
+            unsaved: 0,
+        };
+        let latest = crate::round_trips::call(self.store.feed_head(key)).await?;
+        let target = if latest.project == head.project {
+            latest.change
+        } else {
+            head.change
+        };
+        if read.change > target.raw() {
+            // Ahead of the store (a database restored from a backup): never trusted.
+            tracing::warn!(
+                project = %key,
+                segment = read.change,
+                store = target.raw(),
+                "index segment ahead of the store's change feed ignored; rebuilding"
+            );
+            return Ok(None);
+        }
+        if !self.catch_up(&mut loaded, target).await? {
+            tracing::info!(project = %key, "the change log no longer reaches the segment; rebuilding");
+            return Ok(None);
+        }
+        tracing::info!(
+            project = %key,
+            episodes = loaded.index.read().expect("index lock").len(),
+            replayed = loaded.unsaved,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "project index loaded from its segment"
+        );
+        Ok(Some(loaded))
     }
 
     /// Records `slot`'s (of `key`) bytes in the total, then forgets the least recently
@@ -460,16 +658,50 @@ impl IndexCache {
     }
 }
 
+/// Writes the project's index as a segment on a blocking thread (never on a request's
+/// path: the index is only read meanwhile).
+fn write_later(segments: Arc<Segments>, key: &ProjectKey, loaded: &Loaded, erasures: u64) {
+    let write = segment_writer(segments, key, loaded, erasures);
+    tokio::task::spawn_blocking(write);
+}
+
+/// What writes the project's segment (run on a blocking thread).
+fn segment_writer(
+    segments: Arc<Segments>,
+    key: &ProjectKey,
+    loaded: &Loaded,
+    erasures: u64,
+) -> impl FnOnce() + Send + 'static {
+    let (index, project, embedder) = (
+        loaded.index.clone(),
+        loaded.head.project.raw(),
+        loaded.embedder.clone(),
+    );
+    let key = key.clone();
+    move || {
+        let expected = Expected {
+            project,
+            key: &key,
+            embedder: embedder.as_deref(),
+        };
+        if let Err(err) = segments.write(&expected, &index, erasures) {
+            tracing::warn!(project = %key, error = %err, "cannot write an index segment");
+        }
+    }
+}
+
 /// Changes applied under one hold of the index's write lock: a page of the feed
 /// (thousands of removals after a forget) at once kept searches of the project waiting.
 const APPLY_SLICE: usize = 128;
 
 /// Applies `changes` in order, releasing the write lock between slices so reads of the
 /// project get in between (each sees a prefix of the page, as a read racing the
-/// writer's commit would).
-fn apply(index: &RwLock<ProjectIndex>, changes: Vec<Change>) {
+/// writer's commit would). The index's feed position moves to `through` with the last
+/// slice: a segment written between slices names the position before the page
+/// (replaying a change twice is harmless).
+fn apply(index: &RwLock<ProjectIndex>, changes: Vec<Change>, through: i64) {
     let mut changes = changes.into_iter().peekable();
-    while changes.peek().is_some() {
+    loop {
         let mut index = index.write().expect("index lock");
         for change in changes.by_ref().take(APPLY_SLICE) {
             match change {
@@ -480,12 +712,19 @@ fn apply(index: &RwLock<ProjectIndex>, changes: Vec<Change>) {
                 }
             }
         }
+        if changes.peek().is_none() {
+            index.feed_change = through;
+            return;
+        }
     }
 }
 
 /// Builds the project's vector graph on a blocking thread, off the index: reads go on
 /// meanwhile (scanning vectors), and it is installed with what changed in between.
-fn build_graph_later(index: Arc<RwLock<ProjectIndex>>) {
+fn build_graph_later(
+    index: Arc<RwLock<ProjectIndex>>,
+    then: Option<impl FnOnce() + Send + 'static>,
+) {
     let input = {
         let mut index = index.write().expect("index lock");
         if !index.graph_wanted() {
@@ -496,6 +735,9 @@ fn build_graph_later(index: Arc<RwLock<ProjectIndex>>) {
     tokio::task::spawn_blocking(move || {
         let built = ProjectIndex::build_graph(input, &index);
         index.write().expect("index lock").finish_graph(built);
+        if let Some(then) = then {
+            then();
+        }
     });
 }
 

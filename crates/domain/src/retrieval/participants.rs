@@ -49,6 +49,29 @@ impl Participants {
         }
     }
 
+    /// Every `(key, id, episodes)` held, and the most words in one name (for a segment).
+    pub(crate) fn parts(&self) -> (Vec<(&str, &str, u32)>, usize) {
+        let held = (self.names.iter())
+            .flat_map(|(key, ids)| ids.iter().map(move |(id, n)| (key.as_str(), &**id, *n)))
+            .collect();
+        (held, self.longest)
+    }
+
+    /// Participants from `parts`.
+    pub(crate) fn from_parts<'a>(
+        held: impl Iterator<Item = (&'a str, &'a str, u32)>,
+        longest: usize,
+    ) -> Participants {
+        let mut names: HashMap<String, HashMap<Box<str>, u32>> = HashMap::new();
+        for (key, id, n) in held {
+            names
+                .entry(key.to_string())
+                .or_default()
+                .insert(id.into(), n);
+        }
+        Participants { names, longest }
+    }
+
     /// Heap bytes held.
     pub fn heap_bytes(&self) -> usize {
         use super::heap;

@@ -40,12 +40,12 @@ pub struct Entry {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Coded {
     /// Its slot in the project's slab, or `IN_GRAPH`.
-    slot: u32,
-    scale: f32,
+    pub(super) slot: u32,
+    pub(super) scale: f32,
 }
 
 /// The codes are held by the graph (keyed by the episode's handle).
-const IN_GRAPH: u32 = u32::MAX;
+pub(super) const IN_GRAPH: u32 = u32::MAX;
 
 impl Fields for Entry {
     fn get(&self, field: &Field) -> Option<FieldValue<'_>> {
@@ -57,22 +57,25 @@ impl Fields for Entry {
 pub struct ProjectIndex {
     pub(super) text: Bm25Index<Entry>,
     /// The codes of vectors not in the graph (all of them while there is none).
-    codes: Slab,
+    pub(super) codes: Slab,
     /// The vector graph of a large project (`None` below `ANN_MIN_VECTORS` vectors,
     /// while it is being built, or if building it failed: then searches scan, as for
     /// a small project).
     pub(super) ann: Option<AnnIndex>,
     /// Live episodes holding a vector.
-    vectors: usize,
+    pub(super) vectors: usize,
     /// Minimum vectors for a graph (`ANN_MIN_VECTORS`; smaller in tests).
-    ann_min: usize,
+    pub(super) ann_min: usize,
     /// Building or updating the graph failed once: scan from then on, not retry.
-    ann_failed: bool,
+    pub(super) ann_failed: bool,
     /// A graph is being built from a copy of the vectors: the episodes whose vector
     /// changed since, to replay on it.
-    building: Option<Vec<i64>>,
+    pub(super) building: Option<Vec<i64>>,
     /// Who the episodes were produced by and for.
     pub(super) participants: Participants,
+    /// The change-feed position the index holds every change up to (set by the cache
+    /// under the write lock, so a segment written under the read lock names it).
+    pub(super) feed_change: i64,
     /// Heap bytes at the last count (`heap_bytes`), and an estimate of what the
     /// changes since added; recounted every `RECOUNT_CHANGES` changes or an eighth of
     /// the index, whichever is more (a count walks every episode).

@@ -155,6 +155,19 @@ impl Slab {
         self.free.push(slot);
     }
 
+    /// Its dimensions, codes and free slots (for a segment).
+    pub(crate) fn parts(&self) -> (usize, &[i8], &[u32]) {
+        (self.dimensions, &self.codes, &self.free)
+    }
+
+    pub(crate) fn from_parts(dimensions: usize, codes: Vec<i8>, free: Vec<u32>) -> Slab {
+        Slab {
+            dimensions,
+            codes,
+            free,
+        }
+    }
+
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.codes.capacity() + self.free.capacity() * 4

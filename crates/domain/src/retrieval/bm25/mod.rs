@@ -16,6 +16,7 @@
 mod lifted;
 mod maxscore;
 mod moments;
+mod persist;
 mod postings;
 
 use std::collections::HashMap;

@@ -84,6 +84,30 @@ impl Postings {
         }
     }
 
+    /// Its slots, frequency bytes and big frequencies, as a segment holds them.
+    pub(super) fn parts(&self) -> (&[u32], &[u8], &[(u32, u32)]) {
+        (
+            &self.slots,
+            &self.tfs,
+            self.big.as_deref().map_or(&[], |b| &b[..]),
+        )
+    }
+
+    /// Postings from `parts` (as `parts` gave them).
+    pub(super) fn from_parts(
+        slots: Vec<u32>,
+        tfs: Vec<u8>,
+        big: Vec<(u32, u32)>,
+        max_tf: u32,
+    ) -> Postings {
+        Postings {
+            slots,
+            tfs,
+            big: (!big.is_empty()).then(|| Box::new(big)),
+            max_tf,
+        }
+    }
+
     pub(super) fn heap_bytes(&self) -> usize {
         heap::vec(&self.slots)
             + heap::vec(&self.tfs)

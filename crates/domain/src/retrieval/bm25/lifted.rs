@@ -68,7 +68,7 @@ impl<T> Bm25Index<T> {
         let mut touched = scores.touched.clone();
         touched.sort_unstable();
         touched.dedup();
-        let sd = self.spread(values, &touched);
+        let sd = self.exact_moments(values, &touched).1 as f32;
         let reach = sd * max_prior.max(0.0);
         let by_score = |a: &u32, b: &u32| {
             values[*b as usize]
@@ -125,26 +125,6 @@ impl<T> Bm25Index<T> {
                 }
             })
             .collect()
-    }
-
-    /// The standard deviation of BM25 scores over the live documents, the unmatched
-    /// counting as 0: summed over the matches (`touched`, in slot order), which adds up
-    /// to the sum over every slot exactly, as adding 0 changes no sum.
-    fn spread(&self, values: &[f32], touched: &[u32]) -> f32 {
-        let (mut sum, mut squares) = (0f64, 0f64);
-        for &slot in touched {
-            if self.alive[slot as usize] {
-                let x = f64::from(values[slot as usize]);
-                sum += x;
-                squares += x * x;
-            }
-        }
-        if self.live == 0 {
-            return 0.0;
-        }
-        let n = self.live as f64;
-        let mean = sum / n;
-        (squares / n - mean * mean).max(0.0).sqrt() as f32
     }
 
     /// `search_lifted` by lifting every match and sorting them (for a `limit` too

@@ -591,8 +591,9 @@ impl<T> Bm25Index<T> {
                     let dense = ids.iter().filter_map(|id| self.slot_of.get(id).copied());
                     if postings <= plan.exact_postings {
                         let scores = self.lexical_scores(terms);
-                        let moments = self.exact_moments(&scores);
-                        let touched = scores.touched.clone();
+                        let mut touched = scores.touched.clone();
+                        touched.sort_unstable();
+                        let moments = self.exact_moments(&scores.values, &touched);
                         let mut candidates =
                             self.best_by(&scores.values, touched, plan.lexical_candidates);
                         candidates.extend(dense);
@@ -760,15 +761,13 @@ impl<T> Bm25Index<T> {
         scores
     }
 
-    /// The mean and standard deviation of `scores` over every live slot, summed over
-    /// the scored ones in slot order: `fusion::mean_sd_live`'s bits (adding a zero
-    /// changes no sum), without a pass over every slot.
-    fn exact_moments(&self, scores: &Scores) -> (f64, f64) {
-        let mut touched = scores.touched.clone();
-        touched.sort_unstable();
+    /// The mean and standard deviation of `values` over every live slot, summed over
+    /// the scored ones (`touched`, in slot order): `fusion::mean_sd_live`'s bits
+    /// (adding a zero changes no sum), without a pass over every slot.
+    fn exact_moments(&self, values: &[f32], touched: &[u32]) -> (f64, f64) {
         let (mut sum, mut squares) = (0f64, 0f64);
-        for slot in touched {
-            let x = f64::from(scores.values[slot as usize]);
+        for &slot in touched {
+            let x = f64::from(values[slot as usize]);
             sum += x;
             squares += x * x;
         }

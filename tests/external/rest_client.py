@@ -147,6 +147,21 @@ def main():
     )
     check(alice.get_feature(feature_id=named_id).value == "Lyon", "named set feature")
     alice.delete_semantic(semantic_id=named_id)
+    # A set the client names itself (mem_project_set_<project>): every field of its
+    # feature is updated at once, as MemMachine does (here it once answered 404).
+    own_id = alice.add_feature(
+        set_id="mem_project_set_crm", category_name="profile", tag="hobby",
+        feature="favourite_sport", value="running",
+    )
+    alice.update_feature(
+        feature_id=own_id, category_name="profile", tag="leisure",
+        feature="favorite_activity", value="painting", metadata={"updated": "true"},
+    )
+    own = alice.get_feature(feature_id=own_id)
+    fields = (own.category, own.tag, own.feature_name, own.value, own.metadata.other)
+    check(fields == ("profile", "leisure", "favorite_activity", "painting", {"updated": "true"}),
+          f"update_feature of every field: {own}")
+    alice.delete_semantic(semantic_id=own_id)
     # (alice's memory would filter features by its metadata.user_id, which they lack.)
     semantic = project.memory().list(memory_type=MemoryType.Semantic, set_metadata=alice_set)
     values = [f.value for f in semantic.content.semantic_memory or []]

@@ -704,6 +704,89 @@ async fn features_are_managed_by_hand_without_a_model() {
     assert_eq!(gone.code(), Code::NotFound);
 }
 
+/// A string-valued `google.protobuf.Struct`.
+fn strings(pairs: &[(&str, &str)]) -> prost_types::Struct {
+    let value = |s: &str| prost_types::Value {
+        kind: Some(prost_types::value::Kind::StringValue(s.into())),
+    };
+    prost_types::Struct {
+        fields: pairs.iter().map(|(k, v)| (k.to_string(), value(v))).collect(),
+    }
+}
+
+/// MemMachine's client files features in set ids it names itself
+/// (`mem_project_set_<project>`), under the built-in `profile` category, and then
+/// updates every field of one at once; `get_feature` shows them all.
+#[tokio::test]
+async fn every_field_of_a_feature_in_a_client_named_set_is_updated_together() {
+    let server = InProcess::start().await;
+    let mut c = client(&server).await;
+    c.create("acme", "crm").await;
+    let id = c
+        .semantic
+        .add_feature(pb::AddFeatureRequest {
+            org_id: "acme".into(),
+            project_id: "crm".into(),
+            set_id: "mem_project_set_crm".into(),
+            category_name: "profile".into(),
+            tag: "hobby".into(),
+            feature: "favourite_sport".into(),
+            value: "running".into(),
+            feature_metadata: Some(strings(&[("source", "chat")])),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .feature_id;
+    let update = |category: &str| pb::UpdateFeatureRequest {
+        org_id: "acme".into(),
+        project_id: "crm".into(),
+        feature_id: id.clone(),
+        category_name: Some(category.into()),
+        tag: Some("leisure".into()),
+        feature: Some("favorite_activity".into()),
+        value: Some("painting".into()),
+        metadata: Some(strings(&[("updated", "true")])),
+    };
+    c.semantic.update_feature(update("profile")).await.unwrap();
+    let got = c
+        .semantic
+        .get_feature(pb::GetFeatureRequest {
+            org_id: "acme".into(),
+            project_id: "crm".into(),
+            feature_id: id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .feature
+        .unwrap();
+    assert_eq!(
+        (
+            got.category.as_str(),
+            got.tag.as_str(),
+            got.feature_name.as_str()
+        ),
+        ("profile", "leisure", "favorite_activity")
+    );
+    assert_eq!(got.value, "painting");
+    assert_eq!(got.metadata, Some(strings(&[("updated", "true")])));
+    // A category that is neither the set's nor built in is named in the refusal, and the
+    // feature is left as it was.
+    let refused = c
+        .semantic
+        .update_feature(update("no such category"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::NotFound, "{refused:?}");
+    assert!(
+        refused.message().contains("no such category"),
+        "{refused:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_project_configures_its_users_profiles_through_the_user_set_type() {
     let chat = ChatServer::start(favourites);

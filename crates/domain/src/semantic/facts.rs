@@ -55,6 +55,18 @@ impl SemanticMemory {
             })
     }
 
+    /// The category a feature filed (or refiled) by hand takes: the set's own, or a
+    /// built-in one. MemMachine's project sets have `profile` built in (here user sets
+    /// do), so a feature may be kept under a built-in category in any set.
+    async fn filing_category(&self, set: &SetRow, name: &str) -> Result<Effective> {
+        match self.category_of_set(set, name).await {
+            Err(Error::NotFound(message)) => {
+                categories::builtin(name).ok_or(Error::NotFound(message))
+            }
+            found => found,
+        }
+    }
+
     pub async fn add_feature(&self, project: &OpenProject, input: FeatureInput) -> Result<String> {
         let mut violations = Violations::default();
         check_id(&mut violations, "set_id", &input.set_id);
@@ -72,14 +84,7 @@ impl SemanticMemory {
         let uids = parse_uids(&mut violations, "citations", &input.citations);
         violations.into_result()?;
         let set = self.set(project, &input.set_id).await?;
-        let category = match self.category_of_set(&set, &input.category_name).await {
-            // MemMachine's project sets have `profile` built in (here user sets do): a
-            // feature filed by hand under a built-in category is kept in any set.
-            Err(Error::NotFound(message)) => {
-                categories::builtin(&input.category_name).ok_or(Error::NotFound(message))?
-            }
-            found => found?,
-        };
+        let category = self.filing_category(&set, &input.category_name).await?;
         let citations = self.store.resolve_episodes(project.access(), &uids).await?;
         let feature = features::new_feature(
             &category.name,
@@ -138,7 +143,7 @@ impl SemanticMemory {
         let set = self.set(project, &current.set_id).await?;
         let category = match &change.category_name {
             Some(name) => {
-                let c = self.category_of_set(&set, name).await?;
+                let c = self.filing_category(&set, name).await?;
                 Some((c.name, c.id))
             }
             None => None,

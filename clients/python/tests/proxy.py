@@ -9,7 +9,8 @@ import threading
 class Proxy:
     """Forwards 127.0.0.1:port to `target`. `drop_after(marker)`: on the connection whose
     request carries `marker`, the request reaches the server but the answer is thrown
-    away and the connection closed (once). `stall = True`: answers are held back."""
+    away and the connection closed (once). `stall_after(marker)`: from the request carrying
+    `marker` on, nothing more reaches the client (the connection stays open)."""
 
     def __init__(self, target: str) -> None:
         host, port = target.rsplit(":", 1)
@@ -18,13 +19,16 @@ class Proxy:
         self.addr = f"127.0.0.1:{self.listener.getsockname()[1]}"
         self.marker: bytes | None = None
         self.dropped = threading.Event()
-        self.stall = False
+        self.stall_marker: bytes | None = None
         self.connections = 0
         self._sockets: list[socket.socket] = [self.listener]
         threading.Thread(target=self._accept, daemon=True).start()
 
     def drop_after(self, marker: bytes) -> None:
         self.marker = marker
+
+    def stall_after(self, marker: bytes) -> None:
+        self.stall_marker = marker
 
     def _accept(self) -> None:
         while True:
@@ -35,7 +39,7 @@ class Proxy:
             upstream = socket.create_connection(self.target)
             self.connections += 1
             self._sockets += [client, upstream]
-            state = {"cut": False}
+            state = {"cut": False, "stall": False}
             threading.Thread(target=self._up, args=(client, upstream, state), daemon=True).start()
             threading.Thread(target=self._down, args=(upstream, client, state), daemon=True).start()
 
@@ -50,6 +54,8 @@ class Proxy:
             except OSError:
                 break
             seen = (seen + data)[-65536:]
+            if self.stall_marker is not None and self.stall_marker in seen:
+                state["stall"] = True
             if self.marker is not None and self.marker in seen:
                 # The request is with the server: lose its answer, then hang up.
                 self.marker = None
@@ -68,7 +74,7 @@ class Proxy:
                 data = upstream.recv(65536)
                 if not data:
                     break
-                if not state["cut"] and not self.stall:
+                if not state["cut"] and not state["stall"]:
                     client.sendall(data)
             except OSError:
                 break

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -57,9 +58,7 @@ async def test_async_surface(server: Server, project: str) -> None:
             await mem.search("x", timeout=0.000001)
 
 
-async def test_async_watch_resumes_after_a_server_restart(tmp_path: object) -> None:
-    import pathlib
-    assert isinstance(tmp_path, pathlib.Path)
+async def test_async_watch_resumes_after_a_server_restart(tmp_path: Path) -> None:
     server = Server(tmp_path / "data")
     try:
         store = MemoryCursorStore()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import grpc
@@ -134,10 +135,13 @@ def test_a_passed_deadline_is_typed_and_not_retried(server: Server, project: str
         mem.search("anything", timeout=0.000001)
     proxy = Proxy(server.addr)
     try:
-        proxy.stall = True  # the server answers; the answer never arrives
+        proxy.stall_after(b"stalled query")  # the server answers; the answer never arrives
         with Memory(proxy.addr, "test", project, timeout=0.5) as slow:
+            assert list(slow.list()) == []  # through the proxy, before it stalls
+            started = time.monotonic()
             with pytest.raises(DeadlineExceeded):
-                slow.search("anything")
+                slow.search("stalled query")
+            assert 0.4 < time.monotonic() - started < 2.0
             assert proxy.connections == 1
     finally:
         proxy.close()

@@ -28,8 +28,9 @@ def _contents(out: queue.Queue[Change], n: int, timeout: float = 30) -> list[str
     deadline = time.monotonic() + timeout
     while len(got) < n:
         change = out.get(timeout=max(deadline - time.monotonic(), 0.01))
-        if change.kind is ChangeKind.EPISODE_ADDED and change.episode is not None:
-            got.append(change.episode.content)
+        episode = change.episode
+        if change.kind is ChangeKind.EPISODE_ADDED and episode and episode.content != "warm-up":
+            got.append(episode.content)
     return got
 
 

@@ -33,12 +33,20 @@ class AsyncStubs:
     """The generated stubs on the client's aio channel."""
 
     def __init__(self, channel: grpc.aio.Channel) -> None:
-        self.memory = memory_grpc.MemoryServiceAsyncStub(channel)
-        self.changes = change_grpc.ChangeServiceAsyncStub(channel)
-        self.semantic = semantic_grpc.SemanticServiceAsyncStub(channel)
-        self.lifecycle = lifecycle_grpc.LifecycleServiceAsyncStub(channel)
-        self.usage = lifecycle_grpc.UsageServiceAsyncStub(channel)
-        self.projects = project_grpc.ProjectServiceAsyncStub(channel)
+        # The stub classes, given an aio channel, are typed as their *AsyncStub (which
+        # exist only for type checkers).
+        self.memory: memory_grpc.MemoryServiceAsyncStub = memory_grpc.MemoryServiceStub(channel)
+        self.changes: change_grpc.ChangeServiceAsyncStub = change_grpc.ChangeServiceStub(channel)
+        self.semantic: semantic_grpc.SemanticServiceAsyncStub = semantic_grpc.SemanticServiceStub(
+            channel
+        )
+        self.lifecycle: lifecycle_grpc.LifecycleServiceAsyncStub = (
+            lifecycle_grpc.LifecycleServiceStub(channel)
+        )
+        self.usage: lifecycle_grpc.UsageServiceAsyncStub = lifecycle_grpc.UsageServiceStub(channel)
+        self.projects: project_grpc.ProjectServiceAsyncStub = project_grpc.ProjectServiceStub(
+            channel
+        )
 
 
 class AsyncMemory(_base.Base):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from memmachine_grpc import (
 )
 from memmachine_grpc._proto import semantic_service_pb2 as semantic_pb
 
+from .proxy import Proxy
 from .server import Server
 
 
@@ -54,8 +56,18 @@ async def test_async_surface(server: Server, project: str) -> None:
         with pytest.raises(InvalidArgument) as bad:
             await mem.search("x", filter="m.a = ")
         assert [f for f, _ in bad.value.field_violations] == ["filter"]
-        with pytest.raises(DeadlineExceeded):
-            await mem.search("x", timeout=0.000001)
+
+    proxy = Proxy(server.addr)
+    try:
+        proxy.stall_after(b"stalled query")
+        async with AsyncMemory(proxy.addr, "test", project, timeout=0.5) as slow:
+            assert [e async for e in slow.list(filter="m.none = 'x'")] == []
+            started = time.monotonic()
+            with pytest.raises(DeadlineExceeded):
+                await slow.search("stalled query")
+            assert 0.4 < time.monotonic() - started < 2.0
+    finally:
+        proxy.close()
 
 
 async def test_async_watch_resumes_after_a_server_restart(tmp_path: Path) -> None:

@@ -131,8 +131,6 @@ def test_errors_carry_details(mem: Memory) -> None:
 
 
 def test_a_passed_deadline_is_typed_and_not_retried(server: Server, project: str) -> None:
-    with Memory(server.addr, "test", project) as mem, pytest.raises(DeadlineExceeded):
-        mem.search("anything", timeout=0.000001)
     proxy = Proxy(server.addr)
     try:
         proxy.stall_after(b"stalled query")  # the server answers; the answer never arrives

@@ -14,12 +14,16 @@ from memmachine_grpc import Change, ChangeKind, InvalidArgument, Memory
 from .server import Server
 
 
-def _follow(mem: Memory, cursor_file: Path, out: queue.Queue[Change], stop: threading.Event) -> None:
+def _follow(
+    mem: Memory, cursor_file: Path, out: queue.Queue[Change], stop: threading.Event,
+    reconnects: list[int],
+) -> None:
     with mem.watch(cursor_file=cursor_file) as changes:
         for change in changes:
             out.put(change)
             if stop.is_set():
                 changes.ack()
+                reconnects.append(changes.reconnects)
                 return
 
 
@@ -42,8 +46,9 @@ def test_watch_survives_a_server_restart_and_a_client_restart(tmp_path: Path) ->
             writer.create_project()
             out: queue.Queue[Change] = queue.Queue()
             stop = threading.Event()
+            reconnects: list[int] = []
             reader = Memory(server.addr, "test", "watched")
-            follower = threading.Thread(target=_follow, args=(reader, cursor_file, out, stop), daemon=True)
+            follower = threading.Thread(target=_follow, args=(reader, cursor_file, out, stop, reconnects), daemon=True)
             follower.start()
             # From the head: add until the stream is surely open, then the real ones.
             while out.empty():
@@ -66,6 +71,7 @@ def test_watch_survives_a_server_restart_and_a_client_restart(tmp_path: Path) ->
             writer.add("stops the first follower")
             follower.join(30)
             assert not follower.is_alive()
+            assert reconnects and reconnects[0] >= 1, "it reconnected after the kill"
             reader.close()
             saved = cursor_file.read_text().strip()
             assert saved.startswith("c1.")
@@ -75,6 +81,7 @@ def test_watch_survives_a_server_restart_and_a_client_restart(tmp_path: Path) ->
             with Memory(server.addr, "test", "watched") as again:
                 changes = again.watch(cursor_file=cursor_file)
                 first = next(changes)
+                assert cursor_file.read_text().strip() == saved, "not saved before it is handled"
                 assert first.episode is not None
                 assert first.episode.content == "while no one watched 1"
                 second = next(changes)  # saves `first`'s cursor

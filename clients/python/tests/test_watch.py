@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from memmachine_grpc import Change, ChangeKind, InvalidArgument, Memory
+from memmachine_grpc import Change, ChangeKind, InvalidArgument, Memory, MemoryCursorStore, OutOfRange
 
 from .server import Server
 
@@ -97,3 +97,49 @@ def test_a_garbage_cursor_is_an_error_not_a_reconnect(mem: Memory, tmp_path: Pat
     cursor_file.write_text("not-a-cursor\n")
     with pytest.raises(InvalidArgument):
         next(mem.watch(cursor_file=cursor_file))
+
+
+def test_a_pruned_cursor_is_out_of_range_naming_where_to_resume(tmp_path: Path) -> None:
+    server = Server(tmp_path / "data", "--change-feed-retention", "1",
+                    "--retention-sweep-interval", "1")
+    try:
+        with Memory(server.addr, "test", "pruned") as mem:
+            mem.create_project()
+            store = MemoryCursorStore()
+            out: queue.Queue[Change] = queue.Queue()
+            follower = threading.Thread(
+                target=lambda: _follow_store(mem, store, out), daemon=True)
+            follower.start()
+            while out.empty():
+                mem.add("warm-up")
+                time.sleep(0.2)
+            follower.join(10)
+            old = store.cursor
+            assert old is not None
+            # Newer changes for longer than the retention, then the old cursor is pruned.
+            for _ in range(4):
+                mem.add("newer")
+                time.sleep(1)
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    with mem.watch(cursor_store=MemoryCursorStore(old)) as changes:
+                        next(changes)
+                except OutOfRange as e:
+                    assert e.reason == "CURSOR_PRUNED"
+                    assert e.error_metadata["resume_after"] > old
+                    assert e.error_metadata["resume_after"] in e.message
+                    break
+                assert time.monotonic() < deadline, "the feed was never pruned"
+                mem.add("newer")
+                time.sleep(1)
+    finally:
+        server.kill()
+
+
+def _follow_store(mem: Memory, store: MemoryCursorStore, out: queue.Queue[Change]) -> None:
+    with mem.watch(cursor_store=store) as changes:
+        for change in changes:
+            out.put(change)
+            changes.ack()
+            return

@@ -25,7 +25,9 @@ def test_keys_are_sent_and_another_orgs_key_is_refused(tmp_path: Path) -> None:
         with Memory(server.addr, "org-b", "notes", api_key=key_a) as theirs:
             with pytest.raises(PermissionDenied) as denied:
                 theirs.create_project()
-            assert denied.value.message
+            # The server's answer names no detail, only the refusal.
+            assert "does not grant access" in denied.value.message
+            assert denied.value.details == ()
             with pytest.raises(PermissionDenied):
                 list(theirs.list())
         with Memory(server.addr, "org-a", "notes") as keyless, pytest.raises(Unauthenticated):

@@ -371,3 +371,4 @@ fi
 bash "$ROOT/scripts/postgres.sh" install
 
 echo "setup-test-tools: done"
+bash "$ROOT/clients/typescript/setup.sh"

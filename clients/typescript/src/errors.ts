@@ -140,5 +140,16 @@ export function toMemMachineError(err: unknown): MemMachineError {
     if (known === undefined) return { $typeName: "unknown", type: d.type, value: d.value };
     return fromBinary(known, d.value) as ErrorDetail;
   });
-  return makeError(ce.code, ce.rawMessage, details, ce.metadata, err);
+  // connect reports a connection lost mid-call as INTERNAL or UNKNOWN with the socket's
+  // error; it is the network's failure, not the server's, so it is UNAVAILABLE here.
+  const code = (ce.code === Code.Internal || ce.code === Code.Unknown) && lostConnection(ce) ? Code.Unavailable : ce.code;
+  return makeError(code, ce.rawMessage, details, ce.metadata, err);
+}
+
+function lostConnection(ce: ConnectError): boolean {
+  const causes: string[] = [ce.rawMessage];
+  for (let c: unknown = ce.cause, i = 0; c instanceof Error && i < 5; c = c.cause, i++) {
+    causes.push(c.message, String((c as { code?: unknown }).code ?? ""));
+  }
+  return /ECONNRESET|ECONNREFUSED|EPIPE|socket hang up|stream closed|terminated|fetch failed|other side closed|GOAWAY|NGHTTP2|ERR_HTTP2/i.test(causes.join(" "));
 }

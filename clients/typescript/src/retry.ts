@@ -3,24 +3,11 @@
 import { Code } from "@connectrpc/connect";
 import { DeadlineExceededError, type MemMachineError, toMemMachineError } from "./errors.js";
 
-/** Codes worth another attempt: the server or the connection was not there. A dropped
- * HTTP/2 connection surfaces from connect as UNAVAILABLE or as INTERNAL/UNKNOWN with a
- * socket error, so those count only when they carry one. */
+/** Codes worth another attempt: the server or the connection was not there (a
+ * dropped connection is UNAVAILABLE, see errors.ts), or it asked to be called later. */
 export function isTransient(err: MemMachineError): boolean {
   if (err.retryAfterMs === -1) return false; // the server said waiting does not help
-  switch (err.code) {
-    case Code.Unavailable:
-    case Code.ResourceExhausted:
-    case Code.Aborted:
-      return true;
-    case Code.Internal:
-    case Code.Unknown:
-      return /ECONNRESET|ECONNREFUSED|EPIPE|socket hang up|stream closed|terminated|fetch failed|other side closed|GOAWAY|NGHTTP2|network/i.test(
-        `${err.rawMessage} ${String((err.cause as Error | undefined)?.message ?? "")}`,
-      );
-    default:
-      return false;
-  }
+  return err.code === Code.Unavailable || err.code === Code.ResourceExhausted || err.code === Code.Aborted;
 }
 
 /** 100 ms doubling to 2 s, with full jitter on the upper half. */

@@ -16,7 +16,7 @@ log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 set +e
 timeout --kill-after=10 "${TS_TEST_TIMEOUT:-600}" \
-  node --test --test-concurrency=1 --test-timeout=120000 --test-reporter=spec dist/test/ 2>&1 | tee "$log"
+  node --test --test-concurrency=1 --test-timeout=120000 --test-reporter=spec dist/test/*.test.js 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 grep -E '^ℹ (tests|pass|fail|skipped|duration_ms)' "$log" || true

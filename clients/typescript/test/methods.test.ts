@@ -6,6 +6,7 @@ import {
   NotFoundError, UnimplementedError, Code,
 } from "../src/node.js";
 import { projectId, Server } from "./harness.js";
+import { dropFirstAnswer } from "./proxy.js";
 
 let server: Server;
 before(async () => {
@@ -176,16 +177,26 @@ for (const transport of ["grpc", "grpc-web"] as const) {
       assert.ok(nf instanceof NotFoundError && nf instanceof MemMachineError, String(nf));
     });
 
-    test("a deadline that passes is DeadlineExceeded", async () => {
+    test("a deadline that passes is DeadlineExceeded, not retried", async () => {
       const m = await fresh(transport, "deadline");
-      await m.addMany(Array.from({ length: 200 }, (_, i) => `filler message number ${i} about many things`));
-      const started = Date.now();
-      const err = await m.search("filler message things", { timeoutMs: 1, topK: 100 }).then(() => undefined, (e: unknown) => e);
-      assert.ok(err instanceof DeadlineExceededError, String(err));
-      assert.equal(err.code, Code.DeadlineExceeded);
-      assert.ok(Date.now() - started < 2000, "not retried past its deadline");
-      // The client's default deadline is set too: a watch is exempt, a unary call is not.
-      await m.search("filler", { topK: 1 });
+      // The server answers, the proxy withholds the answer: the deadline must pass.
+      const proxy = await dropFirstAnswer(server.port, "hold");
+      try {
+        const slow = createMemory({ baseUrl: proxy.url, org: m.org, project: m.project, transport, timeoutMs: 400 });
+        const started = Date.now();
+        const err = await slow.search("anything").then(() => undefined, (e: unknown) => e);
+        const took = Date.now() - started;
+        assert.ok(err instanceof DeadlineExceededError, String(err));
+        assert.equal(err.code, Code.DeadlineExceeded);
+        assert.ok(took >= 390 && took < 2000, `failed after ${took} ms`);
+        assert.equal(proxy.drops, 1, "one attempt only");
+        // A per-call deadline overrides the client's.
+        const t2 = Date.now();
+        await assert.rejects(slow.search("anything", { timeoutMs: 100 }), DeadlineExceededError);
+        assert.ok(Date.now() - t2 < 390, "the call's own deadline applied");
+      } finally {
+        await proxy.close();
+      }
     });
   });
 }

@@ -1,6 +1,7 @@
 // A TCP proxy that forwards the first connection's request, then drops that connection
-// just before the server's answer reaches the client: the server has done the work,
-// the client never hears of it. Later connections pass untouched.
+// just before the server's answer reaches the client ("drop"), or keeps the connection
+// and withholds the answer ("hold"): the server has done the work, the client never
+// hears of it. Later connections pass untouched.
 import { connect, createServer, type Server, type Socket } from "node:net";
 
 export interface DroppingProxy {
@@ -12,7 +13,7 @@ export interface DroppingProxy {
 
 const H2_PREFACE = "PRI * HTTP/2.0";
 
-export async function dropFirstAnswer(targetPort: number): Promise<DroppingProxy> {
+export async function dropFirstAnswer(targetPort: number, mode: "drop" | "hold" = "drop"): Promise<DroppingProxy> {
   let armed = true;
   const sockets = new Set<Socket>();
   const state: DroppingProxy = { url: "", drops: 0, close: async () => {} };
@@ -23,8 +24,10 @@ export async function dropFirstAnswer(targetPort: number): Promise<DroppingProxy
     armed = false;
     let http2: boolean | undefined;
     let pending = Buffer.alloc(0);
+    let held = false;
     const drop = () => {
       state.drops++;
+      if (mode === "hold") return void (held = true);
       client.destroy();
       upstream.destroy();
     };
@@ -33,6 +36,7 @@ export async function dropFirstAnswer(targetPort: number): Promise<DroppingProxy
       upstream.write(d);
     });
     upstream.on("data", (d) => {
+      if (held) return;
       if (!dropThis || client.destroyed) return void (client.destroyed || client.write(d));
       if (!http2) return drop(); // HTTP/1.1 (gRPC-Web): the first byte back is the answer
       // HTTP/2: pass connection-level frames (SETTINGS, WINDOW_UPDATE, PING); drop at the

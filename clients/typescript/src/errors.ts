@@ -140,9 +140,11 @@ export function toMemMachineError(err: unknown): MemMachineError {
     if (known === undefined) return { $typeName: "unknown", type: d.type, value: d.value };
     return fromBinary(known, d.value) as ErrorDetail;
   });
-  // connect reports a connection lost mid-call as INTERNAL or UNKNOWN with the socket's
-  // error; it is the network's failure, not the server's, so it is UNAVAILABLE here.
-  const code = (ce.code === Code.Internal || ce.code === Code.Unknown) && lostConnection(ce) ? Code.Unavailable : ce.code;
+  // connect reports a connection lost mid-call as CANCELLED ("http/2 stream closed"),
+  // INTERNAL or UNKNOWN with the socket's error; it is the network's failure, not the
+  // server's nor the caller's, so it is UNAVAILABLE here.
+  const lost = [Code.Canceled, Code.Internal, Code.Unknown].includes(ce.code) && lostConnection(ce);
+  const code = lost ? Code.Unavailable : ce.code;
   return makeError(code, ce.rawMessage, details, ce.metadata, err);
 }
 

@@ -13,7 +13,7 @@ before(async () => {
   server = await Server.start();
 });
 after(async () => {
-  await server.kill();
+  await server?.kill();
 });
 
 const usage = {

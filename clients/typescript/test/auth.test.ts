@@ -12,7 +12,7 @@ before(async () => {
   createKey(server.dataDir, "globex");
 });
 after(async () => {
-  await server.kill();
+  await server?.kill();
 });
 
 for (const transport of ["grpc", "grpc-web"] as const) {

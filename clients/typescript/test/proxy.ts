@@ -1,7 +1,7 @@
 // A TCP proxy that forwards the first connection's request, then drops that connection
 // just before the server's answer reaches the client ("drop"), or keeps the connection
-// and withholds the answer ("hold"): the server has done the work, the client never
-// hears of it. Later connections pass untouched.
+// and withholds the answer ("hold", every connection): the server has done the work,
+// the client never hears of it. After a drop, later connections pass untouched.
 import { connect, createServer, type Server, type Socket } from "node:net";
 
 export interface DroppingProxy {
@@ -20,7 +20,7 @@ export async function dropFirstAnswer(targetPort: number, mode: "drop" | "hold" 
   const server: Server = createServer((client) => {
     const upstream = connect(targetPort, "127.0.0.1");
     sockets.add(client).add(upstream);
-    const dropThis = armed;
+    const dropThis = armed || mode === "hold";
     armed = false;
     let http2: boolean | undefined;
     let pending = Buffer.alloc(0);

@@ -11,7 +11,7 @@ before(async () => {
   server = await Server.start();
 });
 after(async () => {
-  await server.kill();
+  await server?.kill();
 });
 
 async function contents(m: Memory): Promise<string[]> {

@@ -19,5 +19,6 @@ timeout --kill-after=10 "${TS_TEST_TIMEOUT:-600}" \
   node --test --test-concurrency=1 --test-timeout=120000 --test-reporter=spec dist/test/*.test.js 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
-grep -E '^ℹ (tests|pass|fail|skipped|duration_ms)' "$log" || true
+count() { grep -E "^ℹ $1 " "$log" | tail -1 | awk '{print $3}'; }
+echo "typescript client: $(count tests) tests, $(count pass) passed, $(count fail) failed, $(count skipped) skipped, exit $status"
 exit "$status"

@@ -21,10 +21,17 @@ export const BIN = process.env["MEMMACHINE_BIN"] ?? join(repoRoot(), "target", "
 const live = new Set<ChildProcess>();
 const tempDirs = new Set<string>();
 // Whatever ends the test process, its servers go with it.
-process.on("exit", () => {
+function cleanUp(): void {
   for (const p of live) killGroup(p, "SIGKILL");
   for (const d of tempDirs) rmSync(d, { recursive: true, force: true });
-});
+}
+process.on("exit", cleanUp);
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.on(signal, () => {
+    cleanUp();
+    process.exit(128 + (signal === "SIGINT" ? 2 : 15));
+  });
+}
 
 function killGroup(p: ChildProcess, signal: NodeJS.Signals): void {
   try {
@@ -68,9 +75,12 @@ export class Server {
     if (!existsSync(BIN)) throw new Error(`no server binary at ${BIN} (set MEMMACHINE_BIN or cargo build)`);
     const dataDir = opts.dataDir ?? tempDir();
     const args = opts.args ?? ["--embedder", "none"];
-    const proc = spawn(BIN, ["serve", "--listen", opts.listen ?? "127.0.0.1:0", "--data-dir", dataDir, ...args], {
+    // A guard shell holds the server: when this process dies however it dies, the pipe on
+    // the guard's stdin closes and the guard kills the server.
+    const guard = 'exec 3<&0; "$0" "$@" </dev/null 3<&- & child=$!; (read _ <&3; kill -9 $child 2>/dev/null) & watcher=$!; wait $child; status=$?; kill $watcher 2>/dev/null; exit $status';
+    const proc = spawn("sh", ["-c", guard, BIN, "serve", "--listen", opts.listen ?? "127.0.0.1:0", "--data-dir", dataDir, ...args], {
       detached: true, // its own process group: killed as one
-      stdio: ["ignore", "ignore", "pipe"],
+      stdio: ["pipe", "ignore", "pipe"],
       env: { ...process.env, RUST_LOG: "info", NO_COLOR: "1" },
     });
     live.add(proc);

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
-import { ChangeKind, createMemory, FileCursorStore, type Memory } from "../src/node.js";
+import { ChangeKind, createMemory, FileCursorStore, type Memory, OutOfRangeError } from "../src/node.js";
 import { projectId, Server, tempDir } from "./harness.js";
 
 let server: Server | undefined;
@@ -74,3 +74,36 @@ for (const transport of ["grpc", "grpc-web"] as const) {
     });
   });
 }
+
+test("a pruned cursor is OutOfRangeError naming the oldest kept (ErrorInfo), on both transports", async () => {
+  const pruning = await Server.start({ args: ["--embedder", "none", "--change-feed-retention", "1"] });
+  try {
+    const project = projectId("pruned");
+    const m = createMemory({ baseUrl: pruning.url, org: "acme", project });
+    await m.ensureProject();
+    const cursors: string[] = [];
+    const stop = new AbortController();
+    const watching = (async () => {
+      for await (const ch of m.watch({ signal: stop.signal })) if (cursors.push(ch.cursor) === 3) break;
+    })();
+    await new Promise((r) => setTimeout(r, 300));
+    await m.addMany(["a", "b", "c"]);
+    await watching;
+    await new Promise((r) => setTimeout(r, 4000)); // past the retention and a pruning or two
+    for (const transport of ["grpc", "grpc-web"] as const) {
+      const c = createMemory({ baseUrl: pruning.url, org: "acme", project, transport });
+      const err = await (async () => {
+        for await (const _ of c.watch({ after: cursors[0]! })) return undefined;
+      })().then(() => undefined, (e: unknown) => e);
+      assert.ok(err instanceof OutOfRangeError, `${transport}: ${String(err)}`);
+      assert.equal(err.errorInfo?.reason, "CURSOR_PRUNED");
+      const oldest = err.resumeAfter!;
+      assert.ok(oldest > cursors[0]! && err.message.includes(oldest), err.message);
+      // Resuming from the cursor it names works.
+      const d = await c.add(`d over ${transport}`);
+      for await (const ch of c.watch({ after: oldest })) if (ch.episodeUid === d.uid) break;
+    }
+  } finally {
+    await pruning.kill();
+  }
+});

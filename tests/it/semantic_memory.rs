@@ -710,7 +710,10 @@ fn strings(pairs: &[(&str, &str)]) -> prost_types::Struct {
         kind: Some(prost_types::value::Kind::StringValue(s.into())),
     };
     prost_types::Struct {
-        fields: pairs.iter().map(|(k, v)| (k.to_string(), value(v))).collect(),
+        fields: pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), value(v)))
+            .collect(),
     }
 }
 

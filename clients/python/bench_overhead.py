@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What Memory.search costs over the raw generated stub: one server with ~1,000
-episodes, N searches through each, interleaved in one run; prints the p50 of each and
-the difference.
+episodes, N searches through each (the client's hits read, so converted), interleaved
+in one run; prints the p50 of each and the difference.
 
     .tools/pyclient-venv/bin/python clients/python/bench_overhead.py [-n 2000] [--bin PATH]
 """
@@ -76,7 +76,7 @@ def main() -> None:
                 raw_ms: list[float] = []
                 for q in queries:
                     t0 = time.perf_counter()
-                    mem.search(q, top_k=10)
+                    mem.search(q, top_k=10).episodes  # the hits, converted
                     t1 = time.perf_counter()
                     stub(memory_pb.SearchMemoriesRequest(org_id="bench", project_id="overhead",
                                                          query=q, top_k=10),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import functools
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -89,20 +90,41 @@ class Feature:
     updated_at: dt.datetime | None
 
 
-@dataclass(frozen=True)
 class SearchResult:
-    """Long-term hits best first; iterating a result iterates them."""
+    """Long-term hits best first; iterating a result iterates them. Each part is
+    converted from the answer when first read: a caller that reads only the hits does
+    not pay for the short-term window (most of a search's conversion)."""
 
-    episodes: list[ScoredEpisode]
-    short_term: list[Episode]
-    summary: list[str]
-    features: list[Feature]
+    def __init__(self, response: memory_pb.SearchMemoriesResponse) -> None:
+        self._response = response
+
+    @functools.cached_property
+    def episodes(self) -> list[ScoredEpisode]:
+        return [scored(s) for s in self._response.episodic_memory.long_term_memory]
+
+    @functools.cached_property
+    def short_term(self) -> list[Episode]:
+        return [episode(e) for e in self._response.episodic_memory.short_term_memory]
+
+    @functools.cached_property
+    def summary(self) -> list[str]:
+        return list(self._response.episodic_memory.episode_summary)
+
+    @functools.cached_property
+    def features(self) -> list[Feature]:
+        return [feature(f) for f in self._response.semantic_memory]
 
     def __iter__(self) -> Iterator[ScoredEpisode]:
         return iter(self.episodes)
 
     def __len__(self) -> int:
-        return len(self.episodes)
+        return len(self._response.episodic_memory.long_term_memory)
+
+    def __repr__(self) -> str:
+        return (
+            f"SearchResult(episodes={self.episodes!r}, short_term={self.short_term!r}, "
+            f"summary={self.summary!r}, features={self.features!r})"
+        )
 
 
 class ChangeKind(enum.Enum):
@@ -166,8 +188,14 @@ class ImportSummary:
 # --- conversions -------------------------------------------------------------------
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
 def _time(msg: timestamp_pb2.Timestamp, present: bool) -> dt.datetime | None:
-    return msg.ToDatetime(tzinfo=dt.timezone.utc) if present else None
+    # What Timestamp.ToDatetime(tzinfo=utc) gives, in half its time.
+    if not present:
+        return None
+    return _EPOCH + dt.timedelta(seconds=msg.seconds, microseconds=msg.nanos // 1000)
 
 
 def _stamp(when: dt.datetime) -> timestamp_pb2.Timestamp:
@@ -234,13 +262,7 @@ def feature(f: common_pb.SemanticFeature) -> Feature:
 
 
 def search_result(r: memory_pb.SearchMemoriesResponse) -> SearchResult:
-    em = r.episodic_memory
-    return SearchResult(
-        episodes=[scored(s) for s in em.long_term_memory],
-        short_term=[episode(e) for e in em.short_term_memory],
-        summary=list(em.episode_summary),
-        features=[feature(f) for f in r.semantic_memory],
-    )
+    return SearchResult(r)
 
 
 def change(c: change_pb.Change) -> Change:

@@ -23,6 +23,7 @@ pub mod openai_http;
 pub mod projects;
 pub mod rank_together;
 pub mod ranked_search;
+pub mod redaction;
 pub mod rerank;
 pub mod resource_status;
 pub mod retrieval;

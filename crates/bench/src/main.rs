@@ -18,6 +18,7 @@ mod lexical_hybrid;
 mod load;
 mod locomo;
 mod locomo_dump;
+mod redact;
 mod rest;
 mod retention;
 mod scale;
@@ -68,6 +69,8 @@ enum Workload {
     Forget(forget::Args),
     /// Semantic memory's recall on LoCoMo with a real (or scripted) model
     SemanticQuality(semantic_quality::Args),
+    /// Redaction of identifiers per message, in process
+    Redact(redact::Args),
 }
 
 fn main() -> ExitCode {
@@ -87,6 +90,7 @@ fn main() -> ExitCode {
         Workload::Semantic(args) => exit(semantic::main(args)),
         Workload::Forget(args) => exit(forget::main(args)),
         Workload::SemanticQuality(args) => exit(semantic_quality::main(args)),
+        Workload::Redact(args) => exit(redact::main(args)),
     }
 }
 

@@ -59,7 +59,7 @@ pub fn luhn(digits: impl DoubleEndedIterator<Item = u8>) -> bool {
         }
         sum += d;
     }
-    sum % 10 == 0
+    sum.is_multiple_of(10)
 }
 
 #[cfg(test)]

@@ -106,10 +106,7 @@ fn parse(bytes: &[u8], start: usize, rules: &Rules) -> (Option<Chain>, usize) {
         groups: Vec::new(),
         seps: Vec::new(),
     };
-    loop {
-        let Some((end, digits, paren)) = group(bytes, at, rules.parens) else {
-            break;
-        };
+    while let Some((end, digits, paren)) = group(bytes, at, rules.parens) {
         chain.groups.push(Group {
             start: at,
             end,

@@ -212,7 +212,7 @@ impl Redactor {
         Ok(Redactor {
             detectors,
             custom: custom::compile(&policy.custom)?,
-            key: keyed::Keyed::new(key),
+            key: keyed::Keyed::new(key).ok_or(PolicyError::KeyTooShort(key.len()))?,
         })
     }
 
